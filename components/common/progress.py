@@ -1,0 +1,42 @@
+"""Logging and phase timing shared by the stages' CLIs."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Iterator
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def get_logger(name: str) -> logging.Logger:
+    """A logger that prints to stderr once per process (idempotent setup)."""
+    root = logging.getLogger("components")
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT, "%H:%M:%S"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        root.propagate = False
+    return logging.getLogger(name)
+
+
+class PhaseTimer:
+    """Times named phases; ``seconds`` maps phase name to wall seconds."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        self.logger.info("phase %s: started", name)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - start
+            self.seconds[name] = round(elapsed, 3)
+            self.logger.info("phase %s: %.2fs", name, elapsed)

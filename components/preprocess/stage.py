@@ -1,0 +1,454 @@
+"""The preprocess stage: raw event logs -> validated, hashed, sequenced, split arrays.
+
+Phases (each timed and shown with a progress bar):
+
+1. scan      list the window's day folders, check every file's columns, plan pieces
+             (Parquet row groups, CSV files), fingerprint inputs + config + code;
+2. validate  Dask, one task per piece: parse, check, hash; cleaned rows to a
+             staging Parquet, bad rows to ``quarantine/`` with their reason;
+3. sequence  Dask shuffle by user, then per partition: sort, drop exact
+             duplicates, build histories, split by day, write array shards;
+4. assemble  concatenate shards into one ``.npy`` per array and split, with row
+             offsets read from the shard files written (not partition counts).
+
+Everything is written into a temp folder that replaces ``out`` only when
+complete, and ``meta.json`` records the accounting: rows read = kept +
+quarantined + exact duplicates dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+import components
+from components.common import schema
+from components.common.hashing import HASH_KEY, bucketize
+from components.common.progress import PhaseTimer, get_logger
+from components.common.storage import atomic_dir, atomic_write_json, remove_stale_temps
+from components.preprocess import raw as rawio
+from components.preprocess.clean import (
+    CLEAN_COLUMNS,
+    REASONS,
+    DayWindow,
+    clean_table,
+)
+from components.preprocess.config import GAP_EDGES_SECONDS, PreprocessConfig
+from components.preprocess.errors import InputError
+from components.preprocess.sequences import (
+    build_histories,
+    context_features,
+    duplicate_mask,
+    sort_order,
+)
+
+SCHEMA_VERSION = 1
+SPLITS = ("train", "val", "test")
+HISTORY_ONLY = "history_only"
+# What each sequence task reports about its shard.
+SHARD_COUNTS = ("shard", "duplicates", HISTORY_ONLY, *SPLITS, *(f"{s}_positives" for s in SPLITS))
+
+log = get_logger(__name__)
+
+
+def array_specs(seq_len: int) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Name -> (dtype, per-row shape) of every per-split array (the Dataset contract)."""
+    return {
+        "hist_item": ("int32", (seq_len,)),
+        "hist_cat": ("int32", (seq_len,)),
+        "hist_gap": ("uint8", (seq_len,)),
+        "hist_len": ("int16", ()),
+        "target_item": ("int32", ()),
+        "target_cat": ("int32", ()),
+        "user": ("int32", ()),
+        "user_key": ("int64", ()),
+        "context": ("uint8", (2,)),
+        "ts": ("int64", ()),
+        "label": ("uint8", ()),
+    }
+
+
+def preprocess(config: PreprocessConfig) -> dict:
+    """Run the stage; return the dataset's ``meta.json`` content."""
+    timer = PhaseTimer(log)
+    out = Path(config.out)
+    for stale in remove_stale_temps(out):
+        log.info("removed leftover of an interrupted run: %s", stale)
+
+    with timer.phase("scan"):
+        fs, _, day_paths = rawio.list_days(config.raw)
+        end = config.end_date or max(day_paths)
+        window = Window.ending(end, config)
+        wanted = {d: p for d, p in day_paths.items() if window.first_read <= d <= window.end}
+        files = rawio.list_files(fs, "", wanted)
+        if not any(f.day >= window.start for f in files):
+            raise InputError(
+                f"{config.raw}: no raw files for the window {window.start} .. {window.end} "
+                f"(day folders present: {min(day_paths)} .. {max(day_paths)})"
+            )
+        pieces = rawio.plan_pieces(fs, files)
+        fingerprint = _fingerprint(fs, files, config, window)
+        log.info("%d files, %d pieces, window %s .. %s (+%d history days)",
+                 len(files), len(pieces), window.start, window.end, config.history_days)
+
+    existing = _read_meta(out)
+    if existing and existing.get("fingerprint") == fingerprint and not config.force:
+        log.info("%s is up to date (fingerprint %s); nothing to do", out, fingerprint[:12])
+        return existing
+
+    with atomic_dir(out) as tmp, dask_scheduler(config.scheduler, config.workers):
+        with timer.phase("validate"):
+            counts = _validate(fs, pieces, window, config, tmp)
+        with timer.phase("sequence"):
+            shard_counts = _sequence(counts, window, config, tmp)
+        with timer.phase("assemble"):
+            rows = _assemble(tmp, config.seq_len)
+        shutil.rmtree(tmp / "_staging")
+        shutil.rmtree(tmp / "_shards")
+        meta = _meta(config, window, files, counts, shard_counts, rows, fingerprint, timer)
+        missing = window.missing_days(day_paths)
+        if missing:
+            log.warning("no day folder for %s", ", ".join(map(str, missing)))
+        for split in SPLITS[1:]:
+            if rows[split] == 0:
+                raise InputError(
+                    f"{config.raw}: the {split} split ({window.split_range(split)}) has no usable rows"
+                )
+        atomic_write_json(tmp / "meta.json", meta)
+    log.info("wrote %s\n%s", out, format_summary(meta))
+    return meta
+
+
+class Window:
+    """The days read, and which split each day belongs to."""
+
+    def __init__(self, end: dt.date, config: PreprocessConfig) -> None:
+        self.end = end
+        self.start = end - dt.timedelta(days=config.days - 1)
+        self.val_start = end - dt.timedelta(days=config.val_days + config.test_days - 1)
+        self.test_start = end - dt.timedelta(days=config.test_days - 1)
+        self.first_read = self.start - dt.timedelta(days=config.history_days)
+
+    @classmethod
+    def ending(cls, end: dt.date, config: PreprocessConfig) -> Window:
+        return cls(end, config)
+
+    def day_numbers(self) -> dict[str, int]:
+        """First day number (days since epoch) of each split, for vectorized assignment."""
+        return {
+            "train": schema.epoch_day(self.start),
+            "val": schema.epoch_day(self.val_start),
+            "test": schema.epoch_day(self.test_start),
+        }
+
+    def split_range(self, split: str) -> str:
+        bounds = {
+            "train": (self.start, self.val_start - dt.timedelta(days=1)),
+            "val": (self.val_start, self.test_start - dt.timedelta(days=1)),
+            "test": (self.test_start, self.end),
+        }[split]
+        return f"{bounds[0]} .. {bounds[1]}"
+
+    def missing_days(self, present: dict) -> list[dt.date]:
+        days = (self.end - self.first_read).days + 1
+        every = (self.first_read + dt.timedelta(days=i) for i in range(days))
+        return [d for d in every if d not in present]
+
+
+@contextlib.contextmanager
+def dask_scheduler(name: str, workers: int | None):
+    """Make ``name`` the Dask scheduler inside the block; yields a Client or None."""
+    if name in ("threads", "processes", "sync"):
+        with dask.config.set(scheduler=name, num_workers=workers):
+            yield None
+        return
+    from distributed import Client, LocalCluster
+
+    if name == "local-cluster":
+        cluster = LocalCluster(
+            n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
+            dashboard_address=None, processes=True,
+        )
+        with cluster, Client(cluster) as client:
+            yield client
+        return
+    with Client(name) as client:
+        yield client
+
+
+def _compute(collections: list, label: str):
+    """Compute with a progress display that suits the active scheduler."""
+    try:
+        from distributed import default_client, progress
+
+        client = default_client()
+    except (ImportError, ValueError):
+        client = None
+    if client is None:
+        from dask.diagnostics import ProgressBar
+
+        log.info("%s: %d tasks' outputs", label, len(collections))
+        with ProgressBar(dt=1.0):
+            return list(dask.compute(*collections))
+    futures = client.compute(collections)
+    progress(futures, notebook=False)
+    return client.gather(futures)
+
+
+def _validate(fs, pieces, window: Window, config: PreprocessConfig, tmp: Path) -> list[dict]:
+    (tmp / "_staging").mkdir()
+    (tmp / "quarantine").mkdir()
+    tasks = [
+        dask.delayed(_validate_piece, pure=False)(fs, piece, i, window.start, config.max_skew_hours, tmp)
+        for i, piece in enumerate(pieces)
+    ]
+    counts = _compute(tasks, "validate")
+    read = sum(c["read"] for c in counts)
+    quarantined = Counter()
+    for c in counts:
+        quarantined.update(c["quarantined"])
+    total_bad = sum(quarantined.values())
+    if read and total_bad / read > config.max_quarantine_fraction:
+        worst = max(quarantined, key=quarantined.get)
+        example = next(c["examples"][worst] for c in counts if worst in c["examples"])
+        raise InputError(
+            f"{total_bad} of {read} rows ({total_bad / read:.1%}) failed validation, above "
+            f"max_quarantine_fraction={config.max_quarantine_fraction}; most common: {worst} "
+            f"({quarantined[worst]} rows, column {REASONS[worst]!r}), e.g. {example}"
+        )
+    return counts
+
+
+def _validate_piece(fs, piece: rawio.Piece, index: int, window_start: dt.date,
+                    max_skew_hours: float, tmp: Path) -> dict:
+    """Clean one piece; write its kept and quarantined rows; return its counts."""
+    table = rawio.read_piece(fs, piece)
+    day = DayWindow.for_day(schema.epoch_day(piece.file.day), max_skew_hours)
+    clean, quarantine, reasons = clean_table(table, piece.file.index, piece.row_offset, day)
+    history_only = piece.file.day < window_start
+    unused = 0
+    if history_only:  # look-back exposures without a click never reach a history
+        clicks = clean["label"] == 1
+        unused = int((~clicks).sum())
+        clean = clean[clicks]
+    name = f"part-{index:06d}.parquet"
+    if len(clean):
+        clean.to_parquet(tmp / "_staging" / name, index=False)
+    if len(quarantine):
+        quarantine = quarantine.assign(file=piece.file.relpath)
+        quarantine.to_parquet(tmp / "quarantine" / name, index=False)
+    examples = {
+        r: f"{piece.file.relpath} row {int(g['row'].iloc[0])}: {r} in column {REASONS[r]!r} "
+           f"(value {g[REASONS[r]].iloc[0]!r})"
+        for r, g in quarantine.groupby("reason", sort=False)
+    } if len(quarantine) else {}
+    return {
+        "file": piece.file.index, "read": table.num_rows, "staged": len(clean),
+        "history_unused": unused, "quarantined": {r: n for r, n in reasons.items() if n},
+        "examples": examples,
+    }
+
+
+def _sequence(counts: list[dict], window: Window, config: PreprocessConfig, tmp: Path) -> pd.DataFrame:
+    staged = sorted((tmp / "_staging").glob("*.parquet"))
+    if not staged:
+        raise InputError(f"{config.raw}: every row in the window was quarantined; nothing to train on")
+    rows = sum(c["staged"] for c in counts)
+    partitions = max(1, -(-rows // config.rows_per_partition))
+    events = dd.read_parquet([str(p) for p in staged])
+    by_user = events.shuffle(on="user_key", npartitions=partitions)
+    meta = pd.DataFrame({k: pd.Series(dtype="int64") for k in SHARD_COUNTS})
+    shards = by_user.map_partitions(
+        _build_shard, shard_root=str(tmp / "_shards"), events_root=str(tmp / "events"),
+        split_starts=window.day_numbers(), config=config, meta=meta,
+    )
+    (tmp / "_shards").mkdir()
+    (tmp / "events").mkdir()
+    log.info("sequence: %d staged rows -> %d partitions by user", rows, partitions)
+    (result,) = _compute([shards], "sequence")
+    return result.sort_values("shard").reset_index(drop=True)
+
+
+def _build_shard(part: pd.DataFrame, shard_root: str, events_root: str, split_starts: dict,
+                 config: PreprocessConfig, partition_info=None) -> pd.DataFrame:
+    """Sort, de-duplicate and sequence one partition of users; write its array shards."""
+    number = partition_info["number"] if partition_info else 0
+    cols = {name: part[name].to_numpy(dtype=dtype) for name, dtype in CLEAN_COLUMNS.items()}
+    order = sort_order(cols["user_key"], cols["ts"], cols["item_key"], cols["cat_key"],
+                       cols["label"], cols["file"], cols["row"])
+    cols = {k: v[order] for k, v in cols.items()}
+    dup = duplicate_mask(cols["user_key"], cols["ts"], cols["item_key"], cols["cat_key"], cols["label"])
+    cols = {k: v[~dup] for k, v in cols.items()}
+    item = bucketize(cols["item_key"], config.item_buckets)
+    cat = bucketize(cols["cat_key"], config.category_buckets, null=cols["cat_key"] == 0)
+    hist = build_histories(cols["user_key"], cols["ts"], cols["label"], item, cat,
+                           config.seq_len, np.asarray(GAP_EDGES_SECONDS, np.int64))
+    arrays = {
+        **hist, "target_item": item, "target_cat": cat,
+        "user": bucketize(cols["user_key"], config.user_buckets), "user_key": cols["user_key"],
+        "context": context_features(cols["ts"]), "ts": cols["ts"], "label": cols["label"].astype(np.uint8),
+    }
+    day = cols["day"]
+    split_of = np.full(len(day), -1, np.int8)  # -1 = history only
+    for code, split in enumerate(SPLITS):
+        split_of[day >= split_starts[split]] = code
+    result = {"shard": number, "duplicates": int(dup.sum()), HISTORY_ONLY: int((split_of < 0).sum()),
+              **{f"{s}_positives": 0 for s in SPLITS}}
+    for code, split in enumerate(SPLITS):
+        mask = split_of == code
+        result[split] = int(mask.sum())
+        result[f"{split}_positives"] = int(cols["label"][mask].sum())
+        if not result[split]:
+            continue
+        folder = Path(shard_root) / f"{number:06d}" / split
+        folder.mkdir(parents=True)
+        for name, values in arrays.items():
+            np.save(folder / f"{name}.npy", values[mask])
+    window = split_of >= 0
+    if window.any():
+        pd.DataFrame({
+            "user_key": cols["user_key"][window], "user": arrays["user"][window],
+            "item": item[window], "category": cat[window], "ts": cols["ts"][window],
+            "label": cols["label"][window], "day": day[window],
+            "split": np.asarray(SPLITS)[split_of[window]], "hist_len": hist["hist_len"][window],
+        }).to_parquet(Path(events_root) / f"part-{number:06d}.parquet", index=False)
+    return pd.DataFrame([result])[list(SHARD_COUNTS)]
+
+
+def _assemble(tmp: Path, seq_len: int) -> dict[str, int]:
+    """One ``.npy`` per split and array, shards streamed in order (bounded memory)."""
+    rows = {}
+    specs = array_specs(seq_len)
+    shard_dirs = sorted((tmp / "_shards").iterdir())
+    for split in SPLITS:
+        (tmp / split).mkdir()
+        parts = [d / split for d in shard_dirs if (d / split).is_dir()]
+        for name, (dtype, tail) in tqdm(specs.items(), desc=f"assemble {split}", unit="array",
+                                        leave=False, disable=None):
+            rows[split] = _concat_npy([p / f"{name}.npy" for p in parts], tmp / split / f"{name}.npy",
+                                      np.dtype(dtype), tail)
+    return rows
+
+
+def _concat_npy(sources: list[Path], target: Path, dtype: np.dtype, tail: tuple[int, ...]) -> int:
+    """Write the row-wise concatenation of ``.npy`` files without mapping them into memory."""
+    headers = []
+    for source in sources:
+        with open(source, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, fortran, src_dtype = read_header(fh)
+            if fortran or src_dtype != dtype or tuple(shape[1:]) != tail:
+                raise RuntimeError(f"{source}: unexpected shard layout {shape} {src_dtype}")
+            headers.append((source, fh.tell(), shape[0]))
+    total = sum(n for _, _, n in headers)
+    with open(target, "wb") as out:
+        np.lib.format.write_array_header_1_0(
+            out, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                  "shape": (total, *tail)})
+        for source, offset, _ in headers:
+            with open(source, "rb") as fh:
+                fh.seek(offset)
+                shutil.copyfileobj(fh, out, length=1 << 22)
+    return total
+
+
+def _fingerprint(fs, files, config: PreprocessConfig, window: Window) -> str:
+    inputs = [rawio.file_fingerprint(fs, f) for f in files]
+    payload = {
+        "schema_version": SCHEMA_VERSION, "hash_key": HASH_KEY, "inputs": inputs,
+        "config": config.result_fields() | {"end_date": window.end.isoformat()},
+        "code": code_fingerprint(),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def code_fingerprint() -> str:
+    """Hash of the source that shapes the output (this stage and ``common``)."""
+    digest = hashlib.sha256()
+    root = Path(components.__file__).parent
+    for path in sorted([*root.glob("preprocess/*.py"), *root.glob("common/*.py")]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _read_meta(out: Path) -> dict | None:
+    try:
+        return json.loads((out / "meta.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _meta(config, window, files, counts, shard_counts, rows, fingerprint, timer) -> dict:
+    read = sum(c["read"] for c in counts)
+    quarantined = Counter()
+    for c in counts:
+        quarantined.update(c["quarantined"])
+    duplicates = int(shard_counts["duplicates"].sum())
+    history_only = int(shard_counts[HISTORY_ONLY].sum()) + sum(c["history_unused"] for c in counts)
+    kept = {**{s: int(rows[s]) for s in SPLITS}, HISTORY_ONLY: history_only}
+    accounted = sum(kept.values()) + sum(quarantined.values()) + duplicates
+    if accounted != read:  # an internal invariant: a bug, not bad input
+        raise RuntimeError(f"row accounting broken: read {read} != accounted {accounted}")
+    splits = {}
+    for split in SPLITS:
+        positives = int(shard_counts[f"{split}_positives"].sum())
+        splits[split] = {"rows": int(rows[split]), "positives": positives,
+                         "positive_rate": positives / rows[split] if rows[split] else 0.0,
+                         "days": window.split_range(split)}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "dailyrec_version": components.__version__,
+        "fingerprint": fingerprint,
+        "window": {
+            "start": window.start.isoformat(), "end": window.end.isoformat(),
+            "history_start": window.first_read.isoformat(),
+            **{f"{s}_days": window.split_range(s) for s in SPLITS},
+        },
+        "config": config.result_fields() | {"end_date": window.end.isoformat()},
+        "buckets": {"item": config.item_buckets, "category": config.category_buckets,
+                    "user": config.user_buckets, "gap": len(GAP_EDGES_SECONDS) + 2,
+                    "hash": "siphash24-utf8", "hash_key": HASH_KEY, "padding": 0},
+        "splits": splits,
+        "seq_len": config.seq_len,
+        "context_features": {"hour": 24, "dow": 7},
+        "arrays": {name: {"dtype": d, "row_shape": list(t)}
+                   for name, (d, t) in array_specs(config.seq_len).items()},
+        "rows": {"read": read, "kept": kept, "quarantined": dict(sorted(quarantined.items())),
+                 "quarantined_total": sum(quarantined.values()), "duplicates_dropped": duplicates},
+        "inputs": {"files": [f.relpath for f in files], "bytes": sum(f.size for f in files)},
+        "seconds": dict(timer.seconds),
+    }
+
+
+def format_summary(meta: dict) -> str:
+    """A short human summary of a dataset's meta.json."""
+    rows = meta["rows"]
+    lines = [
+        f"dataset {meta['window']['start']} .. {meta['window']['end']} "
+        f"(fingerprint {meta['fingerprint'][:12]})",
+        f"  rows read {rows['read']:,}; quarantined {rows['quarantined_total']:,}; "
+        f"exact duplicates dropped {rows['duplicates_dropped']:,}; "
+        f"history-only {rows['kept'][HISTORY_ONLY]:,}",
+    ]
+    for split in SPLITS:
+        info = meta["splits"][split]
+        lines.append(f"  {split:5s} {info['rows']:>12,} rows  positive rate "
+                     f"{info['positive_rate']:.4f}  ({info['days']})")
+    for reason, n in rows["quarantined"].items():
+        lines.append(f"  quarantined {reason}: {n:,}")
+    lines.append("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in meta["seconds"].items()))
+    return "\n".join(lines)
