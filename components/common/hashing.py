@@ -2,9 +2,10 @@
 
 An id's canonical form is its text: integer ids hash as their decimal string,
 so ``42`` read from Parquet and ``"42"`` read from CSV are the same id. The
-64-bit key is SipHash-2-4 of the UTF-8 text under a fixed 16-byte key (the
-algorithm pandas' ``hash_array`` implements for object arrays; a pure-Python
-reference in the tests pins it). Buckets are ``1 + key % (buckets - 1)``:
+64-bit key is SipHash-2-4 of the UTF-8 text under a fixed 16-byte key, then
+the splitmix64 finalizer: exactly what pandas' ``hash_array`` computes for
+object arrays, pinned by a pure-Python reference in the tests so that a
+change in pandas cannot silently re-bucket every id. Buckets are ``1 + key % (buckets - 1)``:
 bucket 0 is reserved for padding and missing values.
 """
 

@@ -72,7 +72,7 @@ APPEAL_PER_LOG_POPULARITY = 0.1
 APPEAL_QUALITY_SD = 0.45
 USER_BIAS_SD = 0.35
 USER_ACTIVITY_EFFECT = 0.1  # active users click slightly more per exposure
-INTEREST_EFFECT = 0.9  # logit bonus per unit of favourite weight on the item's category
+INTEREST_EFFECT = 0.5  # logit bonus per unit of favourite weight on the item's category
 
 # Sessions and time of day.
 SESSION_MEAN_EVENTS = 6.0
@@ -90,8 +90,8 @@ SOURCE_PROBABILITIES = (0.55, 0.35, 0.10)
 HISTORY_LENGTH = 8  # clicked items remembered per user
 CATEGORY_RECENCY_TAU_S = 6 * 3600.0
 REPEAT_RECENCY_TAU_S = 24 * 3600.0
-RECENT_CATEGORY_EFFECT = 1.1  # * log1p(sum of decayed category matches)
-REPEAT_ITEM_EFFECT = 1.4  # * decay of the most recent click on the same item
+RECENT_CATEGORY_EFFECT = 0.9  # * log1p(sum of decayed category matches)
+REPEAT_ITEM_EFFECT = 1.2  # * decay of the most recent click on the same item
 
 SLICE_SECONDS = 600  # history is refreshed every 10 simulated minutes
 NO_CLICK = -1
@@ -317,11 +317,19 @@ class _ClickHistory:
 
     def signal(self, users, items, categories, timestamps) -> tuple[np.ndarray, np.ndarray]:
         """Recency-weighted category matches and the repeat-item decay per exposure."""
-        age = (timestamps[:, None] - self.times[users]).astype(np.float64)
-        category_match = self.categories[users] == categories[:, None]
-        category_affinity = (np.exp(age * (-1.0 / CATEGORY_RECENCY_TAU_S)) * category_match).sum(axis=1)
-        repeat_match = self.items[users] == items[:, None]
-        repeat = (np.exp(age * (-1.0 / REPEAT_RECENCY_TAU_S)) * repeat_match).max(axis=1)
+        # Matches are sparse, so decays are computed only where a category matches
+        # (a repeated item always matches its own category too).
+        row, column = np.nonzero(self.categories[users] == categories[:, None])
+        history_user = users[row]
+        age = (timestamps[row] - self.times[history_user, column]).astype(np.float64)
+        category_affinity = np.bincount(
+            row, weights=np.exp(age * (-1.0 / CATEGORY_RECENCY_TAU_S)), minlength=len(users)
+        )
+        same_item = self.items[history_user, column] == items[row]
+        # Rows come out in column order, so a row's first repeat is its most recent click.
+        repeat_rows, first = np.unique(row[same_item], return_index=True)
+        repeat = np.zeros(len(users))
+        repeat[repeat_rows] = np.exp(age[same_item][first] * (-1.0 / REPEAT_RECENCY_TAU_S))
         return category_affinity, repeat
 
     def recent_items(self, users: np.ndarray, uniform: np.ndarray) -> np.ndarray:
@@ -356,8 +364,8 @@ class _ClickHistory:
 # --- one day ---------------------------------------------------------------------
 
 
-def _hour_click_shift(hour_traffic: np.ndarray, click_rate: float) -> np.ndarray:
-    """Per-hour logit shift of the target rate, centred so the daily mean stays on target."""
+def _hour_target_logit(hour_traffic: np.ndarray, click_rate: float) -> np.ndarray:
+    """Per-hour logit of the target click rate, centred so the daily mean stays on target."""
     hours = np.arange(24)
     swing = HOUR_CLICK_AMPLITUDE * np.cos(2 * np.pi * (hours - 21) / 24)
     base = math.log(click_rate / (1 - click_rate))
@@ -458,21 +466,24 @@ class _DayWriter:
     def add(self, columns: dict[str, np.ndarray]) -> None:
         self.buffer.append(columns)
         self.buffered += len(columns[TRUTH_COLUMN])
-        while self.buffered >= self.rows_per_file:
-            self._flush(self.rows_per_file)
+        if self.buffered < self.rows_per_file:
+            return
+        merged = {name: np.concatenate([chunk[name] for chunk in self.buffer]) for name in columns}
+        start = 0
+        while self.buffered - start >= self.rows_per_file:
+            self._write({name: values[start : start + self.rows_per_file] for name, values in merged.items()})
+            start += self.rows_per_file
+        self.buffer = [{name: values[start:] for name, values in merged.items()}]
+        self.buffered -= start
 
     def close(self) -> int:
         if self.buffered:
-            self._flush(self.buffered)
+            merged = {name: np.concatenate([chunk[name] for chunk in self.buffer]) for name in self.buffer[0]}
+            self._write(merged)
+        self.buffer, self.buffered = [], 0
         return self.parts
 
-    def _flush(self, n_rows: int) -> None:
-        merged = {name: np.concatenate([chunk[name] for chunk in self.buffer]) for name in self.buffer[0]}
-        rest = {name: values[n_rows:] for name, values in merged.items()}
-        self.buffer = [rest] if len(rest[TRUTH_COLUMN]) else []
-        self.buffered = len(rest[TRUTH_COLUMN])
-        rows = {name: values[:n_rows] for name, values in merged.items()}
-
+    def _write(self, rows: dict[str, np.ndarray]) -> None:
         raw = pa.table({
             schema.USER_ID: self._ids(schema.USER_ID, rows["user"]),
             schema.ITEM_ID: self._ids(schema.ITEM_ID, rows["item"]),
@@ -495,78 +506,83 @@ class _DayWriter:
         return self.id_names[column].take(pa.array(indices))
 
 
-def _simulate_day(
-    rng: np.random.Generator,
-    world: _World,
-    history: _ClickHistory,
-    config: DatagenConfig,
-    day: dt.date,
-    writer: _DayWriter,
-    hour_cdf: np.ndarray,
-    hour_target_logit: np.ndarray,
-    intercept: list[float],
-) -> _DayResult:
-    users, seconds, themes = _layout_day(rng, world, config.events_per_day, hour_cdf)
-    day_start = schema.day_start_epoch(day)
-    slice_bounds = np.searchsorted(seconds, np.arange(0, schema.SECONDS_PER_DAY + 1, SLICE_SECONDS))
-    day_p, day_labels, day_items = [], [], []
+class _Simulator:
+    """Everything that evolves over the run: the world, click histories, the rng."""
 
-    for slice_index in range(len(slice_bounds) - 1):
-        lo, hi = slice_bounds[slice_index], slice_bounds[slice_index + 1]
-        if lo == hi:
-            continue
-        slice_users, slice_themes = users[lo:hi], themes[lo:hi]
-        timestamps = day_start + seconds[lo:hi]
-        n = hi - lo
+    def __init__(self, config: DatagenConfig) -> None:
+        self.config = config
+        self.rng = np.random.default_rng(config.seed)
+        self.world = _World(config, self.rng)
+        self.history = _ClickHistory(config.users)
+        hour_traffic = _hour_traffic()
+        self.hour_cdf = np.cumsum(hour_traffic) / hour_traffic.sum()
+        self.hour_target_rate = _sigmoid(_hour_target_logit(hour_traffic, config.click_rate))
+        self.intercept = 0.0  # carried across slices as the calibration's warm start
 
-        # Which item each exposure shows; a repeat needs a remembered click.
-        source = np.searchsorted(np.cumsum(SOURCE_PROBABILITIES), rng.random(n), side="right")
-        uniform = rng.random(n)
-        is_recent = (source == SOURCE_RECENT) & (history.count[slice_users] > 0)
-        is_theme = source == SOURCE_THEME
-        is_popular = ~(is_recent | is_theme)
-        items = np.empty(n, dtype=np.int32)
-        items[is_recent] = history.recent_items(slice_users[is_recent], uniform[is_recent])
-        items[is_theme] = world.draw_items_in(slice_themes[is_theme], uniform[is_theme])
-        items[is_popular] = world.draw_popular_items(uniform[is_popular])
-        categories = world.item_category[items]
+    def day(self, day: dt.date, writer: _DayWriter) -> _DayResult:
+        rng, world, history = self.rng, self.world, self.history
+        users, seconds, themes = _layout_day(rng, world, self.config.events_per_day, self.hour_cdf)
+        day_start = schema.day_start_epoch(day)
+        slice_bounds = np.searchsorted(seconds, np.arange(0, schema.SECONDS_PER_DAY + 1, SLICE_SECONDS))
+        source_cdf = np.cumsum(SOURCE_PROBABILITIES)
+        day_p, day_labels, day_items = [], [], []
 
-        category_affinity, repeat = history.signal(slice_users, items, categories, timestamps)
-        logits = (
-            world.item_appeal[items]
-            + world.user_bias[slice_users]
-            + INTEREST_EFFECT * world.interest(slice_users, categories)
-            + RECENT_CATEGORY_EFFECT * np.log1p(category_affinity)
-            + REPEAT_ITEM_EFFECT * repeat
+        for slice_index in range(len(slice_bounds) - 1):
+            lo, hi = slice_bounds[slice_index], slice_bounds[slice_index + 1]
+            if lo == hi:
+                continue
+            slice_users, slice_themes = users[lo:hi], themes[lo:hi]
+            timestamps = day_start + seconds[lo:hi]
+            n = hi - lo
+
+            # Which item each exposure shows; a repeat needs a remembered click.
+            source = np.searchsorted(source_cdf, rng.random(n), side="right")
+            uniform = rng.random(n)
+            is_recent = (source == SOURCE_RECENT) & (history.count[slice_users] > 0)
+            is_theme = source == SOURCE_THEME
+            is_popular = ~(is_recent | is_theme)
+            items = np.empty(n, dtype=np.int32)
+            items[is_recent] = history.recent_items(slice_users[is_recent], uniform[is_recent])
+            items[is_theme] = world.draw_items_in(slice_themes[is_theme], uniform[is_theme])
+            items[is_popular] = world.draw_popular_items(uniform[is_popular])
+            categories = world.item_category[items]
+
+            category_affinity, repeat = history.signal(slice_users, items, categories, timestamps)
+            logits = (
+                world.item_appeal[items]
+                + world.user_bias[slice_users]
+                + INTEREST_EFFECT * world.interest(slice_users, categories)
+                + RECENT_CATEGORY_EFFECT * np.log1p(category_affinity)
+                + REPEAT_ITEM_EFFECT * repeat
+            )
+            hour = (slice_index * SLICE_SECONDS) // 3600
+            self.intercept = _calibrate_intercept(logits, self.hour_target_rate[hour], self.intercept)
+            p = _sigmoid(self.intercept + logits)
+            labels = rng.random(n) < p
+
+            clicked = np.flatnonzero(labels)
+            history.record(slice_users[clicked], items[clicked], categories[clicked], timestamps[clicked])
+
+            p32 = p.astype(np.float32)
+            label8 = labels.astype(np.int8)
+            writer.add({
+                "user": slice_users, "item": items, "category": categories,
+                "timestamp": timestamps, "label": label8, TRUTH_COLUMN: p32,
+            })
+            day_p.append(p32)
+            day_labels.append(label8)
+            day_items.append(items)
+
+        parts = writer.close()
+        p_all, labels_all = np.concatenate(day_p), np.concatenate(day_labels)
+        return _DayResult(
+            rows=len(p_all),
+            clicks=int(labels_all.sum()),
+            parts=parts,
+            # On the stored float32 p, so the files reproduce it exactly.
+            oracle_auc=roc_auc(p_all, labels_all),
+            popularity_auc=roc_auc(world.item_appeal[np.concatenate(day_items)], labels_all),
         )
-        hour = (slice_index * SLICE_SECONDS) // 3600
-        target = float(_sigmoid(np.array(hour_target_logit[hour])))
-        intercept[0] = _calibrate_intercept(logits, target, intercept[0])
-        p = _sigmoid(intercept[0] + logits)
-        labels = rng.random(n) < p
-
-        clicked = np.flatnonzero(labels)
-        history.record(slice_users[clicked], items[clicked], categories[clicked], timestamps[clicked])
-
-        p32 = p.astype(np.float32)
-        label8 = labels.astype(np.int8)
-        writer.add({
-            "user": slice_users, "item": items, "category": categories,
-            "timestamp": timestamps, "label": label8, TRUTH_COLUMN: p32,
-        })
-        day_p.append(p32)
-        day_labels.append(label8)
-        day_items.append(items)
-
-    parts = writer.close()
-    p_all, labels_all = np.concatenate(day_p), np.concatenate(day_labels)
-    return _DayResult(
-        rows=len(p_all),
-        clicks=int(labels_all.sum()),
-        parts=parts,
-        oracle_auc=roc_auc(p_all, labels_all),
-        popularity_auc=roc_auc(world.item_appeal[np.concatenate(day_items)], labels_all),
-    )
 
 
 # --- entry point -----------------------------------------------------------------
@@ -631,7 +647,6 @@ def generate(config: DatagenConfig) -> dict[str, Any]:
         log.info("removed %s left by an interrupted run", stale)
     started = time.perf_counter()
     timer = PhaseTimer(log)
-    rng = np.random.default_rng(config.seed)
     summary: dict[str, Any] = {
         "generator": "components.datagen",
         "parameters": config.parameters(),
@@ -645,22 +660,14 @@ def generate(config: DatagenConfig) -> dict[str, Any]:
     }
     with atomic_dir(out) as tmp:
         with timer.phase("world"):
-            world = _World(config, rng)
-            history = _ClickHistory(config.users)
+            simulator = _Simulator(config)
             id_names = _id_names(config)
-            hour_traffic = _hour_traffic()
-            hour_cdf = np.cumsum(hour_traffic) / hour_traffic.sum()
-            hour_target_logit = _hour_click_shift(hour_traffic, config.click_rate)
-        intercept = [0.0]  # carried across slices: a warm start for the calibration
         with timer.phase("days"):
             for day_index, day in enumerate(config.dates):
                 day_started = time.perf_counter()
                 if day_index:
-                    world.drift_interests(rng)
-                writer = _DayWriter(tmp, day, config, id_names)
-                result = _simulate_day(
-                    rng, world, history, config, day, writer, hour_cdf, hour_target_logit, intercept
-                )
+                    simulator.world.drift_interests(simulator.rng)
+                result = simulator.day(day, _DayWriter(tmp, day, config, id_names))
                 key = day.isoformat()
                 summary["rows_per_day"][key] = result.rows
                 summary["parts_per_day"][key] = result.parts

@@ -67,7 +67,7 @@ def parse_timestamps(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
             parsed = pd.to_datetime(column[text_rows], format="ISO8601", utc=True, errors="coerce")
             seconds[text_rows] = _datetime_seconds(parsed).astype(np.float64)
             seconds[np.flatnonzero(text_rows)[parsed.isna().to_numpy()]] = np.nan
-    valid = np.isfinite(seconds) & (np.abs(seconds) < 1e12)
+    valid = np.isfinite(seconds) & (np.abs(seconds) < 1e17)  # beyond: cannot be a time at all
     return np.where(valid, np.floor(np.where(valid, seconds, 0)), 0).astype(np.int64), valid
 
 

@@ -1,0 +1,58 @@
+"""Shared fixtures: tiny raw-event folders written in the raw contract."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from components.common import schema
+
+START = dt.date(2026, 3, 1)
+
+
+def random_events(rng: np.random.Generator, day: dt.date, n: int, users: int = 40,
+                  items: int = 200, click_rate: float = 0.3) -> pd.DataFrame:
+    """n events of one day with integer ids; clicks common enough to fill histories."""
+    start = schema.day_start_epoch(day)
+    item = rng.integers(0, items, n)
+    return pd.DataFrame({
+        "user_id": rng.integers(0, users, n),
+        "item_id": item,
+        "category_id": item % 17,
+        # few distinct seconds, so same-second ties are exercised
+        "timestamp": start + rng.integers(0, 200, n) * 432,
+        "label": (rng.random(n) < click_rate).astype(np.int8),
+    })
+
+
+def write_day(root: Path, day: dt.date, frame: pd.DataFrame, fmt: str = "parquet",
+              name: str = "part-00000") -> Path:
+    folder = root / schema.day_folder_name(day)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.{fmt}"
+    if fmt == "parquet":
+        frame.to_parquet(path, index=False)
+    else:
+        frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture
+def raw_days(tmp_path):
+    """A factory: ``raw_days(days=6, rows=300, seed=0)`` -> (raw root, {day: frame})."""
+
+    def make(days: int = 6, rows: int = 300, seed: int = 0, fmt: str = "parquet"):
+        rng = np.random.default_rng(seed)
+        root = tmp_path / f"raw-{seed}-{fmt}"
+        frames = {}
+        for i in range(days):
+            day = START + dt.timedelta(days=i)
+            frames[day] = random_events(rng, day, rows)
+            write_day(root, day, frames[day], fmt)
+        return root, frames
+
+    return make

@@ -1,0 +1,86 @@
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from components.common import schema
+from components.preprocess.clean import DayWindow, clean_table, parse_labels, parse_timestamps
+
+DAY = dt.date(2026, 3, 1)
+T0 = schema.day_start_epoch(DAY)
+WINDOW = DayWindow.for_day(schema.epoch_day(DAY), max_skew_hours=3)
+
+
+def test_timestamps_from_epoch_numbers_iso_text_and_datetimes():
+    text = pd.Series([str(T0), f"{T0}.7", "2026-03-01T10:00:00Z", "2026-03-01 10:00:00",
+                      "2026-03-01T12:00:00+02:00", "yesterday", None], dtype=object)
+    seconds, valid = parse_timestamps(text)
+    assert valid.tolist() == [True, True, True, True, True, False, False]
+    assert seconds[:5].tolist() == [T0, T0, T0 + 36_000, T0 + 36_000, T0 + 36_000]
+    seconds, valid = parse_timestamps(pd.Series([T0, T0 + 1.9, np.nan]))
+    assert seconds[:2].tolist() == [T0, T0 + 1] and valid.tolist() == [True, True, False]
+    stamps = pd.Series(pd.to_datetime([T0 + 5, None], unit="s"))
+    seconds, valid = parse_timestamps(stamps)
+    assert seconds[0] == T0 + 5 and valid.tolist() == [True, False]
+
+
+def test_labels_accept_numbers_booleans_and_text_only_zero_or_one():
+    values, valid = parse_labels(pd.Series(["1", "0", " TRUE ", "false", "2", "", None, "1.0"], dtype=object))
+    assert valid.tolist() == [True, True, True, True, False, False, False, True]
+    assert values[valid].tolist() == [1, 0, 1, 0, 1]
+    values, valid = parse_labels(pd.Series([0, 1, 2, -1, 0.5]))
+    assert valid.tolist() == [True, True, False, False, False]
+    values, valid = parse_labels(pd.Series([True, False]))
+    assert values.tolist() == [1, 0] and valid.all()
+
+
+@pytest.mark.parametrize(
+    ("column", "bad_value", "reason"),
+    [
+        ("user_id", None, "null_user_id"),
+        ("user_id", "", "null_user_id"),
+        ("item_id", None, "null_item_id"),
+        ("timestamp", "not a time", "bad_timestamp"),
+        ("timestamp", None, "bad_timestamp"),
+        ("timestamp", str(T0 - 4 * 3600), "timestamp_out_of_range"),
+        ("timestamp", str(T0 + 86_400 + 4 * 3600), "timestamp_out_of_range"),
+        ("timestamp", str(T0 * 1000), "timestamp_out_of_range"),  # milliseconds, not seconds
+        ("label", "2", "bad_label"),
+        ("label", None, "bad_label"),
+    ],
+)
+def test_each_bad_value_is_quarantined_with_its_reason(column, bad_value, reason):
+    rows = {"user_id": ["u1", "u2", "u3"], "item_id": ["i1", "i2", "i3"],
+            "category_id": ["c1", None, "c3"], "timestamp": [str(T0 + 60)] * 3, "label": ["0", "1", "0"]}
+    rows[column][1] = bad_value
+    table = pa.table({k: pa.array(v, pa.string()) for k, v in rows.items()})
+    clean, quarantine, counts = clean_table(table, file_index=3, row_offset=100, window=WINDOW)
+    assert counts[reason] == 1 and sum(counts.values()) == 1
+    assert len(clean) == 2 and clean["row"].tolist() == [100, 102]
+    assert quarantine[["file", "row", "reason", "column"]].values.tolist() == [[3, 101, reason, column]]
+    # the original value is kept as text for inspection
+    assert quarantine[column].iloc[0] == bad_value or (bad_value == "" and quarantine[column].iloc[0] == "")
+
+
+def test_skew_tolerance_accepts_late_events():
+    table = pa.table({"user_id": [1, 2], "item_id": [1, 2], "timestamp": [T0 - 2 * 3600, T0 + 86_400 + 3599],
+                      "label": [0, 1]})
+    clean, quarantine, _ = clean_table(table, 0, 0, WINDOW)
+    assert len(clean) == 2 and len(quarantine) == 0
+
+
+def test_missing_category_becomes_key_zero_not_quarantine():
+    table = pa.table({"user_id": [1, 2], "item_id": [1, 2], "category_id": pa.array([5, None], pa.int64()),
+                      "timestamp": [T0, T0], "label": [0, 1]})
+    clean, quarantine, _ = clean_table(table, 0, 0, WINDOW)
+    assert len(quarantine) == 0
+    assert clean["cat_key"].iloc[0] != 0 and clean["cat_key"].iloc[1] == 0
+
+
+def test_first_failing_check_wins_so_each_row_counts_once():
+    table = pa.table({"user_id": pa.array([None], pa.string()), "item_id": pa.array([None], pa.string()),
+                      "timestamp": ["garbage"], "label": ["7"]})
+    clean, quarantine, counts = clean_table(table, 0, 0, WINDOW)
+    assert len(clean) == 0 and sum(counts.values()) == 1 and counts["null_user_id"] == 1
