@@ -72,7 +72,7 @@ APPEAL_PER_LOG_POPULARITY = 0.1
 APPEAL_QUALITY_SD = 0.45
 USER_BIAS_SD = 0.35
 USER_ACTIVITY_EFFECT = 0.1  # active users click slightly more per exposure
-INTEREST_EFFECT = 0.5  # logit bonus per unit of favourite weight on the item's category
+INTEREST_EFFECT = 0.0  # logit bonus per unit of favourite weight on the item's category
 
 # Sessions and time of day.
 SESSION_MEAN_EVENTS = 6.0

@@ -200,7 +200,7 @@ def _compute(collections: list, label: str):
         from dask.diagnostics import ProgressBar
 
         log.info("%s: %d tasks' outputs", label, len(collections))
-        with ProgressBar(dt=1.0):
+        with ProgressBar(minimum=1.0, dt=0.25):  # short computes stay quiet
             return list(dask.compute(*collections))
     futures = client.compute(collections)
     progress(futures, notebook=False)

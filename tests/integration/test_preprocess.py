@@ -18,7 +18,7 @@ from components.preprocess import stage
 from components.preprocess.config import GAP_EDGES_SECONDS, PreprocessConfig
 from components.preprocess.errors import InputError
 from components.preprocess.stage import SPLITS, preprocess
-from tests.conftest import START, random_events, write_day
+from tests.conftest import START, write_day
 
 pytestmark = pytest.mark.integration
 
