@@ -35,7 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--out", required=True, help="output folder (replaced atomically)")
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", default=argparse.SUPPRESS,
+        help="output folder (replaced atomically; refused if it is a non-empty folder of something else)",
+    )
     parser.add_argument("--days", type=int, default=14, help="number of days")
     parser.add_argument("--users", type=int, default=20_000, help="distinct users")
     parser.add_argument("--items", type=int, default=50_000, help="distinct items")

@@ -219,6 +219,19 @@ def test_repeat_of_a_clicked_item_lifts_ctr(with_previous_click):
     assert label[same_item].mean() > 1.6 * label[same_category_other_item].mean()
 
 
+def test_hidden_interest_lifts_ctr_on_favourite_categories(small):
+    out, summary = small
+    config = DatagenConfig(out=out, **SMALL)
+    world = generator._World(config, np.random.default_rng(config.seed))
+    first_day = read_day(out, next(iter(summary["rows_per_day"])))  # before any drift
+    users = first_day[schema.USER_ID].to_numpy() - 1
+    categories = first_day[schema.CATEGORY_ID].to_numpy() - 1
+    favourite = (world.favourite_categories[users] == categories[:, None]).any(axis=1)
+    label = first_day[schema.LABEL]
+    # Without the interest term this ratio is ~1.0-1.3 (favourites are also themes).
+    assert label[favourite].mean() > 1.5 * label[~favourite].mean()
+
+
 def test_evening_busier_than_night(small):
     out, summary = small
     frame = pd.concat([read_day(out, d) for d in summary["rows_per_day"]], ignore_index=True)
