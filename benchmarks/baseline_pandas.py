@@ -61,7 +61,7 @@ def run_baseline(config: PreprocessConfig) -> dict[str, int]:
         clean, _, _ = clean_table(rawio.read_piece(fs, piece), piece.file.index, piece.row_offset, day)
         frames.append(clean)
     df = pd.concat(frames, ignore_index=True)
-    df = df.sort_values(["user_key", "ts", "item_key", "cat_key", "label", "file", "row"])
+    df = df.sort_values(["user_key", "ts", "item_key", "cat_key", "label", "day"])
     df = df.drop_duplicates(["user_key", "ts", "item_key", "cat_key", "label"])
     df["item"] = bucketize(df["item_key"].to_numpy(), config.item_buckets)
     df["cat"] = bucketize(df["cat_key"].to_numpy(), config.category_buckets, df["cat_key"].to_numpy() == 0)

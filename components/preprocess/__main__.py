@@ -9,7 +9,7 @@ import sys
 
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.errors import InputError
-from components.preprocess.stage import preprocess
+from components.preprocess.stage import format_summary, preprocess
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,10 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        preprocess(PreprocessConfig(**vars(args)))
+        meta = preprocess(PreprocessConfig(**vars(args)))
     except (InputError, ValueError) as exc:
         print(f"preprocess: error: {exc}", file=sys.stderr)
         return 2
+    print(format_summary(meta))
+    print(f"meta: {args.out}/meta.json")
     return 0
 
 

@@ -56,6 +56,8 @@ class PreprocessConfig:
     """Stop with an error when more than this fraction of rows read is quarantined."""
     rows_per_partition: int = 500_000
     """Target rows per partition after the shuffle by user (bounds memory per task)."""
+    shuffle_buffer_mb: int = 128
+    """Memory Dask's local disk shuffle may buffer before spilling to disk."""
     scheduler: str = "threads"
     """Dask scheduler: threads | processes | sync | local-cluster | a scheduler address (tcp://host:port)."""
     workers: int | None = None
@@ -70,7 +72,7 @@ class PreprocessConfig:
             raise ValueError("out: the output folder must be given")
         if isinstance(self.end_date, str):
             object.__setattr__(self, "end_date", dt.date.fromisoformat(self.end_date))
-        for name in ("days", "val_days", "test_days", "seq_len", "rows_per_partition"):
+        for name in ("days", "val_days", "test_days", "seq_len", "rows_per_partition", "shuffle_buffer_mb"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.history_days < 0:
@@ -104,7 +106,7 @@ class PreprocessConfig:
 
     def result_fields(self) -> dict:
         """The fields that change the output bytes (part of the fingerprint)."""
-        skip = {"raw", "out", "scheduler", "workers", "force"}
+        skip = {"raw", "out", "scheduler", "workers", "force", "shuffle_buffer_mb"}
         return {
             f.name: (getattr(self, f.name).isoformat() if f.name == "end_date" and self.end_date
                      else getattr(self, f.name))

@@ -15,15 +15,15 @@ GATHER_CHUNK = 65_536
 
 def sort_order(
     user_key: np.ndarray, ts: np.ndarray, item_key: np.ndarray, cat_key: np.ndarray,
-    label: np.ndarray, file: np.ndarray, row: np.ndarray,
+    label: np.ndarray, day: np.ndarray,
 ) -> np.ndarray:
-    """The canonical row order: user, time, then every other field, then source file and row.
+    """The canonical row order: user, time, then every other field.
 
-    A total order (file and row are unique), so output bytes do not depend on
-    how Dask happened to partition the input; and exact duplicates end up
-    next to each other.
+    Rows that tie on all of these are identical in everything written, so the
+    output bytes do not depend on how Dask happened to partition the input;
+    and exact duplicates end up next to each other.
     """
-    return np.lexsort((row, file, label, cat_key, item_key, ts, user_key))
+    return np.lexsort((day, label, cat_key, item_key, ts, user_key))
 
 
 def build_histories(

@@ -127,7 +127,7 @@ def preprocess(config: PreprocessConfig) -> dict:
                     f"{config.raw}: the {split} split ({window.split_range(split)}) has no usable rows"
                 )
         atomic_write_json(tmp / "meta.json", meta)
-    log.info("wrote %s\n%s", out, format_summary(meta))
+    log.info("wrote %s", out)
     return meta
 
 
@@ -186,6 +186,27 @@ def dask_scheduler(name: str, workers: int | None):
         return
     with Client(name) as client:
         yield client
+
+
+@contextlib.contextmanager
+def bounded_disk_shuffle(buffer_bytes: int, spill_dir: Path):
+    """Cap the memory of Dask's local disk shuffle, and spill inside our temp output.
+
+    The disk shuffle buffers up to 1 GB in a ``partd.Buffer`` before writing to
+    disk and Dask has no setting for it; left alone, peak memory grows with the
+    input until that cap. Distributed schedulers (p2p shuffle) are unaffected.
+    """
+    import partd
+
+    spill_dir.mkdir(exist_ok=True)
+    defaults = partd.Buffer.__init__.__defaults__
+    partd.Buffer.__init__.__defaults__ = (buffer_bytes,)
+    try:
+        with dask.config.set({"temporary_directory": str(spill_dir)}):
+            yield
+    finally:
+        partd.Buffer.__init__.__defaults__ = defaults
+        shutil.rmtree(spill_dir, ignore_errors=True)
 
 
 def _compute(collections: list, label: str):
@@ -277,7 +298,8 @@ def _sequence(counts: list[dict], window: Window, config: PreprocessConfig, tmp:
     (tmp / "_shards").mkdir()
     (tmp / "events").mkdir()
     log.info("sequence: %d staged rows -> %d partitions by user", rows, partitions)
-    (result,) = _compute([shards], "sequence")
+    with bounded_disk_shuffle(config.shuffle_buffer_mb << 20, tmp / "_spill"):
+        (result,) = _compute([shards], "sequence")
     return result.sort_values("shard").reset_index(drop=True)
 
 
@@ -287,7 +309,7 @@ def _build_shard(part: pd.DataFrame, shard_root: str, events_root: str, split_st
     number = partition_info["number"] if partition_info else 0
     cols = {name: part[name].to_numpy(dtype=dtype) for name, dtype in CLEAN_COLUMNS.items()}
     order = sort_order(cols["user_key"], cols["ts"], cols["item_key"], cols["cat_key"],
-                       cols["label"], cols["file"], cols["row"])
+                       cols["label"], cols["day"])
     cols = {k: v[order] for k, v in cols.items()}
     dup = duplicate_mask(cols["user_key"], cols["ts"], cols["item_key"], cols["cat_key"], cols["label"])
     cols = {k: v[~dup] for k, v in cols.items()}
@@ -359,11 +381,29 @@ def _concat_npy(sources: list[Path], target: Path, dtype: np.dtype, tail: tuple[
         np.lib.format.write_array_header_1_0(
             out, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
                   "shape": (total, *tail)})
+        out.flush()
         for source, offset, _ in headers:
             with open(source, "rb") as fh:
-                fh.seek(offset)
-                shutil.copyfileobj(fh, out, length=1 << 22)
+                _copy_tail(fh, out, offset)
     return total
+
+
+def _copy_tail(src, dst, offset: int) -> None:
+    """Append ``src`` from ``offset`` to ``dst``: in the kernel where it can, else by chunks."""
+    remaining = os.fstat(src.fileno()).st_size - offset
+    try:
+        while remaining > 0:
+            copied = os.copy_file_range(src.fileno(), dst.fileno(), remaining, offset)
+            if copied == 0:
+                break
+            offset += copied
+            remaining -= copied
+    except OSError:
+        pass  # e.g. across filesystems on older kernels: fall through to a plain copy
+    if remaining > 0:
+        src.seek(offset)
+        dst.seek(0, os.SEEK_END)
+        shutil.copyfileobj(src, dst, length=1 << 22)
 
 
 def _fingerprint(fs, files, config: PreprocessConfig, window: Window) -> str:

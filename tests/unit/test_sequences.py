@@ -51,8 +51,7 @@ def test_histories_match_plain_python_reference(rows, seq_len):
     columns = [np.asarray(c, np.int64) for c in zip(*rows, strict=True)] if rows else [
         np.empty(0, np.int64)] * 5
     user, ts, label, item, cat = columns
-    zeros = np.zeros(len(rows), np.int64)
-    order = sort_order(user, ts, item, cat, label, zeros, np.arange(len(rows)))
+    order = sort_order(user, ts, item, cat, label, np.zeros(len(rows), np.int64))
     user, ts, label, item, cat = (c[order] for c in (user, ts, label, item, cat))
     got = build_histories(user, ts, label, item.astype(np.int32), cat.astype(np.int32), seq_len, EDGES)
     expected = reference_histories(list(zip(user, ts, label, item, cat, strict=True)), seq_len)
@@ -92,7 +91,7 @@ def test_duplicates_are_neighbours_after_sorting():
     item = np.array([9, 8, 9, 9])
     cat = np.array([1, 1, 1, 2])
     label = np.array([0, 0, 0, 0])
-    order = sort_order(user, ts, item, cat, label, np.zeros(4, np.int64), np.arange(4))
+    order = sort_order(user, ts, item, cat, label, np.zeros(4, np.int64))
     dup = duplicate_mask(*(c[order] for c in (user, ts, item, cat, label)))
     assert dup.sum() == 1  # rows 0 and 2 are identical; row 3 differs in category
 
