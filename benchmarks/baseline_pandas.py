@@ -51,10 +51,10 @@ def user_histories(group: pd.DataFrame, seq_len: int) -> pd.DataFrame:
 
 
 def run_baseline(config: PreprocessConfig) -> dict[str, int]:
-    fs, _, day_paths = rawio.list_days(config.raw)
+    fs, day_paths = rawio.list_days(config.raw)
     window = Window(config.end_date or max(day_paths), config)
-    files = rawio.list_files(fs, "", {d: p for d, p in day_paths.items()
-                                      if window.first_read <= d <= window.end})
+    files = rawio.list_files(fs, {d: p for d, p in day_paths.items()
+                                  if window.first_read <= d <= window.end})
     frames = []
     for piece in rawio.plan_pieces(fs, files):
         day = DayWindow.for_day(schema.epoch_day(piece.file.day), config.max_skew_hours)

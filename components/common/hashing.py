@@ -34,7 +34,15 @@ def canonical_id_strings(values: np.ndarray) -> np.ndarray:
         return out
     if values.dtype.kind == "b":
         return values.astype(np.int64).astype(str).astype(object)
-    return np.asarray([str(v) for v in values], dtype=object)
+    return np.asarray([_canonical_text(v) for v in values], dtype=object)
+
+
+def _canonical_text(value) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="backslashreplace")
+    return str(value)
 
 
 def hash_ids(values: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -44,8 +44,8 @@ class Piece:
     row_offset: int  # index of the piece's first data row within its file
 
 
-def list_days(raw: str) -> tuple[fsspec.AbstractFileSystem, str, dict[dt.date, str]]:
-    """The filesystem, root path and ``{day: folder path}`` of a raw root."""
+def list_days(raw: str) -> tuple[fsspec.AbstractFileSystem, dict[dt.date, str]]:
+    """The filesystem and ``{day: folder path}`` of a raw root."""
     fs, root = fsspec.core.url_to_fs(raw)
     if not fs.isdir(root):
         raise InputError(f"{raw}: raw events folder does not exist")
@@ -58,10 +58,10 @@ def list_days(raw: str) -> tuple[fsspec.AbstractFileSystem, str, dict[dt.date, s
             days[day] = entry["name"].rstrip("/")
     if not days:
         raise InputError(f"{raw}: no day folders named dt=YYYY-MM-DD")
-    return fs, root, days
+    return fs, days
 
 
-def list_files(fs, root: str, day_paths: dict[dt.date, str]) -> list[RawFile]:
+def list_files(fs, day_paths: dict[dt.date, str]) -> list[RawFile]:
     """All raw files of the given day folders, in (day, name) order."""
     files: list[RawFile] = []
     for day in sorted(day_paths):

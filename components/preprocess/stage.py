@@ -88,16 +88,19 @@ def preprocess(config: PreprocessConfig) -> dict:
         log.info("removed leftover of an interrupted run: %s", stale)
 
     with timer.phase("scan"):
-        fs, _, day_paths = rawio.list_days(config.raw)
-        end = config.end_date or max(day_paths)
-        window = Window.ending(end, config)
+        fs, day_paths = rawio.list_days(config.raw)
+        window = Window(config.end_date or max(day_paths), config)
         wanted = {d: p for d, p in day_paths.items() if window.first_read <= d <= window.end}
-        files = rawio.list_files(fs, "", wanted)
+        files = rawio.list_files(fs, wanted)
         if not any(f.day >= window.start for f in files):
             raise InputError(
                 f"{config.raw}: no raw files for the window {window.start} .. {window.end} "
                 f"(day folders present: {min(day_paths)} .. {max(day_paths)})"
             )
+        for split in SPLITS:
+            if not any(window.split_of(f.day) == split for f in files):
+                raise InputError(f"{config.raw}: no raw files for the {split} split "
+                                 f"({window.split_range(split)})")
         pieces = rawio.plan_pieces(fs, files)
         fingerprint = _fingerprint(fs, files, config, window)
         log.info("%d files, %d pieces, window %s .. %s (+%d history days)",
@@ -121,7 +124,7 @@ def preprocess(config: PreprocessConfig) -> dict:
         missing = window.missing_days(day_paths)
         if missing:
             log.warning("no day folder for %s", ", ".join(map(str, missing)))
-        for split in SPLITS[1:]:
+        for split in SPLITS:
             if rows[split] == 0:
                 raise InputError(
                     f"{config.raw}: the {split} split ({window.split_range(split)}) has no usable rows"
@@ -141,9 +144,11 @@ class Window:
         self.test_start = end - dt.timedelta(days=config.test_days - 1)
         self.first_read = self.start - dt.timedelta(days=config.history_days)
 
-    @classmethod
-    def ending(cls, end: dt.date, config: PreprocessConfig) -> Window:
-        return cls(end, config)
+    def split_of(self, day: dt.date) -> str | None:
+        """The split a day's rows go to; None for look-back (history-only) days."""
+        if day < self.start or day > self.end:
+            return None
+        return "test" if day >= self.test_start else "val" if day >= self.val_start else "train"
 
     def day_numbers(self) -> dict[str, int]:
         """First day number (days since epoch) of each split, for vectorized assignment."""
@@ -323,13 +328,12 @@ def _build_shard(part: pd.DataFrame, shard_root: str, events_root: str, split_st
         "context": context_features(cols["ts"]), "ts": cols["ts"], "label": cols["label"].astype(np.uint8),
     }
     day = cols["day"]
-    split_of = np.full(len(day), -1, np.int8)  # -1 = history only
+    split_code = np.full(len(day), -1, np.int8)  # -1 = history only
     for code, split in enumerate(SPLITS):
-        split_of[day >= split_starts[split]] = code
-    result = {"shard": number, "duplicates": int(dup.sum()), HISTORY_ONLY: int((split_of < 0).sum()),
-              **{f"{s}_positives": 0 for s in SPLITS}}
+        split_code[day >= split_starts[split]] = code
+    result = {"shard": number, "duplicates": int(dup.sum()), HISTORY_ONLY: int((split_code < 0).sum())}
     for code, split in enumerate(SPLITS):
-        mask = split_of == code
+        mask = split_code == code
         result[split] = int(mask.sum())
         result[f"{split}_positives"] = int(cols["label"][mask].sum())
         if not result[split]:
@@ -338,13 +342,13 @@ def _build_shard(part: pd.DataFrame, shard_root: str, events_root: str, split_st
         folder.mkdir(parents=True)
         for name, values in arrays.items():
             np.save(folder / f"{name}.npy", values[mask])
-    window = split_of >= 0
-    if window.any():
+    in_window = split_code >= 0
+    if in_window.any():
         pd.DataFrame({
-            "user_key": cols["user_key"][window], "user": arrays["user"][window],
-            "item": item[window], "category": cat[window], "ts": cols["ts"][window],
-            "label": cols["label"][window], "day": day[window],
-            "split": np.asarray(SPLITS)[split_of[window]], "hist_len": hist["hist_len"][window],
+            "user_key": cols["user_key"][in_window], "user": arrays["user"][in_window],
+            "item": item[in_window], "category": cat[in_window], "ts": cols["ts"][in_window],
+            "label": cols["label"][in_window], "day": day[in_window],
+            "split": np.asarray(SPLITS)[split_code[in_window]], "hist_len": hist["hist_len"][in_window],
         }).to_parquet(Path(events_root) / f"part-{number:06d}.parquet", index=False)
     return pd.DataFrame([result])[list(SHARD_COUNTS)]
 

@@ -235,11 +235,16 @@ def test_no_data_in_window_and_no_folders(raw_days, tmp_path):
         run(tmp_path / "nowhere", tmp_path / "ds")
 
 
-def test_missing_test_day_is_an_error_naming_the_split(raw_days, tmp_path):
-    raw, _ = raw_days(days=6, rows=50)
-    # the window ends on a day with no folder: the test split would be empty
-    with pytest.raises(InputError, match=r"the test split \(2026-03-07 .. 2026-03-07\) has no usable rows"):
+def test_missing_split_days_are_an_error_naming_the_split(raw_days, tmp_path):
+    raw, frames = raw_days(days=6, rows=50)
+    # the window ends on a day with no folder: no test data at all
+    with pytest.raises(InputError, match=r"no raw files for the test split \(2026-03-07 .. 2026-03-07\)"):
         run(raw, tmp_path / "ds", end_date=dt.date(2026, 3, 7))
+    # the val day has a file, but every row in it is unusable
+    val_day = START + dt.timedelta(days=4)
+    write_day(raw, val_day, frames[val_day].assign(label=5))
+    with pytest.raises(InputError, match=r"the val split \(2026-03-05 .. 2026-03-05\) has no usable rows"):
+        run(raw, tmp_path / "ds", max_quarantine_fraction=0.5)
     assert not (tmp_path / "ds").exists()
 
 

@@ -65,8 +65,10 @@ def test_integer_ids_hash_like_their_decimal_text():
     as_int, _ = hash_ids(pd.Series([42, -7, 0, 2**40], dtype="int64"))
     as_text, _ = hash_ids(pd.Series(["42", "-7", "0", str(2**40)]))
     as_float, _ = hash_ids(pd.Series([42.0, -7.0, 0.0, float(2**40)]))
+    as_objects, _ = hash_ids(pd.Series([42, "-7", 0.0, 2**40], dtype=object))
     np.testing.assert_array_equal(as_int, as_text)
     np.testing.assert_array_equal(as_int, as_float)
+    np.testing.assert_array_equal(as_int, as_objects)
 
 
 def test_leading_zeros_are_a_different_id():
