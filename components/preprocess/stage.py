@@ -214,7 +214,7 @@ def bounded_disk_shuffle(buffer_bytes: int, spill_dir: Path):
         shutil.rmtree(spill_dir, ignore_errors=True)
 
 
-def _compute(collections: list, label: str):
+def _compute(collections: list):
     """Compute with a progress display that suits the active scheduler."""
     try:
         from distributed import default_client, progress
@@ -225,7 +225,6 @@ def _compute(collections: list, label: str):
     if client is None:
         from dask.diagnostics import ProgressBar
 
-        log.info("%s: %d tasks' outputs", label, len(collections))
         with ProgressBar(minimum=1.0, dt=0.25):  # short computes stay quiet
             return list(dask.compute(*collections))
     futures = client.compute(collections)
@@ -240,7 +239,7 @@ def _validate(fs, pieces, window: Window, config: PreprocessConfig, tmp: Path) -
         dask.delayed(_validate_piece, pure=False)(fs, piece, i, window.start, config.max_skew_hours, tmp)
         for i, piece in enumerate(pieces)
     ]
-    counts = _compute(tasks, "validate")
+    counts = _compute(tasks)
     read = sum(c["read"] for c in counts)
     quarantined = Counter()
     for c in counts:
@@ -304,7 +303,7 @@ def _sequence(counts: list[dict], window: Window, config: PreprocessConfig, tmp:
     (tmp / "events").mkdir()
     log.info("sequence: %d staged rows -> %d partitions by user", rows, partitions)
     with bounded_disk_shuffle(config.shuffle_buffer_mb << 20, tmp / "_spill"):
-        (result,) = _compute([shards], "sequence")
+        (result,) = _compute([shards])
     return result.sort_values("shard").reset_index(drop=True)
 
 
