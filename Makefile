@@ -54,4 +54,4 @@ clean-data: ## delete generated data ($(DATA)/)
 	rm -rf $(DATA)
 
 clean: ## delete the venv, caches and generated data
-	rm -rf $(VENV) $(DATA) .pytest_cache .ruff_cache .hypothesis build benchmarks/work
+	rm -rf $(VENV) $(DATA) .pytest_cache .ruff_cache .hypothesis build benchmarks/scratch

@@ -1,6 +1,6 @@
 """Benchmark: dailyrec's Dask preprocess vs. a pandas in-memory baseline, in one run.
 
-Generates synthetic logs (cached under benchmarks/work/), then runs each job as
+Generates synthetic logs (cached under benchmarks/scratch/), then runs each job as
 its own process and measures events/s and the peak RSS of its process tree.
 Writes benchmarks/results/preprocess.json and the table in README.md.
 
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="5000000,20000000", help="event counts for dailyrec")
     p.add_argument("--baseline-sizes", default="5000000", help="event counts for the pandas baseline")
-    p.add_argument("--work", default=str(ROOT / "benchmarks" / "work"))
+    p.add_argument("--work", default=str(ROOT / "benchmarks" / "scratch"))
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "preprocess.json"))
     p.add_argument("--no-readme", action="store_true", help="do not rewrite the README table")
     args = p.parse_args(argv)
