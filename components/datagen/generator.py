@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from components.common import schema
+from components.common.metrics import roc_auc
 from components.common.progress import PhaseTimer, get_logger
 from components.common.storage import atomic_dir, atomic_write_json, remove_stale_temps
 
@@ -181,29 +182,6 @@ def _is_int(value: object) -> bool:
 
 
 # --- metrics ---------------------------------------------------------------------
-
-
-def average_ranks(values: np.ndarray) -> np.ndarray:
-    """1-based ranks of ``values``; tied values share the mean of their ranks."""
-    values = np.asarray(values)
-    order = np.argsort(values, kind="stable")
-    ordered = values[order]
-    group_starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    group_ends = np.r_[group_starts[1:], len(values)]
-    ranks = np.empty(len(values), dtype=np.float64)
-    ranks[order] = np.repeat((group_starts + group_ends + 1) / 2.0, group_ends - group_starts)
-    return ranks
-
-
-def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Exact ROC AUC (Mann-Whitney, ties count half); NaN without both classes."""
-    labels = np.asarray(labels).astype(bool)
-    positives = int(labels.sum())
-    negatives = len(labels) - positives
-    if positives == 0 or negatives == 0:
-        return math.nan
-    rank_sum = average_ranks(scores)[labels].sum()
-    return float((rank_sum - positives * (positives + 1) / 2.0) / (positives * negatives))
 
 
 # --- the world -------------------------------------------------------------------

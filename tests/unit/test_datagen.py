@@ -18,9 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components.common import schema
+from components.common.metrics import roc_auc
 from components.datagen import generator
 from components.datagen.__main__ import main
-from components.datagen.generator import DatagenConfig, generate, roc_auc
+from components.datagen.generator import DatagenConfig, generate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMALL = dict(

@@ -1,0 +1,141 @@
+"""The training plan: the one format the estimate stage writes and the trainer reads.
+
+``plan.json`` = ``{"format": "dailyrec.plan/v1", "train": {TrainPlan fields},
+"rationale": {field: one line}, "estimate": {...}}``. Only ``train`` drives the
+run; ``rationale`` and ``estimate`` are for humans and later stages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.common.storage import atomic_write_json
+
+PLAN_FORMAT = "dailyrec.plan/v1"
+PRECISIONS = ("fp32", "bf16", "fp16")
+SPARSE_MODES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    """Every setting of a training run that resources or tuning decide."""
+
+    model: str = "debug"
+    """Named model config (see components/train/model.py: debug, local, prod)."""
+    micro_batch: int = 256
+    """Samples per process per forward/backward."""
+    grad_accum: int = 1
+    """Micro-batches accumulated per optimizer step."""
+    nproc_per_node: int = 1
+    """Training processes per node (GPUs per node on CUDA)."""
+    nnodes: int = 1
+    """Nodes."""
+    precision: str = "fp32"
+    """fp32 | bf16 (autocast) | fp16 (autocast + GradScaler)."""
+    activation_checkpointing: bool = False
+    """Recompute encoder activations in backward to save memory."""
+    sparse_embeddings: str = "auto"
+    """auto (sparse with gloo, dense with NCCL) | on | off."""
+    lr: float = 1e-3
+    """Peak learning rate (already scaled for the global batch)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (dense parameters)."""
+    warmup_fraction: float = 0.05
+    """Share of all optimizer steps spent in linear warmup before cosine decay."""
+    grad_clip: float = 1.0
+    """Max global gradient norm of dense parameters (0 = off)."""
+    max_epochs: int = 10
+    """Upper bound on epochs; early stopping usually ends sooner."""
+    patience: int = 3
+    """Epochs without a validation AUC gain of min_delta before stopping."""
+    min_delta: float = 1e-4
+    """Smallest validation AUC gain that counts as an improvement."""
+    num_workers: int = 2
+    """DataLoader worker processes per training process."""
+    prefetch_factor: int = 4
+    """Batches each loader worker keeps ready."""
+    pin_memory: bool = False
+    """Page-locked host batches (useful on CUDA only)."""
+    persistent_workers: bool = True
+    """Keep loader workers alive between epochs."""
+    checkpoint_every_steps: int = 0
+    """Also write the ``last`` checkpoint every N optimizer steps (0 = per epoch only)."""
+    eval_batch: int = 4096
+    """Samples per forward pass during validation."""
+    seed: int = 0
+    """Seed of initialization, shuffling and dropout."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Free-form notes (ignored by the trainer)."""
+
+    def __post_init__(self) -> None:
+        for name in ("micro_batch", "grad_accum", "nproc_per_node", "nnodes", "max_epochs",
+                     "eval_batch", "prefetch_factor"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"plan.train.{name} must be an integer >= 1, got {value!r}")
+        for name in ("patience", "num_workers", "checkpoint_every_steps", "seed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"plan.train.{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"plan.train.precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.sparse_embeddings not in SPARSE_MODES:
+            raise ValueError(
+                f"plan.train.sparse_embeddings must be one of {SPARSE_MODES}, got {self.sparse_embeddings!r}")
+        if not 0 < self.lr < 1:
+            raise ValueError(f"plan.train.lr must be in (0, 1), got {self.lr!r}")
+        if not 0 <= self.warmup_fraction < 1:
+            raise ValueError(f"plan.train.warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
+        for name in ("weight_decay", "grad_clip", "min_delta"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"plan.train.{name} must be >= 0, got {getattr(self, name)!r}")
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step across all processes."""
+        return self.micro_batch * self.grad_accum * self.world_size
+
+    def replace(self, **changes: Any) -> TrainPlan:
+        return dataclasses.replace(self, **changes)
+
+
+def plan_document(train: TrainPlan, rationale: dict[str, str] | None = None,
+                  estimate: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON document of a plan."""
+    return {"format": PLAN_FORMAT, "train": dataclasses.asdict(train),
+            "rationale": rationale or {}, "estimate": estimate or {}}
+
+
+def write_plan(path: str | Path, train: TrainPlan, rationale: dict[str, str] | None = None,
+               estimate: dict[str, Any] | None = None) -> Path:
+    return atomic_write_json(path, plan_document(train, rationale, estimate))
+
+
+def read_plan(path: str | Path) -> tuple[TrainPlan, dict[str, Any]]:
+    """The TrainPlan of a plan.json and the whole document; errors name the file and field."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: plan file not found") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
+        raise ValueError(f"{path}: not a {PLAN_FORMAT} plan (format field is "
+                         f"{doc.get('format') if isinstance(doc, dict) else None!r})")
+    known = {f.name for f in dataclasses.fields(TrainPlan)}
+    train = doc.get("train", {})
+    unknown = sorted(set(train) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown field plan.train.{unknown[0]}")
+    try:
+        return TrainPlan(**train), doc
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
