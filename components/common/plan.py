@@ -51,7 +51,7 @@ class TrainPlan:
     max_epochs: int = 10
     """Upper bound on epochs; early stopping usually ends sooner."""
     patience: int = 3
-    """Epochs without a validation AUC gain of min_delta before stopping."""
+    """Epochs without a validation AUC gain of min_delta before stopping (0 = never stop early)."""
     min_delta: float = 1e-4
     """Smallest validation AUC gain that counts as an improvement."""
     num_workers: int = 2

@@ -1,0 +1,432 @@
+"""Batches from the preprocess stage's memmapped arrays (the Dataset contract).
+
+A dataset folder holds ``meta.json`` and one ``.npy`` per array and split
+(``DIR/{train,val,test}/<name>.npy``). Every array is opened with
+``np.load(..., mmap_mode="r")`` and a batch is gathered with ONE fancy index per
+array, so the loader does no per-sample Python work:
+
+* :class:`ShardedBatchSampler` yields each rank's micro-batches as sorted index
+  arrays (a whole micro-batch is one sampled item);
+* :class:`BatchDataset` turns such an index array into the batch dict of the
+  trainer's batch contract (:data:`BATCH_SPEC`);
+* :func:`make_loader` / :func:`make_eval_loader` wrap both in a DataLoader with
+  ``batch_size=None`` and a dedicated ``torch.Generator``, so creating an
+  iterator never touches the global torch RNG.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from components.common.plan import TrainPlan
+from components.preprocess.stage import SCHEMA_VERSION, SPLITS, array_specs
+
+META_FILE = "meta.json"
+
+BATCH_SPEC: dict[str, torch.dtype] = {
+    "hist_item": torch.int64,    # [B, L]
+    "hist_cat": torch.int64,     # [B, L]
+    "hist_gap": torch.int64,     # [B, L]
+    "hist_len": torch.int64,     # [B]
+    "target_item": torch.int64,  # [B]
+    "target_cat": torch.int64,   # [B]
+    "user": torch.int64,         # [B]
+    "context": torch.int64,      # [B, 2]
+    "label": torch.float32,      # [B]
+}
+"""The batch contract: name -> torch dtype of every training batch tensor."""
+
+EXTRA_KEYS = ("user_key", "ts")
+"""Arrays that are not model inputs but evaluation may ask for (as int64 tensors)."""
+
+
+class DatasetError(ValueError):
+    """A dataset folder that does not match the Dataset contract; the message names the file."""
+
+
+# ----------------------------------------------------------------------------- meta
+
+
+def load_meta(data_dir: str | Path, splits: Sequence[str] = SPLITS) -> dict[str, Any]:
+    """The dataset's ``meta.json``, checked against the contract this code supports.
+
+    Raises :class:`DatasetError` when the file is missing or unparsable, when its
+    ``schema_version`` is not :data:`SCHEMA_VERSION`, when a required field is
+    missing or its array specs differ from the contract, or when a folder of
+    ``splits`` or one of its array files is missing.
+    """
+    data_dir = Path(data_dir)
+    path = data_dir / META_FILE
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: not found (is {data_dir} a preprocessed dataset?)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DatasetError(f"{path}: unreadable ({exc})") from None
+    if not isinstance(meta, dict):
+        raise DatasetError(f"{path}: expected a JSON object, found {type(meta).__name__}")
+    found = meta.get("schema_version")
+    if found != SCHEMA_VERSION:
+        raise DatasetError(f"{path}: schema_version {found!r} is not supported "
+                           f"(this code reads schema_version {SCHEMA_VERSION})")
+    seq_len = meta.get("seq_len")
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
+        raise DatasetError(f"{path}: field seq_len must be an integer >= 1, found {seq_len!r}")
+    arrays = meta.get("arrays")
+    if not isinstance(arrays, dict):
+        raise DatasetError(f"{path}: field arrays is missing or not an object")
+    for name, (dtype, row_shape) in array_specs(seq_len).items():
+        spec = arrays.get(name)
+        if not isinstance(spec, dict) or "dtype" not in spec or "row_shape" not in spec:
+            raise DatasetError(f"{path}: field arrays.{name} is missing or incomplete")
+        if spec["dtype"] != dtype or list(spec["row_shape"]) != list(row_shape):
+            raise DatasetError(
+                f"{path}: field arrays.{name} is {spec['dtype']} {list(spec['row_shape'])}, "
+                f"schema_version {SCHEMA_VERSION} with seq_len {seq_len} needs "
+                f"{dtype} {list(row_shape)}")
+    split_info = meta.get("splits")
+    for split in splits:
+        info = split_info.get(split) if isinstance(split_info, dict) else None
+        rows = info.get("rows") if isinstance(info, dict) else None
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+            raise DatasetError(f"{path}: field splits.{split}.rows is missing or not a count")
+        folder = data_dir / split
+        if not folder.is_dir():
+            raise DatasetError(f"{folder}: split folder missing (meta.json lists {rows} rows)")
+        for name in arrays:
+            if not (folder / f"{name}.npy").is_file():
+                raise DatasetError(f"{folder / f'{name}.npy'}: array file missing")
+    return meta
+
+
+# ----------------------------------------------------------------------------- arrays
+
+
+class SplitArrays:
+    """Every array of one split, memory-mapped and checked against ``meta.json``.
+
+    Picklable: the memory maps are not pickled but re-opened (and their shape and
+    dtype re-checked) on first use in the receiving process.
+    """
+
+    def __init__(self, data_dir: str | Path, split: str, meta: dict[str, Any] | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.split = split
+        self.meta = meta if meta is not None else load_meta(self.data_dir, splits=(split,))
+        try:
+            self.rows = int(self.meta["splits"][split]["rows"])
+            specs = {name: (np.dtype(spec["dtype"]), tuple(spec["row_shape"]))
+                     for name, spec in self.meta["arrays"].items()}
+        except (KeyError, TypeError) as exc:
+            raise DatasetError(f"{self.data_dir / META_FILE}: field splits.{split}.rows or "
+                               f"arrays missing ({exc!r})") from None
+        self.specs = specs
+        self._arrays: dict[str, np.ndarray] | None = None
+        self._open()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.specs)
+
+    def path(self, name: str) -> Path:
+        return self.data_dir / self.split / f"{name}.npy"
+
+    def _open(self) -> dict[str, np.ndarray]:
+        folder = self.data_dir / self.split
+        if not folder.is_dir():
+            raise DatasetError(f"{folder}: split folder missing")
+        arrays = {}
+        for name, (dtype, row_shape) in self.specs.items():
+            path = self.path(name)
+            try:
+                array = np.load(path, mmap_mode="r", allow_pickle=False)
+            except FileNotFoundError:
+                raise DatasetError(f"{path}: array file missing") from None
+            except (OSError, ValueError) as exc:
+                raise DatasetError(f"{path}: not a readable .npy array ({exc})") from None
+            if array.dtype != dtype:
+                raise DatasetError(f"{path}: dtype {array.dtype}, meta.json says {dtype}")
+            if array.ndim == 0 or tuple(array.shape[1:]) != row_shape:
+                raise DatasetError(f"{path}: shape {tuple(array.shape)}, meta.json says rows of "
+                                   f"shape {row_shape}")
+            if array.shape[0] != self.rows:
+                raise DatasetError(f"{path}: {array.shape[0]} rows, meta.json says "
+                                   f"splits.{self.split}.rows = {self.rows}")
+            # A plain ndarray view of the map: fancy indexing skips np.memmap's overhead
+            # and returns ordinary arrays (the view keeps the mapping alive).
+            arrays[name] = array.view(np.ndarray)
+        self._arrays = arrays
+        return arrays
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        return self._arrays if self._arrays is not None else self._open()
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def gather(self, indices: np.ndarray | Sequence[int],
+               names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+        """Rows ``indices`` of each array in ``names`` (default: all): one fancy index per array."""
+        index = np.asarray(indices)
+        if index.dtype.kind not in "iu":
+            if index.size:
+                raise TypeError(f"indices must be integers, got dtype {index.dtype}")
+            index = index.astype(np.int64)
+        arrays = self.arrays
+        return {name: arrays[name][index] for name in (self.names if names is None else names)}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_arrays"] = None  # re-opened lazily; never pickle mapped data
+        return state
+
+
+# ----------------------------------------------------------------------------- dataset
+
+
+class BatchDataset(Dataset):
+    """Map-style dataset whose items are whole batches: ``dataset[indices]`` -> batch dict.
+
+    The batch holds the tensors of :data:`BATCH_SPEC` (int64 ids ``[B, L]`` / ``[B]``,
+    ``context`` ``[B, 2]``, float32 ``label`` ``[B]``) plus, as int64 ``[B]``, any
+    of :data:`EXTRA_KEYS` asked for with ``extra=`` (e.g. ``("user_key",)`` for
+    GAUC in evaluation).
+    """
+
+    def __init__(self, data_dir: str | Path, split: str, meta: dict[str, Any] | None = None,
+                 extra: Sequence[str] = ()) -> None:
+        unknown = [k for k in extra if k not in EXTRA_KEYS]
+        if unknown:
+            raise ValueError(f"extra keys must be among {EXTRA_KEYS}, got {unknown}")
+        self.arrays = SplitArrays(data_dir, split, meta)
+        self.extra = tuple(extra)
+        self._spec = {**BATCH_SPEC, **dict.fromkeys(self.extra, torch.int64)}
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.arrays.meta
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    def __getitem__(self, indices: np.ndarray) -> dict[str, torch.Tensor]:
+        raw = self.arrays.gather(indices, self._spec)
+        return {name: torch.from_numpy(raw[name]).to(dtype) for name, dtype in self._spec.items()}
+
+    def wire(self, indices: np.ndarray) -> _WireBatch:
+        """The batch in its compact contract dtypes, for sending from a loader worker."""
+        return _WireBatch(self.arrays.gather(indices, self._spec), self._spec)
+
+    def gather(self, indices: np.ndarray, keys: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+        """Raw arrays (contract dtypes, any key incl. ``user_key``/``ts``) of rows ``indices``."""
+        return self.arrays.gather(indices, keys)
+
+
+# ----------------------------------------------------------------------------- samplers
+
+
+class ShardedBatchSampler(Sampler[np.ndarray]):
+    """One rank's micro-batches of row indices, identical on every machine for (seed, epoch).
+
+    Each epoch permutes all rows with ``np.random.default_rng([seed, epoch])``
+    (``arange`` without shuffle), cuts the permutation into *global* micro-batches
+    of ``micro_batch * world_size`` rows (the last may be smaller), and gives rank
+    ``r`` the rows ``global[r::world_size]``, sorted. So every row is seen exactly
+    once per epoch across ranks, and every rank yields the same number of
+    micro-batches (a rank's last one may be smaller, or empty when the last global
+    micro-batch has fewer rows than ranks).
+    """
+
+    def __init__(self, n_rows: int, micro_batch: int, world_size: int = 1, rank: int = 0,
+                 seed: int = 0, shuffle: bool = True) -> None:
+        if n_rows < 0:
+            raise ValueError(f"n_rows must be >= 0, got {n_rows}")
+        if micro_batch < 1 or world_size < 1:
+            raise ValueError(f"micro_batch and world_size must be >= 1, got {micro_batch}, {world_size}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+        self.n_rows = int(n_rows)
+        self.micro_batch = int(micro_batch)
+        self.world_size = int(world_size)
+        self.rank = int(rank)
+        self.seed = int(seed)
+        self.shuffle = shuffle
+        self.epoch = 0
+        self.skip = 0
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.world_size
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """Micro-batches per full epoch (per rank, and global micro-batches)."""
+        return -(-self.n_rows // self.global_batch)
+
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        """Iterate epoch ``epoch``, leaving out its first ``skip`` micro-batches (a resume)."""
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        if not 0 <= skip <= self.batches_per_epoch:
+            raise ValueError(f"skip must be in [0, {self.batches_per_epoch}], got {skip}")
+        self.epoch = int(epoch)
+        self.skip = int(skip)
+
+    def order(self, epoch: int) -> np.ndarray:
+        """All rows in epoch ``epoch``'s order (the same on every rank)."""
+        if not self.shuffle:
+            return np.arange(self.n_rows, dtype=np.int64)
+        return np.random.default_rng([self.seed, epoch]).permutation(self.n_rows).astype(np.int64)
+
+    def global_rows(self, epoch: int | None = None) -> np.ndarray:
+        """Rows of each global micro-batch of ``epoch`` (default: the current), ignoring skip."""
+        del epoch  # sizes do not depend on the epoch; the argument documents intent
+        sizes = np.full(self.batches_per_epoch, self.global_batch, dtype=np.int64)
+        if sizes.size:
+            sizes[-1] = self.n_rows - self.global_batch * (sizes.size - 1)
+        return sizes
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch - self.skip
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        order = self.order(self.epoch)
+        step = self.global_batch
+        for start in range(self.skip * step, self.n_rows, step):
+            mine = order[start:start + step][self.rank::self.world_size]
+            yield np.sort(mine)
+
+
+class ChunkSampler(Sampler[np.ndarray]):
+    """The sorted ``indices`` in contiguous chunks of at most ``batch`` rows."""
+
+    def __init__(self, indices: np.ndarray | Sequence[int], batch: int) -> None:
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
+        self.indices = np.sort(np.asarray(indices, dtype=np.int64))
+        self.batch = int(batch)
+
+    def __len__(self) -> int:
+        return -(-len(self.indices) // self.batch)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for start in range(0, len(self.indices), self.batch):
+            yield self.indices[start:start + self.batch]
+
+
+def eval_indices(n_rows: int, world_size: int = 1, rank: int = 0) -> np.ndarray:
+    """Rank ``rank``'s contiguous share of ``n_rows`` (``np.array_split`` semantics)."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+    base, extra = divmod(n_rows, world_size)
+    start = rank * base + min(rank, extra)
+    return np.arange(start, start + base + (rank < extra), dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------- loaders
+
+
+class _WireBatch:
+    """A batch on its way from a loader worker: numpy arrays pickled by value, widened on arrival.
+
+    Sending torch tensors between processes goes through a shared-memory file
+    and a file-descriptor hand-over per tensor: on a 2-core machine about ten
+    times slower than pickling the arrays through the worker's pipe. The arrays
+    travel in their compact contract dtypes (int32/uint8, ~2.7x fewer bytes
+    than int64), and the receiving side widens them to the batch contract:
+    the main process (``tensors``), or the loader's pin thread, which also pins
+    them (``pin_memory``, called by the DataLoader when pin_memory is on).
+    """
+
+    __slots__ = ("arrays", "dtypes")
+
+    def __init__(self, arrays: dict[str, np.ndarray], dtypes: dict[str, torch.dtype]) -> None:
+        self.arrays = arrays
+        self.dtypes = dtypes
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {name: torch.from_numpy(array).to(self.dtypes[name])
+                for name, array in self.arrays.items()}
+
+    def pin_memory(self, device: Any = None) -> dict[str, torch.Tensor]:
+        return {name: tensor.pin_memory() for name, tensor in self.tensors().items()}
+
+    def __getstate__(self) -> tuple:
+        return self.arrays, self.dtypes
+
+    def __setstate__(self, state: tuple) -> None:
+        self.arrays, self.dtypes = state
+
+
+class _WireDataset(Dataset):
+    """What loader workers index: ``base[indices]`` as a :class:`_WireBatch`.
+
+    Other attributes (``meta``, ``arrays``, ``gather``, ...) are the base dataset's.
+    """
+
+    def __init__(self, base: Dataset) -> None:
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, indices: np.ndarray) -> _WireBatch:
+        if isinstance(self.base, BatchDataset):
+            return self.base.wire(indices)
+        batch = self.base[indices]
+        return _WireBatch({k: v.numpy() for k, v in batch.items()},
+                          {k: v.dtype for k, v in batch.items()})
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "base":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+
+def _identity(item: Any) -> Any:
+    """collate_fn of loader workers: the item is already a whole batch."""
+    return item
+
+
+class BatchLoader(DataLoader):
+    """A DataLoader that yields batch dicts of tensors, whatever the worker transport."""
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        for item in super().__iter__():
+            yield item.tensors() if isinstance(item, _WireBatch) else item
+
+
+def make_loader(dataset: Dataset, sampler: Sampler, plan: TrainPlan, device_type: str) -> DataLoader:
+    """A DataLoader whose every item is one whole batch ``dataset[sampler item]``.
+
+    Uses its own ``torch.Generator`` (seeded from ``plan.seed``) for the worker
+    base seed, so creating an iterator leaves the global torch RNG untouched.
+    With workers, batches travel as pickled compact numpy arrays (see
+    :class:`_WireBatch`), and ``loader.dataset`` is a thin wrapper of ``dataset``.
+    """
+    workers = plan.num_workers
+    generator = torch.Generator()
+    generator.manual_seed(plan.seed)
+    extra: dict[str, Any] = {}
+    if workers > 0:
+        dataset = _WireDataset(dataset)
+        extra = {"persistent_workers": plan.persistent_workers,
+                 "prefetch_factor": plan.prefetch_factor, "collate_fn": _identity}
+    return BatchLoader(
+        dataset, batch_size=None, sampler=sampler, num_workers=workers,
+        pin_memory=plan.pin_memory and device_type == "cuda", generator=generator, **extra,
+    )
+
+
+def make_eval_loader(dataset: Dataset, indices: np.ndarray | Sequence[int], batch: int,
+                     plan: TrainPlan, device_type: str) -> DataLoader:
+    """A loader over the sorted ``indices`` in contiguous chunks of ``batch`` rows."""
+    return make_loader(dataset, ChunkSampler(indices, batch), plan, device_type)

@@ -1,0 +1,125 @@
+"""Launchers: start the trainer on N processes and return its summary.
+
+``local`` runs ``torchrun --standalone`` on this machine. A cluster backend
+(a Kubeflow Trainer TrainJob) implements the same ``Launcher`` protocol:
+``run(spec) -> summary``; errors surface as ``LaunchError`` with each failed
+rank's own message.
+
+CLI: ``python -m components.train.launch --data DIR --plan plan.json --out DIR --nproc N``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from components.common.plan import read_plan
+from components.train.trainer import read_summary, summary_line
+
+
+class LaunchError(RuntimeError):
+    """Training failed; the message carries every failed rank's error."""
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to train and with how many processes."""
+
+    data: str
+    out: str
+    plan: str | None = None
+    nproc: int | None = None
+    """Processes on this node; None = the plan's nproc_per_node."""
+    max_restarts: int = 0
+    """How often torchrun restarts all workers after a failure (they resume from last.pt)."""
+    init_from: str | None = None
+    resume: str = "auto"
+    tracking_uri: str | None = None
+    max_epochs: int | None = None
+
+    def processes(self) -> int:
+        if self.nproc is not None:
+            return self.nproc
+        return read_plan(self.plan)[0].nproc_per_node if self.plan else 1
+
+    def trainer_args(self) -> list[str]:
+        args = ["--data", self.data, "--out", self.out, "--resume", self.resume]
+        for flag, value in (("--plan", self.plan), ("--init-from", self.init_from),
+                            ("--tracking-uri", self.tracking_uri), ("--max-epochs", self.max_epochs)):
+            if value is not None:
+                args += [flag, str(value)]
+        return args
+
+
+class Launcher(Protocol):
+    def run(self, spec: LaunchSpec) -> dict: ...
+
+
+class LocalTorchrun:
+    """``torchrun --standalone`` on this machine."""
+
+    def command(self, spec: LaunchSpec) -> list[str]:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc_per_node={spec.processes()}", f"--max-restarts={spec.max_restarts}",
+                "-m", "components.train", *spec.trainer_args()]
+
+    def run(self, spec: LaunchSpec) -> dict:
+        errors = Path(spec.out) / "errors"
+        shutil.rmtree(errors, ignore_errors=True)  # only this launch's failures count
+        proc = subprocess.run(self.command(spec), check=False)
+        if proc.returncode != 0:
+            raise LaunchError(failure_message(errors, proc.returncode))
+        return read_summary(spec.out)
+
+
+def failure_message(errors: Path, returncode: int) -> str:
+    """One line per failed rank, from the files the trainer leaves; the exit code as a last resort."""
+    reports = sorted(errors.glob("rank-*.json")) if errors.is_dir() else []
+    lines = []
+    for path in reports:
+        report = json.loads(path.read_text())
+        lines.append(f"rank {report['rank']}: {report['error']}")
+    if not lines:
+        return f"training failed with exit code {returncode} and no rank reported an error (killed?)"
+    return "training failed: " + " | ".join(lines)
+
+
+LAUNCHERS: dict[str, type] = {"local": LocalTorchrun}
+
+
+def launch(spec: LaunchSpec, backend: str = "local") -> dict:
+    if backend not in LAUNCHERS:
+        raise ValueError(f"unknown launcher backend {backend!r}; known: {', '.join(LAUNCHERS)}")
+    return LAUNCHERS[backend]().run(spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m components.train.launch", description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True)
+    p.add_argument("--plan", default=None)
+    p.add_argument("--out", required=True)
+    p.add_argument("--nproc", type=int, default=None, help="processes (default: the plan's nproc_per_node)")
+    p.add_argument("--max-restarts", type=int, default=0)
+    p.add_argument("--init-from", default=None)
+    p.add_argument("--tracking-uri", default=None)
+    p.add_argument("--max-epochs", type=int, default=None)
+    p.add_argument("--backend", default="local", choices=sorted(LAUNCHERS))
+    args = p.parse_args(argv)
+    backend = args.__dict__.pop("backend")
+    try:
+        summary = launch(LaunchSpec(**vars(args)), backend)
+    except (LaunchError, ValueError) as exc:
+        print(f"launch: error: {exc}", file=sys.stderr)
+        return 1
+    print(summary_line(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

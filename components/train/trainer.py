@@ -1,0 +1,551 @@
+"""The training loop: DDP, mixed precision, accumulation, warmup + cosine, AUC early stop.
+
+Runs alone or under ``torchrun`` unchanged: it reads only RANK, WORLD_SIZE,
+LOCAL_RANK (and torch.distributed reads MASTER_ADDR/PORT). Every setting that
+resources decide comes from the plan (components/common/plan.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import resource
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from components.common.metrics import roc_auc
+from components.common.plan import TrainPlan, read_plan
+from components.common.progress import get_logger
+from components.common.storage import atomic_write_json
+from components.train.checkpoint import (
+    BEST,
+    LAST,
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+    shape_mismatches,
+)
+from components.train.data import (
+    BatchDataset,
+    ShardedBatchSampler,
+    eval_indices,
+    load_meta,
+    make_eval_loader,
+    make_loader,
+)
+from components.train.model import BSTModel, Vocab, build_model, model_config
+from components.train.schedule import EarlyStopping, warmup_cosine
+
+log = get_logger(__name__)
+SUMMARY = "train_summary.json"
+RESUME_MODES = ("never", "auto")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Where the data, plan and outputs are, and how to start."""
+
+    data: str
+    """Dataset folder written by the preprocess stage."""
+    out: str
+    """Output folder: checkpoints (best.pt, last.pt), train_summary.json."""
+    plan: str | None = None
+    """plan.json from the estimate stage; None = the default TrainPlan."""
+    init_from: str | None = None
+    """Checkpoint to warm-start the model from (weights only), when shapes match."""
+    resume: str = "never"
+    """auto: continue from OUT/last.pt when it exists; never: start fresh."""
+    tracking_uri: str | None = None
+    """MLflow tracking URI; rank 0 logs params and per-epoch metrics when given."""
+    experiment: str = "dailyrec-train"
+    """MLflow experiment name."""
+    max_epochs: int | None = None
+    """Override the plan's max_epochs (for quick runs)."""
+
+    def __post_init__(self) -> None:
+        if self.resume not in RESUME_MODES:
+            raise ValueError(f"resume must be one of {RESUME_MODES}, got {self.resume!r}")
+        if self.max_epochs is not None and self.max_epochs < 1:
+            raise ValueError(f"max_epochs must be >= 1, got {self.max_epochs}")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where this process sits in the job (from the launcher's environment)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def init_runtime() -> Runtime:
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        device, backend = torch.device("cuda", local_rank), "nccl"
+        torch.cuda.set_device(device)
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size)
+    return Runtime(rank, world_size, local_rank, device, backend)
+
+
+def autocast_for(precision: str, device: torch.device):
+    """The autocast context of a precision; fp32 is no autocast at all."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def check_plan_for_device(plan: TrainPlan, runtime: Runtime) -> TrainPlan:
+    """Refuse settings this device cannot run, with the reason."""
+    if plan.precision == "fp16" and runtime.device.type != "cuda":
+        raise ValueError("plan.train.precision fp16 needs a CUDA device (use fp32 or bf16 on CPU)")
+    if plan.precision == "bf16" and runtime.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError("plan.train.precision bf16 is not supported by this GPU (use fp16)")
+    if plan.sparse_embeddings == "on" and runtime.backend == "nccl" and runtime.distributed:
+        raise ValueError("plan.train.sparse_embeddings on: NCCL does not reduce sparse gradients (use auto)")
+    if plan.world_size != runtime.world_size:
+        log.warning("plan is for %d processes, running with %d: global batch becomes %d",
+                    plan.world_size, runtime.world_size,
+                    plan.micro_batch * plan.grad_accum * runtime.world_size)
+    return plan
+
+
+def use_sparse(plan: TrainPlan, runtime: Runtime) -> bool:
+    # gloo reduces sparse gradients (much less traffic for big tables); NCCL cannot
+    if plan.sparse_embeddings == "auto":
+        return runtime.backend == "gloo"
+    return plan.sparse_embeddings == "on"
+
+
+class Optimizers:
+    """AdamW over dense parameters, SparseAdam over sparse tables, one LR schedule."""
+
+    def __init__(self, model: BSTModel, plan: TrainPlan, total_steps: int, fused: bool) -> None:
+        decay, no_decay = [], []
+        embeddings = {id(p) for p in model.embedding_tables().values()}  # no decay on lookups
+        for p in model.dense_parameters():
+            (decay if p.ndim >= 2 and id(p) not in embeddings else no_decay).append(p)
+        groups = [{"params": decay, "weight_decay": plan.weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        self.dense = torch.optim.AdamW(groups, lr=plan.lr, fused=fused or None)
+        sparse = list(model.sparse_parameters())
+        self.sparse = torch.optim.SparseAdam(sparse, lr=plan.lr) if sparse else None
+        warmup = int(round(plan.warmup_fraction * total_steps))
+        schedule = lambda step: warmup_cosine(step, total_steps, warmup)  # noqa: E731
+        self.all = [o for o in (self.dense, self.sparse) if o is not None]
+        self.schedulers = [torch.optim.lr_scheduler.LambdaLR(o, schedule) for o in self.all]
+
+    def zero_grad(self) -> None:
+        for o in self.all:
+            o.zero_grad(set_to_none=True)
+
+    def step(self, scaler: torch.amp.GradScaler | None) -> None:
+        for o in self.all:
+            if scaler is not None:
+                scaler.step(o)
+            else:
+                o.step()
+        if scaler is not None:
+            scaler.update()
+        for s in self.schedulers:
+            s.step()
+
+    @property
+    def lr(self) -> float:
+        return self.dense.param_groups[0]["lr"]
+
+    def state_dict(self) -> dict:
+        return {"optimizers": [o.state_dict() for o in self.all],
+                "schedulers": [s.state_dict() for s in self.schedulers]}
+
+    def load_state_dict(self, state: dict) -> None:
+        for o, s in zip(self.all, state["optimizers"], strict=True):
+            o.load_state_dict(s)
+        for sch, s in zip(self.schedulers, state["schedulers"], strict=True):
+            sch.load_state_dict(s)
+
+
+class GpuSampler:
+    """Samples GPU utilization with NVML in a thread, where nvidia-ml-py finds a GPU."""
+
+    def __init__(self, device: torch.device, interval: float = 0.5) -> None:
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = None
+        if device.type != "cuda":
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+        except Exception:  # no NVML library or no permission: no samples, not an error
+            return
+
+        def run():
+            while not self._stop.wait(interval):
+                self.samples.append(float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> float | None:
+        self._stop.set()
+        return float(np.mean(self.samples)) if self.samples else None
+
+
+def peak_memory(device: torch.device) -> tuple[int, int | None]:
+    """(peak bytes, device capacity bytes): CUDA max allocated, else this process's peak RSS."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device), torch.cuda.get_device_properties(device).total_memory
+    import psutil
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, psutil.virtual_memory().total
+
+
+def diagnose(data_wait: float, gpu_util: float | None, peak: int, capacity: int | None) -> list[dict]:
+    """Bottleneck flags with a one-line recommendation each (the tuning guides' checklist)."""
+    flags = []
+    if data_wait > 0.10:
+        flags.append({"flag": "data_starved", "value": round(data_wait, 3),
+                      "recommendation": "the step waits for data over 10% of the time: raise num_workers "
+                                        "or prefetch_factor, or move the dataset to faster local disk"})
+    if gpu_util is not None and gpu_util < 70:
+        flags.append({"flag": "gpu_underutilized", "value": round(gpu_util, 1),
+                      "recommendation": "GPU utilization under 70%: raise micro_batch (the plan's memory "
+                                        "headroom allows it) or num_workers"})
+    if capacity and peak > 0.9 * capacity:
+        flags.append({"flag": "memory_high", "value": round(peak / capacity, 3),
+                      "recommendation": "peak memory above 90% of the device: enable activation "
+                                        "checkpointing or lower micro_batch"})
+    return flags
+
+
+def gather_predictions(runtime: Runtime, scores: np.ndarray, labels: np.ndarray):
+    """All ranks' validation scores and labels, in rank order, on every rank."""
+    if not runtime.distributed:
+        return scores, labels
+    parts: list[Any] = [None] * runtime.world_size
+    dist.all_gather_object(parts, (scores, labels))
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def evaluate(model: torch.nn.Module, dataset: BatchDataset, plan: TrainPlan, runtime: Runtime) -> dict:
+    """Validation AUC and logloss over the whole split, every row once across ranks."""
+    model.eval()
+    indices = eval_indices(len(dataset), runtime.world_size, runtime.rank)
+    scores, labels = [], []
+    with torch.no_grad(), autocast_for(plan.precision, runtime.device):
+        for batch in make_eval_loader(dataset, indices, plan.eval_batch, plan, runtime.device.type):
+            batch = to_device(batch, runtime.device)
+            scores.append(model(batch).float().cpu().numpy())
+            labels.append(batch["label"].cpu().numpy())
+    model.train()
+    local_scores = np.concatenate(scores) if scores else np.empty(0, np.float32)
+    local_labels = np.concatenate(labels) if labels else np.empty(0, np.float32)
+    all_scores, all_labels = gather_predictions(runtime, local_scores, local_labels)
+    prob = np.clip(1 / (1 + np.exp(-all_scores.astype(np.float64))), 1e-7, 1 - 1e-7)
+    logloss = float(-np.mean(all_labels * np.log(prob) + (1 - all_labels) * np.log(1 - prob)))
+    return {"val_auc": roc_auc(all_scores, all_labels), "val_logloss": logloss, "val_rows": len(all_labels)}
+
+
+class MlflowLogger:
+    """Rank 0's MLflow run, when a tracking URI is given; a no-op otherwise."""
+
+    def __init__(self, config: TrainConfig, runtime: Runtime, params: dict) -> None:
+        self.mlflow = None
+        if not (config.tracking_uri and runtime.is_main):
+            return
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        import mlflow
+
+        mlflow.set_tracking_uri(config.tracking_uri)
+        mlflow.set_experiment(config.experiment)
+        mlflow.start_run(log_system_metrics=True)
+        mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
+        self.mlflow = mlflow
+
+    def epoch(self, metrics: dict, epoch: int) -> None:
+        if self.mlflow:
+            self.mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=epoch)
+
+    def finish(self, summary: dict) -> None:
+        if self.mlflow:
+            self.mlflow.log_dict(summary, SUMMARY)
+            self.mlflow.end_run()
+
+
+def train(config: TrainConfig) -> dict:
+    """Train per the plan; write checkpoints and train_summary.json; return the summary."""
+    started = time.perf_counter()
+    runtime = init_runtime()
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    plan, plan_doc = read_plan(config.plan) if config.plan else (TrainPlan(), None)
+    if config.max_epochs:
+        plan = plan.replace(max_epochs=config.max_epochs)
+    plan = check_plan_for_device(plan, runtime)
+    meta = load_meta(config.data)
+    train_set = BatchDataset(config.data, "train", meta)
+    val_set = BatchDataset(config.data, "val", meta)
+    vocab = Vocab.from_meta(meta)
+    if runtime.device.type == "cpu" and not runtime.distributed and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(os.cpu_count() or 1)
+
+    torch.manual_seed(plan.seed)
+    sparse = use_sparse(plan, runtime)
+    model = build_model(plan.model, vocab, sparse=sparse,
+                        activation_checkpointing=plan.activation_checkpointing).to(runtime.device)
+    # start the output at the base rate: the first steps learn features, not the click rate
+    model.set_output_bias(meta["splits"]["train"]["positive_rate"])
+    warm_start = warm_start_from(model, config.init_from) if config.init_from else None
+    wrapped = DDP(model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None) \
+        if runtime.distributed else model
+
+    sampler = ShardedBatchSampler(len(train_set), plan.micro_batch, runtime.world_size, runtime.rank,
+                                  seed=plan.seed)
+    micro_per_epoch = len(sampler)
+    steps_per_epoch = math.ceil(micro_per_epoch / plan.grad_accum)
+    optim = Optimizers(model, plan, steps_per_epoch * plan.max_epochs, fused=runtime.device.type == "cuda")
+    scaler = torch.amp.GradScaler("cuda") if plan.precision == "fp16" else None
+    stopper = EarlyStopping(plan.patience, plan.min_delta)
+    state = {"epoch": 0, "micro_step": 0, "global_step": 0, "history": [], "partial": {}}
+    resumed_from = None
+    if config.resume == "auto" and (out / LAST).exists():
+        resumed_from = str(out / LAST)
+        restore(load_checkpoint(out / LAST, runtime.device), model, optim, scaler, stopper, state)
+        log.info("resumed from %s at epoch %d, micro-step %d", out / LAST, state["epoch"], state["micro_step"])
+    loader = make_loader(train_set, sampler, plan, runtime.device.type)
+
+    if runtime.is_main:
+        log.info("training %s (%s params) on %d x %s, %s, micro-batch %d x accum %d x world %d = %d, "
+                 "%d steps/epoch, sparse embeddings %s", plan.model, f"{sum(p.numel() for p in model.parameters()):,}",
+                 runtime.world_size, runtime.device.type, plan.precision, plan.micro_batch, plan.grad_accum,
+                 runtime.world_size, plan.micro_batch * plan.grad_accum * runtime.world_size,
+                 steps_per_epoch, "on" if sparse else "off")
+    mlf = MlflowLogger(config, runtime, {**dataclasses.asdict(plan), "world_size": runtime.world_size,
+                                         "dataset": meta.get("fingerprint", "")[:16], "sparse": sparse})
+    gpu = GpuSampler(runtime.device)
+    checkpoint_meta = {"model_config": dataclasses.asdict(model_config(plan.model)),
+                       "vocab": dataclasses.asdict(vocab), "plan": dataclasses.asdict(plan),
+                       "dataset": {"fingerprint": meta.get("fingerprint"), "window": meta.get("window")}}
+
+    def save_last() -> None:
+        if runtime.is_main:
+            save_checkpoint(out / LAST, snapshot(model, optim, scaler, stopper, state, checkpoint_meta))
+
+    train_seconds = wait_seconds = samples = 0.0
+    early_stopped = stopper.should_stop  # a resumed run that had already stopped stays stopped
+    while state["epoch"] < plan.max_epochs and not early_stopped:
+        epoch = state["epoch"]
+        epoch_stats = run_epoch(wrapped, model, loader, sampler, optim, scaler, plan, runtime, state, save_last)
+        train_seconds += epoch_stats["seconds"]
+        wait_seconds += epoch_stats["wait_seconds"]
+        samples += epoch_stats["samples"]
+        metrics = evaluate(model, val_set, plan, runtime)
+        improved = stopper.update(metrics["val_auc"], epoch)
+        early_stopped = stopper.should_stop
+        record = {"epoch": epoch, "train_loss": epoch_stats["loss"], **metrics, "lr": optim.lr,
+                  "samples_per_s": epoch_stats["samples"] / max(epoch_stats["seconds"], 1e-9),
+                  "data_wait_fraction": epoch_stats["wait_seconds"] / max(epoch_stats["seconds"], 1e-9),
+                  "seconds": epoch_stats["seconds"]}
+        state["history"].append(record)
+        state["epoch"], state["micro_step"], state["partial"] = epoch + 1, 0, {}
+        if runtime.is_main:
+            extra = {"metrics": metrics, "epoch_finished": epoch}
+            if improved:
+                save_checkpoint(out / BEST, snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra))
+            save_checkpoint(out / LAST, snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra))
+            log.info("epoch %d/%d  loss %.4f  val_auc %.4f (best %.4f @%d)  lr %.2e  %.0f samples/s  "
+                     "data-wait %.1f%%  %.1fs%s", epoch + 1, plan.max_epochs, record["train_loss"],
+                     metrics["val_auc"], stopper.best, stopper.best_epoch + 1, record["lr"],
+                     record["samples_per_s"], 100 * record["data_wait_fraction"], record["seconds"],
+                     "  (early stop)" if early_stopped else "")
+            mlf.epoch(record, epoch)
+    gpu_util = gpu.stop()
+    peak, capacity = peak_memory(runtime.device)
+    summary = {
+        "epochs_run": len(state["history"]), "best_epoch": stopper.best_epoch, "best_val_auc": stopper.best,
+        "early_stopped": early_stopped, "samples_per_s": samples / max(train_seconds, 1e-9),
+        "data_wait_fraction": wait_seconds / max(train_seconds, 1e-9), "world_size": runtime.world_size,
+        "precision": plan.precision, "seconds": time.perf_counter() - started, "device": runtime.device.type,
+        "sparse_embeddings": sparse, "peak_memory_bytes": peak, "device_memory_bytes": capacity,
+        "gpu_utilization": gpu_util, "history": state["history"], "plan": dataclasses.asdict(plan),
+        "plan_file": config.plan, "warm_start": warm_start, "resumed_from": resumed_from,
+        "checkpoints": {"best": str(out / BEST), "last": str(out / LAST)},
+    }
+    summary["flags"] = diagnose(summary["data_wait_fraction"], gpu_util, peak, capacity)
+    if runtime.is_main:
+        atomic_write_json(out / SUMMARY, summary)
+        for flag in summary["flags"]:
+            log.warning("%s (%s): %s", flag["flag"], flag["value"], flag["recommendation"])
+        mlf.finish(summary)
+    if runtime.distributed:
+        dist.barrier()
+    return summary
+
+
+def run_epoch(wrapped, model, loader, sampler, optim, scaler, plan: TrainPlan, runtime: Runtime,
+              state: dict, save) -> dict:
+    """One epoch (or its rest, after a resume): accumulation with no_sync, exact loss scaling."""
+    epoch, skip = state["epoch"], state["micro_step"]
+    sampler.set_epoch(epoch, skip=skip)
+    # rows of every optimizer step across all ranks: each micro-batch's loss is a sum over its
+    # rows divided by its step's rows, so the accumulated (and DDP-averaged) gradient is
+    # exactly the mean over the step's samples, whatever the rank count or a short last batch
+    global_rows = sampler.global_rows(epoch)
+    step_rows = np.add.reduceat(global_rows, np.arange(0, len(global_rows), plan.grad_accum))
+    partial = state.get("partial") or {}
+    loss_sum, loss_rows = partial.get("loss_sum", 0.0), partial.get("loss_rows", 0)
+    wait, seconds, samples = 0.0, 0.0, 0
+    loss_fn = torch.nn.BCEWithLogitsLoss(reduction="sum")
+    model.train()
+    iterator = iter(loader)
+    micro = skip
+    t_start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            break
+        wait += time.perf_counter() - t0
+        batch = to_device(batch, runtime.device)
+        step, within = divmod(micro, plan.grad_accum)
+        last_micro = within == plan.grad_accum - 1 or micro == len(global_rows) - 1
+        sync = contextlib.nullcontext() if (last_micro or not runtime.distributed) else wrapped.no_sync()
+        with sync:
+            with autocast_for(plan.precision, runtime.device):
+                logits = wrapped(batch)
+            loss = loss_fn(logits.float(), batch["label"]) * (runtime.world_size / float(step_rows[step]))
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+        loss_sum += float(loss.detach()) * float(step_rows[step]) / runtime.world_size
+        loss_rows += len(batch["label"])
+        samples += int(global_rows[micro])  # all ranks' rows of this micro-step
+        micro += 1
+        if last_micro:
+            if scaler is not None:
+                for o in optim.all:
+                    scaler.unscale_(o)
+            if plan.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(list(model.dense_parameters()), plan.grad_clip)
+            optim.step(scaler)
+            optim.zero_grad()
+            state["global_step"] += 1
+            state["micro_step"] = micro
+            state["partial"] = {"loss_sum": loss_sum, "loss_rows": loss_rows}
+            if plan.checkpoint_every_steps and state["global_step"] % plan.checkpoint_every_steps == 0:
+                save()
+    seconds = time.perf_counter() - t_start
+    return {"loss": loss_sum / max(loss_rows, 1), "seconds": seconds, "wait_seconds": wait, "samples": samples}
+
+
+def snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra: dict | None = None) -> dict:
+    """Everything needed to continue exactly where training is now."""
+    return {
+        **checkpoint_meta, **(extra or {}),
+        "model": model.state_dict(), "optim": optim.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "early_stop": stopper.state_dict(),
+        "epoch": state["epoch"], "micro_step": state["micro_step"], "global_step": state["global_step"],
+        "history": state["history"], "partial": state.get("partial") or {},
+        "rng": {"torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+    }
+
+
+def restore(ckpt: dict, model, optim, scaler, stopper, state: dict) -> None:
+    problems = shape_mismatches(ckpt["model"], model.state_dict())
+    if problems:
+        raise CheckpointError(f"cannot resume: the checkpoint's model differs: {'; '.join(problems[:3])}")
+    model.load_state_dict(ckpt["model"])
+    optim.load_state_dict(ckpt["optim"])
+    if scaler is not None and ckpt.get("scaler"):
+        scaler.load_state_dict(ckpt["scaler"])
+    stopper.load_state_dict(ckpt["early_stop"])
+    for key in ("epoch", "micro_step", "global_step", "history", "partial"):
+        state[key] = ckpt[key]
+    torch.set_rng_state(ckpt["rng"]["torch"].cpu())
+    if ckpt["rng"]["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["rng"]["cuda"]])
+
+
+def warm_start_from(model: BSTModel, path: str) -> dict:
+    """Load weights from an earlier model when every shape matches; say clearly when not."""
+    ckpt = load_checkpoint(path)
+    problems = shape_mismatches(ckpt["model"], model.state_dict())
+    if problems:
+        log.warning("warm start from %s skipped, shapes differ (%d tensors), e.g. %s; training from scratch",
+                    path, len(problems), "; ".join(problems[:3]))
+        return {"from": path, "applied": False, "reason": "; ".join(problems[:5])}
+    model.load_state_dict(ckpt["model"])
+    log.info("warm start: model initialized from %s", path)
+    return {"from": path, "applied": True, "reason": None}
+
+
+def write_error(out: str, exc: BaseException) -> None:
+    """Leave this rank's failure where the launcher finds it (errors/rank-N.json)."""
+    rank = int(os.environ.get("RANK", 0))
+    folder = Path(out) / "errors"
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(folder / f"rank-{rank}.json", {
+            "rank": rank, "error": f"{type(exc).__name__}: {exc}",
+            "traceback": "".join(traceback.format_exception(exc))[-4000:],
+            "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))})
+
+
+def main_with_errors(config: TrainConfig) -> int:
+    try:
+        train(config)
+    except Exception as exc:
+        write_error(config.out, exc)
+        print(f"train: error (rank {os.environ.get('RANK', 0)}): {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+def summary_line(summary: dict) -> str:
+    return (f"best val AUC {summary['best_val_auc']:.4f} at epoch {summary['best_epoch'] + 1} of "
+            f"{summary['epochs_run']}{' (early stop)' if summary['early_stopped'] else ''}; "
+            f"{summary['samples_per_s']:.0f} samples/s on {summary['world_size']} x {summary['device']}, "
+            f"data-wait {100 * summary['data_wait_fraction']:.1f}%, {summary['seconds']:.0f}s")
+
+
+def read_summary(out: str | Path) -> dict:
+    return json.loads((Path(out) / SUMMARY).read_text())

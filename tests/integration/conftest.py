@@ -1,0 +1,27 @@
+"""A tiny synthetic dataset, generated and preprocessed once per test session."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.datagen import DatagenConfig, generate
+from components.preprocess.config import PreprocessConfig
+from components.preprocess.stage import preprocess
+
+TINY_BUCKETS = {"item_buckets": 2048, "category_buckets": 128, "user_buckets": 1024}
+
+
+def make_dataset(root, seed: int = 5, **bucket_overrides):
+    raw = root / "raw"
+    generate(DatagenConfig(out=raw, days=5, users=400, items=600, categories=30,
+                           events_per_day=2500, seed=seed))
+    data = root / "data"
+    preprocess(PreprocessConfig(raw=str(raw), out=str(data), days=4, history_days=1, seq_len=8,
+                                rows_per_partition=5000, **(TINY_BUCKETS | bucket_overrides)))
+    return data
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory):
+    """7,500 train / 2,500 val / 2,500 test rows, seq_len 8, small hash buckets."""
+    return make_dataset(tmp_path_factory.mktemp("tiny"))

@@ -1,0 +1,149 @@
+"""The train stage on a tiny dataset: single process, torchrun, resume, warm start, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from components.common.plan import TrainPlan, write_plan
+from components.train.checkpoint import CheckpointError, load_checkpoint
+from components.train.data import BatchDataset, DatasetError, load_meta
+from components.train.launch import LaunchError, LaunchSpec, launch
+from components.train.model import Vocab, build_model
+from components.train.trainer import Optimizers, TrainConfig, train
+from tests.integration.conftest import make_dataset
+
+pytestmark = pytest.mark.integration
+
+FAST = {"model": "debug", "micro_batch": 512, "num_workers": 0, "lr": 3e-3, "eval_batch": 2048}
+
+
+def plan_file(path, **overrides):
+    return str(write_plan(path, TrainPlan(**(FAST | overrides))))
+
+
+def run(tiny_dataset, tmp_path, name="out", **overrides):
+    config = TrainConfig(data=str(tiny_dataset), out=str(tmp_path / name),
+                         plan=plan_file(tmp_path / f"{name}-plan.json", **overrides))
+    return train(config), tmp_path / name
+
+
+def test_single_process_training_writes_checkpoints_and_summary(tiny_dataset, tmp_path):
+    summary, out = run(tiny_dataset, tmp_path, max_epochs=3, patience=5)
+    on_disk = json.loads((out / "train_summary.json").read_text())
+    assert on_disk["epochs_run"] == summary["epochs_run"] == 3
+    for key in ("best_epoch", "best_val_auc", "early_stopped", "samples_per_s", "data_wait_fraction",
+                "world_size", "precision", "seconds", "peak_memory_bytes", "flags"):
+        assert key in on_disk, key
+    assert on_disk["world_size"] == 1 and on_disk["precision"] == "fp32"
+    assert 0 <= on_disk["data_wait_fraction"] < 1 and on_disk["samples_per_s"] > 0
+    best = load_checkpoint(out / "best.pt")
+    assert best["epoch_finished"] == on_disk["best_epoch"]
+    # the recorded validation AUC is scikit-learn's AUC of the best model's predictions
+    meta = load_meta(tiny_dataset)
+    model = build_model("debug", Vocab.from_meta(meta), sparse=True)
+    model.load_state_dict(best["model"])
+    model.eval()
+    val = BatchDataset(tiny_dataset, "val", meta)
+    batch = val[np.arange(len(val))]
+    with torch.no_grad():
+        scores = model(batch).numpy()
+    assert on_disk["best_val_auc"] == pytest.approx(roc_auc_score(batch["label"].numpy(), scores), abs=1e-6)
+
+
+def test_early_stopping_stops_when_auc_stalls(tiny_dataset, tmp_path):
+    # lr so small nothing improves by min_delta after the first epoch
+    summary, _ = run(tiny_dataset, tmp_path, max_epochs=10, patience=2, min_delta=0.5, lr=1e-6)
+    assert summary["early_stopped"] and summary["epochs_run"] == 3 and summary["best_epoch"] == 0
+
+
+def test_resumed_run_reaches_the_same_weights(tiny_dataset, tmp_path, monkeypatch):
+    settings = {"max_epochs": 2, "checkpoint_every_steps": 1, "micro_batch": 256, "grad_accum": 2}
+    _, straight = run(tiny_dataset, tmp_path, "straight", **settings)
+
+    calls = {"n": 0}
+    original = Optimizers.step
+
+    def crash_on_step_20(self, scaler):
+        calls["n"] += 1
+        if calls["n"] == 20:  # mid-way through the second epoch (15 steps per epoch)
+            raise KeyboardInterrupt("simulated preemption")
+        original(self, scaler)
+
+    monkeypatch.setattr(Optimizers, "step", crash_on_step_20)
+    with pytest.raises(KeyboardInterrupt):
+        run(tiny_dataset, tmp_path, "resumed", **settings)
+    interrupted = load_checkpoint(tmp_path / "resumed" / "last.pt")
+    assert interrupted["epoch"] == 1 and interrupted["global_step"] == 19
+    monkeypatch.setattr(Optimizers, "step", original)
+    config = TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "resumed"),
+                         plan=str(tmp_path / "resumed-plan.json"), resume="auto")
+    summary = train(config)
+    assert summary["resumed_from"].endswith("last.pt")
+    a = load_checkpoint(straight / "last.pt")["model"]
+    b = load_checkpoint(tmp_path / "resumed" / "last.pt")["model"]
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6, msg=key)
+
+
+def test_warm_start_applies_when_shapes_match_and_says_why_not(tiny_dataset, tmp_path):
+    _, first = run(tiny_dataset, tmp_path, "first", max_epochs=1)
+    config = TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "second"),
+                         plan=plan_file(tmp_path / "p2.json", max_epochs=1), init_from=str(first / "best.pt"))
+    assert train(config)["warm_start"]["applied"] is True
+    other = make_dataset(tmp_path / "other", item_buckets=4096)
+    config = TrainConfig(data=str(other), out=str(tmp_path / "third"),
+                         plan=plan_file(tmp_path / "p3.json", max_epochs=1), init_from=str(first / "best.pt"))
+    warm = train(config)["warm_start"]
+    assert warm["applied"] is False and "item_emb.weight: checkpoint (2048" in warm["reason"]
+
+
+def test_bad_inputs_get_clear_errors(tiny_dataset, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_dataset, broken)
+    meta = json.loads((broken / "meta.json").read_text())
+    (broken / "meta.json").write_text(json.dumps(meta | {"schema_version": 99}))
+    with pytest.raises(DatasetError, match=r"meta\.json.*99"):
+        train(TrainConfig(data=str(broken), out=str(tmp_path / "o1"), plan=plan_file(tmp_path / "p.json")))
+    (broken / "meta.json").write_text(json.dumps(meta))
+    shutil.rmtree(broken / "val")
+    with pytest.raises(DatasetError, match="val"):
+        train(TrainConfig(data=str(broken), out=str(tmp_path / "o2"), plan=plan_file(tmp_path / "p.json")))
+    with pytest.raises(ValueError, match="fp16 needs a CUDA device"):
+        train(TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "o3"),
+                          plan=plan_file(tmp_path / "fp16.json", precision="fp16")))
+    out = tmp_path / "o4"
+    out.mkdir()
+    (out / "last.pt").write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(CheckpointError, match=r"o4/last\.pt: unreadable or corrupt"):
+        train(TrainConfig(data=str(tiny_dataset), out=str(out), plan=plan_file(tmp_path / "p.json"),
+                          resume="auto"))
+
+
+def test_cli_exit_code_and_one_line_error(tiny_dataset, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "components.train", "--data", str(tmp_path / "nothing"),
+                           "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("train: error (rank 0): DatasetError:")
+
+
+def test_torchrun_two_processes(tiny_dataset, tmp_path):
+    plan = plan_file(tmp_path / "plan.json", max_epochs=2, nproc_per_node=2, micro_batch=256)
+    summary = launch(LaunchSpec(data=str(tiny_dataset), out=str(tmp_path / "ddp"), plan=plan))
+    assert summary["world_size"] == 2 and summary["epochs_run"] == 2
+    assert summary["sparse_embeddings"] is True  # gloo: sparse gradients reduced across ranks
+    assert 0.0 <= summary["best_val_auc"] <= 1.0
+
+
+def test_launcher_surfaces_each_ranks_error(tiny_dataset, tmp_path):
+    plan = plan_file(tmp_path / "plan.json", nproc_per_node=2, precision="fp16")
+    with pytest.raises(LaunchError, match=r"rank 0: ValueError: plan.train.precision fp16 needs a CUDA device"
+                                          r".*rank 1: ValueError"):
+        launch(LaunchSpec(data=str(tiny_dataset), out=str(tmp_path / "fail"), plan=plan))
