@@ -26,6 +26,15 @@ SMALL = Vocab(item=500, category=40, user=300, gap=16, seq_len=12)
 NO_DROPOUT = NAMED_CONFIGS["debug"].replace(dropout=0.0, head_dropout=0.0)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one thread is faster and immune to OpenMP spinning on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def make_batch(vocab: Vocab, hist_len, seed: int = 0, length: int | None = None) -> dict:
     """A batch in the loader's contract; padded positions hold id 0 like the real arrays."""
     gen = torch.Generator().manual_seed(seed)
@@ -271,7 +280,7 @@ def test_local_config_learns_a_signal_only_the_sequence_carries():
     model = build_model("local", vocab)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
-    for step in range(150):
+    for step in range(120):
         optimizer.zero_grad()
         loss_of(model, labelled(step, 256)).backward()
         optimizer.step()

@@ -1,0 +1,267 @@
+"""Benchmark: the ``prod`` model on one CUDA GPU: bf16 autocast vs fp32 samples/s, peak memory, MFU.
+
+Synthetic random batches made on the device (no dataset, no loader: this is
+the model's own speed), the ``prod`` config at its reference vocab
+(``REFERENCE_VOCAB["prod"]``), dense embedding tables (what the trainer uses
+with NCCL) and fused AdamW (``components.train.trainer.Optimizers``), gradient
+clipping as the trainer does. For each precision: ``--warmup`` untimed steps,
+then ``--steps`` timed ones between CUDA events; peak memory is
+``torch.cuda.max_memory_allocated`` of that precision's run (model, optimizer
+state and activations).
+
+MFU = model FLOPs per sample x samples/s / the GPU's peak dense bf16 FLOP/s
+(for the fp32 run too, so both are on one scale). FLOPs per sample are counted
+with ``torch.utils.flop_counter.FlopCounterMode`` over one forward + backward
+(matrix products and attention; embedding lookups count 0), and checked
+against the analytic count (``analytic_flops``). Peaks come from a small
+table by device name (vendor datasheets, dense, no sparsity) or
+``--peak-flops``.
+
+    python benchmarks/gpu.py               # needs CUDA; writes benchmarks/results/gpu.json
+    python benchmarks/gpu.py --dry         # CPU, tiny vocab, 2 steps: proves the script runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from benchmarks.measure import machine  # noqa: E402
+from benchmarks.readme import rate, results_path, update_readme  # noqa: E402
+from components.common.plan import TrainPlan  # noqa: E402
+from components.common.storage import atomic_write_json  # noqa: E402
+from components.train.model import REFERENCE_VOCAB, ModelConfig, Vocab, build_model, count_parameters, model_config  # noqa: E402
+from components.train.trainer import Optimizers, autocast_for  # noqa: E402
+
+NAME = "gpu"
+MODEL = "prod"
+DRY_VOCAB = Vocab(item=4096, category=256, user=4096, gap=16, seq_len=REFERENCE_VOCAB[MODEL].seq_len)
+
+PEAK_BF16_FLOPS: list[tuple[str, float]] = [
+    # (substring of torch.cuda.get_device_name(), dense bf16 FLOP/s); first match wins
+    ("GH200", 989e12),
+    ("H200", 989e12),
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989e12),    # SXM ("NVIDIA H100 80GB HBM3")
+    ("H800", 989e12),
+    ("A100", 312e12),
+    ("A800", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+    ("A10G", 70e12),
+]
+
+
+def peak_for(name: str) -> float | None:
+    return next((peak for key, peak in PEAK_BF16_FLOPS if key in name), None)
+
+
+def synthetic_batches(vocab: Vocab, rows: int, count: int, device: torch.device, seed: int = 0) -> list[dict]:
+    """``count`` random batches of the batch contract, right-aligned histories of random length."""
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    length = vocab.seq_len
+
+    def ints(high: int, shape: tuple, low: int = 1) -> torch.Tensor:
+        return torch.randint(low, high, shape, generator=g, device=device)
+
+    batches = []
+    for _ in range(count):
+        hist_len = ints(length + 1, (rows,))
+        valid = torch.arange(length, device=device) >= (length - hist_len).unsqueeze(1)
+        batches.append({
+            "hist_item": ints(vocab.item, (rows, length)) * valid,
+            "hist_cat": ints(vocab.category, (rows, length)) * valid,
+            "hist_gap": ints(vocab.gap, (rows, length)) * valid,
+            "hist_len": hist_len,
+            "target_item": ints(vocab.item, (rows,)),
+            "target_cat": ints(vocab.category, (rows,)),
+            "user": ints(vocab.user, (rows,)),
+            "context": torch.stack([ints(vocab.hour, (rows,), 0), ints(vocab.dow, (rows,), 0)], dim=1),
+            "label": (torch.rand(rows, generator=g, device=device) < 0.05).float(),
+        })
+    return batches
+
+
+def analytic_flops(config: ModelConfig, seq_len: int) -> int:
+    """Forward + backward FLOPs of one sample: 3 x the forward's matrix products (2 per multiply-add)."""
+    tokens, d = seq_len + 1, config.d_model
+    per_layer = (2 * tokens * d * 3 * d        # q, k, v projections
+                 + 2 * tokens * d * d          # attention output projection
+                 + 2 * 2 * tokens * tokens * d  # scores and weighted values
+                 + 2 * 2 * tokens * d * config.ffn)  # feed-forward block
+    forward = config.layers * per_layer
+    width = 3 * d + config.user_width + 2 * config.context_dim
+    for hidden in (*config.mlp, 1):
+        forward += 2 * width * hidden
+        width = hidden
+    return 3 * forward
+
+
+def counted_flops(config: ModelConfig, seq_len: int, rows: int = 8) -> float:
+    """Forward + backward FLOPs per sample by FlopCounterMode (fp32, CPU, a tiny vocab: lookups cost 0)."""
+    vocab = dataclasses.replace(DRY_VOCAB, seq_len=seq_len)
+    model = build_model(config, vocab, sparse=False)
+    model.train()
+    batch = synthetic_batches(vocab, rows, 1, torch.device("cpu"))[0]
+    with FlopCounterMode(display=False) as counter:
+        model(batch).sum().backward()
+    return counter.get_total_flops() / rows
+
+
+def measure(precision: str, vocab: Vocab, batch: int, steps: int, warmup: int, device: torch.device,
+            seed: int = 0) -> dict:
+    """samples/s and peak memory of ``steps`` training steps of the prod model in ``precision``."""
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    torch.manual_seed(seed)
+    model = build_model(MODEL, vocab, sparse=False).to(device)
+    model.train()
+    plan = TrainPlan(model=MODEL, micro_batch=batch, precision=precision, sparse_embeddings="off", seed=seed)
+    optim = Optimizers(model, plan, warmup + steps)
+    dense = list(model.dense_parameters())
+    loss_fn = torch.nn.BCEWithLogitsLoss(reduction="sum")
+    batches = synthetic_batches(vocab, batch, 4, device, seed)
+
+    def step(b: dict) -> None:
+        with autocast_for(precision, device):
+            logits = model(b)
+        loss = loss_fn(logits.float(), b["label"]) / batch
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(dense, plan.grad_clip)
+        optim.step(None)
+        optim.zero_grad()
+
+    for i in range(warmup):
+        step(batches[i % len(batches)])
+    if cuda:
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+    t0 = time.perf_counter()
+    for i in range(steps):
+        step(batches[i % len(batches)])
+    if cuda:
+        end.record()
+        torch.cuda.synchronize(device)
+        seconds = start.elapsed_time(end) / 1000
+        peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_memory_allocated"
+    else:
+        seconds = time.perf_counter() - t0
+        peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process_max_rss"
+    del model, optim, batches
+    return {"precision": precision, "batch": batch, "steps": steps, "warmup_steps": warmup,
+            "seconds": round(seconds, 6), "step_ms": 1000 * seconds / steps,
+            "samples_per_s": rate(batch * steps, seconds), "peak_memory_bytes": int(peak),
+            "peak_memory_kind": kind}
+
+
+def readme_table(result: dict) -> str:
+    dev, params = result["device"], result["parameters"]
+    peak = result["peak_flops"]
+    lines = [
+        f"Measured by `python benchmarks/gpu.py` on {dev['name']} (torch {dev['torch']}): `{MODEL}` model "
+        f"({params['total'] / 1e6:.1f} M parameters, {params['dense'] / 1e6:.2f} M outside the embedding "
+        f"tables), dense tables + fused AdamW, synthetic batches of {result['batch']:,}, "
+        f"{result['flops_per_sample'] / 1e6:.1f} MFLOP per sample (forward + backward); MFU against "
+        + (f"{peak / 1e12:.0f} TFLOP/s dense bf16 ({result['peak_flops_source']})." if peak
+           else "no known peak (pass --peak-flops)."),
+        "",
+        "| precision | samples/s | step (ms) | achieved TFLOP/s | MFU | peak memory (GiB) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["runs"]:
+        mfu = f"{100 * r['mfu']:.2f}%" if r["mfu"] is not None else "n/a"
+        lines.append(f"| {r['precision']} | {r['samples_per_s']:,.0f} | {r['step_ms']:.2f} | "
+                     f"{r['achieved_flops'] / 1e12:.2f} | {mfu} | {r['peak_memory_bytes'] / 2**30:.2f} |")
+    if result.get("bf16_speedup"):
+        lines += ["", f"- bf16 autocast / fp32: **{result['bf16_speedup']:.2f}x** samples/s"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dry", action="store_true",
+                   help="CPU, tiny vocab, 2 steps: check the script end to end (no results file unless --results)")
+    p.add_argument("--batch", type=int, default=None, help="samples per step (default 4096, --dry 32)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps per precision (default 50, --dry 2)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 10, --dry 1)")
+    p.add_argument("--precisions", default="fp32,bf16")
+    p.add_argument("--peak-flops", type=float, default=None, help="peak dense bf16 FLOP/s of the GPU")
+    p.add_argument("--results", default=None, help="JSON output (default: benchmarks/results/gpu.json; "
+                                                   "--dry: a temp file)")
+    p.add_argument("--no-readme", action="store_true", help="do not rewrite the README block")
+    args = p.parse_args(argv)
+    if not args.dry and not torch.cuda.is_available():
+        print("gpu.py: error: no CUDA device (torch.cuda.is_available() is False); "
+              "--dry checks the script on CPU", file=sys.stderr)
+        return 2
+    batch = args.batch or (32 if args.dry else 4096)
+    steps = args.steps or (2 if args.dry else 50)
+    warmup = args.warmup if args.warmup is not None else (1 if args.dry else 10)
+    if args.dry:
+        torch.set_num_threads(1)
+        device, vocab = torch.device("cpu"), DRY_VOCAB
+        name, total_memory = "cpu (--dry)", None
+    else:
+        device, vocab = torch.device("cuda", torch.cuda.current_device()), REFERENCE_VOCAB[MODEL]
+        props = torch.cuda.get_device_properties(device)
+        name, total_memory = props.name, props.total_memory
+    if args.peak_flops:
+        peak, source = args.peak_flops, "--peak-flops"
+    else:
+        peak = None if args.dry else peak_for(name)
+        source = "datasheet table" if peak else None
+
+    config = model_config(MODEL)
+    flops = counted_flops(config, vocab.seq_len)
+    analytic = analytic_flops(config, vocab.seq_len)
+    runs = []
+    for precision in [s.strip() for s in args.precisions.split(",") if s.strip()]:
+        r = measure(precision, vocab, batch, steps, warmup, device)
+        r["achieved_flops"] = flops * r["samples_per_s"]
+        r["mfu"] = r["achieved_flops"] / peak if peak else None
+        runs.append(r)
+        print(f"  {precision:5s} {r['samples_per_s']:12,.0f} samples/s  {r['step_ms']:8.2f} ms/step  "
+              f"peak {r['peak_memory_bytes'] / 2**30:6.2f} GiB"
+              + (f"  MFU {100 * r['mfu']:.2f}%" if r["mfu"] is not None else ""), flush=True)
+    by = {r["precision"]: r for r in runs}
+    result = {
+        "benchmark": NAME, "dry": args.dry, "machine": machine(),
+        "device": {"name": name, "type": device.type, "total_memory_bytes": total_memory,
+                   "torch": torch.__version__, "cuda": torch.version.cuda},
+        "model": MODEL, "vocab": dataclasses.asdict(vocab), "parameters": count_parameters(MODEL, vocab),
+        "sparse_embeddings": False, "optimizer": "AdamW(fused=True)", "batch": batch, "steps": steps,
+        "warmup_steps": warmup, "flops_per_sample": flops, "analytic_flops_per_sample": analytic,
+        "peak_flops": peak, "peak_flops_source": source, "runs": runs,
+        "bf16_speedup": (rate(by["bf16"]["samples_per_s"], by["fp32"]["samples_per_s"])
+                         if "bf16" in by and "fp32" in by else None),
+    }
+    if args.dry and not args.results:
+        path = Path(tempfile.mkdtemp(prefix="bench-gpu-dry-")) / "gpu.json"
+    else:
+        path = results_path(NAME, args.results)
+    out = atomic_write_json(path, result)
+    table = readme_table(result)
+    print("\n" + table + f"\n\nwrote {out}")
+    if not args.no_readme and not args.dry:
+        update_readme(NAME, table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""Benchmark: can the data loader feed the model? make_loader's batches/s vs the model's steps/s.
+
+Measures, on one dataset and in one run:
+
+* the tuned loader path of the trainer (``BatchDataset`` + ``ShardedBatchSampler``
+  + ``make_loader``) at micro-batch 1024 with 0, 1 and 2 worker processes:
+  batches/s delivered to the consuming process (after a warm-up that includes
+  the workers' start), and that process's own CPU time per batch;
+* the model's consumption rate: forward + backward + optimizer step of the
+  ``local`` config at micro-batch 1024 on one intra-op thread, with sparse
+  item/user tables (SparseAdam) and fused AdamW, gradient clipping as the
+  trainer does (``components.train.trainer.Optimizers``), on real batches
+  gathered beforehand (so no loading inside the timing).
+
+The ratio loader batches/s / model steps/s says how far ahead of the model the
+loader runs (target >= 10x: the step then waits for data at most ~10% of its
+time even with no overlap at all). Writes benchmarks/results/loader.json and
+the README block between ``<!-- bench:loader:start/end -->``.
+
+    python benchmarks/loader.py                      # data/dataset (`make run` creates it)
+    python benchmarks/loader.py --quick --no-readme  # seconds, for smoke tests
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from benchmarks.measure import machine  # noqa: E402
+from benchmarks.readme import DEFAULT_DATA, rate, require_dataset, results_path, update_readme  # noqa: E402
+from components.common.plan import TrainPlan  # noqa: E402
+from components.common.storage import atomic_write_json  # noqa: E402
+from components.train.data import BatchDataset, ShardedBatchSampler, load_meta, make_loader  # noqa: E402
+from components.train.model import Vocab, build_model  # noqa: E402
+from components.train.trainer import Optimizers  # noqa: E402
+
+NAME = "loader"
+MICRO_BATCH = 1024
+TARGET_RATIO = 10.0
+
+
+def measure_loader(data: Path, workers: int, micro_batch: int, batches: int, warmup: int,
+                   seed: int = 0) -> dict:
+    """Batches/s of the trainer's loader at ``workers`` worker processes, epochs back to back."""
+    meta = load_meta(data, splits=("train",))
+    dataset = BatchDataset(data, "train", meta)
+    sampler = ShardedBatchSampler(len(dataset), micro_batch, seed=seed)
+    plan = TrainPlan(micro_batch=micro_batch, num_workers=workers, seed=seed)
+    loader = make_loader(dataset, sampler, plan, "cpu")
+
+    def stream():
+        epoch = 0
+        while True:
+            sampler.set_epoch(epoch)
+            yield from loader
+            epoch += 1
+
+    batches_iter = stream()
+    for _ in range(warmup):  # includes starting the workers and filling their prefetch queues
+        next(batches_iter)
+    rows = 0
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    for _ in range(batches):
+        rows += len(next(batches_iter)["label"])
+    seconds = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    batches_iter.close()
+    del batches_iter, loader
+    gc.collect()  # shuts the persistent workers down before the next measurement
+    return {"num_workers": workers, "batches": batches, "rows": rows, "seconds": round(seconds, 4),
+            "batches_per_s": rate(batches, seconds), "samples_per_s": rate(rows, seconds),
+            "main_cpu_ms_per_batch": 1000 * cpu / batches}
+
+
+def measure_model(data: Path, config: str, micro_batch: int, steps: int, warmup: int,
+                  threads: int = 1, seed: int = 0) -> dict:
+    """Optimizer steps/s of the model on pre-gathered batches: what the trainer's step costs."""
+    torch.set_num_threads(threads)
+    meta = load_meta(data, splits=("train",))
+    dataset = BatchDataset(data, "train", meta)
+    rng = np.random.default_rng(seed)
+    rows = min(micro_batch, len(dataset))
+    batches = [dataset[np.sort(rng.choice(len(dataset), size=rows, replace=False))] for _ in range(4)]
+    torch.manual_seed(seed)
+    model = build_model(config, Vocab.from_meta(meta), sparse=True)
+    model.set_output_bias(meta["splits"]["train"]["positive_rate"])
+    model.train()
+    plan = TrainPlan(model=config, micro_batch=micro_batch, cpu_threads=threads, seed=seed)
+    optim = Optimizers(model, plan, warmup + steps)
+    loss_fn = torch.nn.BCEWithLogitsLoss(reduction="sum")
+    dense = list(model.dense_parameters())
+
+    def step(batch: dict) -> None:
+        loss = loss_fn(model(batch), batch["label"]) / len(batch["label"])
+        loss.backward()
+        if plan.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(dense, plan.grad_clip)
+        optim.step(None)
+        optim.zero_grad()
+
+    for i in range(warmup):
+        step(batches[i % len(batches)])
+    t0 = time.perf_counter()
+    for i in range(steps):
+        step(batches[i % len(batches)])
+    seconds = time.perf_counter() - t0
+    return {"model": config, "micro_batch": rows, "threads": threads, "sparse_embeddings": True,
+            "optimizers": "SparseAdam (item/user) + AdamW(fused=True)", "steps": steps,
+            "seconds": round(seconds, 4), "steps_per_s": rate(steps, seconds),
+            "samples_per_s": rate(steps * rows, seconds)}
+
+
+def readme_table(result: dict) -> str:
+    m, model = result["machine"], result["model_step"]
+    lines = [
+        f"Measured by `python benchmarks/loader.py` on {m['cpus']} cores ({m['cpu_model']}), "
+        f"{m['memory_gib']} GiB RAM; {result['train_rows']:,} training rows, micro-batch "
+        f"{result['micro_batch']:,}{' (--quick)' if result['quick'] else ''}.",
+        "",
+        "| what | batches/s | samples/s | consumer CPU ms/batch | loader / model |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in result["loaders"]:
+        lines.append(f"| make_loader, num_workers={r['num_workers']} | {r['batches_per_s']:,.1f} | "
+                     f"{r['samples_per_s']:,.0f} | {r['main_cpu_ms_per_batch']:.2f} | "
+                     f"**{r['ratio']:.1f}x** |")
+    lines.append(f"| model step (`{model['model']}`, fwd+bwd+optimizer, {model['threads']} thread) | "
+                 f"{model['steps_per_s']:,.2f} | {model['samples_per_s']:,.0f} | | 1x |")
+    lines += ["", f"- loader batches/s / model steps/s: best **{result['best_ratio']:.1f}x** "
+                  f"(target >= {TARGET_RATIO:.0f}x: {'met' if result['meets_target'] else 'NOT met'}); "
+                  f"consumer CPU ms/batch is what the training process itself pays per batch"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", default=str(DEFAULT_DATA), help="preprocessed dataset (default: data/dataset)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test, not a measurement")
+    p.add_argument("--workers", default="0,1,2", help="loader worker counts to measure")
+    p.add_argument("--micro-batch", type=int, default=MICRO_BATCH)
+    p.add_argument("--model", default="local", help="named model config whose step the loader must feed")
+    p.add_argument("--batches", type=int, default=None, help="timed loader batches per worker count")
+    p.add_argument("--steps", type=int, default=None, help="timed model steps")
+    p.add_argument("--results", default=None, help="JSON output (default: benchmarks/results/loader.json)")
+    p.add_argument("--no-readme", action="store_true", help="do not rewrite the README block")
+    args = p.parse_args(argv)
+    data = require_dataset(args.data, "loader.py")
+    batches = args.batches or (12 if args.quick else 400)
+    steps = args.steps or (3 if args.quick else 40)
+    loader_warmup, model_warmup = (2, 1) if args.quick else (20, 5)
+    workers = [int(w) for w in args.workers.split(",") if w.strip()]
+
+    meta = load_meta(data, splits=("train",))
+    model = measure_model(data, args.model, args.micro_batch, steps, model_warmup)
+    print(f"  model step   {model['steps_per_s']:8.2f} steps/s  {model['samples_per_s']:10,.0f} samples/s",
+          flush=True)
+    loaders = []
+    for w in workers:
+        r = measure_loader(data, w, args.micro_batch, batches, loader_warmup)
+        r["ratio"] = rate(r["batches_per_s"], model["steps_per_s"])
+        loaders.append(r)
+        print(f"  num_workers={w}  {r['batches_per_s']:8.1f} batches/s {r['samples_per_s']:10,.0f} samples/s  "
+              f"{r['ratio']:6.1f}x the model", flush=True)
+    best = max((r["ratio"] for r in loaders), default=0.0)
+    result = {"benchmark": NAME, "machine": machine(), "quick": args.quick, "data": str(data),
+              "train_rows": int(meta["splits"]["train"]["rows"]), "micro_batch": args.micro_batch,
+              "model_step": model, "loaders": loaders, "target_ratio": TARGET_RATIO,
+              "best_ratio": best, "meets_target": best >= TARGET_RATIO}
+    out = atomic_write_json(results_path(NAME, args.results), result)
+    table = readme_table(result)
+    print("\n" + table + f"\n\nwrote {out}")
+    if not args.no_readme:
+        update_readme(NAME, table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""Benchmark: the tuned trainer vs. a naive PyTorch setup, and 1 vs 2 processes, in one run.
+
+All runs train the ``local`` model on the same rows (the first ``--rows`` rows
+of the dataset's train split, copied into a temporary dataset folder whose
+val/test splits are cut to ``--eval-rows``; ``--rows 0`` = the whole split).
+
+(a) naive, "as many teams start": a ``Dataset`` whose ``__getitem__(i)`` returns
+    ONE sample (a dict of tensors read from the memory-mapped arrays), default
+    collate, ``DataLoader(batch_size=1024, shuffle=True, num_workers=0)``, fp32,
+    dense embeddings, plain ``torch.optim.AdamW`` (not fused), torch's default
+    intra-op threads. It runs a bounded number of steps (``--naive-steps``, at
+    most ``--naive-seconds``) after ``--naive-warmup`` untimed ones (leaving the
+    warm-up out favours the baseline); samples/s = timed samples / timed seconds.
+(b) tuned: ``components.train.launch.launch`` (torchrun, 1 process) of the real
+    trainer, 1 epoch over the same rows, micro-batch 1024, 1 intra-op thread,
+    sparse item/user tables (SparseAdam) + fused AdamW, ``--workers`` loader
+    workers. samples/s and data-wait come from its train_summary.json (the
+    training loop of the epoch only: validation and start-up are not counted).
+(c) the same trainer under torchrun with 2 processes at the same global batch
+    (micro-batch 512 each): scaling efficiency = samples/s(2) / (2 x samples/s(1)).
+
+Data-wait is measured the same way everywhere: time blocked in
+``next(iterator)`` / time of the whole step loop. Writes
+benchmarks/results/train.json and the README block between
+``<!-- bench:train:start/end -->``.
+
+    python benchmarks/train.py                         # data/dataset, 200,000 rows
+    python benchmarks/train.py --quick --no-readme     # seconds, for smoke tests
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+
+from benchmarks.measure import machine  # noqa: E402
+from benchmarks.readme import DEFAULT_DATA, rate, require_dataset, results_path, update_readme  # noqa: E402
+from components.common.plan import TrainPlan, write_plan  # noqa: E402
+from components.common.storage import atomic_write_json  # noqa: E402
+from components.preprocess.stage import SPLITS  # noqa: E402
+from components.train.data import BATCH_SPEC, load_meta  # noqa: E402
+from components.train.launch import LaunchSpec, launch  # noqa: E402
+from components.train.model import Vocab, build_model  # noqa: E402
+
+NAME = "train"
+GLOBAL_BATCH = 1024
+MODEL = "local"
+LR = 1e-3
+TARGET_SPEEDUP, TARGET_WAIT = 2.0, 0.05
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def subset_dataset(src: Path, dst: Path, rows: int, eval_rows: int) -> dict:
+    """A dataset folder at ``dst`` with the first ``rows`` train rows and ``eval_rows`` val/test rows.
+
+    A split taken whole is symlinked; a cut one is copied. meta.json's row counts
+    and positive rates are those of the cut; ``benchmark_subset`` records the cut.
+    """
+    meta = load_meta(src)
+    new = copy.deepcopy(meta)
+    dst.mkdir(parents=True, exist_ok=True)
+    taken = {}
+    for split in SPLITS:
+        total = int(meta["splits"][split]["rows"])
+        want = rows if split == "train" else eval_rows
+        n = total if want <= 0 else min(want, total)
+        taken[split] = n
+        if n == total:
+            (dst / split).symlink_to((src / split).resolve(), target_is_directory=True)
+            continue
+        (dst / split).mkdir()
+        for name in meta["arrays"]:
+            array = np.load(src / split / f"{name}.npy", mmap_mode="r")
+            np.save(dst / split / f"{name}.npy", np.ascontiguousarray(array[:n]))
+        positives = int(np.load(dst / split / "label.npy").sum())
+        new["splits"][split].update(rows=n, positives=positives, positive_rate=positives / n if n else 0.0)
+    new["benchmark_subset"] = {"source": str(src), "rows": taken, "how": "first rows of each split"}
+    atomic_write_json(dst / "meta.json", new)
+    return new
+
+
+class PerSampleDataset(Dataset):
+    """The naive dataset: one row per ``__getitem__``, as a dict of tensors read from the memmaps."""
+
+    def __init__(self, data_dir: Path, split: str = "train") -> None:
+        self.arrays = {name: np.load(Path(data_dir) / split / f"{name}.npy", mmap_mode="r")
+                       for name in BATCH_SPEC}
+        self.rows = len(self.arrays["label"])
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {name: torch.tensor(self.arrays[name][i], dtype=dtype) for name, dtype in BATCH_SPEC.items()}
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def run_naive(data: Path, steps: int, warmup: int, max_seconds: float, seed: int = 0) -> dict:
+    """The naive loop: per-sample dataset, default collate, dense tables, AdamW, default threads."""
+    meta = load_meta(data)
+    torch.manual_seed(seed)
+    model = build_model(MODEL, Vocab.from_meta(meta), sparse=False)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    loader = DataLoader(PerSampleDataset(data), batch_size=GLOBAL_BATCH, shuffle=True, num_workers=0)
+    iterator = iter(loader)
+    wait = seconds = 0.0
+    samples = timed = 0
+    for step in range(warmup + steps):
+        t0 = time.perf_counter()
+        try:
+            batch = next(iterator)
+        except StopIteration:  # a small subset: start another epoch
+            iterator = iter(loader)
+            batch = next(iterator)
+        t1 = time.perf_counter()
+        loss = loss_fn(model(batch), batch["label"])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        t2 = time.perf_counter()
+        if step >= warmup:
+            wait += t1 - t0
+            seconds += t2 - t0
+            samples += len(batch["label"])
+            timed += 1
+            if seconds >= max_seconds:
+                break
+    return {"setup": "naive", "processes": 1, "threads": torch.get_num_threads(),
+            "description": "per-sample Dataset + default collate, DataLoader(batch_size=1024, "
+                           "shuffle=True, num_workers=0), fp32, dense embeddings, AdamW (not fused), "
+                           "default torch threads",
+            "steps": timed, "warmup_steps": warmup, "samples": samples, "seconds": round(seconds, 3),
+            "samples_per_s": rate(samples, seconds), "data_wait_fraction": wait / seconds if seconds else 0.0}
+
+
+def run_tuned(data: Path, work: Path, nproc: int, workers: int) -> dict:
+    """The real trainer under torchrun: 1 epoch at the global batch, split over ``nproc`` processes."""
+    if GLOBAL_BATCH % nproc:
+        raise ValueError(f"global batch {GLOBAL_BATCH} does not split over {nproc} processes")
+    plan = TrainPlan(model=MODEL, micro_batch=GLOBAL_BATCH // nproc, nproc_per_node=nproc,
+                     num_workers=workers, cpu_threads=1, lr=LR, max_epochs=1, patience=0)
+    plan_path = write_plan(work / f"plan-{nproc}.json", plan)
+    out = work / f"tuned-{nproc}"
+    started = time.perf_counter()
+    summary = launch(LaunchSpec(data=str(data), out=str(out), plan=str(plan_path), nproc=nproc,
+                                resume="never", max_epochs=1))
+    epoch = summary["history"][0]
+    return {"setup": "tuned", "processes": summary["world_size"], "threads": plan.cpu_threads,
+            "num_workers": workers, "micro_batch": plan.micro_batch, "global_batch": plan.global_batch,
+            "sparse_embeddings": summary["sparse_embeddings"], "precision": summary["precision"],
+            "description": f"components.train trainer via torchrun, {nproc} process(es), "
+                           f"micro-batch {plan.micro_batch}, {workers} loader worker(s) each, "
+                           "1 thread, sparse tables + SparseAdam, AdamW(fused=True)",
+            "epoch_seconds": round(epoch["seconds"], 3), "wall_seconds": round(time.perf_counter() - started, 3),
+            "samples_per_s": summary["samples_per_s"], "data_wait_fraction": summary["data_wait_fraction"],
+            "val_auc": summary["best_val_auc"]}
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def summarize(naive: dict, tuned: list[dict]) -> dict:
+    by = {r["processes"]: r for r in tuned}
+    one = by.get(1)
+    out: dict = {"target_speedup": TARGET_SPEEDUP, "target_data_wait": TARGET_WAIT}
+    if one:
+        out["speedup"] = rate(one["samples_per_s"], naive["samples_per_s"])
+        out["tuned_data_wait_fraction"] = one["data_wait_fraction"]
+        out["meets_speedup_target"] = out["speedup"] >= TARGET_SPEEDUP
+        out["meets_data_wait_target"] = one["data_wait_fraction"] <= TARGET_WAIT
+    if one and 2 in by:
+        out["speedup_2proc"] = rate(by[2]["samples_per_s"], naive["samples_per_s"])
+        out["scaling_efficiency"] = rate(by[2]["samples_per_s"], 2 * one["samples_per_s"])
+    return out
+
+
+def readme_table(result: dict) -> str:
+    m, s, naive = result["machine"], result["summary"], result["naive"]
+    lines = [
+        f"Measured by `python benchmarks/train.py` on {m['cpus']} cores ({m['cpu_model']}), "
+        f"{m['memory_gib']} GiB RAM; `{MODEL}` model, global batch {GLOBAL_BATCH:,}, the first "
+        f"{result['rows']['train']:,} training rows{' (--quick)' if result['quick'] else ''}. "
+        f"Naive: {naive['steps']} timed steps after {naive['warmup_steps']} warm-up; tuned: 1 epoch.",
+        "",
+        "| setup | processes | threads/process | samples/s | data-wait | vs naive |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in [naive, *result["tuned"]]:
+        label = ("naive (per-sample Dataset, default collate, dense tables, AdamW)" if r["setup"] == "naive"
+                 else f"tuned trainer (torchrun, micro-batch {r['micro_batch']}, "
+                      f"{r['num_workers']} loader worker(s))")
+        lines.append(f"| {label} | {r['processes']} | {r['threads']} | {r['samples_per_s']:,.0f} | "
+                     f"{100 * r['data_wait_fraction']:.1f}% | "
+                     f"{rate(r['samples_per_s'], naive['samples_per_s']):.2f}x |")
+    lines.append("")
+    if "speedup" in s:
+        lines.append(f"- tuned / naive, 1 process: **{s['speedup']:.2f}x** samples/s (target >= "
+                     f"{TARGET_SPEEDUP:.0f}x: {'met' if s['meets_speedup_target'] else 'NOT met'}); tuned "
+                     f"data-wait {100 * s['tuned_data_wait_fraction']:.1f}% (target <= "
+                     f"{100 * TARGET_WAIT:.0f}%: {'met' if s['meets_data_wait_target'] else 'NOT met'})")
+    if "scaling_efficiency" in s:
+        lines.append(f"- 2 processes vs 1 at the same global batch: scaling efficiency "
+                     f"**{s['scaling_efficiency']:.2f}** (samples/s at 2 / (2 x samples/s at 1)) on "
+                     f"{m['cpus']} cores")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", default=str(DEFAULT_DATA), help="preprocessed dataset (default: data/dataset)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test, not a measurement")
+    p.add_argument("--rows", type=int, default=None,
+                   help="first N train rows used by every run (0 = all; default 200000, --quick 2048)")
+    p.add_argument("--eval-rows", type=int, default=None,
+                   help="val/test rows kept (validation runs after the epoch, not timed; default 20000)")
+    p.add_argument("--naive-steps", type=int, default=None, help="timed naive steps (default 30, --quick 2)")
+    p.add_argument("--naive-warmup", type=int, default=None, help="untimed naive steps first (default 2)")
+    p.add_argument("--naive-seconds", type=float, default=180.0, help="stop the naive run after this long")
+    p.add_argument("--workers", type=int, default=1, help="loader workers per tuned training process")
+    p.add_argument("--nprocs", default="1,2", help="process counts of the tuned runs")
+    p.add_argument("--work", default=None, help="folder for the subset and run outputs (default: a temp dir)")
+    p.add_argument("--results", default=None, help="JSON output (default: benchmarks/results/train.json)")
+    p.add_argument("--no-readme", action="store_true", help="do not rewrite the README block")
+    args = p.parse_args(argv)
+    src = require_dataset(args.data, "train.py")
+    rows = args.rows if args.rows is not None else (2048 if args.quick else 200_000)
+    eval_rows = args.eval_rows if args.eval_rows is not None else (512 if args.quick else 20_000)
+    naive_steps = args.naive_steps or (2 if args.quick else 30)
+    naive_warmup = args.naive_warmup if args.naive_warmup is not None else (1 if args.quick else 2)
+    nprocs = [int(n) for n in args.nprocs.split(",") if n.strip()]
+
+    with tempfile.TemporaryDirectory(prefix="bench-train-", dir=args.work) as tmp:
+        work = Path(tmp)
+        meta = subset_dataset(src, work / "data", rows, eval_rows)
+        data = work / "data"
+        taken = meta["benchmark_subset"]["rows"]
+        print(f"  {taken['train']:,} training rows ({math.ceil(taken['train'] / GLOBAL_BATCH)} steps of "
+              f"{GLOBAL_BATCH}) from {src}", flush=True)
+        # the naive run goes first, in this process, with torch's default threads untouched
+        naive = run_naive(data, naive_steps, naive_warmup, args.naive_seconds)
+        print(f"  naive        {naive['samples_per_s']:10,.0f} samples/s  data-wait "
+              f"{100 * naive['data_wait_fraction']:5.1f}%  ({naive['steps']} steps, {naive['threads']} threads)",
+              flush=True)
+        tuned = []
+        for nproc in nprocs:
+            r = run_tuned(data, work, nproc, args.workers)
+            tuned.append(r)
+            print(f"  tuned x{nproc}     {r['samples_per_s']:10,.0f} samples/s  data-wait "
+                  f"{100 * r['data_wait_fraction']:5.1f}%", flush=True)
+    result = {"benchmark": NAME, "machine": machine(), "quick": args.quick, "data": str(src),
+              "model": MODEL, "global_batch": GLOBAL_BATCH, "rows": taken, "naive": naive,
+              "tuned": tuned, "summary": summarize(naive, tuned)}
+    out = atomic_write_json(results_path(NAME, args.results), result)
+    table = readme_table(result)
+    print("\n" + table + f"\n\nwrote {out}")
+    if not args.no_readme:
+        update_readme(NAME, table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The benchmark scripts run end to end at tiny sizes (--quick / --dry) and write their JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_script(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), *args],
+                          capture_output=True, text=True, timeout=timeout, check=False, cwd=ROOT)
+
+
+def run_ok(name: str, *args: str) -> subprocess.CompletedProcess:
+    proc = run_script(name, *args)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "|---" in proc.stdout  # the table was printed
+    return proc
+
+
+def positive(*values) -> bool:
+    return all(isinstance(v, int | float) and v > 0 for v in values)
+
+
+def test_loader_benchmark_quick(tiny_dataset, tmp_path):
+    out = tmp_path / "loader.json"
+    run_ok("loader", "--data", str(tiny_dataset), "--quick", "--no-readme", "--results", str(out))
+    result = json.loads(out.read_text())
+    assert result["benchmark"] == "loader" and result["quick"] is True
+    assert result["machine"]["cpus"] >= 1 and result["micro_batch"] == 1024
+    model = result["model_step"]
+    assert model["model"] == "local" and model["threads"] == 1 and model["sparse_embeddings"] is True
+    assert positive(model["steps_per_s"], model["samples_per_s"])
+    assert [r["num_workers"] for r in result["loaders"]] == [0, 1, 2]
+    for r in result["loaders"]:
+        assert positive(r["batches_per_s"], r["samples_per_s"], r["main_cpu_ms_per_batch"], r["ratio"])
+        assert r["ratio"] == pytest.approx(r["batches_per_s"] / model["steps_per_s"])
+    assert result["best_ratio"] == max(r["ratio"] for r in result["loaders"])
+    assert isinstance(result["meets_target"], bool)
+
+
+def test_train_benchmark_quick(tiny_dataset, tmp_path):
+    out = tmp_path / "train.json"
+    run_ok("train", "--data", str(tiny_dataset), "--quick", "--no-readme", "--results", str(out),
+           "--work", str(tmp_path))
+    result = json.loads(out.read_text())
+    assert result["benchmark"] == "train" and result["global_batch"] == 1024
+    assert result["rows"]["train"] == 2048  # the --quick subset
+    naive = result["naive"]
+    assert naive["steps"] >= 1 and naive["threads"] >= 1
+    assert positive(naive["samples_per_s"]) and 0 <= naive["data_wait_fraction"] < 1
+    assert [r["processes"] for r in result["tuned"]] == [1, 2]
+    for r in result["tuned"]:
+        assert r["global_batch"] == 1024 and r["micro_batch"] * r["processes"] == 1024
+        assert r["threads"] == 1 and r["sparse_embeddings"] is True
+        assert positive(r["samples_per_s"]) and 0 <= r["data_wait_fraction"] < 1
+    s = result["summary"]
+    assert positive(s["speedup"], s["speedup_2proc"], s["scaling_efficiency"])
+    assert isinstance(s["meets_speedup_target"], bool) and isinstance(s["meets_data_wait_target"], bool)
+    assert not list(tmp_path.glob("bench-train-*"))  # the temporary subset and runs are cleaned up
+
+
+def test_gpu_benchmark_dry(tmp_path):
+    out = tmp_path / "gpu.json"
+    run_ok("gpu", "--dry", "--peak-flops", "1e12", "--no-readme", "--results", str(out))
+    result = json.loads(out.read_text())
+    assert result["benchmark"] == "gpu" and result["dry"] is True and result["model"] == "prod"
+    assert result["device"]["type"] == "cpu" and result["sparse_embeddings"] is False
+    # FlopCounterMode's count is the analytic one: 3 x the forward's matrix products
+    assert result["flops_per_sample"] == result["analytic_flops_per_sample"] > 0
+    assert [r["precision"] for r in result["runs"]] == ["fp32", "bf16"]
+    for r in result["runs"]:
+        assert positive(r["samples_per_s"], r["step_ms"], r["peak_memory_bytes"], r["achieved_flops"], r["mfu"])
+    assert positive(result["bf16_speedup"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+def test_gpu_benchmark_without_cuda_fails_in_one_line(tmp_path):
+    proc = run_script("gpu", "--results", str(tmp_path / "gpu.json"), "--no-readme")
+    assert proc.returncode != 0
+    assert proc.stderr.strip().count("\n") == 0 and "no CUDA device" in proc.stderr
+    assert not (tmp_path / "gpu.json").exists()
