@@ -41,7 +41,14 @@ from benchmarks.measure import machine  # noqa: E402
 from benchmarks.readme import rate, results_path, update_readme  # noqa: E402
 from components.common.plan import TrainPlan  # noqa: E402
 from components.common.storage import atomic_write_json  # noqa: E402
-from components.train.model import REFERENCE_VOCAB, ModelConfig, Vocab, build_model, count_parameters, model_config  # noqa: E402
+from components.train.model import (  # noqa: E402
+    REFERENCE_VOCAB,
+    ModelConfig,
+    Vocab,
+    build_model,
+    count_parameters,
+    model_config,
+)
 from components.train.trainer import Optimizers, autocast_for  # noqa: E402
 
 NAME = "gpu"
@@ -163,7 +170,6 @@ def measure(precision: str, vocab: Vocab, batch: int, steps: int, warmup: int, d
     else:
         seconds = time.perf_counter() - t0
         peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process_max_rss"
-    del model, optim, batches
     return {"precision": precision, "batch": batch, "steps": steps, "warmup_steps": warmup,
             "seconds": round(seconds, 6), "step_ms": 1000 * seconds / steps,
             "samples_per_s": rate(batch * steps, seconds), "peak_memory_bytes": int(peak),

@@ -48,6 +48,15 @@ MICRO_BATCH = 1024
 TARGET_RATIO = 10.0
 
 
+def epochs(loader, sampler: ShardedBatchSampler):
+    """The loader's batches, epoch after epoch, without end."""
+    epoch = 0
+    while True:
+        sampler.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
 def measure_loader(data: Path, workers: int, micro_batch: int, batches: int, warmup: int,
                    seed: int = 0) -> dict:
     """Batches/s of the trainer's loader at ``workers`` worker processes, epochs back to back."""
@@ -57,14 +66,7 @@ def measure_loader(data: Path, workers: int, micro_batch: int, batches: int, war
     plan = TrainPlan(micro_batch=micro_batch, num_workers=workers, seed=seed)
     loader = make_loader(dataset, sampler, plan, "cpu")
 
-    def stream():
-        epoch = 0
-        while True:
-            sampler.set_epoch(epoch)
-            yield from loader
-            epoch += 1
-
-    batches_iter = stream()
+    batches_iter = epochs(loader, sampler)
     for _ in range(warmup):  # includes starting the workers and filling their prefetch queues
         next(batches_iter)
     rows = 0

@@ -147,3 +147,18 @@ def test_launcher_surfaces_each_ranks_error(tiny_dataset, tmp_path):
     with pytest.raises(LaunchError, match=r"rank 0: ValueError: plan.train.precision fp16 needs a CUDA device"
                                           r".*rank 1: ValueError"):
         launch(LaunchSpec(data=str(tiny_dataset), out=str(tmp_path / "fail"), plan=plan))
+
+
+def test_mlflow_logging_from_rank_zero(tiny_dataset, tmp_path):
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "o"), tracking_uri=uri,
+                         experiment="test-train", plan=plan_file(tmp_path / "p.json", max_epochs=2, patience=5))
+    summary = train(config)
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("test-train").experiment_id])
+    history = client.get_metric_history(run.info.run_id, "val_auc")
+    assert [m.step for m in history] == [0, 1]
+    assert history[-1].value == pytest.approx(summary["history"][-1]["val_auc"])
+    assert run.data.params["model"] == "debug" and run.data.params["world_size"] == "1"

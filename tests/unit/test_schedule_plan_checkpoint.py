@@ -112,3 +112,14 @@ def test_shape_mismatches_are_listed():
     problems = shape_mismatches(a, b)
     assert "emb: checkpoint (10, 4) vs model (20, 4)" in problems
     assert "c: missing in checkpoint" in problems and "b: not in this model" in problems
+
+
+def test_diagnosis_flags_starvation_low_utilization_and_memory():
+    from components.train.trainer import diagnose
+
+    assert diagnose(0.02, 95.0, 10, 100) == []
+    flags = {f["flag"]: f for f in diagnose(0.25, 40.0, 95, 100)}
+    assert set(flags) == {"data_starved", "gpu_underutilized", "memory_high"}
+    assert "num_workers" in flags["data_starved"]["recommendation"]
+    assert "checkpointing" in flags["memory_high"]["recommendation"]
+    assert diagnose(0.0, None, 10, None) == []  # CPU: no utilization, no capacity check
