@@ -44,8 +44,12 @@ preprocess: install ## run the preprocess stage on $(DATA)/raw into $(DATA)/data
 test: install ## run the test suite (unit + integration, tiny data)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-bench: install ## measured comparisons against baselines -> benchmarks/results/
+bench: install data preprocess ## measured comparisons against baselines -> benchmarks/results/ and README
 	$(PY) benchmarks/preprocess.py
+	$(PY) benchmarks/loader.py --data $(DATA)/dataset
+	$(PY) benchmarks/train.py --data $(DATA)/dataset
+	@if $(PY) -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then $(PY) benchmarks/gpu.py; \
+	else echo "no CUDA device: benchmarks/gpu.py --dry only"; $(PY) benchmarks/gpu.py --dry; fi
 
 lint: install ## ruff
 	$(PY) -m ruff check .

@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import resource
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -202,14 +201,15 @@ def readme_table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dry", action="store_true",
-                   help="CPU, tiny vocab, 2 steps: check the script end to end (no results file unless --results)")
+                   help="CPU, tiny vocab, 2 steps: check the script end to end (no README; "
+                        "results to a temp file unless --results)")
     p.add_argument("--batch", type=int, default=None, help="samples per step (default 4096, --dry 32)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per precision (default 50, --dry 2)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 10, --dry 1)")
     p.add_argument("--precisions", default="fp32,bf16")
     p.add_argument("--peak-flops", type=float, default=None, help="peak dense bf16 FLOP/s of the GPU")
-    p.add_argument("--results", default=None, help="JSON output (default: benchmarks/results/gpu.json; "
-                                                   "--dry: a temp file)")
+    p.add_argument("--results", default=None,
+                   help="JSON output (default: benchmarks/results/gpu.json; --dry: a temp file)")
     p.add_argument("--no-readme", action="store_true", help="do not rewrite the README block")
     args = p.parse_args(argv)
     if not args.dry and not torch.cuda.is_available():
@@ -257,11 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         "bf16_speedup": (rate(by["bf16"]["samples_per_s"], by["fp32"]["samples_per_s"])
                          if "bf16" in by and "fp32" in by else None),
     }
-    if args.dry and not args.results:
-        path = Path(tempfile.mkdtemp(prefix="bench-gpu-dry-")) / "gpu.json"
-    else:
-        path = results_path(NAME, args.results)
-    out = atomic_write_json(path, result)
+    out = atomic_write_json(results_path(NAME, args.results, throwaway=args.dry), result)
     table = readme_table(result)
     print("\n" + table + f"\n\nwrote {out}")
     if not args.no_readme and not args.dry:

@@ -146,13 +146,16 @@ def readme_table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=str(DEFAULT_DATA), help="preprocessed dataset (default: data/dataset)")
-    p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test, not a measurement")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny sizes: a smoke test, not a measurement (no README; results to a "
+                        "temp file unless --results)")
     p.add_argument("--workers", default="0,1,2", help="loader worker counts to measure")
     p.add_argument("--micro-batch", type=int, default=MICRO_BATCH)
     p.add_argument("--model", default="local", help="named model config whose step the loader must feed")
     p.add_argument("--batches", type=int, default=None, help="timed loader batches per worker count")
     p.add_argument("--steps", type=int, default=None, help="timed model steps")
-    p.add_argument("--results", default=None, help="JSON output (default: benchmarks/results/loader.json)")
+    p.add_argument("--results", default=None,
+                   help="JSON output (default: benchmarks/results/loader.json; --quick: a temp file)")
     p.add_argument("--no-readme", action="store_true", help="do not rewrite the README block")
     args = p.parse_args(argv)
     data = require_dataset(args.data, "loader.py")
@@ -170,17 +173,18 @@ def main(argv: list[str] | None = None) -> int:
         r = measure_loader(data, w, args.micro_batch, batches, loader_warmup)
         r["ratio"] = rate(r["batches_per_s"], model["steps_per_s"])
         loaders.append(r)
-        print(f"  num_workers={w}  {r['batches_per_s']:8.1f} batches/s {r['samples_per_s']:10,.0f} samples/s  "
+        print(f"  num_workers={w}  {r['batches_per_s']:8.1f} batches/s "
+              f"{r['samples_per_s']:10,.0f} samples/s  "
               f"{r['ratio']:6.1f}x the model", flush=True)
     best = max((r["ratio"] for r in loaders), default=0.0)
     result = {"benchmark": NAME, "machine": machine(), "quick": args.quick, "data": str(data),
               "train_rows": int(meta["splits"]["train"]["rows"]), "micro_batch": args.micro_batch,
               "model_step": model, "loaders": loaders, "target_ratio": TARGET_RATIO,
               "best_ratio": best, "meets_target": best >= TARGET_RATIO}
-    out = atomic_write_json(results_path(NAME, args.results), result)
+    out = atomic_write_json(results_path(NAME, args.results, throwaway=args.quick), result)
     table = readme_table(result)
     print("\n" + table + f"\n\nwrote {out}")
-    if not args.no_readme:
+    if not (args.no_readme or args.quick):  # --quick figures are no measurement
         update_readme(NAME, table)
     return 0
 

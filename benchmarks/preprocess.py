@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -21,10 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.measure import machine, run_measured  # noqa: E402
+from benchmarks.readme import update_readme  # noqa: E402
 from components.common.storage import atomic_write_json  # noqa: E402
 
 DAYS, WINDOW_DAYS, HISTORY_DAYS = 10, 8, 2
-MARK_START, MARK_END = "<!-- bench:preprocess:start -->", "<!-- bench:preprocess:end -->"
 
 
 def dataset(work: Path, events: int) -> Path:
@@ -99,16 +98,6 @@ def readme_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def update_readme(table: str) -> None:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    pattern = re.compile(re.escape(MARK_START) + ".*?" + re.escape(MARK_END), re.S)
-    if not pattern.search(text):
-        print("README.md has no benchmark markers; table not written there")
-        return
-    readme.write_text(pattern.sub(lambda _: f"{MARK_START}\n{table}\n{MARK_END}", text))
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="5000000,20000000", help="event counts for dailyrec")
@@ -131,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     table = readme_table(result)
     print("\n" + table)
     if not args.no_readme:
-        update_readme(table)
+        update_readme("preprocess", table)
 
 
 if __name__ == "__main__":

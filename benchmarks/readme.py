@@ -2,13 +2,15 @@
 
 Every benchmark owns one block of README.md between ``<!-- bench:<name>:start -->``
 and ``<!-- bench:<name>:end -->``; a README without those markers is left
-alone (the script says so and carries on).
+alone (the script says so and carries on). Throwaway runs (``--quick``,
+``--dry``) never touch README.md or benchmarks/results/.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,9 +35,14 @@ def update_readme(name: str, table: str, readme: str | Path = ROOT / "README.md"
     return True
 
 
-def results_path(name: str, given: str | None) -> Path:
-    """Where a benchmark's JSON goes: ``--results`` when given, else benchmarks/results/<name>.json."""
-    return Path(given) if given else RESULTS / f"{name}.json"
+def results_path(name: str, given: str | None, throwaway: bool = False) -> Path:
+    """Where a benchmark's JSON goes: ``--results`` when given; else, for a throwaway run
+    (--quick, --dry: not a measurement), a fresh temp folder; else benchmarks/results/<name>.json."""
+    if given:
+        return Path(given)
+    if throwaway:
+        return Path(tempfile.mkdtemp(prefix=f"bench-{name}-")) / f"{name}.json"
+    return RESULTS / f"{name}.json"
 
 
 def require_dataset(data: str | Path, prog: str) -> Path:

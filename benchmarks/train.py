@@ -47,9 +47,9 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 from benchmarks.measure import machine  # noqa: E402
 from benchmarks.readme import DEFAULT_DATA, rate, require_dataset, results_path, update_readme  # noqa: E402
+from components.common.dataset import SPLITS  # noqa: E402
 from components.common.plan import TrainPlan, write_plan  # noqa: E402
 from components.common.storage import atomic_write_json  # noqa: E402
-from components.preprocess.stage import SPLITS  # noqa: E402
 from components.train.data import BATCH_SPEC, load_meta  # noqa: E402
 from components.train.launch import LaunchSpec, launch  # noqa: E402
 from components.train.model import Vocab, build_model  # noqa: E402
@@ -169,7 +169,8 @@ def run_tuned(data: Path, work: Path, nproc: int, workers: int) -> dict:
             "description": f"components.train trainer via torchrun, {nproc} process(es), "
                            f"micro-batch {plan.micro_batch}, {workers} loader worker(s) each, "
                            "1 thread, sparse tables + SparseAdam, AdamW(fused=True)",
-            "epoch_seconds": round(epoch["seconds"], 3), "wall_seconds": round(time.perf_counter() - started, 3),
+            "epoch_seconds": round(epoch["seconds"], 3),
+            "wall_seconds": round(time.perf_counter() - started, 3),
             "samples_per_s": summary["samples_per_s"], "data_wait_fraction": summary["data_wait_fraction"],
             "val_auc": summary["best_val_auc"]}
 
@@ -226,7 +227,9 @@ def readme_table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=str(DEFAULT_DATA), help="preprocessed dataset (default: data/dataset)")
-    p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test, not a measurement")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny sizes: a smoke test, not a measurement (no README; results to a "
+                        "temp file unless --results)")
     p.add_argument("--rows", type=int, default=None,
                    help="first N train rows used by every run (0 = all; default 200000, --quick 2048)")
     p.add_argument("--eval-rows", type=int, default=None,
@@ -237,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=1, help="loader workers per tuned training process")
     p.add_argument("--nprocs", default="1,2", help="process counts of the tuned runs")
     p.add_argument("--work", default=None, help="folder for the subset and run outputs (default: a temp dir)")
-    p.add_argument("--results", default=None, help="JSON output (default: benchmarks/results/train.json)")
+    p.add_argument("--results", default=None,
+                   help="JSON output (default: benchmarks/results/train.json; --quick: a temp file)")
     p.add_argument("--no-readme", action="store_true", help="do not rewrite the README block")
     args = p.parse_args(argv)
     src = require_dataset(args.data, "train.py")
@@ -257,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         # the naive run goes first, in this process, with torch's default threads untouched
         naive = run_naive(data, naive_steps, naive_warmup, args.naive_seconds)
         print(f"  naive        {naive['samples_per_s']:10,.0f} samples/s  data-wait "
-              f"{100 * naive['data_wait_fraction']:5.1f}%  ({naive['steps']} steps, {naive['threads']} threads)",
+              f"{100 * naive['data_wait_fraction']:5.1f}%  "
+              f"({naive['steps']} steps, {naive['threads']} threads)",
               flush=True)
         tuned = []
         for nproc in nprocs:
@@ -268,10 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     result = {"benchmark": NAME, "machine": machine(), "quick": args.quick, "data": str(src),
               "model": MODEL, "global_batch": GLOBAL_BATCH, "rows": taken, "naive": naive,
               "tuned": tuned, "summary": summarize(naive, tuned)}
-    out = atomic_write_json(results_path(NAME, args.results), result)
+    out = atomic_write_json(results_path(NAME, args.results, throwaway=args.quick), result)
     table = readme_table(result)
     print("\n" + table + f"\n\nwrote {out}")
-    if not args.no_readme:
+    if not (args.no_readme or args.quick):  # --quick figures are no measurement
         update_readme(NAME, table)
     return 0
 

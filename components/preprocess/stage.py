@@ -35,6 +35,7 @@ from tqdm import tqdm
 
 import components
 from components.common import schema
+from components.common.dataset import SCHEMA_VERSION, SPLITS, array_specs
 from components.common.hashing import HASH_KEY, bucketize
 from components.common.progress import PhaseTimer, get_logger
 from components.common.storage import atomic_dir, atomic_write_json, remove_stale_temps
@@ -54,30 +55,11 @@ from components.preprocess.sequences import (
     sort_order,
 )
 
-SCHEMA_VERSION = 1
-SPLITS = ("train", "val", "test")
 HISTORY_ONLY = "history_only"
 # What each sequence task reports about its shard.
 SHARD_COUNTS = ("shard", "duplicates", HISTORY_ONLY, *SPLITS, *(f"{s}_positives" for s in SPLITS))
 
 log = get_logger(__name__)
-
-
-def array_specs(seq_len: int) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Name -> (dtype, per-row shape) of every per-split array (the Dataset contract)."""
-    return {
-        "hist_item": ("int32", (seq_len,)),
-        "hist_cat": ("int32", (seq_len,)),
-        "hist_gap": ("uint8", (seq_len,)),
-        "hist_len": ("int16", ()),
-        "target_item": ("int32", ()),
-        "target_cat": ("int32", ()),
-        "user": ("int32", ()),
-        "user_key": ("int64", ()),
-        "context": ("uint8", (2,)),
-        "ts": ("int64", ()),
-        "label": ("uint8", ()),
-    }
 
 
 def preprocess(config: PreprocessConfig) -> dict:
@@ -420,10 +402,11 @@ def _fingerprint(fs, files, config: PreprocessConfig, window: Window) -> str:
 
 
 def code_fingerprint() -> str:
-    """Hash of the source that shapes the output (this stage and ``common``)."""
+    """Hash of the source that shapes the output (this stage and the common modules it uses)."""
     digest = hashlib.sha256()
     root = Path(components.__file__).parent
-    for path in sorted([*root.glob("preprocess/*.py"), *root.glob("common/*.py")]):
+    shared = [root / "common" / f"{name}.py" for name in ("schema", "hashing", "dataset")]
+    for path in sorted([*root.glob("preprocess/*.py"), *shared]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 

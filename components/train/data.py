@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from components.common.dataset import SCHEMA_VERSION, SPLITS, array_specs
 from components.common.plan import TrainPlan
-from components.preprocess.stage import SCHEMA_VERSION, SPLITS, array_specs
 
 META_FILE = "meta.json"
 

@@ -13,8 +13,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from components.common.dataset import SCHEMA_VERSION, SPLITS, array_specs
 from components.common.plan import TrainPlan
-from components.preprocess.stage import SCHEMA_VERSION, SPLITS, array_specs
 from components.train.data import (
     BATCH_SPEC,
     BatchDataset,

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import components.train.model as model_module
+from components.common.dataset import array_specs
 from components.preprocess.config import GAP_EDGES_SECONDS, PreprocessConfig
-from components.preprocess.stage import array_specs
 from components.train.model import (
     NAMED_CONFIGS,
     REFERENCE_VOCAB,
