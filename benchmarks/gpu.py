@@ -37,9 +37,8 @@ import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from benchmarks.measure import machine  # noqa: E402
-from benchmarks.readme import rate, results_path, update_readme  # noqa: E402
+from benchmarks.readme import publish, rate  # noqa: E402
 from components.common.plan import TrainPlan  # noqa: E402
-from components.common.storage import atomic_write_json  # noqa: E402
 from components.train.model import (  # noqa: E402
     REFERENCE_VOCAB,
     ModelConfig,
@@ -257,11 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         "bf16_speedup": (rate(by["bf16"]["samples_per_s"], by["fp32"]["samples_per_s"])
                          if "bf16" in by and "fp32" in by else None),
     }
-    out = atomic_write_json(results_path(NAME, args.results, throwaway=args.dry), result)
-    table = readme_table(result)
-    print("\n" + table + f"\n\nwrote {out}")
-    if not args.no_readme and not args.dry:
-        update_readme(NAME, table)
+    publish(NAME, result, readme_table(result), args.results, throwaway=args.dry, readme=not args.no_readme)
     return 0
 
 

@@ -23,7 +23,6 @@ the README block between ``<!-- bench:loader:start/end -->``.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import sys
 import time
@@ -36,9 +35,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks.measure import machine  # noqa: E402
-from benchmarks.readme import DEFAULT_DATA, rate, require_dataset, results_path, update_readme  # noqa: E402
+from benchmarks.readme import dataset_benchmark_parser, publish, rate, require_dataset  # noqa: E402
 from components.common.plan import TrainPlan  # noqa: E402
-from components.common.storage import atomic_write_json  # noqa: E402
 from components.train.data import BatchDataset, ShardedBatchSampler, load_meta, make_loader  # noqa: E402
 from components.train.model import Vocab, build_model  # noqa: E402
 from components.train.trainer import Optimizers  # noqa: E402
@@ -144,19 +142,12 @@ def readme_table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", default=str(DEFAULT_DATA), help="preprocessed dataset (default: data/dataset)")
-    p.add_argument("--quick", action="store_true",
-                   help="tiny sizes: a smoke test, not a measurement (no README; results to a "
-                        "temp file unless --results)")
+    p = dataset_benchmark_parser(__doc__, "loader")
     p.add_argument("--workers", default="0,1,2", help="loader worker counts to measure")
     p.add_argument("--micro-batch", type=int, default=MICRO_BATCH)
     p.add_argument("--model", default="local", help="named model config whose step the loader must feed")
     p.add_argument("--batches", type=int, default=None, help="timed loader batches per worker count")
     p.add_argument("--steps", type=int, default=None, help="timed model steps")
-    p.add_argument("--results", default=None,
-                   help="JSON output (default: benchmarks/results/loader.json; --quick: a temp file)")
-    p.add_argument("--no-readme", action="store_true", help="do not rewrite the README block")
     args = p.parse_args(argv)
     data = require_dataset(args.data, "loader.py")
     batches = args.batches or (12 if args.quick else 400)
@@ -181,11 +172,7 @@ def main(argv: list[str] | None = None) -> int:
               "train_rows": int(meta["splits"]["train"]["rows"]), "micro_batch": args.micro_batch,
               "model_step": model, "loaders": loaders, "target_ratio": TARGET_RATIO,
               "best_ratio": best, "meets_target": best >= TARGET_RATIO}
-    out = atomic_write_json(results_path(NAME, args.results, throwaway=args.quick), result)
-    table = readme_table(result)
-    print("\n" + table + f"\n\nwrote {out}")
-    if not (args.no_readme or args.quick):  # --quick figures are no measurement
-        update_readme(NAME, table)
+    publish(NAME, result, readme_table(result), args.results, throwaway=args.quick, readme=not args.no_readme)
     return 0
 
 

@@ -20,8 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.measure import machine, run_measured  # noqa: E402
-from benchmarks.readme import update_readme  # noqa: E402
-from components.common.storage import atomic_write_json  # noqa: E402
+from benchmarks.readme import publish  # noqa: E402
 
 DAYS, WINDOW_DAYS, HISTORY_DAYS = 10, 8, 2
 
@@ -103,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sizes", default="5000000,20000000", help="event counts for dailyrec")
     p.add_argument("--baseline-sizes", default="5000000", help="event counts for the pandas baseline")
     p.add_argument("--work", default=str(ROOT / "benchmarks" / "scratch"))
-    p.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "preprocess.json"))
+    p.add_argument("--results", default=None, help="JSON path (default: benchmarks/results/preprocess.json)")
     p.add_argument("--no-readme", action="store_true", help="do not rewrite the README table")
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -116,11 +115,7 @@ def main(argv: list[str] | None = None) -> None:
             if events in wanted:
                 runs.append(measure(job, raw, work / f"out-{job}-{events}", events))
     result = {"benchmark": "preprocess", "machine": machine(), "runs": runs, "summary": summarize(runs)}
-    atomic_write_json(args.results, result)
-    table = readme_table(result)
-    print("\n" + table)
-    if not args.no_readme:
-        update_readme("preprocess", table)
+    publish("preprocess", result, readme_table(result), args.results, readme=not args.no_readme)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ alone (the script says so and carries on). Throwaway runs (``--quick``,
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 import tempfile
@@ -56,3 +57,28 @@ def require_dataset(data: str | Path, prog: str) -> Path:
 
 def rate(count: float, seconds: float) -> float:
     return count / seconds if seconds > 0 else 0.0
+
+
+def publish(name: str, result: dict, table: str, results: str | None = None,
+            throwaway: bool = False, readme: bool = True) -> Path:
+    """Write the JSON, print the table, and (for real measurements) refresh the README block."""
+    from components.common.storage import atomic_write_json
+
+    out = atomic_write_json(results_path(name, results, throwaway=throwaway), result)
+    print("\n" + table + f"\n\nwrote {out}")
+    if readme and not throwaway:  # --quick / --dry figures are no measurement
+        update_readme(name, table)
+    return out
+
+
+def dataset_benchmark_parser(doc: str, name: str) -> argparse.ArgumentParser:
+    """The flags every benchmark over a preprocessed dataset shares."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--data", default=str(DEFAULT_DATA), help="preprocessed dataset (default: data/dataset)")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny sizes: a smoke test, not a measurement (no README; results to a "
+                        "temp file unless --results)")
+    p.add_argument("--results", default=None,
+                   help=f"JSON output (default: benchmarks/results/{name}.json; --quick: a temp file)")
+    p.add_argument("--no-readme", action="store_true", help="do not rewrite the README block")
+    return p

@@ -30,7 +30,6 @@ benchmarks/results/train.json and the README block between
 
 from __future__ import annotations
 
-import argparse
 import copy
 import math
 import sys
@@ -46,7 +45,7 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 from benchmarks.measure import machine  # noqa: E402
-from benchmarks.readme import DEFAULT_DATA, rate, require_dataset, results_path, update_readme  # noqa: E402
+from benchmarks.readme import dataset_benchmark_parser, publish, rate, require_dataset  # noqa: E402
 from components.common.dataset import SPLITS  # noqa: E402
 from components.common.plan import TrainPlan, write_plan  # noqa: E402
 from components.common.storage import atomic_write_json  # noqa: E402
@@ -225,11 +224,7 @@ def readme_table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", default=str(DEFAULT_DATA), help="preprocessed dataset (default: data/dataset)")
-    p.add_argument("--quick", action="store_true",
-                   help="tiny sizes: a smoke test, not a measurement (no README; results to a "
-                        "temp file unless --results)")
+    p = dataset_benchmark_parser(__doc__, "train")
     p.add_argument("--rows", type=int, default=None,
                    help="first N train rows used by every run (0 = all; default 200000, --quick 2048)")
     p.add_argument("--eval-rows", type=int, default=None,
@@ -240,9 +235,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=1, help="loader workers per tuned training process")
     p.add_argument("--nprocs", default="1,2", help="process counts of the tuned runs")
     p.add_argument("--work", default=None, help="folder for the subset and run outputs (default: a temp dir)")
-    p.add_argument("--results", default=None,
-                   help="JSON output (default: benchmarks/results/train.json; --quick: a temp file)")
-    p.add_argument("--no-readme", action="store_true", help="do not rewrite the README block")
     args = p.parse_args(argv)
     src = require_dataset(args.data, "train.py")
     rows = args.rows if args.rows is not None else (2048 if args.quick else 200_000)
@@ -273,11 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"benchmark": NAME, "machine": machine(), "quick": args.quick, "data": str(src),
               "model": MODEL, "global_batch": GLOBAL_BATCH, "rows": taken, "naive": naive,
               "tuned": tuned, "summary": summarize(naive, tuned)}
-    out = atomic_write_json(results_path(NAME, args.results, throwaway=args.quick), result)
-    table = readme_table(result)
-    print("\n" + table + f"\n\nwrote {out}")
-    if not (args.no_readme or args.quick):  # --quick figures are no measurement
-        update_readme(NAME, table)
+    publish(NAME, result, readme_table(result), args.results, throwaway=args.quick, readme=not args.no_readme)
     return 0
 
 
