@@ -48,6 +48,7 @@ bench: install data preprocess ## measured comparisons against baselines -> benc
 	$(PY) benchmarks/preprocess.py
 	$(PY) benchmarks/loader.py --data $(DATA)/dataset
 	$(PY) benchmarks/train.py --data $(DATA)/dataset
+	$(PY) benchmarks/estimate.py
 	@if $(PY) -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then $(PY) benchmarks/gpu.py; \
 	else echo "no CUDA device: benchmarks/gpu.py --dry only"; $(PY) benchmarks/gpu.py --dry; fi
 

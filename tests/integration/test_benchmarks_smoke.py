@@ -89,3 +89,13 @@ def test_gpu_benchmark_without_cuda_fails_in_one_line(tmp_path):
     assert proc.returncode != 0
     assert proc.stderr.strip().count("\n") == 0 and "no CUDA device" in proc.stderr
     assert not (tmp_path / "gpu.json").exists()
+
+
+def test_estimate_benchmark_quick(tmp_path):
+    out = tmp_path / "estimate.json"
+    run_ok("estimate", "--quick", "--no-readme", "--results", str(out))
+    result = json.loads(out.read_text())
+    assert result["benchmark"] == "estimate" and result["rows"]
+    for row in result["rows"]:
+        assert positive(row["measured_bytes"], row["dailyrec_bytes"], row["rule_of_thumb_bytes"])
+    assert result["summary"]["dailyrec_max_abs_error"] <= result["summary"]["target_abs_error"]

@@ -1,0 +1,31 @@
+"""The estimate stage: a resource plan (plan.json) from a dataset, a model config and hardware.
+
+    python -m components.estimate --data DIR --model CONFIG --hardware PROFILE \
+        [--global-batch B] [--deadline-hours H] [--probe] --out plan.json
+
+The same in Python: ``estimate(EstimateConfig(...)) -> plan document``;
+``write(config, path)`` writes it. See planner.py (choices), memory.py (the
+memory model), probe.py (measurements) and hardware.py (profiles).
+"""
+
+from components.estimate.hardware import HardwareError, HardwareProfile, load_profile
+from components.estimate.planner import (
+    EstimateConfig,
+    EstimateError,
+    InfeasibleError,
+    estimate,
+    table,
+    write,
+)
+
+__all__ = [
+    "EstimateConfig",
+    "EstimateError",
+    "HardwareError",
+    "HardwareProfile",
+    "InfeasibleError",
+    "estimate",
+    "load_profile",
+    "table",
+    "write",
+]

@@ -1,0 +1,43 @@
+"""CLI of the estimate stage: ``python -m components.estimate --data DIR --model NAME
+--hardware PROFILE [--global-batch B] [--deadline-hours H] [--probe] --out plan.json``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from components.estimate.hardware import HardwareError, available_profiles
+from components.estimate.planner import EstimateConfig, EstimateError, table, write
+from components.train.data import DatasetError
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m components.estimate",
+                                description="Write a training plan (plan.json) for a model, dataset and hardware.")
+    p.add_argument("--data", required=True, help="preprocessed dataset folder (meta.json)")
+    p.add_argument("--model", default="debug", help="named model config: debug | local | prod")
+    p.add_argument("--hardware", default="cpu-local",
+                   help=f"profile name ({', '.join(available_profiles())}) or a JSON file")
+    p.add_argument("--global-batch", type=int, default=1024)
+    p.add_argument("--deadline-hours", type=float, default=None)
+    p.add_argument("--max-epochs", type=int, default=3, help="epochs the estimate assumes (default 3)")
+    p.add_argument("--memory-fraction", type=float, default=0.88)
+    p.add_argument("--probe", action="store_true", help="measure memory and speed with real steps here")
+    p.add_argument("--out", required=True, help="where to write plan.json")
+    args = p.parse_args(argv)
+    try:
+        config = EstimateConfig(data=args.data, model=args.model, hardware=args.hardware,
+                                global_batch=args.global_batch, deadline_hours=args.deadline_hours,
+                                probe=args.probe, max_epochs=args.max_epochs,
+                                memory_fraction=args.memory_fraction)
+        path, doc = write(config, args.out)
+    except (EstimateError, HardwareError, DatasetError) as exc:
+        print(f"estimate: error: {exc}", file=sys.stderr)
+        return 1
+    print(table(doc))
+    print(f"plan written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,433 @@
+"""The estimate stage: from a dataset, a model config and a hardware profile to a plan.json.
+
+:func:`estimate` is a pure function of an :class:`EstimateConfig` (it reads the
+dataset's meta.json and the profile; with ``probe=True`` it also runs a few real
+training steps on this machine) and returns the plan document; :func:`write`
+writes it through ``components.common.plan.write_plan``.
+
+Choices (each gets a one-line ``rationale`` entry in the plan):
+
+* precision: bf16 where the profile supports it, else fp32 (cpu-local: fp32);
+* sparse_embeddings ``auto``: sparse item/user tables with gloo (CPU), dense with NCCL;
+* world size: on GPUs, the fewest devices (1, 2, 4, 8 in a node, then whole
+  nodes) that finish ``max_epochs`` epochs within ``deadline_hours``; without a
+  deadline, one GPU. On cpu-local one process per core (1 intra-op thread, 0
+  loader workers: measured best on the 2-vCPU VM);
+* micro_batch: the largest power of two whose peak memory (memory.py) fits under
+  ``memory_fraction`` of the device and divides the per-process batch;
+  activation checkpointing only if micro-batch 1 does not fit without it;
+* grad_accum = global_batch / (micro_batch × world);
+* lr = base_lr × global_batch / base_batch (linear scaling), 5% warmup;
+* step and epoch times from a throughput model: FLOPs per sample at an assumed
+  MFU (GPU 0.35; CPU: an assumed effective FLOP/s per core) or the probe's
+  measured samples/s, plus the optimizer's memory traffic and the gradient
+  all-reduce, not overlapped (conservative).
+
+Infeasible requests raise :class:`InfeasibleError` with the numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from components.common.plan import TrainPlan, write_plan
+from components.estimate.hardware import HardwareProfile, load_profile
+from components.estimate.memory import (
+    FP32,
+    MemorySetup,
+    memory_breakdown,
+    parameter_split,
+)
+from components.train.data import load_meta
+from components.train.model import ModelConfig, Vocab, model_config
+
+GPU_MFU = 0.35
+CPU_SCALING_EFFICIENCY = 0.9
+GPU_OPTIMIZER_BYTES_PER_PARAM = 28  # AdamW: read param, grad, m, v; write param, m, v (fp32)
+MAX_MICRO_BATCH = 1 << 16
+
+
+class EstimateError(ValueError):
+    """A request the estimator cannot plan: bad input, or an infeasible one (subclass)."""
+
+
+class InfeasibleError(EstimateError):
+    """The model does not fit or the deadline cannot be met; the message gives the numbers."""
+
+
+@dataclass(frozen=True)
+class EstimateConfig:
+    """What to plan for. Every field is validated on construction."""
+
+    data: str
+    """Dataset folder written by the preprocess stage (its meta.json gives vocab and rows)."""
+    model: str = "debug"
+    """Named model config: debug | local | prod."""
+    hardware: str = "cpu-local"
+    """A named hardware profile or the path of a JSON profile (see hardware.py)."""
+    global_batch: int = 1024
+    """Samples per optimizer step across all processes (= micro × accum × world)."""
+    deadline_hours: float | None = None
+    """Wall-clock hours the training may take; None = no deadline (fewest devices)."""
+    probe: bool = False
+    """Run a few real training steps on this machine to measure memory and speed."""
+    max_epochs: int = 3
+    """Epochs the plan allows and the time estimate assumes (early stopping may end sooner)."""
+    memory_fraction: float = 0.88
+    """Share of the device memory the plan may use, in (0, 1]."""
+    base_lr: float = 2e-3
+    """Learning rate at ``base_batch`` (scaled linearly to global_batch)."""
+    base_batch: int = 1024
+    """Global batch of ``base_lr``."""
+    warmup_fraction: float = 0.05
+    """Share of optimizer steps in linear warmup."""
+    mfu: float | None = None
+    """Assumed model FLOPs utilization on GPUs; None = 0.35."""
+
+    def __post_init__(self) -> None:
+        for name in ("global_batch", "max_epochs", "base_batch"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise EstimateError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.deadline_hours is not None and not (
+                isinstance(self.deadline_hours, int | float) and self.deadline_hours > 0):
+            raise EstimateError(f"deadline_hours must be > 0, got {self.deadline_hours!r}")
+        if not 0 < self.memory_fraction <= 1:
+            raise EstimateError(f"memory_fraction must be in (0, 1], got {self.memory_fraction!r}")
+        if not 0 < self.base_lr < 1:
+            raise EstimateError(f"base_lr must be in (0, 1), got {self.base_lr!r}")
+        if not 0 <= self.warmup_fraction < 1:
+            raise EstimateError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
+        if self.mfu is not None and not 0 < self.mfu <= 1:
+            raise EstimateError(f"mfu must be in (0, 1], got {self.mfu!r}")
+        try:
+            model_config(self.model)
+        except ValueError as exc:
+            raise EstimateError(str(exc)) from None
+        lr = self.base_lr * self.global_batch / self.base_batch
+        if not lr < 1:
+            raise EstimateError(f"the scaled lr {lr:g} (base_lr {self.base_lr:g} x {self.global_batch}"
+                                f"/{self.base_batch}) must be < 1; lower base_lr or global_batch")
+
+
+# ----------------------------------------------------------------------------- throughput
+
+
+def flops_per_sample(config: ModelConfig, vocab: Vocab, checkpointing: bool = False) -> float:
+    """Training FLOPs of one sample: forward (2 per multiply-add) × 3 (forward + backward),
+    × 4 with activation checkpointing (the encoder's forward runs again)."""
+    t, d, f = vocab.seq_len + 1, config.d_model, config.ffn
+    layer = t * 2 * (4 * d * d + 2 * d * f) + 2 * 2 * t * t * d  # projections + attention
+    width, head = 3 * d + config.user_width + 2 * config.context_dim, 0
+    for hidden in (*config.mlp, 1):
+        head += 2 * width * hidden
+        width = hidden
+    encoder = config.layers * layer
+    return 3 * (encoder + head) + (encoder if checkpointing else 0)
+
+
+def allreduce_seconds(grad_bytes: float, profile: HardwareProfile, nproc: int, nnodes: int) -> float:
+    """Ring all-reduce of the gradients once per optimizer step (2·(W-1)/W of the bytes)."""
+    world = nproc * nnodes
+    if world <= 1:
+        return 0.0
+    bandwidth = (profile.inter_node_bandwidth_bytes_per_s if nnodes > 1
+                 else profile.intra_node_bandwidth_bytes_per_s)
+    return 2 * (world - 1) / world * grad_bytes / bandwidth
+
+
+def step_time(*, profile: HardwareProfile, flops: float, micro_batch: int, grad_accum: int,
+              nproc: int, nnodes: int, reduced_bytes: float, optimizer_params: int,
+              mfu: float, measured_samples_per_s: float | None) -> dict[str, float]:
+    """Seconds of one optimizer step: compute of every micro-batch + optimizer + all-reduce."""
+    samples = micro_batch * grad_accum
+    if measured_samples_per_s:
+        compute = samples / measured_samples_per_s
+    else:
+        compute = samples * flops / (profile.bf16_flops * mfu)
+    if profile.is_gpu:
+        optimizer = optimizer_params * GPU_OPTIMIZER_BYTES_PER_PARAM / profile.hbm_bandwidth_bytes_per_s
+        comm = allreduce_seconds(reduced_bytes, profile, nproc, nnodes)
+        seconds = compute + optimizer + comm
+    else:
+        optimizer = comm = 0.0  # in the measured / assumed per-process rate
+        world = nproc * nnodes
+        seconds = compute / (CPU_SCALING_EFFICIENCY if world > 1 else 1.0)
+    return {"step_seconds": seconds, "compute_seconds": compute, "optimizer_seconds": optimizer,
+            "allreduce_seconds": comm}
+
+
+# ----------------------------------------------------------------------------- choices
+
+
+def world_candidates(profile: HardwareProfile) -> list[tuple[int, int]]:
+    """(nproc_per_node, nnodes) to try in order. GPUs: increasing size (powers of two in a
+    node, then whole nodes). CPU: one process per core first, then fewer (only used when the
+    global batch is not divisible by the core count)."""
+    if not profile.is_gpu:
+        return [(n, 1) for n in range(profile.gpus_per_node, 0, -1)]
+    out, n = [], 1
+    while n < profile.gpus_per_node:
+        out.append((n, 1))
+        n *= 2
+    out += [(profile.gpus_per_node, k) for k in range(1, profile.max_nodes + 1)]
+    return out
+
+
+def setup_for(config: ModelConfig, vocab: Vocab, profile: HardwareProfile, *, micro: int, accum: int,
+              world: int, precision: str, checkpointing: bool, num_workers: int,
+              prefetch: int) -> MemorySetup:
+    return MemorySetup(config=config, vocab=vocab, micro_batch=micro, grad_accum=accum, world_size=world,
+                       precision=precision, activation_checkpointing=checkpointing,
+                       sparse=not profile.is_gpu, device="cuda" if profile.is_gpu else "cpu",
+                       num_workers=num_workers, prefetch_factor=prefetch)
+
+
+def largest_micro_batch(config: ModelConfig, vocab: Vocab, profile: HardwareProfile, cap: float,
+                        per_process: int, world: int, precision: str, checkpointing: bool,
+                        num_workers: int, prefetch: int, probe: dict | None = None
+                        ) -> tuple[int, dict] | None:
+    """The largest power-of-two micro-batch dividing ``per_process`` whose peak fits under
+    ``cap``, with its memory breakdown; None when not even 1 fits."""
+    micro = 1
+    while micro * 2 <= min(per_process, MAX_MICRO_BATCH) and per_process % (micro * 2) == 0:
+        micro *= 2
+    while micro >= 1:
+        accum = per_process // micro
+        setup = setup_for(config, vocab, profile, micro=micro, accum=accum, world=world,
+                          precision=precision, checkpointing=checkpointing,
+                          num_workers=num_workers, prefetch=prefetch)
+        breakdown = apply_probe(memory_breakdown(setup), setup, probe)
+        if breakdown["total"]["total"] <= cap:
+            return micro, breakdown
+        micro //= 2
+    return None
+
+
+def apply_probe(breakdown: dict, setup: MemorySetup, probe: dict | None) -> dict:
+    """Where a probe measured the activation bytes per sample, use them instead of the model's."""
+    if not probe or probe.get("activation_bytes_per_sample") is None:
+        return breakdown
+    measured = probe["activation_bytes_per_sample"] * setup.micro_batch
+    modelled = breakdown["terms"]["activations"]["total"]
+    delta = int(measured - modelled)
+    out = {**breakdown, "probe_adjustment_bytes": delta}
+    out["total"] = {**breakdown["total"], "dense": breakdown["total"]["dense"] + delta,
+                    "total": breakdown["total"]["total"] + delta}
+    return out
+
+
+def gb(value: float) -> str:
+    return f"{value / 2**30:.2f} GiB"
+
+
+def run_probe(config: ModelConfig, vocab: Vocab, profile: HardwareProfile, precision: str) -> dict:
+    import torch
+
+    from components.estimate.probe import probe
+
+    if profile.is_gpu and not torch.cuda.is_available():
+        raise EstimateError(f"--probe measures this machine's device, but profile {profile.name} is a "
+                            f"GPU and no CUDA device is visible here; drop --probe or run it on the GPU")
+    torch.set_num_threads(1)
+    device = "cuda" if profile.is_gpu else "cpu"
+    result = probe(config, vocab, sparse=not profile.is_gpu, precision=precision, device=device)
+    if device == "cpu":
+        result["activation_bytes_per_sample"] = result["saved_bytes_per_sample"]
+    else:  # the slope also holds the per-sample sparse/dense gradient bytes: none on CUDA (dense)
+        result["activation_bytes_per_sample"] = result["bytes_per_sample"]
+    return result
+
+
+def estimate(config: EstimateConfig) -> dict[str, Any]:
+    """The plan document ({"train", "rationale", "estimate"}) for ``config``."""
+    profile = load_profile(config.hardware)
+    meta = load_meta(config.data)
+    vocab = Vocab.from_meta(meta)
+    mconf = model_config(config.model)
+    train_rows = int(meta["splits"]["train"]["rows"])
+    params = parameter_split(mconf, vocab)
+    precision = "bf16" if profile.bf16 else "fp32"
+    gpu = profile.is_gpu
+    num_workers = min(profile.cpu_cores_per_gpu - 1, 8) if gpu else 0
+    prefetch = 4
+    cap = config.memory_fraction * profile.memory_bytes
+    mfu = (config.mfu or GPU_MFU) if gpu else 1.0
+    probed = run_probe(mconf, vocab, profile, precision) if config.probe else None
+    measured_rate = probed.get("samples_per_s") if probed else None
+    deadline_s = config.deadline_hours * 3600 if config.deadline_hours else None
+
+    chosen = fastest = None
+    tried = []
+    for nproc, nnodes in world_candidates(profile):
+        world = nproc * nnodes
+        if config.global_batch % world:
+            tried.append(f"{world} processes (global batch {config.global_batch} not divisible)")
+            continue
+        per_process = config.global_batch // world
+        fit = None
+        for checkpointing in (False, True):
+            found = largest_micro_batch(mconf, vocab, profile, cap, per_process, world, precision,
+                                        checkpointing, num_workers, prefetch, probed)
+            if found:
+                fit = (found[0], found[1], checkpointing)
+                break
+        if fit is None:
+            setup = setup_for(mconf, vocab, profile, micro=1, accum=per_process, world=world,
+                              precision=precision, checkpointing=True, num_workers=num_workers,
+                              prefetch=prefetch)
+            need = apply_probe(memory_breakdown(setup), setup, probed)["total"]["total"]
+            raise InfeasibleError(
+                f"{config.model} does not fit on {profile.name}: even micro-batch 1 with activation "
+                f"checkpointing needs {gb(need)} per device, above the cap {gb(cap)} "
+                f"({config.memory_fraction:.0%} of {gb(profile.memory_bytes)})")
+        micro, breakdown, checkpointing = fit
+        accum = per_process // micro
+        reduced = FP32 * (params["total"] if gpu else params["other_tables"] + params["dense"])
+        flops = flops_per_sample(mconf, vocab, checkpointing)
+        times = step_time(profile=profile, flops=flops, micro_batch=micro, grad_accum=accum,
+                          nproc=nproc, nnodes=nnodes, reduced_bytes=reduced,
+                          optimizer_params=params["total"], mfu=mfu,
+                          measured_samples_per_s=measured_rate)
+        steps_per_epoch = math.ceil(train_rows / config.global_batch)
+        epoch_s = steps_per_epoch * times["step_seconds"]
+        total_s = epoch_s * config.max_epochs
+        chosen = dict(nproc=nproc, nnodes=nnodes, micro=micro, accum=accum, breakdown=breakdown,
+                      checkpointing=checkpointing, times=times, flops=flops, epoch_s=epoch_s,
+                      total_s=total_s, steps_per_epoch=steps_per_epoch)
+        tried.append(f"{world} x {profile.name}: {total_s / 3600:.2f} h")
+        if fastest is None or total_s < fastest["total_s"]:
+            fastest = chosen
+        if deadline_s is None or total_s <= deadline_s or not gpu:  # CPU: the first is the fastest
+            break
+    else:
+        if fastest is None:  # pragma: no cover - CPU candidates end at 1 process, GPUs at 1 device
+            raise InfeasibleError(f"no world size of {profile.name} divides global batch "
+                                  f"{config.global_batch}: {'; '.join(tried)}")
+        raise InfeasibleError(
+            f"deadline {config.deadline_hours:g} h cannot be met on {profile.name} (at most "
+            f"{profile.max_world} devices): {config.max_epochs} epochs of {train_rows:,} rows take "
+            f"{fastest['total_s'] / 3600:.2f} h at best ({fastest['nproc']} per node x "
+            f"{fastest['nnodes']} nodes); tried {'; '.join(tried)}")
+
+    if deadline_s is not None and chosen["total_s"] > deadline_s:
+        raise InfeasibleError(
+            f"deadline {config.deadline_hours:g} h cannot be met on {profile.name} (at most "
+            f"{profile.max_world} processes): {config.max_epochs} epochs of {train_rows:,} rows take "
+            f"{chosen['total_s'] / 3600:.2f} h at best ({chosen['nproc']} processes)")
+    c = chosen
+    world = c["nproc"] * c["nnodes"]
+    lr = config.base_lr * config.global_batch / config.base_batch
+    plan = TrainPlan(
+        model=config.model, micro_batch=c["micro"], grad_accum=c["accum"], nproc_per_node=c["nproc"],
+        nnodes=c["nnodes"], precision=precision, activation_checkpointing=c["checkpointing"],
+        sparse_embeddings="auto", lr=lr, warmup_fraction=config.warmup_fraction,
+        max_epochs=config.max_epochs, num_workers=num_workers, prefetch_factor=prefetch,
+        pin_memory=gpu, persistent_workers=num_workers > 0, cpu_threads=1,
+    )
+    total_mem = c["breakdown"]["total"]["total"]
+    rate_note = (f"probe-measured {measured_rate:,.0f} samples/s per process" if measured_rate else
+                 (f"{c['flops'] / 1e6:.1f} MFLOP/sample at an assumed MFU {mfu:.2f} of "
+                  f"{profile.bf16_flops / 1e12:g} TFLOP/s" if gpu else
+                  f"{c['flops'] / 1e6:.1f} MFLOP/sample at an assumed effective "
+                  f"{profile.bf16_flops / 1e9:g} GFLOP/s per process (use --probe to measure)"))
+    rationale = {
+        "model": f"{config.model}: {params['total']:,} parameters ({params['embedding']:,} embedding, "
+                 f"{params['dense']:,} dense) at the dataset's vocab",
+        "micro_batch": f"largest power of two that divides the per-process batch and fits: peak "
+                       f"{gb(total_mem)} <= cap {gb(cap)} ({config.memory_fraction:.0%} of "
+                       f"{gb(profile.memory_bytes)})",
+        "grad_accum": f"{config.global_batch} global = {c['micro']} micro x {c['accum']} accum x "
+                      f"{world} processes",
+        "nproc_per_node": (f"fewest devices finishing {config.max_epochs} epochs in "
+                           f"{config.deadline_hours:g} h" if deadline_s and gpu else
+                           "one GPU (no deadline given)" if gpu else
+                           "one process per core, 1 intra-op thread each (measured best on the 2-vCPU VM)"
+                           if c["nproc"] == profile.gpus_per_node else
+                           f"{c['nproc']} processes: the largest count <= {profile.gpus_per_node} cores "
+                           f"that divides global batch {config.global_batch}"),
+        "nnodes": f"{c['nnodes']} of at most {profile.max_nodes} in the {profile.name} pool",
+        "precision": ("bf16 autocast: the profile supports it" if precision == "bf16"
+                      else "fp32: no bf16 training on this device"),
+        "activation_checkpointing": ("on: micro-batch 1 does not fit without it" if c["checkpointing"]
+                                     else "off: the model fits without recomputation"),
+        "sparse_embeddings": ("auto: dense tables with NCCL (it cannot reduce sparse gradients)" if gpu
+                              else "auto: sparse item/user tables with gloo (SparseAdam)"),
+        "lr": f"{config.base_lr:g} x {config.global_batch}/{config.base_batch} (linear scaling), "
+              f"{config.warmup_fraction:.0%} warmup",
+        "max_epochs": f"{config.max_epochs} epochs assumed by the time estimate (early stopping may end sooner)",
+        "num_workers": (f"{num_workers} loader workers: {profile.cpu_cores_per_gpu} CPU cores per GPU, "
+                        f"one left for the training process" if gpu else
+                        "0 loader workers: on CPU the cores train (measured best on the 2-vCPU VM)"),
+        "cpu_threads": "1 intra-op thread per process (2 threads were ~60x slower on the 2-vCPU VM)",
+        "throughput": rate_note,
+    }
+    estimate_doc = {
+        "hardware": profile.as_dict(),
+        "dataset": {"path": str(config.data), "train_rows": train_rows,
+                    "fingerprint": meta.get("fingerprint"), "vocab": dataclasses.asdict(vocab)},
+        "parameters": params,
+        "memory": {**c["breakdown"], "cap_bytes": cap, "device_memory_bytes": profile.memory_bytes,
+                   "memory_fraction": config.memory_fraction},
+        "throughput": {
+            "flops_per_sample": c["flops"], "mfu_assumed": mfu if not measured_rate else None,
+            "device_flops": profile.bf16_flops, "measured_samples_per_s": measured_rate,
+            "source": "probe" if measured_rate else "assumed", "note": rate_note,
+            "samples_per_s": config.global_batch / c["times"]["step_seconds"],
+            **c["times"],
+        },
+        "times": {"steps_per_epoch": c["steps_per_epoch"], "step_seconds": c["times"]["step_seconds"],
+                  "epoch_seconds": c["epoch_s"], "total_seconds": c["total_s"],
+                  "epochs_assumed": config.max_epochs, "deadline_hours": config.deadline_hours},
+        "candidates": tried,
+        "probe": probed,
+        "config": dataclasses.asdict(config),
+    }
+    return {"train": plan, "rationale": rationale, "estimate": estimate_doc}
+
+
+def write(config: EstimateConfig, out: str | Path) -> tuple[Path, dict[str, Any]]:
+    """Estimate and write plan.json at ``out``; returns the path and the document."""
+    doc = estimate(config)
+    path = write_plan(out, doc["train"], doc["rationale"], doc["estimate"])
+    return path, doc
+
+
+def duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.2f} h"
+
+
+def table(doc: dict[str, Any]) -> str:
+    """A readable summary of a plan document."""
+    plan: TrainPlan = doc["train"]
+    est = doc["estimate"]
+    mem = est["memory"]
+    rows = [
+        ("model", plan.model),
+        ("hardware", est["hardware"]["name"]),
+        ("world", f"{plan.nproc_per_node} per node x {plan.nnodes} nodes = {plan.world_size}"),
+        ("micro_batch x accum", f"{plan.micro_batch} x {plan.grad_accum} (global {plan.global_batch})"),
+        ("precision", plan.precision),
+        ("activation ckpt", str(plan.activation_checkpointing)),
+        ("sparse_embeddings", plan.sparse_embeddings),
+        ("lr / warmup", f"{plan.lr:g} / {plan.warmup_fraction:.0%}"),
+        ("loader workers", str(plan.num_workers)),
+        ("peak memory", f"{gb(mem['total']['total'])} of cap {gb(mem['cap_bytes'])}"),
+    ]
+    for term, part in mem["terms"].items():
+        rows.append((f"  {term}", f"{gb(part['total'])} (embedding {gb(part['embedding'])}, "
+                                  f"dense {gb(part['dense'])})"))
+    t = est["times"]
+    rows += [("samples/s", f"{est['throughput']['samples_per_s']:,.0f} ({est['throughput']['source']})"),
+             ("step / epoch", f"{t['step_seconds'] * 1000:.2f} ms / {duration(t['epoch_seconds'])}"),
+             (f"{t['epochs_assumed']} epochs", duration(t["total_seconds"]))]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
+    lines += ["", "rationale:"] + [f"  {k}: {v}" for k, v in doc["rationale"].items()]
+    return "\n".join(lines)

@@ -1,0 +1,204 @@
+"""Measure training memory and speed with a few real steps of the real model.
+
+At two micro-batch sizes the real model (the trainer's optimizers: SparseAdam
+for sparse tables + fused AdamW) runs forward, backward and an optimizer step;
+the peak memory is linear in the batch, so two points give the bytes per
+sample (slope) and the batch-independent bytes (intercept).
+
+* CUDA: ``torch.cuda.max_memory_allocated`` of each step.
+* CPU (RSS is too coarse for this): the bytes of the parameters, their
+  gradients (sparse ones: indices + values) and the optimizer state, plus the
+  bytes autograd saves for backward, counted with
+  ``torch.autograd.graph.saved_tensors_hooks`` as the sum of the unique
+  storages' ``nbytes`` (parameter storages excluded: they are the weights).
+
+Batches are synthetic full histories (hist_len = L, no padding), the worst case
+for the sparse gradients (padding rows are dropped from them).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from components.common.plan import TrainPlan
+from components.train.model import ModelConfig, Vocab, build_model
+from components.train.trainer import Optimizers, autocast_for
+
+WARM_BATCH = 8
+
+
+def synthetic_batch(vocab: Vocab, batch: int, seed: int = 0, device: str | torch.device = "cpu"
+                    ) -> dict[str, torch.Tensor]:
+    """A batch of the trainer's batch contract with full histories and random ids."""
+    g = np.random.default_rng(seed)
+    length = vocab.seq_len
+
+    def ids(high: int, shape) -> torch.Tensor:
+        return torch.from_numpy(g.integers(1, max(high, 2), size=shape, dtype=np.int64))
+
+    out = {
+        "hist_item": ids(vocab.item, (batch, length)), "hist_cat": ids(vocab.category, (batch, length)),
+        "hist_gap": ids(vocab.gap, (batch, length)), "hist_len": torch.full((batch,), length, dtype=torch.int64),
+        "target_item": ids(vocab.item, (batch,)), "target_cat": ids(vocab.category, (batch,)),
+        "user": ids(vocab.user, (batch,)),
+        "context": torch.stack([torch.from_numpy(g.integers(0, vocab.hour, batch, dtype=np.int64)),
+                                torch.from_numpy(g.integers(0, vocab.dow, batch, dtype=np.int64))], 1),
+        "label": torch.from_numpy((g.random(batch) < 0.1).astype(np.float32)),
+    }
+    return {k: v.to(device) for k, v in out.items()}
+
+
+@dataclass
+class SavedTensorCounter:
+    """Sum of the unique storages autograd saves for backward (excluding ``exclude`` storages)."""
+
+    exclude: set[int] = field(default_factory=set)
+    seen: dict[int, int] = field(default_factory=dict)
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        try:
+            storage = tensor.untyped_storage()
+            ptr = storage.data_ptr()
+        except (RuntimeError, NotImplementedError):  # sparse or exotic tensors: count their parts
+            if tensor.is_sparse:
+                for part in (tensor._indices(), tensor._values()):
+                    self.pack(part)
+            return tensor
+        if ptr and ptr not in self.exclude and ptr not in self.seen:
+            self.seen[ptr] = storage.nbytes()
+        return tensor
+
+    @staticmethod
+    def unpack(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.seen.values())
+
+    def hooks(self):
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+
+
+def tensor_bytes(tensor: torch.Tensor | None) -> int:
+    if tensor is None:
+        return 0
+    if tensor.is_sparse:
+        return tensor._indices().nbytes + tensor._values().nbytes
+    return tensor.nbytes
+
+
+def optimizer_state_bytes(optim: Optimizers) -> int:
+    return sum(tensor_bytes(v) for o in optim.all for state in o.state.values()
+               for v in state.values() if isinstance(v, torch.Tensor))
+
+
+class ProbeRunner:
+    """The real model and optimizers on a device, ready to measure steps."""
+
+    def __init__(self, config: ModelConfig, vocab: Vocab, *, sparse: bool, precision: str = "fp32",
+                 activation_checkpointing: bool = False, device: str = "cpu", seed: int = 0) -> None:
+        torch.manual_seed(seed)
+        self.vocab = vocab
+        self.device = torch.device(device)
+        self.precision = precision
+        self.model = build_model(config, vocab, sparse=sparse,
+                                 activation_checkpointing=activation_checkpointing).to(self.device)
+        self.model.train()
+        plan = TrainPlan(model=config.name, precision=precision, lr=1e-3)
+        self.optim = Optimizers(self.model, plan, total_steps=1000)
+        self.loss_fn = torch.nn.BCEWithLogitsLoss(reduction="sum")
+        self.step(synthetic_batch(vocab, WARM_BATCH, seed=1, device=self.device))  # optimizer state
+
+    def _forward_backward(self, batch: dict[str, torch.Tensor], counter: SavedTensorCounter | None):
+        with autocast_for(self.precision, self.device):
+            if counter is not None:
+                with counter.hooks():
+                    logits = self.model(batch)
+                    loss = self.loss_fn(logits.float(), batch["label"]) / len(batch["label"])
+            else:
+                logits = self.model(batch)
+                loss = self.loss_fn(logits.float(), batch["label"]) / len(batch["label"])
+        loss.backward()
+
+    def step(self, batch: dict[str, torch.Tensor]) -> None:
+        self._forward_backward(batch, None)
+        self.optim.step(None)
+        self.optim.zero_grad()
+
+    def cpu_breakdown(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        """Weights, gradients (after backward), optimizer state and saved bytes of one step."""
+        params = list(self.model.parameters())
+        counter = SavedTensorCounter(exclude={p.untyped_storage().data_ptr() for p in params})
+        self._forward_backward(batch, counter)
+        out = {"weights": sum(p.nbytes for p in params),
+               "gradients": sum(tensor_bytes(p.grad) for p in params),
+               "optimizer": optimizer_state_bytes(self.optim),
+               "saved": counter.bytes}
+        self.optim.step(None)
+        self.optim.zero_grad()
+        out["total"] = sum(out.values())
+        return out
+
+    def cuda_peak(self, batch: dict[str, torch.Tensor]) -> int:
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self.step(batch)
+        torch.cuda.synchronize(self.device)
+        return int(torch.cuda.max_memory_allocated(self.device))
+
+    def measure(self, micro_batch: int, seed: int = 2) -> dict[str, int]:
+        batch = synthetic_batch(self.vocab, micro_batch, seed=seed, device=self.device)
+        if self.device.type == "cuda":
+            return {"total": self.cuda_peak(batch)}
+        return self.cpu_breakdown(batch)
+
+    def samples_per_s(self, micro_batch: int, steps: int = 3) -> float:
+        """Training samples/s of this process at ``micro_batch`` (after one untimed step)."""
+        batch = synthetic_batch(self.vocab, micro_batch, seed=3, device=self.device)
+        self.step(batch)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.step(batch)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return steps * micro_batch / max(time.perf_counter() - start, 1e-9)
+
+
+def fit_linear(batches: tuple[int, int], values: tuple[float, float]) -> tuple[float, float]:
+    """(slope, intercept) of the line through two (batch, bytes) points."""
+    (b1, b2), (m1, m2) = batches, values
+    if b1 == b2:
+        raise ValueError("the probe needs two different micro-batch sizes")
+    slope = (m2 - m1) / (b2 - b1)
+    return slope, m1 - slope * b1
+
+
+def probe(config: ModelConfig, vocab: Vocab, *, sparse: bool, precision: str = "fp32",
+          activation_checkpointing: bool = False, device: str = "cpu",
+          micro_batches: tuple[int, int] = (32, 128), timing_steps: int = 3) -> dict[str, Any]:
+    """Measure memory at two micro-batch sizes and fit bytes per sample; time the larger one."""
+    runner = ProbeRunner(config, vocab, sparse=sparse, precision=precision,
+                         activation_checkpointing=activation_checkpointing, device=device)
+    points = [runner.measure(b) for b in micro_batches]
+    slope, intercept = fit_linear(micro_batches, (points[0]["total"], points[1]["total"]))
+    result: dict[str, Any] = {
+        "device": str(runner.device), "method": ("torch.cuda.max_memory_allocated" if runner.device.type
+                                                 == "cuda" else "tensor sizes + saved_tensors_hooks"),
+        "micro_batches": list(micro_batches), "measured": points,
+        "bytes_per_sample": slope, "fixed_bytes": intercept,
+        "samples_per_s": runner.samples_per_s(max(micro_batches), timing_steps) if timing_steps else None,
+    }
+    if runner.device.type == "cpu":
+        result["saved_bytes_per_sample"] = fit_linear(
+            micro_batches, (points[0]["saved"], points[1]["saved"]))[0]
+        result["gradient_bytes_per_sample"] = fit_linear(
+            micro_batches, (points[0]["gradients"], points[1]["gradients"]))[0]
+    return result
