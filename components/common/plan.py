@@ -46,6 +46,10 @@ class TrainPlan:
     """AdamW weight decay (dense parameters)."""
     warmup_fraction: float = 0.05
     """Share of all optimizer steps spent in linear warmup before cosine decay."""
+    embedding_l2: float = 0.5
+    """Mini-batch-aware L2 on the item and user rows a batch uses, each weighted by 1 / its
+    training frequency (DIN, Zhou et al. 2018): regularizes ID tables without touching
+    rows outside the batch. 0 = off. 0.5 measured best of 0 / 0.05 / 0.5 / 2 on make-run data."""
     grad_clip: float = 1.0
     """Max global gradient norm of dense parameters (0 = off)."""
     max_epochs: int = 10
@@ -92,7 +96,7 @@ class TrainPlan:
             raise ValueError(f"plan.train.lr must be in (0, 1), got {self.lr!r}")
         if not 0 <= self.warmup_fraction < 1:
             raise ValueError(f"plan.train.warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
-        for name in ("weight_decay", "grad_clip", "min_delta"):
+        for name in ("weight_decay", "grad_clip", "min_delta", "embedding_l2"):
             if getattr(self, name) < 0:
                 raise ValueError(f"plan.train.{name} must be >= 0, got {getattr(self, name)!r}")
 

@@ -349,6 +349,7 @@ def train(config: TrainConfig) -> dict:
         restore(load_checkpoint(out / LAST, runtime.device), model, optim, scaler, stopper, state)
         log.info("resumed from %s at epoch %d, micro-step %d", out / LAST, state["epoch"], state["micro_step"])
     loader = make_loader(train_set, sampler, plan, runtime.device.type)
+    penalty = IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
 
     if runtime.is_main:
         log.info("training %s (%s params) on %d x %s, %s, micro-batch %d x accum %d x world %d = %d, "
@@ -371,7 +372,8 @@ def train(config: TrainConfig) -> dict:
     early_stopped = stopper.should_stop  # a resumed run that had already stopped stays stopped
     while state["epoch"] < plan.max_epochs and not early_stopped:
         epoch = state["epoch"]
-        epoch_stats = run_epoch(wrapped, model, loader, sampler, optim, scaler, plan, runtime, state, save_last)
+        epoch_stats = run_epoch(wrapped, model, loader, sampler, optim, scaler, plan, runtime, state, save_last,
+                                penalty)
         train_seconds += epoch_stats["seconds"]
         wait_seconds += epoch_stats["wait_seconds"]
         samples += epoch_stats["samples"]
@@ -419,7 +421,7 @@ def train(config: TrainConfig) -> dict:
 
 
 def run_epoch(wrapped, model, loader, sampler, optim, scaler, plan: TrainPlan, runtime: Runtime,
-              state: dict, save) -> dict:
+              state: dict, save, penalty: IdPenalty | None = None) -> dict:
     """One epoch (or its rest, after a resume): accumulation with no_sync, exact loss scaling."""
     epoch, skip = state["epoch"], state["micro_step"]
     sampler.set_epoch(epoch, skip=skip)
@@ -452,6 +454,8 @@ def run_epoch(wrapped, model, loader, sampler, optim, scaler, plan: TrainPlan, r
                 logits = wrapped(batch)
             loss_total = loss_fn(logits.float(), batch["label"])
             loss = micro_loss(loss_total, int(step_rows[step]), runtime.world_size)
+            if penalty is not None and len(batch["label"]):
+                loss = loss + penalty(batch) * (len(batch["label"]) * runtime.world_size / float(step_rows[step]))
             (scaler.scale(loss) if scaler is not None else loss).backward()
         loss_sum += float(loss_total.detach())
         loss_rows += len(batch["label"])
@@ -472,6 +476,30 @@ def run_epoch(wrapped, model, loader, sampler, optim, scaler, plan: TrainPlan, r
                 save()
     seconds = time.perf_counter() - t_start
     return {"loss": loss_sum / max(loss_rows, 1), "seconds": seconds, "wait_seconds": wait, "samples": samples}
+
+
+class IdPenalty:
+    """DIN's mini-batch-aware L2: sum over the distinct item/user ids of a batch of
+    ||e_id||^2 / (training frequency of id), so each id is penalized about once per epoch."""
+
+    def __init__(self, model: BSTModel, train_set: BatchDataset, weight: float) -> None:
+        self.model, self.weight = model, weight
+        arrays = train_set.gather(np.arange(len(train_set)), ["target_item", "user"])
+        device = model.item_emb.weight.device
+
+        def inverse_frequency(ids: np.ndarray, size: int) -> torch.Tensor:
+            counts = np.bincount(ids.astype(np.int64), minlength=size)
+            return torch.as_tensor(1.0 / np.maximum(counts, 1), dtype=torch.float32, device=device)
+
+        self.item_weight = inverse_frequency(arrays["target_item"], model.item_emb.num_embeddings)
+        self.user_weight = inverse_frequency(arrays["user"], model.user_emb.num_embeddings)
+
+    def __call__(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        items = torch.unique(batch["target_item"])
+        users = torch.unique(batch["user"])
+        return self.weight * (
+            (self.model.item_emb(items).pow(2).sum(-1) * self.item_weight[items]).sum()
+            + (self.model.user_emb(users).pow(2).sum(-1) * self.user_weight[users]).sum())
 
 
 def micro_loss(loss_sum: torch.Tensor, step_rows: int, world_size: int) -> torch.Tensor:

@@ -135,7 +135,7 @@ def test_cli_exit_code_and_one_line_error(tiny_dataset, tmp_path):
 
 
 def test_torchrun_two_processes(tiny_dataset, tmp_path):
-    plan = plan_file(tmp_path / "plan.json", max_epochs=2, nproc_per_node=2, micro_batch=256)
+    plan = plan_file(tmp_path / "plan.json", max_epochs=2, nproc_per_node=2, micro_batch=256, embedding_l2=0.5)
     summary = launch(LaunchSpec(data=str(tiny_dataset), out=str(tmp_path / "ddp"), plan=plan))
     assert summary["world_size"] == 2 and summary["epochs_run"] == 2
     assert summary["sparse_embeddings"] is True  # gloo: sparse gradients reduced across ranks
