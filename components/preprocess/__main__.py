@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-skew-hours", type=float, default=defaults["max_skew_hours"])
     p.add_argument("--max-quarantine-fraction", type=float, default=defaults["max_quarantine_fraction"])
     p.add_argument("--rows-per-partition", type=int, default=defaults["rows_per_partition"])
+    p.add_argument("--shuffle-buffer-mb", type=int, default=defaults["shuffle_buffer_mb"],
+                   help="memory the local disk shuffle may buffer before spilling")
     p.add_argument("--scheduler", default=defaults["scheduler"],
                    help="threads | processes | sync | local-cluster | tcp://host:port")
     p.add_argument("--workers", type=int, default=None, help="local threads/processes (default: all cores)")

@@ -19,7 +19,7 @@ def test_datagen_then_preprocess(tmp_path):
               "--categories", "40", "--events-per-day", "3000", "--seed", "3", "--id-format", "str", cwd=tmp_path)
     assert gen.returncode == 0, gen.stderr
     pre = cli("components.preprocess", "--raw", "raw", "--out", "ds", "--days", "4", "--history-days", "1",
-              "--seq-len", "8", "--rows-per-partition", "2000", cwd=tmp_path)
+              "--seq-len", "8", "--rows-per-partition", "2000", "--shuffle-buffer-mb", "16", cwd=tmp_path)
     assert pre.returncode == 0, pre.stderr
     info = json.loads((tmp_path / "raw" / "datagen.json").read_text())
     meta = json.loads((tmp_path / "ds" / "meta.json").read_text())
