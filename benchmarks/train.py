@@ -159,7 +159,7 @@ def run_tuned(data: Path, work: Path, nproc: int, workers: int) -> dict:
     plan_path = write_plan(work / f"plan-{nproc}.json", plan)
     out = work / f"tuned-{nproc}"
     started = time.perf_counter()
-    summary = launch(LaunchSpec(data=str(data), out=str(out), plan=str(plan_path), nproc=nproc,
+    summary = launch(LaunchSpec.of(data=str(data), out=str(out), plan=str(plan_path), nproc=nproc,
                                 resume="never", max_epochs=1))
     epoch = summary["history"][0]
     return {"setup": "tuned", "processes": summary["world_size"], "threads": plan.cpu_threads,

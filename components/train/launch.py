@@ -11,6 +11,7 @@ CLI: ``python -m components.train.launch --data DIR --plan plan.json --out DIR -
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from components.common.plan import read_plan
-from components.train.trainer import read_summary, summary_line
+from components.train.trainer import TrainConfig, read_summary, summary_line
 
 
 class LaunchError(RuntimeError):
@@ -29,31 +30,36 @@ class LaunchError(RuntimeError):
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """What to train and with how many processes."""
+    """What to train (the trainer's own config) and with how many processes."""
 
-    data: str
-    out: str
-    plan: str | None = None
+    train: TrainConfig
     nproc: int | None = None
     """Processes on this node; None = the plan's nproc_per_node."""
     max_restarts: int = 0
     """How often torchrun restarts all workers after a failure (they resume from last.pt)."""
-    init_from: str | None = None
-    resume: str = "auto"
-    tracking_uri: str | None = None
-    max_epochs: int | None = None
+
+    @classmethod
+    def of(cls, *, nproc: int | None = None, max_restarts: int = 0, resume: str = "auto",
+           **train: object) -> LaunchSpec:
+        """A spec from TrainConfig's fields; resume defaults to auto so restarted workers continue."""
+        return cls(TrainConfig(resume=resume, **train), nproc, max_restarts)
+
+    @property
+    def out(self) -> str:
+        return self.train.out
 
     def processes(self) -> int:
         if self.nproc is not None:
             return self.nproc
-        return read_plan(self.plan)[0].nproc_per_node if self.plan else 1
+        return read_plan(self.train.plan)[0].nproc_per_node if self.train.plan else 1
 
     def trainer_args(self) -> list[str]:
-        args = ["--data", self.data, "--out", self.out, "--resume", self.resume]
-        for flag, value in (("--plan", self.plan), ("--init-from", self.init_from),
-                            ("--tracking-uri", self.tracking_uri), ("--max-epochs", self.max_epochs)):
+        """The trainer CLI's flags for every set field of the TrainConfig."""
+        args = []
+        for f in dataclasses.fields(TrainConfig):
+            value = getattr(self.train, f.name)
             if value is not None:
-                args += [flag, str(value)]
+                args += [f"--{f.name.replace('_', '-')}", str(value)]
         return args
 
 
@@ -113,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     backend = args.__dict__.pop("backend")
     try:
-        summary = launch(LaunchSpec(**vars(args)), backend)
+        summary = launch(LaunchSpec.of(**vars(args)), backend)
     except (LaunchError, ValueError) as exc:
         print(f"launch: error: {exc}", file=sys.stderr)
         return 1

@@ -24,7 +24,7 @@ def test_cpu_local_plan_is_what_the_trainer_runs(tiny_dataset, tmp_path):
     assert on_disk["estimate"]["memory"]["total"]["total"] <= on_disk["estimate"]["memory"]["cap_bytes"]
 
     out = tmp_path / "out"
-    launch(LaunchSpec(data=str(tiny_dataset), plan=str(path), out=str(out), max_epochs=1))
+    launch(LaunchSpec.of(data=str(tiny_dataset), plan=str(path), out=str(out), max_epochs=1))
     summary = json.loads((out / "train_summary.json").read_text())
     ran = summary["plan"]
     assert summary["world_size"] == plan.nproc_per_node * plan.nnodes

@@ -136,7 +136,7 @@ def test_cli_exit_code_and_one_line_error(tiny_dataset, tmp_path):
 
 def test_torchrun_two_processes(tiny_dataset, tmp_path):
     plan = plan_file(tmp_path / "plan.json", max_epochs=2, nproc_per_node=2, micro_batch=256, embedding_l2=0.5)
-    summary = launch(LaunchSpec(data=str(tiny_dataset), out=str(tmp_path / "ddp"), plan=plan))
+    summary = launch(LaunchSpec.of(data=str(tiny_dataset), out=str(tmp_path / "ddp"), plan=plan))
     assert summary["world_size"] == 2 and summary["epochs_run"] == 2
     assert summary["sparse_embeddings"] is True  # gloo: sparse gradients reduced across ranks
     assert 0.0 <= summary["best_val_auc"] <= 1.0
@@ -146,7 +146,7 @@ def test_launcher_surfaces_each_ranks_error(tiny_dataset, tmp_path):
     plan = plan_file(tmp_path / "plan.json", nproc_per_node=2, precision="fp16")
     with pytest.raises(LaunchError, match=r"rank 0: ValueError: plan.train.precision fp16 needs a CUDA device"
                                           r".*rank 1: ValueError"):
-        launch(LaunchSpec(data=str(tiny_dataset), out=str(tmp_path / "fail"), plan=plan))
+        launch(LaunchSpec.of(data=str(tiny_dataset), out=str(tmp_path / "fail"), plan=plan))
 
 
 def test_mlflow_logging_from_rank_zero(tiny_dataset, tmp_path):
