@@ -12,6 +12,21 @@ import pytest
 from components.common import schema
 
 START = dt.date(2026, 3, 1)
+MLFLOW_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_mlflow_env():
+    """mlflow.set_tracking_uri exports $MLFLOW_TRACKING_URI: keep one test's URI out of the next."""
+    import os
+
+    saved = {key: os.environ.get(key) for key in MLFLOW_ENV}
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def random_events(rng: np.random.Generator, day: dt.date, n: int, users: int = 40,

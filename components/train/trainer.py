@@ -289,12 +289,13 @@ class MlflowLogger:
         self.mlflow = None
         if not (config.tracking_uri and runtime.is_main):
             return
-        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         import mlflow
 
-        mlflow.set_tracking_uri(config.tracking_uri)
-        mlflow.set_experiment(config.experiment)
-        mlflow.start_run(log_system_metrics=True)
+        from components.common.tracking import connect, ensure_experiment
+
+        client = connect(config.tracking_uri)
+        experiment_id = ensure_experiment(client, config.experiment, config.tracking_uri)
+        mlflow.start_run(experiment_id=experiment_id, log_system_metrics=True)
         mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
         self.mlflow = mlflow
 

@@ -1,0 +1,81 @@
+"""The champion/challenger gate: a pure function of the metrics, documented rule below.
+
+A candidate is **blessed** when
+
+1. its test AUC >= ``min_auc`` (an absolute floor: a broken model never ships), and
+2. either there is no champion, or the candidate is not significantly worse
+   than the champion: the upper bound of the confidence interval of
+   ``AUC(candidate) - AUC(champion)``, both scored on the same test rows, is
+   ``>= -tolerance``.
+
+Rule 2 deliberately promotes a candidate that is *as good as* the champion:
+it was trained on fresher data, and daily retraining exists to track drift.
+A champion that cannot be loaded or scored on today's data (e.g. the hash
+buckets changed) is never silently skipped: with ``if_champion_unusable =
+"block"`` (default) the candidate is not blessed until a person looks; with
+``"ignore"`` it is judged by rule 1 alone, and the reasons say so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+UNUSABLE_POLICIES = ("block", "ignore")
+
+
+@dataclass(frozen=True)
+class GateRule:
+    min_auc: float = 0.55
+    """Absolute floor on the candidate's test AUC."""
+    tolerance: float = 0.002
+    """How much worse than the champion (in AUC) is still acceptable at the CI's upper bound."""
+    confidence: float = 0.95
+    """Confidence level of the AUC-delta interval."""
+    if_champion_unusable: str = "block"
+    """block: not blessed when the champion cannot be scored; ignore: judge by min_auc alone."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_auc <= 1:
+            raise ValueError(f"min_auc must be in [0, 1], got {self.min_auc!r}")
+        if not 0 <= self.tolerance < 1:
+            raise ValueError(f"tolerance must be in [0, 1), got {self.tolerance!r}")
+        if not 0.5 <= self.confidence < 1:
+            raise ValueError(f"confidence must be in [0.5, 1), got {self.confidence!r}")
+        if self.if_champion_unusable not in UNUSABLE_POLICIES:
+            raise ValueError(f"if_champion_unusable must be one of {UNUSABLE_POLICIES}, "
+                             f"got {self.if_champion_unusable!r}")
+
+
+def decide(candidate_auc: float, champion: dict, comparison: dict | None, rule: GateRule) -> dict:
+    """``{"blessed", "reasons", "rule"}`` for a candidate.
+
+    ``champion["status"]`` is ``none`` (no champion registered), ``scored``
+    (``comparison`` holds the DeLong result: delta, ci_low, ci_high) or
+    ``unusable`` (``champion["reason"]`` says why).
+    """
+    reasons = []
+    floor_ok = not math.isnan(candidate_auc) and candidate_auc >= rule.min_auc
+    reasons.append(f"test AUC {candidate_auc:.4f} {'>=' if floor_ok else '<'} min_auc {rule.min_auc:.4f}")
+    status = champion["status"]
+    if status == "none":
+        gate_ok = True
+        reasons.append("no champion registered yet: nothing to compare with")
+    elif status == "scored":
+        version = champion.get("version")
+        upper, bound = comparison["ci_high"], -rule.tolerance
+        gate_ok = upper >= bound
+        reasons.append(
+            f"AUC vs champion v{version}: {comparison['delta']:+.4f} "
+            f"({100 * rule.confidence:.0f}% CI {comparison['ci_low']:+.4f} .. {upper:+.4f}); "
+            + (f"upper bound >= -tolerance {bound:+.4f}: not significantly worse" if gate_ok else
+               f"upper bound < -tolerance {bound:+.4f}: significantly worse than the champion"))
+    elif status == "unusable":
+        gate_ok = rule.if_champion_unusable == "ignore"
+        reasons.append(f"champion v{champion.get('version')} could not be scored on today's data "
+                       f"({champion.get('reason')}); policy if_champion_unusable="
+                       f"{rule.if_champion_unusable}: "
+                       + ("judged on min_auc alone" if gate_ok else "not blessed until resolved"))
+    else:
+        raise ValueError(f"unknown champion status {status!r}")
+    return {"blessed": bool(floor_ok and gate_ok), "reasons": reasons, "rule": asdict(rule)}

@@ -1,0 +1,98 @@
+"""The human-readable side of evaluation: ROC and calibration plots, a Markdown report."""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+ROC_PNG, CALIBRATION_PNG, REPORT_MD = "roc.png", "calibration.png", "report.md"
+
+
+def _figure():
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display in pipelines and CI
+    import matplotlib.pyplot as plt
+
+    return plt, plt.subplots(figsize=(4.5, 4.5), dpi=100)
+
+
+def _save(plt, fig, path: Path) -> bytes:
+    buffer = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    path.write_bytes(buffer.getvalue())
+    return buffer.getvalue()
+
+
+def plot_roc(curves: dict[str, list[dict]], path: Path) -> bytes:
+    """ROC curves ({label: points}) with the chance diagonal; returns the PNG bytes."""
+    plt, (fig, ax) = _figure()
+    for label, points in curves.items():
+        ax.plot([p["fpr"] for p in points], [p["tpr"] for p in points], label=label)
+    ax.plot([0, 1], [0, 1], linestyle=":", color="grey", label="chance")
+    ax.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC (test split)",
+           xlim=(0, 1), ylim=(0, 1))
+    ax.legend(loc="lower right")
+    return _save(plt, fig, path)
+
+
+def plot_calibration(curves: dict[str, list[dict]], path: Path) -> bytes:
+    """Reliability diagram ({label: equal-mass bins}); returns the PNG bytes."""
+    plt, (fig, ax) = _figure()
+    top = 0.0
+    for label, bins in curves.items():
+        xs = [b["mean_prediction"] for b in bins]
+        ys = [b["positive_rate"] for b in bins]
+        top = max(top, *xs, *ys)
+        ax.plot(xs, ys, marker="o", markersize=3, label=label)
+    top = min(1.0, top * 1.05 or 1.0)
+    ax.plot([0, top], [0, top], linestyle=":", color="grey", label="perfect")
+    ax.set(xlabel="mean predicted probability", ylabel="observed click rate",
+           title="Calibration (equal-mass bins)", xlim=(0, top), ylim=(0, top))
+    ax.legend(loc="upper left")
+    return _save(plt, fig, path)
+
+
+def _row(name: str, key: str, candidate: dict, champion: dict | None, fmt: str = ".4f") -> str:
+    def cell(value):
+        return "—" if value is None else format(value, fmt)
+
+    return f"| {name} | {cell(candidate.get(key))} | {cell(champion.get(key) if champion else None)} |"
+
+
+def markdown(metrics: dict, decision: dict, images: dict[str, str]) -> str:
+    """The report: verdict, reasons, metric table, plots (``images``: title -> link or data URI)."""
+    champion = metrics["champion"]
+    scored = champion.get("metrics")
+    candidate = metrics["candidate"]
+    verdict = "**BLESSED**" if decision["blessed"] else "**NOT BLESSED**"
+    version = f" v{champion['version']}" if champion.get("version") else ""
+    lines = [
+        f"# Evaluation of `{metrics['model_name']}` candidate: {verdict}", "",
+        *[f"- {reason}" for reason in decision["reasons"]], "",
+        f"Test split: {candidate['rows']:,} rows, {candidate['users']:,} users, "
+        f"window {metrics['dataset'].get('window', {}).get('test_days', '?')}.", "",
+        f"| metric | candidate | champion{version} |",
+        "|---|---|---|",
+        _row("AUC", "auc", candidate, scored),
+        _row("GAUC", "gauc", candidate, scored),
+        _row("logloss", "logloss", candidate, scored),
+        _row("ECE", "ece", candidate, scored),
+        _row("mean prediction", "mean_prediction", candidate, scored),
+        _row("click rate", "positive_rate", candidate, scored), "",
+    ]
+    comparison = metrics.get("comparison")
+    if comparison:
+        lines += [f"AUC delta (candidate − champion, DeLong): {comparison['delta']:+.4f}, "
+                  f"{100 * comparison['confidence']:.0f}% CI [{comparison['ci_low']:+.4f}, "
+                  f"{comparison['ci_high']:+.4f}], p = {comparison['p_value']:.3g}.", ""]
+    lines += [f"![{title}]({src})" for title, src in images.items()]
+    return "\n".join(lines) + "\n"
+
+
+def data_uri(png: bytes) -> str:
+    """A PNG inlined, for viewers that cannot follow relative links (the Kubeflow UI)."""
+    return "data:image/png;base64," + base64.b64encode(png).decode()

@@ -1,0 +1,191 @@
+"""Evaluate a trained candidate on the test split and decide whether it may replace the champion.
+
+Scores the candidate and the registry's current champion (``models:/NAME@champion``)
+on the same test rows in one pass, computes AUC / GAUC / logloss / ECE for
+both, compares their AUCs with DeLong's paired test, applies the gate of
+:mod:`components.evaluate.decision`, and writes, atomically into ``out``:
+
+* ``metrics.json``  – candidate and champion metrics, the comparison, the dataset;
+* ``decision.json`` – blessed or not, with the reasons and the rule;
+* ``roc.json``      – ROC curve points (thinned) of both models;
+* ``report.md`` + ``roc.png`` + ``calibration.png`` – for humans.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from components.common.progress import get_logger
+from components.common.storage import atomic_dir, atomic_write_bytes, atomic_write_json
+from components.evaluate import report
+from components.evaluate.decision import GateRule, decide
+from components.evaluate.metrics import calibration, delong, roc_points, summarize
+from components.train.data import load_meta
+from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
+from components.train.model import BATCH_KEYS, Vocab
+
+log = get_logger(__name__)
+METRICS, DECISION, ROC = "metrics.json", "decision.json", "roc.json"
+
+
+class EvaluateError(ValueError):
+    """The candidate cannot be evaluated on this data; the message says which file and why."""
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """What to evaluate, against which registry, and the gate's rule."""
+
+    data: str
+    """Preprocessed dataset folder (meta.json + test/)."""
+    checkpoint: str
+    """The candidate's checkpoint (the train stage's best.pt)."""
+    out: str
+    """Output folder (replaced atomically)."""
+    model_name: str = "dailyrec"
+    """Registered model whose ``@champion`` is the baseline."""
+    tracking_uri: str | None = None
+    """MLflow tracking/registry URI; None = no registry, the candidate is judged alone."""
+    rule: GateRule = dataclasses.field(default_factory=GateRule)
+    """The blessing rule (min_auc, tolerance, confidence, policy for an unusable champion)."""
+    batch: int = 8192
+    """Rows scored per forward pass."""
+    bins: int = 20
+    """Equal-mass bins of the calibration curve and ECE."""
+    threads: int = 1
+    """torch intra-op threads (1 is fastest on small CPUs; raise on big ones)."""
+
+    def __post_init__(self) -> None:
+        for name in ("data", "checkpoint", "out", "model_name"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string")
+        for name in ("batch", "bins", "threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def evaluate(config: EvaluateConfig) -> dict:
+    """Score, compare, decide, write the outputs; return ``{"metrics", "decision"}``."""
+    started = time.perf_counter()
+    import torch
+
+    torch.set_num_threads(config.threads)
+    meta = load_meta(config.data, splits=("test",))
+    vocab = Vocab.from_meta(meta)
+    candidate = load_scorer(config.checkpoint)
+    problems = candidate.incompatibilities(vocab)
+    if problems:
+        raise EvaluateError(f"{config.checkpoint}: the candidate cannot score {config.data} "
+                            f"({'; '.join(problems)})")
+    test = meta["splits"]["test"]
+    if test["rows"] == 0 or test.get("positives") in (0, test["rows"]):
+        raise EvaluateError(f"{Path(config.data) / 'meta.json'}: the test split has {test['rows']} "
+                            f"rows and {test.get('positives')} clicks; AUC needs both classes")
+    champion, champion_model = find_champion(config, vocab)
+
+    log.info("evaluate: scoring %d test rows with the candidate%s", test["rows"],
+             f" and champion v{champion['version']}" if champion_model is not None else "")
+    labels, users, candidate_logits, champion_probs = [], [], [], []
+    for batch in split_rows(config.data, "test", meta, config.batch):
+        labels.append(batch["label"].astype(np.float64))
+        users.append(batch["user_key"])
+        candidate_logits.append(predict_logits(candidate.model, [batch]))
+        if champion_model is not None:
+            try:
+                champion_probs.append(np.asarray(champion_model.predict({k: batch[k] for k in BATCH_KEYS}), dtype=np.float64))
+            except Exception as exc:  # reported in the decision, never silently dropped
+                champion = {**champion, "status": "unusable",
+                            "reason": f"scoring failed: {type(exc).__name__}: {exc}"[:500]}
+                champion_model = None
+                log.warning("champion v%s cannot score today's data: %s", champion["version"],
+                            champion["reason"])
+    y, groups = np.concatenate(labels), np.concatenate(users)
+    prob = sigmoid(np.concatenate(candidate_logits))
+    candidate_metrics = summarize(prob, y, groups, config.bins)
+    curves = {"candidate": roc_points(prob, y)}
+    bins = {"candidate": calibration(prob, y, config.bins)["bins"]}
+    comparison = None
+    if champion_model is not None:
+        champion_prob = np.concatenate(champion_probs)
+        champion = {**champion, "metrics": summarize(champion_prob, y, groups, config.bins)}
+        comparison = delong(prob, champion_prob, y, config.rule.confidence)
+        curves[f"champion v{champion['version']}"] = roc_points(champion_prob, y)
+        bins[f"champion v{champion['version']}"] = calibration(champion_prob, y, config.bins)["bins"]
+    verdict = decide(candidate_metrics["auc"], champion, comparison, config.rule)
+
+    metrics = {
+        **{f"test_{k}": candidate_metrics[k] for k in ("auc", "gauc", "logloss", "ece")},
+        "model_name": config.model_name, "candidate": candidate_metrics,
+        "candidate_checkpoint": str(config.checkpoint),
+        "candidate_trained_on": candidate.info.get("dataset"), "champion": champion,
+        "comparison": comparison, "calibration_bins": bins,
+        "dataset": {"path": str(config.data), "fingerprint": meta.get("fingerprint"),
+                    "window": meta.get("window"), "test_rows": test["rows"]},
+    }
+    decision = {**verdict, "model_name": config.model_name, "test_auc": candidate_metrics["auc"],
+                "champion_version": champion.get("version"), "champion_status": champion["status"],
+                "comparison": comparison, "candidate_checkpoint": str(config.checkpoint)}
+    metrics["seconds"] = time.perf_counter() - started
+    write_outputs(Path(config.out), metrics, decision, curves, bins)
+    log.info("evaluate: %s", summary_line(metrics, decision))
+    return {"metrics": metrics, "decision": decision}
+
+
+def find_champion(config: EvaluateConfig, vocab: Vocab) -> tuple[dict, Any]:
+    """``({"status", "version", "reason"}, pyfunc model or None)`` of ``NAME@champion``.
+
+    An unreachable registry raises (TrackingError): deciding without knowing
+    the champion would be a silent guess. A champion that exists but cannot be
+    loaded, or was built for other hash buckets, is returned as ``unusable``.
+    """
+    if not config.tracking_uri:
+        return {"status": "none", "version": None, "reason": "no tracking URI given"}, None
+    from components.common.tracking import connect
+    from components.register.registry import CHAMPION, alias_version
+
+    client = connect(config.tracking_uri)
+    found = alias_version(client, config.model_name, CHAMPION)
+    if found is None:
+        return {"status": "none", "version": None, "reason": f"{config.model_name}@champion not set"}, None
+    info = {"status": "scored", "version": int(found.version), "reason": None,
+            "run_id": found.run_id, "tags": dict(found.tags)}
+    try:
+        import mlflow.pyfunc
+
+        # by version, not alias: the alias could move while we score
+        model = mlflow.pyfunc.load_model(f"models:/{config.model_name}/{found.version}")
+        inner = model.unwrap_python_model()
+        problems = inner.scorer.incompatibilities(vocab) if hasattr(inner, "scorer") else []
+    except Exception as exc:
+        return {**info, "status": "unusable",
+                "reason": f"cannot load: {type(exc).__name__}: {exc}"[:500]}, None
+    if problems:
+        return {**info, "status": "unusable",
+                "reason": "built for other inputs: " + "; ".join(problems)}, None
+    return info, model
+
+
+def write_outputs(out: Path, metrics: dict, decision: dict, curves: dict, bins: dict) -> None:
+    with atomic_dir(out) as tmp:
+        atomic_write_json(tmp / METRICS, metrics)
+        atomic_write_json(tmp / DECISION, decision)
+        atomic_write_json(tmp / ROC, curves)
+        report.plot_roc(curves, tmp / report.ROC_PNG)
+        report.plot_calibration(bins, tmp / report.CALIBRATION_PNG)
+        images = {"ROC": report.ROC_PNG, "Calibration": report.CALIBRATION_PNG}
+        atomic_write_bytes(tmp / report.REPORT_MD, report.markdown(metrics, decision, images).encode())
+
+
+def summary_line(metrics: dict, decision: dict) -> str:
+    verdict = "BLESSED" if decision["blessed"] else "NOT BLESSED"
+    return (f"{verdict}: test AUC {metrics['test_auc']:.4f}, GAUC {metrics['test_gauc']:.4f}, "
+            f"logloss {metrics['test_logloss']:.4f}, ECE {metrics['test_ece']:.4f}; "
+            + " | ".join(decision["reasons"][1:]))
+

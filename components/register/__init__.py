@@ -1,0 +1,1 @@
+"""Register stage: MLflow registry, the pyfunc model, aliases."""

@@ -1,0 +1,48 @@
+"""CLI: ``python -m components.register --checkpoint FILE --metrics FILE --decision FILE
+--model-name NAME [--tracking-uri URI] [--register-unblessed] [--out DIR]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from components.common.tracking import TrackingError
+from components.register.stage import RegisterConfig, default_tracking_uri, register, summary_line
+from components.train.checkpoint import CheckpointError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m components.register",
+                                description="Register an evaluated model in MLflow and move its aliases.")
+    p.add_argument("--checkpoint", required=True, help="the evaluated checkpoint (train output best.pt)")
+    p.add_argument("--metrics", required=True, help="evaluate output metrics.json")
+    p.add_argument("--decision", required=True, help="evaluate output decision.json")
+    p.add_argument("--model-name", default="dailyrec")
+    p.add_argument("--tracking-uri", default=None,
+                   help="MLflow URI (default $MLFLOW_TRACKING_URI, else sqlite:///runs/mlflow.db)")
+    p.add_argument("--experiment", default="dailyrec-register")
+    p.add_argument("--register-unblessed", action="store_true",
+                   help="register a not-blessed model too, as @challenger")
+    p.add_argument("--pipeline-run-id", default="")
+    p.add_argument("--out", default=None, help="folder for registration.json")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = RegisterConfig(
+            checkpoint=args.checkpoint, metrics=args.metrics, decision=args.decision,
+            model_name=args.model_name, tracking_uri=args.tracking_uri or default_tracking_uri(),
+            experiment=args.experiment, register_unblessed=args.register_unblessed,
+            pipeline_run_id=args.pipeline_run_id, out=args.out)
+        result = register(config)
+    except (CheckpointError, TrackingError, ValueError, OSError) as exc:
+        print(f"register: error: {exc}", file=sys.stderr)
+        return 1
+    print(summary_line(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

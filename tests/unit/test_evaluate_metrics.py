@@ -1,0 +1,297 @@
+"""Evaluate-stage metrics against scikit-learn and brute-force reference computations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import log_loss, roc_auc_score, roc_curve
+
+from components.common.metrics import roc_auc
+from components.evaluate.metrics import (
+    calibration,
+    delong,
+    gauc,
+    logloss,
+    roc_points,
+    summarize,
+)
+
+# ---------------------------------------------------------------------------- logloss
+
+
+def test_logloss_matches_sklearn() -> None:
+    rng = np.random.default_rng(0)
+    prob = rng.uniform(0.01, 0.99, 1000)
+    labels = rng.integers(0, 2, 1000)
+    assert logloss(prob, labels) == pytest.approx(log_loss(labels, prob), rel=1e-12)
+
+
+def test_logloss_clips_extremes() -> None:
+    value = logloss(np.array([0.0, 1.0]), np.array([1, 0]))
+    assert math.isfinite(value)
+    assert value == pytest.approx(-math.log(1e-7), rel=1e-6)
+
+
+# ---------------------------------------------------------------------------- gauc
+
+
+def _gauc_loop(scores: np.ndarray, labels: np.ndarray, groups: np.ndarray) -> float:
+    total = weight = 0.0
+    for user in np.unique(groups):
+        mask = groups == user
+        if labels[mask].min() == labels[mask].max():
+            continue
+        total += mask.sum() * roc_auc_score(labels[mask], scores[mask])
+        weight += mask.sum()
+    return total / weight if weight else math.nan
+
+
+def test_gauc_matches_per_user_loop_with_ties_and_negative_keys() -> None:
+    rng = np.random.default_rng(1)
+    n = 3000
+    groups = rng.integers(-40, 40, n).astype(np.int64) * 1_000_003  # big and negative keys
+    scores = np.round(rng.uniform(0, 1, n), 1)  # many ties inside each user
+    labels = (rng.uniform(0, 1, n) < 0.2 + 0.5 * scores).astype(np.float32)
+    # A few single-class users that must be excluded.
+    groups = np.r_[groups, [7, 7, 7, -9, -9]]
+    scores = np.r_[scores, [0.1, 0.5, 0.9, 0.3, 0.3]]
+    labels = np.r_[labels, [1, 1, 1, 0, 0]]
+    result = gauc(scores, labels, groups)
+    assert result["gauc"] == pytest.approx(_gauc_loop(scores, labels, groups), rel=1e-12)
+    assert result["groups"] == len(np.unique(groups))
+    assert result["groups_counted"] == result["groups"] - 2
+    assert result["rows_counted"] == len(scores) - 5
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(-3, 3), st.integers(0, 4), st.integers(0, 1)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_gauc_property_matches_loop(rows: list[tuple[int, int, int]]) -> None:
+    groups, scores, labels = (np.array(col) for col in zip(*rows, strict=True))
+    result = gauc(scores.astype(np.float64), labels, groups)
+    expected = _gauc_loop(scores, labels, groups)
+    if math.isnan(expected):
+        assert math.isnan(result["gauc"])
+        assert result["groups_counted"] == 0
+    else:
+        assert result["gauc"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_gauc_hand_computed() -> None:
+    # User 1: 2 rows, perfectly ranked (AUC 1). User 2: 4 rows, AUC 0.5.
+    groups = np.array([1, 1, 2, 2, 2, 2])
+    scores = np.array([0.9, 0.1, 0.8, 0.2, 0.7, 0.3])
+    labels = np.array([1, 0, 1, 1, 0, 0])
+    # User 2 pairs (pos vs neg): .8>.7, .8>.3, .2<.7, .2<.3 -> 2/4 = 0.5.
+    result = gauc(scores, labels, groups)
+    assert result["gauc"] == pytest.approx((2 * 1.0 + 4 * 0.5) / 6)
+    assert (result["groups"], result["groups_counted"], result["rows_counted"]) == (2, 2, 6)
+
+
+def test_gauc_nan_without_qualifying_user() -> None:
+    result = gauc(np.array([0.1, 0.2, 0.3]), np.array([1, 1, 0]), np.array([1, 1, 2]))
+    assert math.isnan(result["gauc"])
+    assert (result["groups"], result["groups_counted"], result["rows_counted"]) == (2, 0, 0)
+    empty = gauc(np.array([]), np.array([]), np.array([], dtype=np.int64))
+    assert math.isnan(empty["gauc"]) and empty["groups"] == 0
+
+
+# ---------------------------------------------------------------------------- calibration
+
+
+def test_calibration_small_for_calibrated_predictions() -> None:
+    rng = np.random.default_rng(2)
+    prob = rng.beta(1, 20, 200_000)  # CTR-like: clustered at low values
+    labels = (rng.uniform(0, 1, len(prob)) < prob).astype(np.int8)
+    result = calibration(prob, labels, bins=20)
+    assert result["ece"] < 0.005
+    assert len(result["bins"]) == 20
+    assert sum(b["count"] for b in result["bins"]) == len(prob)
+    assert all(b["count"] > 0 for b in result["bins"])
+
+
+def test_calibration_hand_computed_two_bins() -> None:
+    prob = np.array([0.4, 0.1, 0.3, 0.2])  # sorted: .1 .2 | .3 .4
+    labels = np.array([1, 0, 0, 1])  # labels in sorted order: 0 1 | 0 1
+    result = calibration(prob, labels, bins=2)
+    low, high = result["bins"]
+    assert low == {"mean_prediction": pytest.approx(0.15), "positive_rate": 0.5, "count": 2}
+    assert high == {"mean_prediction": pytest.approx(0.35), "positive_rate": 0.5, "count": 2}
+    assert result["ece"] == pytest.approx(0.5 * 0.35 + 0.5 * 0.15)
+    assert result["mean_prediction"] == pytest.approx(0.25)
+    assert result["positive_rate"] == 0.5
+
+
+def test_calibration_fewer_rows_than_bins_and_empty() -> None:
+    result = calibration(np.array([0.2, 0.7, 0.1]), np.array([0, 1, 0]), bins=20)
+    assert [b["count"] for b in result["bins"]] == [1, 1, 1]
+    result = calibration(np.arange(23) / 23, np.zeros(23), bins=5)
+    counts = [b["count"] for b in result["bins"]]
+    assert sum(counts) == 23 and min(counts) >= 4 and max(counts) <= 5
+    empty = calibration(np.array([]), np.array([]))
+    assert math.isnan(empty["ece"]) and empty["bins"] == []
+
+
+# ---------------------------------------------------------------------------- roc_points
+
+
+def test_roc_points_match_sklearn_without_thinning() -> None:
+    rng = np.random.default_rng(3)
+    scores = np.round(rng.uniform(0, 1, 500), 2)
+    labels = (rng.uniform(0, 1, 500) < scores).astype(int)
+    fpr, tpr, thresholds = roc_curve(labels, scores, drop_intermediate=False)
+    points = roc_points(scores, labels, max_points=10_000)
+    assert len(points) == len(fpr)
+    np.testing.assert_allclose([p["fpr"] for p in points], fpr, rtol=0, atol=1e-12)
+    np.testing.assert_allclose([p["tpr"] for p in points], tpr, rtol=0, atol=1e-12)
+    assert points[0]["threshold"] == float("inf") == thresholds[0]
+    np.testing.assert_array_equal([p["threshold"] for p in points[1:]], thresholds[1:])
+
+
+def test_roc_points_thinning_keeps_ends_and_order() -> None:
+    rng = np.random.default_rng(4)
+    scores = rng.uniform(0, 1, 2000)
+    labels = rng.integers(0, 2, 2000)
+    full = roc_points(scores, labels, max_points=100_000)
+    thin = roc_points(scores, labels, max_points=50)
+    assert len(thin) == 50
+    assert thin[0] == full[0] and thin[-1] == full[-1]
+    assert thin[-1]["fpr"] == thin[-1]["tpr"] == 1.0
+    thresholds = [p["threshold"] for p in thin]
+    assert all(a > b for a, b in zip(thresholds, thresholds[1:], strict=False))
+    for key in ("fpr", "tpr"):
+        values = [p[key] for p in thin]
+        assert all(a <= b for a, b in zip(values, values[1:], strict=False))
+
+
+def test_roc_points_needs_both_classes() -> None:
+    with pytest.raises(ValueError):
+        roc_points(np.array([0.1, 0.2]), np.array([1, 1]))
+
+
+# ---------------------------------------------------------------------------- delong
+
+
+def _brute_force_delong_var(a: np.ndarray, b: np.ndarray, labels: np.ndarray) -> float:
+    """DeLong's variance of AUC_a - AUC_b straight from the pairwise psi table."""
+    y = labels.astype(bool)
+
+    def components(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x, z = s[y][:, None], s[~y][None, :]
+        psi = (x > z) + 0.5 * (x == z)
+        return psi.mean(axis=1), psi.mean(axis=0)
+
+    v10_a, v01_a = components(a)
+    v10_b, v01_b = components(b)
+    s10 = np.cov(np.vstack([v10_a, v10_b]))
+    s01 = np.cov(np.vstack([v01_a, v01_b]))
+    contrast = np.array([1.0, -1.0])
+    return float(contrast @ s10 @ contrast / y.sum() + contrast @ s01 @ contrast / (~y).sum())
+
+
+def test_delong_matches_sklearn_and_brute_force_with_ties() -> None:
+    rng = np.random.default_rng(5)
+    n = 300
+    labels = rng.integers(0, 2, n)
+    a = np.round(labels * 0.3 + rng.uniform(0, 1, n), 1)
+    b = np.round(labels * 0.1 + 0.5 * a + rng.uniform(0, 1, n), 1)
+    result = delong(a, b, labels)
+    assert result["auc_a"] == pytest.approx(roc_auc_score(labels, a), rel=1e-12)
+    assert result["auc_b"] == pytest.approx(roc_auc_score(labels, b), rel=1e-12)
+    assert result["delta"] == pytest.approx(result["auc_a"] - result["auc_b"])
+    assert result["se"] ** 2 == pytest.approx(_brute_force_delong_var(a, b, labels), rel=1e-10)
+    assert result["positives"] + result["negatives"] == n
+    assert result["ci_low"] < result["delta"] < result["ci_high"]
+    assert result["z"] == pytest.approx(result["delta"] / result["se"])
+    assert 0.0 <= result["p_value"] <= 1.0
+
+
+def test_delong_identical_scores() -> None:
+    rng = np.random.default_rng(6)
+    scores = rng.uniform(0, 1, 200)
+    labels = rng.integers(0, 2, 200)
+    result = delong(scores, scores.copy(), labels)
+    assert result["delta"] == 0.0 and result["se"] == 0.0
+    assert result["z"] == 0.0 and result["p_value"] == 1.0
+    assert result["ci_low"] == result["ci_high"] == 0.0
+
+
+def test_delong_detects_clearly_better_model_and_ci_shrinks() -> None:
+    rng = np.random.default_rng(7)
+
+    def sample(n: int) -> dict:
+        labels = rng.integers(0, 2, n)
+        noise = rng.normal(0, 1, n)
+        good = labels * 1.5 + noise
+        weak = labels * 0.5 + noise + rng.normal(0, 1, n)
+        return delong(good, weak, labels)
+
+    small, large = sample(500), sample(5000)
+    assert large["ci_low"] > 0 and large["p_value"] < 1e-6
+    assert large["ci_high"] - large["ci_low"] < small["ci_high"] - small["ci_low"]
+
+
+def test_delong_confidence_controls_width() -> None:
+    rng = np.random.default_rng(8)
+    labels = rng.integers(0, 2, 400)
+    a, b = labels + rng.normal(0, 1, 400), labels + rng.normal(0, 1, 400)
+    r95, r99 = delong(a, b, labels), delong(a, b, labels, confidence=0.99)
+    assert r99["ci_high"] - r99["ci_low"] > r95["ci_high"] - r95["ci_low"]
+    assert r99["p_value"] == r95["p_value"]
+
+
+def test_delong_errors() -> None:
+    scores = np.array([0.1, 0.4, 0.3])
+    with pytest.raises(ValueError):
+        delong(scores, scores, np.array([1, 1, 1]))
+    with pytest.raises(ValueError):
+        delong(scores, scores, np.array([0, 0, 0]))
+    with pytest.raises(ValueError):
+        delong(scores, scores[:2], np.array([0, 1, 0]))
+    with pytest.raises(ValueError):
+        delong(scores, scores, np.array([0, 1, 0]), confidence=1.0)
+
+
+def test_delong_single_positive_gives_nan_interval() -> None:
+    result = delong(np.array([0.9, 0.2, 0.3]), np.array([0.1, 0.2, 0.3]), np.array([1, 0, 0]))
+    assert result["auc_a"] == 1.0 and result["auc_b"] == 0.0
+    assert math.isnan(result["se"]) and math.isnan(result["p_value"])
+
+
+# ---------------------------------------------------------------------------- summarize
+
+
+def test_summarize_is_consistent() -> None:
+    rng = np.random.default_rng(9)
+    prob = rng.uniform(0.01, 0.5, 400)
+    labels = (rng.uniform(0, 1, 400) < prob).astype(int)
+    groups = rng.integers(0, 30, 400)
+    result = summarize(prob, labels, groups, bins=10)
+    assert set(result) == {
+        "auc",
+        "gauc",
+        "logloss",
+        "ece",
+        "mean_prediction",
+        "positive_rate",
+        "rows",
+        "users",
+        "users_counted_gauc",
+    }
+    assert result["auc"] == roc_auc(prob, labels)
+    assert result["gauc"] == gauc(prob, labels, groups)["gauc"]
+    assert result["logloss"] == logloss(prob, labels)
+    assert result["ece"] == calibration(prob, labels, bins=10)["ece"]
+    assert result["rows"] == 400
+    assert result["users"] == len(np.unique(groups))
+    assert result["users_counted_gauc"] <= result["users"]
+    assert result["positive_rate"] == pytest.approx(labels.mean())
