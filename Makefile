@@ -6,19 +6,28 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-DATA ?= data
-# Size of the sample dataset `make run` generates (if $(DATA)/raw is absent).
+# Sample logs `make run` generates when DATA is left at its default and absent.
+SAMPLE := data/raw
+# Raw events the pipeline reads (dt=YYYY-MM-DD/ folders, raw contract): `make run DATA=path/to/raw`.
+DATA ?= $(SAMPLE)
+# Pipeline parameters of `make run` (configs/*.json): `make run CONFIG=configs/debug.json`.
+CONFIG ?= configs/local.json
+# Storage root of local runs: datasets/ and runs/ (summary.json, MLflow at runs/mlflow.db).
+ROOT ?= .
+UI_PORT ?= 5000
+# Size of the sample dataset.
 DAYS ?= 14
 USERS ?= 20000
 ITEMS ?= 50000
 EVENTS_PER_DAY ?= 100000
 SEED ?= 7
-# Preprocess window: the last WINDOW_DAYS days; HISTORY_DAYS before them feed histories only.
+# Window of `make preprocess` / `make bench` (the pipeline takes it from CONFIG).
 WINDOW_DAYS ?= 11
 HISTORY_DAYS ?= 3
+DATASET ?= data/dataset
 PYTEST_ARGS ?=
 
-.PHONY: help install run data preprocess test bench lint clean clean-data
+.PHONY: help install run data next-day preprocess compile ui test bench lint clean clean-data clean-runs
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -31,23 +40,36 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $@
 
-run: install data preprocess ## the main job: generate sample logs (if absent), preprocess them, print the summary
+run: install data ## the main job: the daily KFP pipeline on this machine (kfp.local) on DATA with CONFIG
+	$(PY) -m pipelines.local --config $(CONFIG) --data $(DATA) --root $(ROOT)
 
-data: install ## generate the synthetic sample logs into $(DATA)/raw (skipped if present)
-	@if [ -f $(DATA)/raw/datagen.json ]; then echo "$(DATA)/raw exists: keeping it (make clean-data to regenerate)"; \
-	else $(PY) -m components.datagen --out $(DATA)/raw --days $(DAYS) --users $(USERS) --items $(ITEMS) \
+data: install ## generate the synthetic sample logs into data/raw (skipped if present or DATA is yours)
+	@if [ "$(DATA)" != "$(SAMPLE)" ]; then test -d "$(DATA)" || { echo "DATA=$(DATA): no such folder"; exit 2; }; \
+	elif [ -f $(SAMPLE)/datagen.json ]; then echo "$(SAMPLE) exists: keeping it (make clean-data to regenerate)"; \
+	else $(PY) -m components.datagen --out $(SAMPLE) --days $(DAYS) --users $(USERS) --items $(ITEMS) \
 	  --events-per-day $(EVENTS_PER_DAY) --seed $(SEED); fi
 
-preprocess: install ## run the preprocess stage on $(DATA)/raw into $(DATA)/dataset
-	$(PY) -m components.preprocess --raw $(DATA)/raw --out $(DATA)/dataset --days $(WINDOW_DAYS) --history-days $(HISTORY_DAYS)
+next-day: install ## append tomorrow to the sample logs; the next `make run` retrains and meets the champion
+	$(PY) -m components.datagen --out $(SAMPLE) --append-days 1
+
+preprocess: install data ## only the preprocess stage, DATA -> DATASET (what `make bench` measures on)
+	$(PY) -m components.preprocess --raw $(DATA) --out $(DATASET) --days $(WINDOW_DAYS) --history-days $(HISTORY_DAYS)
+
+compile: install ## compile the pipeline to build/pipeline.yaml (KFP IR)
+	$(PY) -m pipelines.compile --out build/pipeline.yaml
+
+ui: install ## MLflow UI on 127.0.0.1 over the local registry (ROOT/runs/mlflow.db)
+	@echo "MLflow UI on http://127.0.0.1:$(UI_PORT)  (Ctrl-C stops it)"
+	MLFLOW_DISABLE_TELEMETRY=true $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(abspath $(ROOT))/runs/mlflow.db \
+	  --host 127.0.0.1 --port $(UI_PORT)
 
 test: install ## run the test suite (unit + integration, tiny data)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: install data preprocess ## measured comparisons against baselines -> benchmarks/results/ and README
 	$(PY) benchmarks/preprocess.py
-	$(PY) benchmarks/loader.py --data $(DATA)/dataset
-	$(PY) benchmarks/train.py --data $(DATA)/dataset
+	$(PY) benchmarks/loader.py --data $(DATASET)
+	$(PY) benchmarks/train.py --data $(DATASET)
 	$(PY) benchmarks/estimate.py
 	@if $(PY) -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then $(PY) benchmarks/gpu.py; \
 	else echo "no CUDA device: benchmarks/gpu.py --dry only"; $(PY) benchmarks/gpu.py --dry; fi
@@ -55,8 +77,11 @@ bench: install data preprocess ## measured comparisons against baselines -> benc
 lint: install ## ruff
 	$(PY) -m ruff check .
 
-clean-data: ## delete generated data ($(DATA)/)
-	rm -rf $(DATA)
+clean-data: ## delete the sample logs and datasets (data/, datasets/)
+	rm -rf data datasets
 
-clean: ## delete the venv, caches and generated data
-	rm -rf $(VENV) $(DATA) .pytest_cache .ruff_cache .hypothesis build benchmarks/scratch
+clean-runs: ## delete local runs and the local MLflow registry (runs/)
+	rm -rf runs
+
+clean: ## delete the venv, caches, generated data and runs
+	rm -rf $(VENV) data datasets runs .pytest_cache .ruff_cache .hypothesis build benchmarks/scratch

@@ -7,7 +7,7 @@ import datetime as dt
 import sys
 from typing import NoReturn
 
-from components.datagen.generator import ID_FORMATS, DatagenConfig, generate
+from components.datagen.generator import ID_FORMATS, DatagenConfig, extended, generate
 
 PROG = "python -m components.datagen"
 
@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="output folder (replaced atomically; refused if it is a non-empty folder of something else)",
     )
     parser.add_argument("--days", type=int, default=14, help="number of days")
+    parser.add_argument("--append-days", type=int, default=None, metavar="N",
+                        help="extend the dataset already in --out by N days (its own parameters; "
+                             "other options are ignored)")
     parser.add_argument("--users", type=int, default=20_000, help="distinct users")
     parser.add_argument("--items", type=int, default=50_000, help="distinct items")
     parser.add_argument("--categories", type=int, default=500, help="item categories (<= items)")
@@ -60,7 +63,7 @@ def _range(values: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        config = DatagenConfig(
+        config = extended(args.out, args.append_days) if args.append_days is not None else DatagenConfig(
             out=args.out,
             days=args.days,
             users=args.users,

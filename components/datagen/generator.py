@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import math
 import numbers
 import os
@@ -566,6 +567,22 @@ class _Simulator:
 
 
 # --- entry point -----------------------------------------------------------------
+
+
+def extended(out: str | Path, days: int = 1) -> DatagenConfig:
+    """The config of the dataset in ``out`` plus ``days`` more days ("tomorrow's logs").
+
+    Same parameters and seed, so regenerating rewrites the existing days
+    byte-identically and the new days continue the same simulated world.
+    """
+    path = Path(out) / SUMMARY_FILE
+    try:
+        params = json.loads(path.read_text())["parameters"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ValueError(f"{path}: cannot read the dataset's parameters ({exc})") from None
+    if not isinstance(days, int) or days < 1:
+        raise ValueError(f"days to append must be an integer >= 1, got {days!r}")
+    return DatagenConfig(out=out, **{**params, "days": params["days"] + days})
 
 
 def _check_replaceable(out: Path) -> None:

@@ -25,7 +25,9 @@ import json
 import os
 import shutil
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dask
 import dask.dataframe as dd
@@ -70,21 +72,10 @@ def preprocess(config: PreprocessConfig) -> dict:
         log.info("removed leftover of an interrupted run: %s", stale)
 
     with timer.phase("scan"):
-        fs, day_paths = rawio.list_days(config.raw)
-        window = Window(config.end_date or max(day_paths), config)
-        wanted = {d: p for d, p in day_paths.items() if window.first_read <= d <= window.end}
-        files = rawio.list_files(fs, wanted)
-        if not any(f.day >= window.start for f in files):
-            raise InputError(
-                f"{config.raw}: no raw files for the window {window.start} .. {window.end} "
-                f"(day folders present: {min(day_paths)} .. {max(day_paths)})"
-            )
-        for split in SPLITS:
-            if not any(window.split_of(f.day) == split for f in files):
-                raise InputError(f"{config.raw}: no raw files for the {split} split "
-                                 f"({window.split_range(split)})")
+        found = resolve(config)
+        fs, day_paths, window, files, fingerprint = (found.fs, found.day_paths, found.window,
+                                                     found.files, found.fingerprint)
         pieces = rawio.plan_pieces(fs, files)
-        fingerprint = _fingerprint(fs, files, config, window)
         log.info("%d files, %d pieces, window %s .. %s (+%d history days)",
                  len(files), len(pieces), window.start, window.end, config.history_days)
 
@@ -114,6 +105,39 @@ def preprocess(config: PreprocessConfig) -> dict:
         atomic_write_json(tmp / "meta.json", meta)
     log.info("wrote %s", out)
     return meta
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a run would read: the window, its files, and the output's fingerprint."""
+
+    fs: Any
+    day_paths: dict
+    window: Window
+    files: list
+    fingerprint: str
+    """Of the input files (name, size, modification), the config and this code: equal => same output."""
+
+
+def resolve(config: PreprocessConfig) -> Resolved:
+    """The window (``end_date`` or the latest day present) and its input files; cheap, reads no rows.
+
+    Raises :class:`InputError` when the window has no files for a split.
+    """
+    fs, day_paths = rawio.list_days(config.raw)
+    window = Window(config.end_date or max(day_paths), config)
+    wanted = {d: p for d, p in day_paths.items() if window.first_read <= d <= window.end}
+    files = rawio.list_files(fs, wanted)
+    if not any(f.day >= window.start for f in files):
+        raise InputError(
+            f"{config.raw}: no raw files for the window {window.start} .. {window.end} "
+            f"(day folders present: {min(day_paths)} .. {max(day_paths)})"
+        )
+    for split in SPLITS:
+        if not any(window.split_of(f.day) == split for f in files):
+            raise InputError(f"{config.raw}: no raw files for the {split} split "
+                             f"({window.split_range(split)})")
+    return Resolved(fs, day_paths, window, files, _fingerprint(fs, files, config, window))
 
 
 class Window:

@@ -332,7 +332,7 @@ def train(config: TrainConfig) -> dict:
                         activation_checkpointing=plan.activation_checkpointing).to(runtime.device)
     # start the output at the base rate: the first steps learn features, not the click rate
     model.set_output_bias(meta["splits"]["train"]["positive_rate"])
-    warm_start = warm_start_from(model, config.init_from) if config.init_from else None
+    warm_start = warm_start_from(model, config.init_from, runtime.is_main) if config.init_from else None
     wrapped = DDP(model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None) \
         if runtime.distributed else model
 
@@ -544,16 +544,18 @@ def restore(ckpt: dict, model, optim, scaler, stopper, state: dict) -> None:
         torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["rng"]["cuda"]])
 
 
-def warm_start_from(model: BSTModel, path: str) -> dict:
-    """Load weights from an earlier model when every shape matches; say clearly when not."""
+def warm_start_from(model: BSTModel, path: str, verbose: bool = True) -> dict:
+    """Load weights from an earlier model when every shape matches; say clearly (once) when not."""
     ckpt = load_checkpoint(path)
     problems = shape_mismatches(ckpt["model"], model.state_dict())
     if problems:
-        log.warning("warm start from %s skipped, shapes differ (%d tensors), e.g. %s; training from scratch",
-                    path, len(problems), "; ".join(problems[:3]))
+        if verbose:
+            log.warning("warm start from %s skipped, shapes differ (%d tensors), e.g. %s; training from scratch",
+                        path, len(problems), "; ".join(problems[:3]))
         return {"from": path, "applied": False, "reason": "; ".join(problems[:5])}
     model.load_state_dict(ckpt["model"])
-    log.info("warm start: model initialized from %s", path)
+    if verbose:
+        log.info("warm start: model initialized from %s", path)
     return {"from": path, "applied": True, "reason": None}
 
 

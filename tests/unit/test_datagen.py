@@ -436,3 +436,17 @@ def test_history_signal_decays_with_age():
     assert repeat[1] == pytest.approx(math.exp(-6 * 3600 / generator.REPEAT_RECENCY_TAU_S))
     assert affinity[2] == pytest.approx(1.0) and repeat[2] == 0.0  # same category, other item
     assert affinity[3] == 0.0 and repeat[3] == 0.0
+
+
+def test_append_days_keeps_existing_days_byte_identical(tmp_path):
+    out = tmp_path / "raw"
+    generate(DatagenConfig(out=out, days=2, users=50, items=80, categories=5, events_per_day=300, seed=4))
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*.parquet")}
+    assert main(["--out", str(out), "--append-days", "1"]) == 0
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*.parquet")}
+    assert all(after[path] == data for path, data in before.items())
+    new_days = {path.parts[-2] for path in set(after) - set(before)}
+    assert new_days == {"dt=2026-01-03"}
+    assert json.loads((out / "datagen.json").read_text())["parameters"]["days"] == 3
+    with pytest.raises(ValueError, match="datagen.json"):
+        generator.extended(tmp_path / "nothing", 1)

@@ -1,0 +1,135 @@
+"""The run folder: where one pipeline run keeps its small outputs, and its summary.
+
+Layout under a storage root (a local folder or a mounted volume)::
+
+    datasets/<end date>/           preprocess output (shared by runs of the same window)
+    runs/<run id>/plan.json        estimate
+    runs/<run id>/train/           checkpoints, train_summary.json
+    runs/<run id>/evaluate/        metrics.json, decision.json, report.md, plots
+    runs/<run id>/registration.json
+    runs/<run id>/stages/<stage>.json   wall-clock seconds of each stage
+    runs/<run id>/summary.json     the run's summary (written by the pipeline's exit handler)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from components.common.storage import atomic_write_json
+
+STAGES = ("preprocess", "estimate", "train", "evaluate", "register")
+SUMMARY = "summary.json"
+
+
+def dataset_dir(storage_root: str | Path, end_date: str) -> Path:
+    return Path(storage_root) / "datasets" / end_date
+
+
+def run_dir(storage_root: str | Path, run_id: str) -> Path:
+    return Path(storage_root) / "runs" / run_id
+
+
+def record_stage(folder: str | Path, stage: str, seconds: float, **info: Any) -> None:
+    """Note a stage's wall-clock seconds (and anything else worth a line) in the run folder, and say so."""
+    print(f"[dailyrec] stage {stage} done in {seconds:.1f}s", flush=True)
+    atomic_write_json(Path(folder) / "stages" / f"{stage}.json",
+                      {"stage": stage, "seconds": round(seconds, 3), "finished": time.time(), **info})
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _number(value: Any) -> float | None:
+    return None if not isinstance(value, int | float) or math.isnan(value) else float(value)
+
+
+def build_summary(folder: str | Path, data_dir: str | Path, raw_uri: str, model_name: str,
+                  run_id: str, status: str = "SUCCEEDED", error: str | None = None) -> dict:
+    """The run's summary from what its stages left in ``folder``; stages that did not run are null."""
+    folder = Path(folder)
+    meta = _read(Path(data_dir) / "meta.json") or {}
+    plan_doc = _read(folder / "plan.json") or {}
+    train = _read(folder / "train" / "train_summary.json") or {}
+    metrics = _read(folder / "evaluate" / "metrics.json") or {}
+    decision = _read(folder / "evaluate" / "decision.json") or {}
+    registration = _read(folder / "registration.json") or {}
+    stages = {}
+    for stage in STAGES:
+        record = _read(folder / "stages" / f"{stage}.json")
+        stages[stage] = record["seconds"] if record else None
+    window = meta.get("window") or {}
+    plan = plan_doc.get("train") or {}
+    champion = registration.get("champion_version") if registration else decision.get("champion_version")
+    failed_stage = next((s for s in STAGES if stages[s] is None), None) if status != "SUCCEEDED" else None
+    if failed_stage == "register" and decision.get("blessed") is False:
+        failed_stage = None  # not blessed: register was skipped, the run failed after evaluate
+    return {
+        "run_id": run_id, "status": status, "error": error, "failed_stage": failed_stage,
+        "run_date": window.get("end"), "window": window, "dataset": str(data_dir),
+        "dataset_fingerprint": meta.get("fingerprint"),
+        "dataset_rows": {s: (meta.get("splits") or {}).get(s, {}).get("rows") for s in ("train", "val", "test")},
+        "best_val_auc": _number(train.get("best_val_auc")), "epochs_run": train.get("epochs_run"),
+        "test_auc": _number(metrics.get("test_auc")), "test_gauc": _number(metrics.get("test_gauc")),
+        "test_logloss": _number(metrics.get("test_logloss")), "test_ece": _number(metrics.get("test_ece")),
+        "oracle_auc": oracle_auc(raw_uri, window.get("test_days")),
+        "blessed": decision.get("blessed"), "decision_reasons": decision.get("reasons"),
+        "model_name": model_name, "model_version": registration.get("version"),
+        "champion_version": champion, "previous_version": registration.get("previous_version"),
+        "stage_seconds": stages,
+        "total_seconds": round(sum(v for v in stages.values() if v), 3),
+        "plan": {k: plan.get(k) for k in ("model", "nproc_per_node", "nnodes", "micro_batch", "grad_accum",
+                                           "precision", "lr", "max_epochs", "num_workers")},
+        "run_folder": str(folder),
+    }
+
+
+def oracle_auc(raw_uri: str, test_days: str | None) -> float | None:
+    """Mean Bayes-optimal AUC of the test days when the raw data is synthetic (datagen.json)."""
+    doc = _read(Path(raw_uri) / "datagen.json") if raw_uri and "://" not in raw_uri else None
+    if not doc or not test_days:
+        return None
+    first, _, last = test_days.partition(" .. ")
+    values = [v for day, v in doc.get("oracle_auc", {}).items() if first <= day <= (last or first)]
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def write_summary(folder: str | Path, summary: dict) -> Path:
+    return atomic_write_json(Path(folder) / SUMMARY, summary)
+
+
+def summary_text(summary: dict) -> str:
+    """The readable end of a run."""
+    def f(value, fmt=".4f"):
+        return "—" if value is None else format(value, fmt)
+
+    rows = summary["dataset_rows"]
+    verdict = {True: "BLESSED", False: "NOT BLESSED"}.get(summary["blessed"], "not evaluated")
+    lines = [
+        f"run {summary['run_id']}: {summary['status']}"
+        + (f" in stage {summary['failed_stage']}" if summary.get("failed_stage") else "")
+        + (f" ({summary['error']})" if summary["error"] else ""),
+        f"  data     {summary['run_date']}  train {f(rows['train'], ',')} / val {f(rows['val'], ',')} / "
+        f"test {f(rows['test'], ',')} rows",
+        f"  plan     {summary['plan'].get('model')} on {summary['plan'].get('nproc_per_node')} process(es), "
+        f"micro-batch {summary['plan'].get('micro_batch')} x accum {summary['plan'].get('grad_accum')}, "
+        f"{summary['plan'].get('precision')}",
+        f"  model    best val AUC {f(summary['best_val_auc'])} after {summary['epochs_run']} epoch(s); "
+        f"test AUC {f(summary['test_auc'])}  GAUC {f(summary['test_gauc'])}"
+        + (f"  (oracle {f(summary['oracle_auc'])})" if summary["oracle_auc"] else ""),
+        f"  decision {verdict}" + "".join(f"\n           - {r}" for r in summary["decision_reasons"] or []),
+        f"  registry {summary['model_name']}: "
+        + (f"version {summary['model_version']} registered; " if summary["model_version"] else
+           "nothing registered; ")
+        + (f"champion = v{summary['champion_version']}" if summary["champion_version"] else "no champion")
+        + (f", previous = v{summary['previous_version']}" if summary.get("previous_version") else ""),
+        "  seconds  " + ", ".join(f"{k} {f(summary['stage_seconds'].get(k), '.1f')}" for k in STAGES),
+    ]
+    return "\n".join(lines)

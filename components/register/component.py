@@ -1,0 +1,31 @@
+"""KFP component of the register stage (runs only for a blessed model)."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+
+from pipelines.images import RUNTIME_IMAGE
+
+
+@dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
+def register_op(
+    checkpoint: str, run_dir: str, model_name: str, tracking_uri: str, run_id: str,
+) -> NamedTuple("Registered", [("version", int), ("champion_version", int)]):
+    """Register the model version in MLflow and move the champion/previous aliases."""
+    import time
+    from collections import namedtuple
+    from pathlib import Path
+
+    from components.common.runs import record_stage
+    from components.register.stage import RegisterConfig, register, summary_line
+
+    started = time.perf_counter()
+    evaluated = Path(run_dir) / "evaluate"
+    config = RegisterConfig(checkpoint=checkpoint, metrics=str(evaluated / "metrics.json"),
+                            decision=str(evaluated / "decision.json"), model_name=model_name,
+                            tracking_uri=tracking_uri, pipeline_run_id=run_id, out=run_dir)
+    result = register(config)
+    print(summary_line(result))
+    record_stage(run_dir, "register", time.perf_counter() - started, version=result["version"])
+    return namedtuple("Registered", ["version", "champion_version"])(
+        int(result["version"] or 0), int(result["champion_version"] or 0))

@@ -1,0 +1,1 @@
+"""KFP pipeline definitions, the local runner, compile and deploy."""

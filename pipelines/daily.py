@@ -1,0 +1,131 @@
+"""The daily retraining pipeline ``dailyrec-daily``.
+
+resolve window -> preprocess (cacheable) -> estimate -> train -> evaluate ->
+register (only if blessed); all inside an exit handler whose ``finalize`` task
+writes the run's summary.json and cleans up whether the run succeeded or not.
+
+Large data moves by path under ``storage_root`` (a mounted volume on the
+cluster, a folder locally); KFP carries parameters and small artifacts
+(dataset pointer, plan, model pointer, metrics, ROC, Markdown report).
+"""
+
+from kfp import dsl
+
+from components.estimate.component import estimate_op
+from components.evaluate.component import evaluate_op
+from components.preprocess.component import preprocess_op, resolve_window
+from components.register.component import register_op
+from components.train.component import train_op
+from pipelines.images import RUNTIME_IMAGE
+
+PIPELINE_NAME = "dailyrec-daily"
+
+
+@dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
+def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str, kfp_run_id: str,
+             model_name: str) -> None:
+    """Exit handler: the run's summary.json (also for failed runs) and removal of leftover temp files."""
+    import json
+
+    from components.common.runs import build_summary, run_dir, summary_text, write_summary
+    from components.common.storage import remove_stale_temps
+
+    rid = run_id or kfp_run_id
+    folder = run_dir(storage_root, rid)
+    try:
+        run = json.loads((folder / "run.json").read_text())
+    except (OSError, ValueError):
+        run = {"data_dir": "", "raw_uri": ""}  # failed before the window was resolved
+    for leftover in ("train", "evaluate", "registration.json", "summary.json"):
+        remove_stale_temps(folder / leftover)
+    error = status.error_message if status.state != "SUCCEEDED" else None
+    summary = build_summary(folder, run["data_dir"], run["raw_uri"], model_name, rid,
+                            status=status.state, error=error)
+    write_summary(folder, summary)
+    print(summary_text(summary))
+
+
+@dsl.pipeline(name=PIPELINE_NAME, description="Daily retraining of the dailyrec BST click-through model: "
+                                              "preprocess, estimate, train, evaluate, register.")
+def daily(
+    run_date: str = "",
+    window_days: int = 11,
+    history_days: int = 3,
+    seq_len: int = 20,
+    model_config: str = "prod",
+    hardware_profile: str = "a100-80gb",
+    global_batch: int = 8192,
+    deadline_hours: float = 2.0,
+    max_epochs: int = 3,
+    min_auc: float = 0.55,
+    tolerance: float = 0.002,
+    warm_start: bool = True,
+    storage_root: str = "/mnt/dailyrec",
+    raw_uri: str = "",
+    tracking_uri: str = "http://mlflow.dailyrec.svc.cluster.local:5000",
+    model_name: str = "dailyrec",
+    launcher: str = "local",
+    max_restarts: int = 2,
+    run_id: str = "",
+):
+    """The daily retraining run. Defaults fit a cluster run started from the Kubeflow UI.
+
+    Args:
+        run_date: last day of the window, YYYY-MM-DD; empty = the latest day present.
+        window_days: days in the window (train + 1 val + 1 test day).
+        history_days: extra days read only to fill behaviour histories.
+        seq_len: behaviour history length.
+        model_config: named model config (debug | local | prod).
+        hardware_profile: estimate profile (a100-40gb | a100-80gb | h100-80gb | h200-141gb | cpu-local) or a JSON file.
+        global_batch: samples per optimizer step across all processes.
+        deadline_hours: training wall-clock budget the plan must meet; 0 = none.
+        max_epochs: epochs at most (early stopping on validation AUC may end sooner).
+        min_auc: absolute floor on the candidate's test AUC.
+        tolerance: AUC the candidate may lose against the champion at the 95% CI's upper bound.
+        warm_start: initialize from the champion's weights when their shapes match.
+        storage_root: shared storage for raw data (raw/ unless raw_uri), datasets/ and runs/.
+        raw_uri: raw event logs (dt=YYYY-MM-DD/ folders); empty = storage_root/raw.
+        tracking_uri: MLflow tracking and registry URI.
+        model_name: registered model name.
+        launcher: training backend (local = torchrun in the task's pod).
+        max_restarts: torchrun restarts of failed workers (they resume from the last checkpoint).
+        run_id: folder name of this run under storage_root/runs; empty = the KFP run id.
+    """
+    exit_task = finalize(storage_root=storage_root, run_id=run_id, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                         model_name=model_name)
+    exit_task.set_caching_options(False)
+    with dsl.ExitHandler(exit_task, name="daily-run"):
+        window = resolve_window(raw_uri=raw_uri, storage_root=storage_root, run_date=run_date,
+                                window_days=window_days, history_days=history_days, seq_len=seq_len,
+                                run_id=run_id, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+        window.set_caching_options(False)  # must see today's files
+        window.set_display_name("resolve window")
+        data = preprocess_op(raw_uri=window.outputs["raw_uri"], data_dir=window.outputs["data_dir"],
+                             end_date=window.outputs["end_date"], window_days=window_days,
+                             history_days=history_days, seq_len=seq_len,
+                             input_fingerprint=window.outputs["input_fingerprint"])
+        data.set_caching_options(True)  # same files + window + config + code => same dataset
+        data.set_display_name("preprocess")
+        plan = estimate_op(data_dir=data.outputs["data_dir"], run_dir=window.outputs["run_dir"],
+                           model_config=model_config, hardware_profile=hardware_profile,
+                           global_batch=global_batch, deadline_hours=deadline_hours, max_epochs=max_epochs,
+                           preprocess_seconds=data.outputs["seconds"])
+        plan.set_caching_options(False)
+        plan.set_display_name("estimate")
+        trained = train_op(data_dir=data.outputs["data_dir"], plan_path=plan.outputs["plan_path"],
+                           run_dir=window.outputs["run_dir"], warm_start=warm_start, model_name=model_name,
+                           tracking_uri=tracking_uri, launcher=launcher, max_restarts=max_restarts)
+        trained.set_caching_options(False)
+        trained.set_display_name("train")
+        evaluated = evaluate_op(data_dir=data.outputs["data_dir"], checkpoint=trained.outputs["checkpoint"],
+                                run_dir=window.outputs["run_dir"], model_name=model_name,
+                                tracking_uri=tracking_uri, min_auc=min_auc, tolerance=tolerance)
+        evaluated.set_caching_options(False)
+        evaluated.set_display_name("evaluate")
+        # evaluate's single return value is "blessed" (see evaluate_op on kfp.local)
+        with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712 (KFP condition)
+            registered = register_op(checkpoint=trained.outputs["checkpoint"], run_dir=window.outputs["run_dir"],
+                                     model_name=model_name, tracking_uri=tracking_uri,
+                                     run_id=window.outputs["run_id"])
+            registered.set_caching_options(False)
+            registered.set_display_name("register")

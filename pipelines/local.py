@@ -1,0 +1,143 @@
+"""``make run``: the daily pipeline on this machine through KFP's local runner.
+
+``python -m pipelines.local [--config configs/local.json] [--data data/raw] [--root .] [--set key=value ...]``
+
+The same ``dailyrec-daily`` pipeline as on the cluster, run by
+``kfp.local`` with ``SubprocessRunner(use_venv=False)`` (every task a
+subprocess of this environment). Storage is a local folder (``--root``):
+``datasets/<date>/``, ``runs/<run id>/`` (and ``runs/latest/summary.json``),
+MLflow on SQLite at ``runs/mlflow.db``. KFP's own working folders and temp
+files stay under the run folder (``runs/<run id>/kfp/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import inspect
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from components.common.runs import SUMMARY, run_dir, summary_text
+from components.common.storage import atomic_write_json
+from components.common.tracking import sqlite_uri
+
+DEFAULT_CONFIG = "configs/local.json"
+
+
+class LocalRunError(RuntimeError):
+    pass
+
+
+def pipeline_parameters() -> dict:
+    from pipelines.daily import daily
+
+    return {name: p.default for name, p in inspect.signature(daily.pipeline_func).parameters.items()}
+
+
+def load_config(path: str | Path | None, overrides: dict | None = None) -> dict:
+    """Pipeline parameters from a JSON file (keys starting with _ are comments) plus overrides."""
+    params = {}
+    if path:
+        try:
+            params = {k: v for k, v in json.loads(Path(path).read_text()).items() if not k.startswith("_")}
+        except (OSError, ValueError) as exc:
+            raise LocalRunError(f"{path}: cannot read the run config ({exc})") from None
+    params |= overrides or {}
+    known = pipeline_parameters()
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise LocalRunError(f"{path or '--set'}: unknown pipeline parameter(s) {', '.join(unknown)}; "
+                            f"known: {', '.join(known)}")
+    for key, value in params.items():  # --set values arrive as strings
+        default = known[key]
+        if isinstance(value, str) and not isinstance(default, str):
+            value = json.loads(value.lower() if isinstance(default, bool) else value)
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)  # KFP refuses an int for a float parameter
+        if type(value) is not type(default):
+            raise LocalRunError(f"{path or '--set'}: parameter {key} must be a {type(default).__name__}, "
+                                f"got {value!r}")
+        params[key] = value
+    return params
+
+
+def new_run_id() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
+
+
+def run_local(params: dict, root: str | Path = ".", run_id: str | None = None) -> dict:
+    """Run the pipeline locally; return the run's summary (also on failure: status says so)."""
+    import warnings
+
+    from kfp import local
+
+    # cluster-only settings and the cluster image name: expected here, not worth a warning per task
+    warnings.filterwarnings("ignore", message=".*have no effect in the current local runner")
+    warnings.filterwarnings("ignore", message=".*custom or non-Python base image")
+
+    from pipelines.daily import daily
+
+    root = Path(root).resolve()
+    run_id = run_id or new_run_id()
+    folder = run_dir(root, run_id)
+    kfp_dir = folder / "kfp"
+    tmp = kfp_dir / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    # KFP deletes workspace_root after a run and leaves temp dirs behind: all of it under the run
+    os.environ["TMPDIR"] = str(tmp)
+    tempfile.tempdir = None
+    raw = params.get("raw_uri") or str(root / "raw")
+    params = {**params, "storage_root": str(root), "run_id": run_id,
+              "raw_uri": str(Path(raw).resolve()) if "://" not in raw else raw,
+              "tracking_uri": params.get("tracking_uri") or sqlite_uri(root / "runs")}
+    atomic_write_json(folder / "parameters.json", params)
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(kfp_dir / "outputs"),
+               workspace_root=str(kfp_dir / "workspace"), raise_on_error=False)
+    started = time.perf_counter()
+    print(f"dailyrec: run {run_id} (folder {folder}); KFP local runner, tasks as subprocesses", flush=True)
+    daily(**params)
+    seconds = time.perf_counter() - started
+    try:
+        summary = json.loads((folder / SUMMARY).read_text())
+    except (OSError, ValueError):
+        summary = {"run_id": run_id, "status": "FAILED", "error": "the pipeline wrote no summary"}
+    summary["wall_seconds"] = round(seconds, 1)
+    atomic_write_json(folder / SUMMARY, summary)
+    latest = root / "runs" / "latest"
+    latest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(folder / SUMMARY, latest / SUMMARY)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pipelines.local", description=__doc__.splitlines()[0])
+    p.add_argument("--config", default=DEFAULT_CONFIG, help="JSON file of pipeline parameters")
+    p.add_argument("--data", default=None, help="raw events folder (dt=YYYY-MM-DD/ in the raw contract)")
+    p.add_argument("--root", default=".", help="storage root: datasets/ and runs/ go here")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter")
+    p.add_argument("--run-id", default=None)
+    args = p.parse_args(argv)
+    try:
+        overrides = dict(item.split("=", 1) for item in args.set)
+        if args.data:
+            overrides["raw_uri"] = args.data
+        params = load_config(args.config, overrides)
+    except (LocalRunError, ValueError) as exc:
+        print(f"run: error: {exc}", file=sys.stderr)
+        return 2
+    summary = run_local(params, args.root, args.run_id)
+    print("\n" + (summary_text(summary) if "stage_seconds" in summary else json.dumps(summary)))
+    print(f"  wall     {summary['wall_seconds']:.0f}s  summary: {Path(args.root) / 'runs' / summary['run_id'] / SUMMARY}")
+    return 0 if summary.get("status") == "SUCCEEDED" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

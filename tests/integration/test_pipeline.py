@@ -1,0 +1,165 @@
+"""The dailyrec-daily pipeline: compiled structure, and whole runs through kfp.local."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from components.common.runs import STAGES
+from components.common.tracking import sqlite_uri
+from components.datagen import DatagenConfig, generate
+from components.datagen.generator import extended
+from pipelines.compile import compile_pipeline
+from pipelines.images import RUNTIME_IMAGE
+from pipelines.local import LocalRunError, load_config, run_local
+
+SUMMARY_KEYS = {"run_id", "run_date", "dataset_rows", "test_auc", "test_gauc", "oracle_auc", "blessed",
+                "decision_reasons", "model_name", "model_version", "champion_version", "stage_seconds",
+                "plan", "status"}
+
+
+# ----------------------------------------------------------------------------- compiled pipeline
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    return yaml.safe_load(compile_pipeline(tmp_path_factory.mktemp("c") / "pipeline.yaml").read_text())
+
+
+def test_compiled_pipeline_parameters_and_defaults(spec):
+    assert spec["pipelineInfo"]["name"] == "dailyrec-daily"
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    defaults = {name: p.get("defaultValue") for name, p in params.items()}
+    assert defaults["run_date"] == "" and defaults["window_days"] == 11 and defaults["history_days"] == 3
+    assert defaults["model_config"] == "prod" and defaults["hardware_profile"] == "a100-80gb"
+    assert defaults["min_auc"] == 0.55 and defaults["tolerance"] == 0.002 and defaults["warm_start"] is True
+    assert defaults["model_name"] == "dailyrec" and defaults["tracking_uri"].startswith("http://mlflow.")
+    assert {"storage_root", "raw_uri", "deadline_hours", "max_epochs", "run_id"} <= set(params)
+    assert params["deadline_hours"]["parameterType"] == "NUMBER_DOUBLE"
+    assert params["warm_start"]["parameterType"] == "BOOLEAN"
+    undocumented = [name for name, p in params.items() if len(p.get("description", "")) < 10]
+    assert not undocumented, f"parameters without a description in the Kubeflow UI: {undocumented}"
+
+
+def test_compiled_pipeline_tasks_edges_condition_and_caching(spec):
+    dags = spec["components"]
+    root_tasks = spec["root"]["dag"]["tasks"]
+    # the exit handler wraps the run; finalize runs whatever happened
+    assert root_tasks["finalize"]["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
+    handler = next(name for name in root_tasks if name.startswith("exit-handler"))
+    inner = dags[root_tasks[handler]["componentRef"]["name"]]["dag"]["tasks"]
+    assert {"resolve-window", "preprocess-op", "estimate-op", "train-op", "evaluate-op"} < set(inner)
+    edges = {name: set(task.get("dependentTasks", [])) for name, task in inner.items()}
+    assert edges["preprocess-op"] == {"resolve-window"}
+    assert edges["estimate-op"] == {"preprocess-op", "resolve-window"}
+    assert edges["train-op"] == {"estimate-op", "preprocess-op", "resolve-window"}
+    assert "train-op" in edges["evaluate-op"]
+    condition = next(task for name, task in inner.items() if name.startswith("condition"))
+    assert condition["triggerPolicy"]["condition"] == \
+        "inputs.parameter_values['pipelinechannel--evaluate-op-Output'] == true"
+    register_dag = dags[condition["componentRef"]["name"]]["dag"]["tasks"]
+    assert set(register_dag) == {"register-op"}
+    # caching: only preprocess (keyed on the input fingerprint)
+    assert inner["preprocess-op"]["cachingOptions"] == {"enableCache": True}
+    assert "input_fingerprint" in inner["preprocess-op"]["inputs"]["parameters"]
+    for name in ("resolve-window", "estimate-op", "train-op", "evaluate-op"):
+        assert not inner[name]["cachingOptions"].get("enableCache"), name
+    assert not register_dag["register-op"]["cachingOptions"].get("enableCache")
+
+
+def test_compiled_components_use_the_project_image_without_pip(spec):
+    executors = spec["deploymentSpec"]["executors"]
+    assert len(executors) == 7
+    for name, executor in executors.items():
+        container = executor["container"]
+        assert container["image"] == RUNTIME_IMAGE, name
+        assert "pip install" not in " ".join(container["command"]), name
+    evaluate_outputs = spec["components"]["comp-evaluate-op"]["outputDefinitions"]
+    assert {a["artifactType"]["schemaTitle"] for a in evaluate_outputs["artifacts"].values()} == \
+        {"system.Metrics", "system.ClassificationMetrics", "system.Markdown"}
+
+
+def test_run_config_is_checked_and_typed(tmp_path):
+    params = load_config("configs/local.json", {"max_epochs": "1", "warm_start": "False", "deadline_hours": 2})
+    assert params["model_config"] == "local" and params["max_epochs"] == 1
+    assert params["warm_start"] is False and params["deadline_hours"] == 2.0
+    with pytest.raises(LocalRunError, match="unknown pipeline parameter.*epochs"):
+        load_config(None, {"epochs": 3})
+    with pytest.raises(LocalRunError, match="window_days must be a int"):
+        load_config(None, {"window_days": '"eleven"'})
+
+
+# ----------------------------------------------------------------------------- local runs
+
+
+@pytest.fixture
+def local_env(monkeypatch):
+    """run_local points TMPDIR into the run folder: give it back afterwards."""
+    monkeypatch.setenv("TMPDIR", os.environ.get("TMPDIR", tempfile.gettempdir()))
+    yield
+    tempfile.tempdir = None
+
+
+def tiny_params(**overrides):
+    return load_config("configs/debug.json", {"window_days": 4, "history_days": 1, "min_auc": 0.0,
+                                              "global_batch": 512, **overrides})
+
+
+@pytest.mark.integration
+def test_two_daily_runs_through_kfp_local(tmp_path, local_env):
+    raw = tmp_path / "raw"
+    generate(DatagenConfig(out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5))
+    root = tmp_path / "store"
+
+    # day 1: no champion yet -> blessed, registered, champion
+    first = run_local(tiny_params(raw_uri=str(raw)), root, run_id="day1")
+    assert first["status"] == "SUCCEEDED", first
+    assert set(first) >= SUMMARY_KEYS
+    assert first["run_date"] == "2026-01-05" and first["plan"]["model"] == "debug"
+    # cpu-local plans one training process per core: torchrun with 2 on a 2-core machine
+    trained = json.loads((root / "runs" / "day1" / "train" / "train_summary.json").read_text())
+    cores = max(n for n in range(1, (os.cpu_count() or 1) + 1) if 512 % n == 0)
+    assert trained["world_size"] == first["plan"]["nproc_per_node"] == cores
+    assert set(first["dataset_rows"]) == {"train", "val", "test"} and first["dataset_rows"]["test"] == 2500
+    assert 0.0 < first["test_auc"] < 1.0 and 0.0 < first["oracle_auc"] < 1.0
+    assert first["blessed"] and first["model_version"] == 1 and first["champion_version"] == 1
+    assert all(first["stage_seconds"][s] is not None for s in STAGES)
+    run = root / "runs" / "day1"
+    for name in ("plan.json", "train/best.pt", "evaluate/decision.json", "evaluate/report.md",
+                 "registration.json", "summary.json"):
+        assert (run / name).exists(), name
+    assert json.loads((root / "runs" / "latest" / "summary.json").read_text())["run_id"] == "day1"
+    client = MlflowClient(sqlite_uri(root / "runs"), registry_uri=sqlite_uri(root / "runs"))
+    assert client.get_registered_model("dailyrec").aliases == {"champion": 1}
+
+    # day 2: tomorrow's logs; meets yesterday's champion; a floor it cannot reach -> not blessed
+    generate(extended(raw, 1))
+    second = run_local(tiny_params(raw_uri=str(raw), min_auc=0.99), root, run_id="day2")
+    assert second["status"] == "SUCCEEDED", second
+    assert second["run_date"] == "2026-01-06"
+    assert second["blessed"] is False and second["model_version"] is None
+    assert second["champion_version"] == 1 and second["stage_seconds"]["register"] is None
+    reasons = " ".join(second["decision_reasons"])
+    assert "< min_auc 0.9900" in reasons and "vs champion v1" in reasons
+    assert client.get_registered_model("dailyrec").aliases == {"champion": 1}
+    assert len(client.search_model_versions("name = 'dailyrec'")) == 1
+    train_record = json.loads((root / "runs" / "day2" / "stages" / "train.json").read_text())
+    assert train_record["warm_start"]["applied"] is True  # initialized from champion v1
+    assert json.loads((root / "runs" / "latest" / "summary.json").read_text())["run_id"] == "day2"
+    # KFP's working folders stayed inside the run folders
+    assert (root / "runs" / "day2" / "kfp" / "outputs").is_dir()
+
+
+@pytest.mark.integration
+def test_failed_run_still_writes_its_summary(tmp_path, local_env):
+    empty = tmp_path / "raw"
+    (empty / "dt=2026-01-01").mkdir(parents=True)
+    summary = run_local(tiny_params(raw_uri=str(empty)), tmp_path / "store", run_id="broken")
+    assert summary["status"] == "FAILED" and summary["blessed"] is None
+    assert summary["failed_stage"] == "preprocess"
+    assert json.loads((tmp_path / "store" / "runs" / "broken" / "summary.json").read_text())["status"] == "FAILED"
