@@ -26,8 +26,16 @@ WINDOW_DAYS ?= 11
 HISTORY_DAYS ?= 3
 DATASET ?= data/dataset
 PYTEST_ARGS ?=
+# Cluster deploy: `make deploy ENV=a100 KFP_HOST=https://… REGISTRY=…` (DRY_RUN=1: no cluster needed).
+ENV ?= a100
+KFP_HOST ?=
+REGISTRY ?=
+TAG ?=
+DRY_RUN ?=
+PUSH ?=
+SKIP_IMAGES ?=
 
-.PHONY: help install run data next-day preprocess compile ui test bench lint clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess compile ui images lock deploy trigger test bench lint clean clean-data clean-runs
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -62,6 +70,20 @@ ui: install ## MLflow UI on 127.0.0.1 over the local registry (ROOT/runs/mlflow.
 	@echo "MLflow UI on http://127.0.0.1:$(UI_PORT)  (Ctrl-C stops it)"
 	MLFLOW_DISABLE_TELEMETRY=true $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(abspath $(ROOT))/runs/mlflow.db \
 	  --host 127.0.0.1 --port $(UI_PORT)
+
+images: ## build the runtime and trainer images REGISTRY/dailyrec-{runtime,trainer}:TAG (PUSH=1 pushes)
+	@test -n "$(REGISTRY)" || { echo "REGISTRY is required, e.g. make images REGISTRY=ghcr.io/you TAG=0.1.0"; exit 2; }
+	images/build.sh $(REGISTRY) $(or $(TAG),dev) $(if $(PUSH),--push)
+
+lock: install ## regenerate images/requirements.lock from .venv (after changing dependencies)
+	$(PY) images/lock.py
+
+deploy: install ## ENV=a100 KFP_HOST=… REGISTRY=… [TAG=…] [SKIP_IMAGES=1] [DRY_RUN=1 → build/deploy/ only]
+	$(PY) -m pipelines.deploy --env $(ENV) --registry "$(or $(REGISTRY),$(if $(DRY_RUN),registry.example.com/dailyrec,))" \
+	  $(if $(KFP_HOST),--host $(KFP_HOST)) $(if $(TAG),--tag $(TAG)) $(if $(DRY_RUN),--dry-run) $(if $(SKIP_IMAGES),--skip-images)
+
+trigger: install ## start one run of the deployed pipeline now (as the UI's Create run): KFP_HOST=…
+	$(PY) -m pipelines.deploy trigger $(if $(KFP_HOST),--host $(KFP_HOST))
 
 test: install ## run the test suite (unit + integration, tiny data)
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -16,6 +16,7 @@ from components.evaluate.component import evaluate_op
 from components.preprocess.component import preprocess_op, resolve_window
 from components.register.component import register_op
 from components.train.component import train_op
+from pipelines.cluster import on_cluster
 from pipelines.images import RUNTIME_IMAGE
 
 PIPELINE_NAME = "dailyrec-daily"
@@ -23,8 +24,9 @@ PIPELINE_NAME = "dailyrec-daily"
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
 def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str, kfp_run_id: str,
-             model_name: str) -> None:
-    """Exit handler: the run's summary.json (also for failed runs) and removal of leftover temp files."""
+             model_name: str, launcher: str, cluster_target: str) -> None:
+    """Exit handler: the run's summary.json (also for failed runs), leftover temp files removed,
+    and a TrainJob of a failed or cancelled run deleted."""
     import json
 
     from components.common.runs import build_summary, run_dir, summary_text, write_summary
@@ -39,6 +41,14 @@ def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str
     for leftover in ("train", "evaluate", "registration.json", "summary.json"):
         remove_stale_temps(folder / leftover)
     error = status.error_message if status.state != "SUCCEEDED" else None
+    if error and launcher == "trainjob":
+        from kubernetes import client, config
+
+        from components.train.trainjob import delete_trainjob, trainjob_name
+
+        config.load_incluster_config()
+        delete_trainjob(client.CustomObjectsApi(), json.loads(cluster_target)["trainjob"]["namespace"],
+                        trainjob_name(str(folder / "train")))
     summary = build_summary(folder, run["data_dir"], run["raw_uri"], model_name, rid,
                             status=status.state, error=error)
     write_summary(folder, summary)
@@ -53,7 +63,7 @@ def daily(
     history_days: int = 3,
     seq_len: int = 20,
     model_config: str = "prod",
-    hardware_profile: str = "a100-80gb",
+    hardware_profile: str = "a100-40gb",
     global_batch: int = 8192,
     deadline_hours: float = 2.0,
     max_epochs: int = 3,
@@ -66,6 +76,8 @@ def daily(
     model_name: str = "dailyrec",
     launcher: str = "local",
     max_restarts: int = 2,
+    cluster_target: str = "",
+    dask_workers: int = 0,
     run_id: str = "",
 ):
     """The daily retraining run. Defaults fit a cluster run started from the Kubeflow UI.
@@ -87,39 +99,49 @@ def daily(
         raw_uri: raw event logs (dt=YYYY-MM-DD/ folders); empty = storage_root/raw.
         tracking_uri: MLflow tracking and registry URI.
         model_name: registered model name.
-        launcher: training backend (local = torchrun in the task's pod).
+        launcher: training backend: local (torchrun in the task's pod) or trainjob (Kubeflow Trainer).
         max_restarts: torchrun restarts of failed workers (they resume from the last checkpoint).
+        cluster_target: JSON of pipelines/clusters/<env>.json (TrainJob and Dask placement); set by make deploy.
+        dask_workers: 0 = Dask threads in the preprocess task; N = a DaskCluster of N workers on Kubernetes.
         run_id: folder name of this run under storage_root/runs; empty = the KFP run id.
     """
     exit_task = finalize(storage_root=storage_root, run_id=run_id, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                         model_name=model_name)
+                         model_name=model_name, launcher=launcher, cluster_target=cluster_target)
+    on_cluster(exit_task, "finalize")
     exit_task.set_caching_options(False)
     with dsl.ExitHandler(exit_task, name="daily-run"):
         window = resolve_window(raw_uri=raw_uri, storage_root=storage_root, run_date=run_date,
                                 window_days=window_days, history_days=history_days, seq_len=seq_len,
                                 run_id=run_id, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+        on_cluster(window, "resolve-window")
         window.set_caching_options(False)  # must see today's files
         window.set_display_name("resolve window")
         data = preprocess_op(raw_uri=window.outputs["raw_uri"], data_dir=window.outputs["data_dir"],
                              end_date=window.outputs["end_date"], window_days=window_days,
                              history_days=history_days, seq_len=seq_len,
-                             input_fingerprint=window.outputs["input_fingerprint"])
+                             input_fingerprint=window.outputs["input_fingerprint"], dask_workers=dask_workers,
+                             cluster_target=cluster_target)
+        on_cluster(data, "preprocess-op")
         data.set_caching_options(True)  # same files + window + config + code => same dataset
         data.set_display_name("preprocess")
         plan = estimate_op(data_dir=data.outputs["data_dir"], run_dir=window.outputs["run_dir"],
                            model_config=model_config, hardware_profile=hardware_profile,
                            global_batch=global_batch, deadline_hours=deadline_hours, max_epochs=max_epochs,
                            preprocess_seconds=data.outputs["seconds"])
+        on_cluster(plan, "estimate-op")
         plan.set_caching_options(False)
         plan.set_display_name("estimate")
         trained = train_op(data_dir=data.outputs["data_dir"], plan_path=plan.outputs["plan_path"],
                            run_dir=window.outputs["run_dir"], warm_start=warm_start, model_name=model_name,
-                           tracking_uri=tracking_uri, launcher=launcher, max_restarts=max_restarts)
+                           tracking_uri=tracking_uri, launcher=launcher, max_restarts=max_restarts,
+                           cluster_target=cluster_target)
+        on_cluster(trained, "train-op")
         trained.set_caching_options(False)
         trained.set_display_name("train")
         evaluated = evaluate_op(data_dir=data.outputs["data_dir"], checkpoint=trained.outputs["checkpoint"],
                                 run_dir=window.outputs["run_dir"], model_name=model_name,
                                 tracking_uri=tracking_uri, min_auc=min_auc, tolerance=tolerance)
+        on_cluster(evaluated, "evaluate-op")
         evaluated.set_caching_options(False)
         evaluated.set_display_name("evaluate")
         # evaluate's single return value is "blessed" (see evaluate_op on kfp.local)
@@ -127,5 +149,6 @@ def daily(
             registered = register_op(checkpoint=trained.outputs["checkpoint"], run_dir=window.outputs["run_dir"],
                                      model_name=model_name, tracking_uri=tracking_uri,
                                      run_id=window.outputs["run_id"])
+            on_cluster(registered, "register-op")
             registered.set_caching_options(False)
             registered.set_display_name("register")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 VERSION = "0.1.0"
-RUNTIME_IMAGE = os.environ.get("DAILYREC_RUNTIME_IMAGE", f"ghcr.io/dailyrec/runtime:{VERSION}")
+RUNTIME_IMAGE = os.environ.get("DAILYREC_RUNTIME_IMAGE", f"ghcr.io/dailyrec/dailyrec-runtime:{VERSION}")
 """CPU image: preprocess, estimate, evaluate, register, the training launcher."""
-TRAINER_IMAGE = os.environ.get("DAILYREC_TRAINER_IMAGE", f"ghcr.io/dailyrec/trainer:{VERSION}")
+TRAINER_IMAGE = os.environ.get("DAILYREC_TRAINER_IMAGE", f"ghcr.io/dailyrec/dailyrec-trainer:{VERSION}")
 """CUDA image the training processes run in (Kubeflow Trainer runtime)."""

@@ -47,11 +47,16 @@ def resolve_window(
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
 def preprocess_op(
     raw_uri: str, data_dir: str, end_date: str, window_days: int, history_days: int, seq_len: int,
-    input_fingerprint: str, dataset: dsl.Output[dsl.Dataset],
+    input_fingerprint: str, dask_workers: int, cluster_target: str, dataset: dsl.Output[dsl.Dataset],
 ) -> NamedTuple("Preprocessed", [("data_dir", str), ("seconds", float)]):
-    """Dask preprocessing of the window into data_dir (a no-op when it already holds this fingerprint)."""
+    """Dask preprocessing of the window into data_dir (a no-op when it already holds this fingerprint).
+
+    dask_workers 0: Dask threads in this task; N > 0: a DaskCluster of N workers on Kubernetes
+    (cluster_target["dask"]). The output is byte-identical either way.
+    """
     import datetime as dt
     import json
+    import os
     import time
     from collections import namedtuple
 
@@ -59,8 +64,13 @@ def preprocess_op(
     from components.preprocess.stage import format_summary, preprocess
 
     started = time.perf_counter()
+    scheduler = {}
+    if dask_workers > 0:
+        os.environ["DAILYREC_DASK_CLUSTER"] = json.dumps(json.loads(cluster_target)["dask"])
+        scheduler = {"scheduler": "kubernetes", "workers": dask_workers}
     meta = preprocess(PreprocessConfig(raw=raw_uri, out=data_dir, end_date=dt.date.fromisoformat(end_date),
-                                       days=window_days, history_days=history_days, seq_len=seq_len))
+                                       days=window_days, history_days=history_days, seq_len=seq_len,
+                                       **scheduler))
     if meta["fingerprint"] != input_fingerprint:
         raise RuntimeError(f"{data_dir}: fingerprint {meta['fingerprint'][:12]} differs from the resolved "
                            f"{input_fingerprint[:12]}: the raw files changed during the run")

@@ -7,7 +7,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-SCHEDULERS = ("threads", "processes", "sync", "local-cluster")
+SCHEDULERS = ("threads", "processes", "sync", "local-cluster", "kubernetes")
 _ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx)://\S+$")
 
 # Log-spaced edges (seconds) for the time between a history click and the
@@ -59,7 +59,7 @@ class PreprocessConfig:
     shuffle_buffer_mb: int = 128
     """Memory Dask's local disk shuffle may buffer before spilling to disk."""
     scheduler: str = "threads"
-    """Dask scheduler: threads | processes | sync | local-cluster | a scheduler address (tcp://host:port)."""
+    """Dask scheduler: threads | processes | sync | local-cluster | kubernetes (a DaskCluster, see kube.py) | a scheduler address (tcp://host:port)."""
     workers: int | None = None
     """Threads/processes/workers for local schedulers; None = all cores."""
     force: bool = False

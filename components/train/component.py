@@ -10,9 +10,14 @@ from pipelines.images import RUNTIME_IMAGE
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
 def train_op(
     data_dir: str, plan_path: str, run_dir: str, warm_start: bool, model_name: str, tracking_uri: str,
-    launcher: str, max_restarts: int, model: dsl.Output[dsl.Model],
+    launcher: str, max_restarts: int, cluster_target: str, model: dsl.Output[dsl.Model],
 ) -> NamedTuple("Trained", [("checkpoint", str), ("best_val_auc", float), ("warm_started", bool)]):
-    """Train per the plan; warm-start from the champion when asked and the shapes match."""
+    """Train per the plan (launcher local: torchrun here; trainjob: a Kubeflow Trainer TrainJob).
+
+    Warm-starts from the champion when asked and the shapes match.
+    """
+    import json
+    import os
     import time
     from collections import namedtuple
     from pathlib import Path
@@ -31,6 +36,8 @@ def train_op(
         if found:
             print(f"warm start: from {model_name} v{found[0]} (applied if the shapes match)")
             init_from = found[1]
+    if launcher == "trainjob":
+        os.environ["DAILYREC_CLUSTER_TARGET"] = json.dumps(json.loads(cluster_target)["trainjob"])
     out = Path(run_dir) / "train"
     summary = launch(LaunchSpec.of(data=data_dir, out=str(out), plan=plan_path, init_from=init_from,
                                    tracking_uri=tracking_uri or None, experiment=f"{model_name}-train",

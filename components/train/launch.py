@@ -18,7 +18,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from components.common.plan import read_plan
 from components.train.trainer import TrainConfig, read_summary, summary_line
@@ -96,7 +96,14 @@ def failure_message(errors: Path, returncode: int) -> str:
     return "training failed: " + " | ".join(lines)
 
 
-LAUNCHERS: dict[str, type] = {"local": LocalTorchrun}
+def _trainjob() -> Launcher:
+    from components.train.trainjob import TrainJobLauncher  # kubernetes client: only when used
+
+    return TrainJobLauncher()
+
+
+LAUNCHERS: dict[str, Any] = {"local": LocalTorchrun, "trainjob": _trainjob}
+"""Backends: a class or factory returning an object with ``run(spec) -> summary``."""
 
 
 def launch(spec: LaunchSpec, backend: str = "local") -> dict:

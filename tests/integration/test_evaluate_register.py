@@ -146,6 +146,14 @@ def test_champion_lifecycle(registry, trained, tiny_dataset, tmp_path):
     assert tags[2]["blessed"] == "true" and tags[2]["dataset_fingerprint"]
     assert float(tags[2]["test_auc"]) == pytest.approx(registry_auc(registry.root / "eval-2"), abs=1e-6)
     assert json.loads(tags[2]["plan"])["model"] == "debug" and tags[2]["code_version"]
+    # 5. rolling back puts the previous champion back; rolling back again undoes it
+    from components.register.rollback import main as rollback_main
+
+    assert rollback_main(["--model-name", NAME, "--tracking-uri", registry.uri]) == 0
+    assert registry.aliases() == {"champion": 1, "previous": 2, "challenger": 3}
+    assert rollback_main(["--model-name", NAME, "--tracking-uri", registry.uri]) == 0
+    assert registry.aliases() == {"champion": 2, "previous": 1, "challenger": 3}
+    assert rollback_main(["--model-name", NAME, "--tracking-uri", registry.uri, "--to-version", "9"]) == 1
 
 
 def registry_auc(out):

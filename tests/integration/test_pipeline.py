@@ -27,8 +27,29 @@ SUMMARY_KEYS = {"run_id", "run_date", "dataset_rows", "test_auc", "test_gauc", "
 
 
 @pytest.fixture(scope="module")
-def spec(tmp_path_factory):
-    return yaml.safe_load(compile_pipeline(tmp_path_factory.mktemp("c") / "pipeline.yaml").read_text())
+def compiled(tmp_path_factory):
+    """(pipeline spec, Kubernetes platform spec): the two YAML documents of the compiled pipeline."""
+    docs = list(yaml.safe_load_all(compile_pipeline(tmp_path_factory.mktemp("c") / "p.yaml").read_text()))
+    assert len(docs) == 2
+    return docs[0], docs[1]
+
+
+@pytest.fixture(scope="module")
+def spec(compiled):
+    return compiled[0]
+
+
+def test_every_task_mounts_the_shared_volume(compiled):
+    spec, platform = compiled
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert set(executors) == set(spec["deploymentSpec"]["executors"])
+    for name, config in executors.items():
+        (mount,) = config["pvcMount"]
+        assert mount["mountPath"] == "/mnt/dailyrec", name
+        assert mount["pvcNameParameter"]["runtimeValue"]["constant"] == "dailyrec-data", name
+    for name, executor in spec["deploymentSpec"]["executors"].items():
+        resources = executor["container"]["resources"]
+        assert resources["cpuRequest"] > 0 and resources["memoryRequest"] > 0, name
 
 
 def test_compiled_pipeline_parameters_and_defaults(spec):
@@ -36,7 +57,7 @@ def test_compiled_pipeline_parameters_and_defaults(spec):
     params = spec["root"]["inputDefinitions"]["parameters"]
     defaults = {name: p.get("defaultValue") for name, p in params.items()}
     assert defaults["run_date"] == "" and defaults["window_days"] == 11 and defaults["history_days"] == 3
-    assert defaults["model_config"] == "prod" and defaults["hardware_profile"] == "a100-80gb"
+    assert defaults["model_config"] == "prod" and defaults["hardware_profile"] == "a100-40gb"
     assert defaults["min_auc"] == 0.55 and defaults["tolerance"] == 0.002 and defaults["warm_start"] is True
     assert defaults["model_name"] == "dailyrec" and defaults["tracking_uri"].startswith("http://mlflow.")
     assert {"storage_root", "raw_uri", "deadline_hours", "max_epochs", "run_id"} <= set(params)

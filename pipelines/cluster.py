@@ -1,0 +1,44 @@
+"""Cluster-side settings of the pipeline: volumes, resources, and the per-environment targets.
+
+Applied to the compiled pipeline only (kfp.local ignores Kubernetes settings),
+so the same ``pipelines/daily.py`` runs locally and on the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kfp import kubernetes
+
+PVC = "dailyrec-data"
+MOUNT_PATH = "/mnt/dailyrec"
+CLUSTERS = Path(__file__).with_name("clusters")
+# (cpu request, memory request, memory limit) per task: the launcher only waits on the TrainJob
+RESOURCES = {
+    "resolve-window": ("250m", "512Mi", "1Gi"),
+    "preprocess-op": ("4", "16Gi", "24Gi"),
+    "estimate-op": ("500m", "2Gi", "4Gi"),
+    "train-op": ("500m", "1Gi", "2Gi"),
+    "evaluate-op": ("2", "8Gi", "12Gi"),
+    "register-op": ("500m", "2Gi", "4Gi"),
+    "finalize": ("250m", "512Mi", "1Gi"),
+}
+
+
+def target(env: str) -> str:
+    """The cluster target JSON of an environment (``pipelines/clusters/<env>.json``), compacted."""
+    path = CLUSTERS / f"{env}.json"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in CLUSTERS.glob("*.json")))
+        raise ValueError(f"no cluster target {path}; known environments: {known}")
+    doc = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
+def on_cluster(task, name: str):
+    """Shared volume + resource requests/limits for one task; returns the task."""
+    kubernetes.mount_pvc(task, pvc_name=PVC, mount_path=MOUNT_PATH)
+    cpu, memory, memory_limit = RESOURCES[name]
+    task.set_cpu_request(cpu).set_memory_request(memory).set_memory_limit(memory_limit)
+    return task

