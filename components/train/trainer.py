@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -309,8 +310,14 @@ class MlflowLogger:
             self.mlflow.end_run()
 
 
-def train(config: TrainConfig) -> dict:
-    """Train per the plan; write checkpoints and train_summary.json; return the summary."""
+def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = None) -> dict:
+    """Train per the plan; write checkpoints and train_summary.json; return the summary.
+
+    ``on_epoch(record)`` (optional, called on rank 0 after each epoch's
+    validation with the epoch's record) may return False to stop training
+    there: a hyperparameter search prunes a trial this way. The decision is
+    broadcast, so every rank stops together.
+    """
     started = time.perf_counter()
     runtime = init_runtime()
     out = Path(config.out)
@@ -371,6 +378,7 @@ def train(config: TrainConfig) -> dict:
 
     train_seconds = wait_seconds = samples = 0.0
     early_stopped = stopper.should_stop  # a resumed run that had already stopped stays stopped
+    stopped_by_callback = False
     while state["epoch"] < plan.max_epochs and not early_stopped:
         epoch = state["epoch"]
         epoch_stats = run_epoch(wrapped, model, loader, sampler, optim, scaler, plan, runtime, state, save_last,
@@ -398,11 +406,13 @@ def train(config: TrainConfig) -> dict:
                      record["samples_per_s"], 100 * record["data_wait_fraction"], record["seconds"],
                      "  (early stop)" if early_stopped else "")
             mlf.epoch(record, epoch)
+        if on_epoch is not None and not early_stopped and _callback_stops(on_epoch, record, runtime):
+            early_stopped = stopped_by_callback = True
     gpu_util = gpu.stop()
     peak, capacity = peak_memory(runtime.device)
     summary = {
         "epochs_run": len(state["history"]), "best_epoch": stopper.best_epoch, "best_val_auc": stopper.best,
-        "early_stopped": early_stopped, "samples_per_s": samples / max(train_seconds, 1e-9),
+        "early_stopped": early_stopped, "stopped_by_callback": stopped_by_callback, "samples_per_s": samples / max(train_seconds, 1e-9),
         "data_wait_fraction": wait_seconds / max(train_seconds, 1e-9), "world_size": runtime.world_size,
         "precision": plan.precision, "seconds": time.perf_counter() - started, "device": runtime.device.type,
         "sparse_embeddings": sparse, "peak_memory_bytes": peak, "device_memory_bytes": capacity,
@@ -419,6 +429,15 @@ def train(config: TrainConfig) -> dict:
     if runtime.distributed:
         dist.barrier()
     return summary
+
+
+def _callback_stops(on_epoch: Callable[[dict], bool | None], record: dict, runtime: Runtime) -> bool:
+    stop = torch.zeros(1, dtype=torch.int32)
+    if runtime.is_main and on_epoch(record) is False:
+        stop[0] = 1
+    if runtime.distributed:
+        dist.broadcast(stop, src=0)
+    return bool(stop.item())
 
 
 def run_epoch(wrapped, model, loader, sampler, optim, scaler, plan: TrainPlan, runtime: Runtime,

@@ -162,3 +162,13 @@ def test_mlflow_logging_from_rank_zero(tiny_dataset, tmp_path):
     assert [m.step for m in history] == [0, 1]
     assert history[-1].value == pytest.approx(summary["history"][-1]["val_auc"])
     assert run.data.params["model"] == "debug" and run.data.params["world_size"] == "1"
+
+
+def test_epoch_callback_can_stop_training(tiny_dataset, tmp_path):
+    seen = []
+    config = TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "cb"),
+                         plan=plan_file(tmp_path / "p.json", max_epochs=4, patience=0))
+    summary = train(config, on_epoch=lambda record: seen.append(record["val_auc"]) or len(seen) < 2)
+    assert len(seen) == 2 and summary["epochs_run"] == 2
+    assert summary["stopped_by_callback"] and summary["early_stopped"]
+    assert summary["history"][-1]["val_auc"] == seen[-1]
