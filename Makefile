@@ -35,7 +35,7 @@ DRY_RUN ?=
 PUSH ?=
 SKIP_IMAGES ?=
 
-.PHONY: help install run data next-day preprocess compile ui images lock deploy trigger test bench lint clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess compile ui images lock deploy trigger test test-reliability bench lint clean clean-data clean-runs
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -85,8 +85,12 @@ deploy: install ## ENV=a100 KFP_HOST=… REGISTRY=… [TAG=…] [SKIP_IMAGES=1] 
 trigger: install ## start one run of the deployed pipeline now (as the UI's Create run): KFP_HOST=…
 	$(PY) -m pipelines.deploy trigger $(if $(KFP_HOST),--host $(KFP_HOST))
 
-test: install ## run the test suite (unit + integration, tiny data)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+test: install ## run the test suite (unit, integration, deploy, fast reliability checks; tiny data)
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-reliability: install ## every fault-injection, bad-input and security test; writes README's Reliability table
+	DAILYREC_RELIABILITY_REPORT=benchmarks/results/reliability.json $(PY) -m pytest -q tests/reliability $(PYTEST_ARGS)
+	$(PY) -m tests.reliability.report benchmarks/results/reliability.json
 
 bench: install data preprocess ## measured comparisons against baselines -> benchmarks/results/ and README
 	$(PY) benchmarks/preprocess.py

@@ -24,6 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
+from components.common.paths import PathError, safe_name
 from components.common.runs import SUMMARY, run_dir, summary_text
 from components.common.storage import atomic_write_json
 from components.common.tracking import sqlite_uri
@@ -85,7 +86,7 @@ def run_local(params: dict, root: str | Path = ".", run_id: str | None = None) -
     from pipelines.daily import daily
 
     root = Path(root).resolve()
-    run_id = run_id or new_run_id()
+    run_id = safe_name(run_id or new_run_id(), "run id")
     folder = run_dir(root, run_id)
     kfp_dir = folder / "kfp"
     tmp = kfp_dir / "tmp"
@@ -133,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     except (LocalRunError, ValueError) as exc:
         print(f"run: error: {exc}", file=sys.stderr)
         return 2
-    summary = run_local(params, args.root, args.run_id)
+    try:
+        summary = run_local(params, args.root, args.run_id)
+    except PathError as exc:
+        print(f"run: error: {exc}", file=sys.stderr)
+        return 2
     print("\n" + (summary_text(summary) if "stage_seconds" in summary else json.dumps(summary)))
     print(f"  wall     {summary['wall_seconds']:.0f}s  summary: {Path(args.root) / 'runs' / summary['run_id'] / SUMMARY}")
     return 0 if summary.get("status") == "SUCCEEDED" else 1

@@ -71,3 +71,11 @@ def raw_days(tmp_path):
         return root, frames
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory):
+    """7,500 train / 2,500 val / 2,500 test rows, seq_len 8, small hash buckets (built once per session)."""
+    from tests.integration.conftest import make_dataset
+
+    return make_dataset(tmp_path_factory.mktemp("tiny"))

@@ -21,6 +21,7 @@ def resolve_window(
     import datetime as dt
     from collections import namedtuple
 
+    from components.common.paths import inside, safe_name
     from components.common.runs import dataset_dir, run_dir
     from components.common.storage import atomic_write_json
     from components.preprocess.config import PreprocessConfig
@@ -32,9 +33,10 @@ def resolve_window(
                               history_days=history_days, seq_len=seq_len)
     found = resolve(config)
     end_date = found.window.end.isoformat()
-    rid = run_id or kfp_run_id
-    folder = run_dir(storage_root, rid)
-    data = dataset_dir(storage_root, end_date)
+    # run_id comes from the run form: it must not name a folder outside the storage root
+    rid = safe_name(run_id or kfp_run_id, "run_id")
+    folder = inside(storage_root, run_dir(storage_root, rid), "run folder")
+    data = inside(storage_root, dataset_dir(storage_root, end_date), "dataset folder")
     atomic_write_json(folder / "run.json", {
         "run_id": rid, "raw_uri": raw, "data_dir": str(data), "end_date": end_date,
         "window_days": window_days, "history_days": history_days, "seq_len": seq_len,

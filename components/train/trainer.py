@@ -36,7 +36,9 @@ from components.train.checkpoint import (
     LAST,
     CheckpointError,
     load_checkpoint,
+    load_resumable,
     save_checkpoint,
+    save_rotating,
     shape_mismatches,
 )
 from components.train.data import (
@@ -284,10 +286,17 @@ def evaluate(model: torch.nn.Module, dataset: BatchDataset, plan: TrainPlan, run
 
 
 class MlflowLogger:
-    """Rank 0's MLflow run, when a tracking URI is given; a no-op otherwise."""
+    """Rank 0's MLflow run, when a tracking URI is given; a no-op otherwise.
+
+    The tracking server must answer at the start (a clear error before any
+    training). If it fails later, training goes on: metrics are a report, the
+    checkpoints are the product. The first failure is logged and recorded in
+    the summary (``tracking_error``), and logging stops.
+    """
 
     def __init__(self, config: TrainConfig, runtime: Runtime, params: dict) -> None:
         self.mlflow = None
+        self.error: str | None = None
         if not (config.tracking_uri and runtime.is_main):
             return
         import mlflow
@@ -300,14 +309,26 @@ class MlflowLogger:
         mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
         self.mlflow = mlflow
 
+    def _call(self, what: str, fn: Callable[[], Any]) -> None:
+        if not self.mlflow:
+            return
+        try:
+            fn()
+        except Exception as exc:  # server gone or failing: keep training, say so once
+            self.error = f"{what}: {type(exc).__name__}: {str(exc)[:300]}"
+            log.warning("MLflow tracking failed (%s); training continues without it", self.error)
+            self.mlflow = None
+
     def epoch(self, metrics: dict, epoch: int) -> None:
-        if self.mlflow:
-            self.mlflow.log_metrics({k: v for k, v in metrics.items() if isinstance(v, int | float)}, step=epoch)
+        numbers = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+        self._call("log_metrics", lambda: self.mlflow.log_metrics(numbers, step=epoch))
 
     def finish(self, summary: dict) -> None:
-        if self.mlflow:
-            self.mlflow.log_dict(summary, SUMMARY)
-            self.mlflow.end_run()
+        mlflow = self.mlflow
+        self._call("log_dict", lambda: mlflow.log_dict(summary, SUMMARY))
+        if mlflow:
+            with contextlib.suppress(Exception):
+                mlflow.end_run("FINISHED" if self.mlflow else "FAILED")
 
 
 def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = None) -> dict:
@@ -352,10 +373,14 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
     stopper = EarlyStopping(plan.patience, plan.min_delta)
     state = {"epoch": 0, "micro_step": 0, "global_step": 0, "history": [], "partial": {}}
     resumed_from = None
-    if config.resume == "auto" and (out / LAST).exists():
-        resumed_from = str(out / LAST)
-        restore(load_checkpoint(out / LAST, runtime.device), model, optim, scaler, stopper, state)
-        log.info("resumed from %s at epoch %d, micro-step %d", out / LAST, state["epoch"], state["micro_step"])
+    found = load_resumable(out, runtime.device) if config.resume == "auto" else None
+    if found is not None:
+        ckpt, path, skipped = found
+        for problem in skipped:
+            log.warning("skipping a damaged checkpoint: %s", problem)
+        resumed_from = str(path)
+        restore(ckpt, model, optim, scaler, stopper, state)
+        log.info("resumed from %s at epoch %d, micro-step %d", path, state["epoch"], state["micro_step"])
     loader = make_loader(train_set, sampler, plan, runtime.device.type)
     penalty = IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
 
@@ -374,7 +399,7 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
 
     def save_last() -> None:
         if runtime.is_main:
-            save_checkpoint(out / LAST, snapshot(model, optim, scaler, stopper, state, checkpoint_meta))
+            save_rotating(out, snapshot(model, optim, scaler, stopper, state, checkpoint_meta))
 
     train_seconds = wait_seconds = samples = 0.0
     early_stopped = stopper.should_stop  # a resumed run that had already stopped stays stopped
@@ -399,7 +424,7 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
             extra = {"metrics": metrics, "epoch_finished": epoch}
             if improved:
                 save_checkpoint(out / BEST, snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra))
-            save_checkpoint(out / LAST, snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra))
+            save_rotating(out, snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra))
             log.info("epoch %d/%d  loss %.4f  val_auc %.4f (best %.4f @%d)  lr %.2e  %.0f samples/s  "
                      "data-wait %.1f%%  %.1fs%s", epoch + 1, plan.max_epochs, record["train_loss"],
                      metrics["val_auc"], stopper.best, stopper.best_epoch + 1, record["lr"],
@@ -421,6 +446,7 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
         "checkpoints": {"best": str(out / BEST), "last": str(out / LAST)},
     }
     summary["flags"] = diagnose(summary["data_wait_fraction"], gpu_util, peak, capacity)
+    summary["tracking_error"] = mlf.error
     if runtime.is_main:
         atomic_write_json(out / SUMMARY, summary)
         for flag in summary["flags"]:

@@ -37,14 +37,13 @@ RUNTIME = "dailyrec-torch"
 TRAINER_JOB = TRAINER_CONTAINER = "node"
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 EXPECTED_RULES = {
-    *(("trainer.kubeflow.org", "trainjobs", v) for v in ("create", "get", "list", "watch", "delete")),
-    *(("", "pods", v) for v in ("get", "list", "watch")),
+    *(("trainer.kubeflow.org", "trainjobs", v) for v in ("create", "get", "delete")),
     ("", "pods/log", "get"),
-    *(("", "events", v) for v in ("list", "watch")),
+    ("", "events", "list"),
     *(("kubernetes.dask.org", "daskclusters", v)
       for v in ("create", "get", "list", "watch", "delete", "patch")),
     *(("kubernetes.dask.org", "daskworkergroups", v) for v in ("get", "list", "watch", "patch")),
-    *(("", "services", v) for v in ("get", "list", "watch")),
+    *(("", r, v) for r in ("services", "pods") for v in ("get", "list", "watch")),
 }
 """Exactly the API calls the pipeline's code makes (train launcher, Dask on Kubernetes)."""
 

@@ -1,8 +1,6 @@
-"""A tiny synthetic dataset, generated and preprocessed once per test session."""
+"""A tiny synthetic dataset (the session fixture ``tiny_dataset`` lives in tests/conftest.py)."""
 
 from __future__ import annotations
-
-import pytest
 
 from components.datagen import DatagenConfig, generate
 from components.preprocess.config import PreprocessConfig
@@ -19,9 +17,3 @@ def make_dataset(root, seed: int = 5, **bucket_overrides):
     preprocess(PreprocessConfig(raw=str(raw), out=str(data), days=4, history_days=1, seq_len=8,
                                 rows_per_partition=5000, **(TINY_BUCKETS | bucket_overrides)))
     return data
-
-
-@pytest.fixture(scope="session")
-def tiny_dataset(tmp_path_factory):
-    """7,500 train / 2,500 val / 2,500 test rows, seq_len 8, small hash buckets."""
-    return make_dataset(tmp_path_factory.mktemp("tiny"))

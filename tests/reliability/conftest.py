@@ -1,0 +1,43 @@
+"""Records what each reliability test tried and saw, for the README's Reliability table.
+
+``fault_report(category, fault, outcome)`` notes one row for the running
+test; its pass/fail result is added when the test ends. With
+``$DAILYREC_RELIABILITY_REPORT`` set (``make test-reliability`` does), the rows
+are written there as JSON at the end of the session and
+``tests/reliability/report.py`` turns them into the README table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROWS: list[dict] = []
+REPORT_ENV = "DAILYREC_RELIABILITY_REPORT"
+
+
+@pytest.fixture
+def fault_report(request):
+    def record(category: str, fault: str, outcome: str) -> None:
+        ROWS.append({"test": request.node.nodeid, "category": category, "fault": fault,
+                     "outcome": outcome, "result": None})
+    return record
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if report.when == "call" or (report.when == "setup" and report.failed):
+        for row in ROWS:
+            if row["test"] == item.nodeid and row["result"] is None:
+                row["result"] = "passed" if report.passed else ("skipped" if report.skipped else "FAILED")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    target = os.environ.get(REPORT_ENV)
+    if target and ROWS:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        Path(target).write_text(json.dumps(ROWS, indent=2) + "\n")

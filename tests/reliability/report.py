@@ -1,0 +1,30 @@
+"""``python -m tests.reliability.report RESULTS.json``: the README's Reliability table from a test run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from benchmarks.readme import update_readme
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| category | fault or bad input | observed outcome | test |", "|---|---|---|---|"]
+    for row in sorted(rows, key=lambda r: (r["category"], r["fault"])):
+        cells = [row["category"], row["fault"], row["outcome"], row["result"] or "not run"]
+        lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+    passed = sum(r["result"] == "passed" for r in rows)
+    return "\n".join(lines) + f"\n\n{passed} of {len(rows)} checks passed in the last `make test-reliability`.\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    path = Path((argv or sys.argv[1:])[0])
+    rows = json.loads(path.read_text())
+    update_readme("reliability", table(rows))
+    print(f"README Reliability table: {len(rows)} rows from {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Security: no credentials in images or manifests, non-root images, least-privilege RBAC that
+matches the code, safe checkpoint loading, MLflow reachable only from the namespace, and
+user-given names that cannot escape the storage root."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from components.common.paths import PathError, inside, safe_name
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = [*ROOT.glob("components/**/*.py"), *ROOT.glob("pipelines/**/*.py"), *ROOT.glob("benchmarks/**/*.py")]
+CREDENTIALS = [
+    (re.compile(r"AKIA[0-9A-Z]{16}"), "AWS access key id"),
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), "private key"),
+    (re.compile(r"(?i)(?:password|passwd|secret|token|aws_secret_access_key)\s*[:=]\s*['\"]?"
+                r"(?P<value>[A-Za-z0-9/+_-]{8,})"), "literal secret value"),
+    (re.compile(r"(?i)postgres(?:ql)?(?:\+\w+)?://[^:\s/]+:(?P<value>[^@\s$]+)@"), "database URI with a password"),
+    (re.compile(r"ghp_[A-Za-z0-9]{30,}|xox[bp]-[A-Za-z0-9-]{10,}"), "API token"),
+]
+
+PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*|\$\(?\w+\)?|<[^>]+>")
+
+
+def test_no_credentials_in_images_manifests_or_configs(fault_report):
+    scanned, found = 0, []
+    for folder in ("images", "manifests", "configs", "pipelines/clusters"):
+        for path in (ROOT / folder).rglob("*"):
+            if not path.is_file() or path.suffix in (".lock",):
+                continue
+            text = path.read_text(errors="replace")
+            scanned += 1
+            for pattern, kind in CREDENTIALS:
+                for match in pattern.finditer(text):
+                    if PLACEHOLDER.fullmatch(match.groupdict().get("value") or "-"):
+                        continue  # documentation: ACCESS_KEY_ID, PASSWORD, ...
+                    line = text[:match.start()].count("\n") + 1
+                    found.append(f"{path.relative_to(ROOT)}:{line}: {kind}")
+    assert scanned > 20 and not found, found
+    fault_report("security", f"credential scan of images/, manifests/, configs/ ({scanned} files)",
+                 "no keys, passwords, tokens or credentialed URIs; Secrets are only referenced")
+
+
+def test_images_run_as_non_root(fault_report):
+    for dockerfile in sorted((ROOT / "images").glob("*/Dockerfile")):
+        users = re.findall(r"^USER\s+(\S+)", dockerfile.read_text(), re.M)
+        assert users and users[-1].split(":")[0] not in ("0", "root"), dockerfile
+    fault_report("security", "image users (images/*/Dockerfile)", "every image ends as numeric UID 10001")
+
+
+def code_calls() -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) of every Kubernetes API call in the project's code."""
+    verbs = {"create": "create", "get": "get", "delete": "delete", "list": "list", "read": "get",
+             "patch": "patch", "replace": "update", "watch": "watch"}
+    resources = {"pod": ("", "pods"), "pod_log": ("", "pods/log"), "event": ("", "events"),
+                 "service": ("", "services"), "custom_object": ("trainer.kubeflow.org", "trainjobs")}
+    calls = set()
+    for path in SOURCES:
+        text = path.read_text()
+        if "custom_object" in text:
+            assert 'GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"' in text or \
+                "trainjob" in text, f"{path}: a custom object other than TrainJobs: extend this test"
+        for verb, resource in re.findall(r"\.(create|get|delete|list|read|patch|replace)_namespaced_(\w+?)\(",
+                                         text):
+            calls.add((*resources[resource], verbs[verb]))
+    return calls
+
+
+# what dask-kubernetes' KubeCluster (library code, not scanned) needs, per its operator docs
+DASK_CLIENT = {
+    *(("kubernetes.dask.org", "daskclusters", v) for v in ("create", "get", "list", "watch", "delete", "patch")),
+    *(("kubernetes.dask.org", "daskworkergroups", v) for v in ("get", "list", "watch", "patch")),
+    *(("", r, v) for r in ("services", "pods") for v in ("get", "list", "watch")),
+}
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed: renders the manifests")
+def test_role_grants_exactly_what_the_code_calls(fault_report):
+    from tests.deploy.conftest import render
+
+    (role,) = [o for o in render("base") if o["kind"] == "Role"]
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    calls = code_calls()
+    assert calls, "no Kubernetes API calls found: the scan is broken"
+    assert calls <= granted, f"the code calls what the Role does not grant: {sorted(calls - granted)}"
+    uses_dask = "KubeCluster" in (ROOT / "components/preprocess/kube.py").read_text()
+    assert granted - calls == (DASK_CLIENT - calls if uses_dask else set()), sorted(granted - calls)
+    fault_report("security", "the pipeline's Role vs the Kubernetes calls in the code",
+                 f"{len(calls)} calls found, all granted; nothing else but dask-kubernetes' KubeCluster needs")
+
+
+def test_every_torch_load_is_weights_only(fault_report):
+    loads = []
+    for path in SOURCES:
+        for match in re.finditer(r"torch\.load\(([^)]*)\)", path.read_text()):
+            loads.append((path, match.group(1)))
+    assert loads and all("weights_only=True" in args for _, args in loads), loads
+    fault_report("security", f"torch.load calls ({len(loads)})", "all weights_only=True: no code runs from a checkpoint")
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed: renders the manifests")
+def test_mlflow_is_reachable_only_from_the_namespace(fault_report):
+    from tests.deploy.conftest import render
+
+    for overlay in ("local", "a100"):
+        (policy,) = [o for o in render(overlay) if o["kind"] == "NetworkPolicy"]
+        (rule,) = policy["spec"]["ingress"]
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        assert [p["namespaceSelector"]["matchLabels"] for p in rule["from"]] == \
+            [{"kubernetes.io/metadata.name": "dailyrec"}]
+    fault_report("security", "who may reach the MLflow server (NetworkPolicy)", "only pods in namespace dailyrec")
+
+
+def test_user_given_names_cannot_escape_the_storage_root(tmp_path, fault_report):
+    for bad in ("../../etc", "a/b", "..", "", "x" * 200, "run id"):
+        with pytest.raises(PathError, match="run_id"):
+            safe_name(bad, "run_id")
+    assert safe_name("20261129-0200.nightly_1", "run_id")
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "link").symlink_to(tmp_path)
+    assert inside(tmp_path / "root", tmp_path / "root" / "runs" / "x", "run folder")
+    for escape in (tmp_path / "root" / ".." / "elsewhere", tmp_path / "root" / "link" / "x", Path("/etc")):
+        with pytest.raises(PathError, match="outside the storage root"):
+            inside(tmp_path / "root", escape, "run folder")
+    from pipelines.local import main
+
+    assert main(["--config", "configs/debug.json", "--root", str(tmp_path / "root"), "--run-id", "../x"]) == 2
+    fault_report("security", "run ids like ../../etc, paths through symlinks out of the storage root",
+                 "refused with an error naming the value; nothing written outside the root")
+
+
+def findings(text: str) -> list[str]:
+    return [kind for pattern, kind in CREDENTIALS for m in pattern.finditer(text)
+            if not PLACEHOLDER.fullmatch(m.groupdict().get("value") or "-")]
+
+
+def test_the_credential_scan_catches_planted_secrets():
+    assert findings("password: hunter2hunter2") and findings("AWS_SECRET_ACCESS_KEY=abcd1234efgh")
+    assert findings("uri: postgresql+psycopg2://u:s3cretpw@db/mlflow") and findings("AKIAABCDEFGHIJKLMNOP")
+    assert not findings("--from-literal=uri='postgresql+psycopg2://MLFLOW_USER:PASSWORD@HOST/DB'")
+    assert not findings("secretKeyRef: {name: mlflow-s3, key: AWS_SECRET_ACCESS_KEY}")
