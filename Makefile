@@ -25,6 +25,7 @@ SEED ?= 7
 WINDOW_DAYS ?= 11
 HISTORY_DAYS ?= 3
 DATASET ?= data/dataset
+TUNE_CONFIG ?= configs/tune.json
 PYTEST_ARGS ?=
 # Cluster deploy: `make deploy ENV=a100 KFP_HOST=https://… REGISTRY=…` (DRY_RUN=1: no cluster needed).
 ENV ?= a100
@@ -35,7 +36,7 @@ DRY_RUN ?=
 PUSH ?=
 SKIP_IMAGES ?=
 
-.PHONY: help install run data next-day preprocess compile ui images lock deploy trigger test test-reliability bench lint clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess tune compile ui images lock deploy trigger test test-reliability bench lint clean clean-data clean-runs
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -62,6 +63,9 @@ next-day: install ## append tomorrow to the sample logs; the next `make run` ret
 
 preprocess: install data ## only the preprocess stage, DATA -> DATASET (what `make bench` measures on)
 	$(PY) -m components.preprocess --raw $(DATA) --out $(DATASET) --days $(WINDOW_DAYS) --history-days $(HISTORY_DAYS)
+
+tune: install data ## hyperparameter search (Optuna ASHA) on DATA -> runs/<id>/tune/tuned.json, tuned/latest.json
+	$(PY) -m pipelines.tune --config $(TUNE_CONFIG) --data $(DATA) --root $(ROOT)
 
 compile: install ## compile the pipeline to build/pipeline.yaml (KFP IR)
 	$(PY) -m pipelines.compile --out build/pipeline.yaml
@@ -97,6 +101,7 @@ bench: install data preprocess ## measured comparisons against baselines -> benc
 	$(PY) benchmarks/loader.py --data $(DATASET)
 	$(PY) benchmarks/train.py --data $(DATASET)
 	$(PY) benchmarks/estimate.py
+	$(PY) benchmarks/tune.py
 	@if $(PY) -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then $(PY) benchmarks/gpu.py; \
 	else echo "no CUDA device: benchmarks/gpu.py --dry only"; $(PY) benchmarks/gpu.py --dry; fi
 

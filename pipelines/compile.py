@@ -50,7 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"compile: error: {exc}", file=sys.stderr)
         return 2
-    print(f"compiled {compile_pipeline(args.out, parameters)}")
+    try:
+        out = compile_pipeline(args.out, parameters)
+    except OSError as exc:  # e.g. --out in a folder that cannot be created
+        print(f"compile: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(f"compiled {out}")
     return 0
 
 

@@ -260,6 +260,10 @@ def deploy(config: DeployConfig, client_factory: Any = None, run_command: Any = 
         atomic_write_json(out / "deploy.json", record)
         raise DeployError("manifests do not validate:\n  " + "\n  ".join(problems[:20]))
 
+    from pipelines.katib import write_experiment
+
+    # the weekly search on the cluster: written (and validated), applied by hand with kubectl
+    write_experiment(out / "katib-experiment.yaml", config.env, schemas=schemas, image=refs["trainer"])
     package = compile_for(config.env, refs, out / "pipeline.yaml")
     request = recurring_run_request(version, config.schedule)
     atomic_write_json(out / "recurring-run.json", request)
@@ -278,6 +282,14 @@ def deploy(config: DeployConfig, client_factory: Any = None, run_command: Any = 
         record["steps"].append({"step": "schedule", "recurring_run_id": recurring, "cron": config.schedule})
     atomic_write_json(out / "deploy.json", record)
     return record
+
+
+def _kfp_api_errors() -> tuple[type[Exception], ...]:
+    """What the KFP client raises for an unreachable or failing API (it does not wrap them)."""
+    import urllib3
+    from kfp_server_api.exceptions import OpenApiException
+
+    return urllib3.exceptions.HTTPError, OpenApiException
 
 
 def _kfp_client(host: str) -> Any:
@@ -306,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "trigger":
             if not args.host:
                 raise DeployError("KFP_HOST is required")
+            bad = [item for item in args.set if "=" not in item]
+            if bad:  # dict() of it would say only "dictionary update sequence element #0 ..."
+                raise DeployError(f"--set {bad[0]!r}: expected KEY=VALUE")
             params = dict(item.split("=", 1) for item in args.set)
             run_id = Publisher(_kfp_client(args.host)).trigger(params, args.version)
             print(f"started run {run_id} of {PIPELINE_NAME}")
@@ -316,6 +331,13 @@ def main(argv: list[str] | None = None) -> int:
         record = deploy(config)
     except (DeployError, ValueError) as exc:
         print(f"deploy: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # e.g. --out in a folder that cannot be created
+        print(f"deploy: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except _kfp_api_errors() as exc:  # the KFP API refused the connection or answered an error
+        reason = " ".join(str(exc).split())[:300]  # ApiException's text spans lines (headers, body)
+        print(f"deploy: error: KFP API at {args.host}: {type(exc).__name__}: {reason}", file=sys.stderr)
         return 1
     what = "would deploy" if config.dry_run else "deployed"
     print(f"{what} dailyrec {record['version']} to ENV={config.env}: {len(record['steps'])} steps; "

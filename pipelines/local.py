@@ -36,14 +36,18 @@ class LocalRunError(RuntimeError):
     pass
 
 
-def pipeline_parameters() -> dict:
-    from pipelines.daily import daily
+def pipeline_parameters(pipeline=None) -> dict:
+    """Parameter defaults of a KFP pipeline function (default: the daily pipeline)."""
+    if pipeline is None:
+        from pipelines.daily import daily as pipeline
 
-    return {name: p.default for name, p in inspect.signature(daily.pipeline_func).parameters.items()}
+    parameters = inspect.signature(pipeline.pipeline_func).parameters
+    return {name: p.default for name, p in parameters.items()}
 
 
-def load_config(path: str | Path | None, overrides: dict | None = None) -> dict:
-    """Pipeline parameters from a JSON file (keys starting with _ are comments) plus overrides."""
+def load_config(path: str | Path | None, overrides: dict | None = None, pipeline=None) -> dict:
+    """Pipeline parameters from a JSON file (keys starting with _ are comments) plus overrides,
+    checked against ``pipeline``'s parameters (default: the daily pipeline)."""
     params = {}
     if path:
         try:
@@ -51,7 +55,7 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> dict:
         except (OSError, ValueError) as exc:
             raise LocalRunError(f"{path}: cannot read the run config ({exc})") from None
     params |= overrides or {}
-    known = pipeline_parameters()
+    known = pipeline_parameters(pipeline)
     unknown = sorted(set(params) - set(known))
     if unknown:
         raise LocalRunError(f"{path or '--set'}: unknown pipeline parameter(s) {', '.join(unknown)}; "
@@ -59,7 +63,13 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> dict:
     for key, value in params.items():  # --set values arrive as strings
         default = known[key]
         if isinstance(value, str) and not isinstance(default, str):
-            value = json.loads(value.lower() if isinstance(default, bool) else value)
+            try:
+                value = json.loads(value.lower() if isinstance(default, bool) else value)
+            except ValueError:  # json's own message ("Expecting value: line 1 ...") names no parameter
+                raise LocalRunError(f"{path or '--set'}: parameter {key} must be a "
+                                    f"{type(default).__name__}, got {value!r}") from None
+        if isinstance(value, dict | list) and isinstance(default, str):
+            value = json.dumps(value)  # a JSON-valued text parameter may be JSON in the file
         if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)  # KFP refuses an int for a float parameter
         if type(value) is not type(default):
@@ -75,6 +85,30 @@ def new_run_id() -> str:
 
 def run_local(params: dict, root: str | Path = ".", run_id: str | None = None) -> dict:
     """Run the pipeline locally; return the run's summary (also on failure: status says so)."""
+    from pipelines.daily import daily
+
+    root = Path(root).resolve()
+    run_id, folder, params = start_local_run(params, root, run_id)
+    started = time.perf_counter()
+    print(f"dailyrec: run {run_id} (folder {folder}); KFP local runner, tasks as subprocesses", flush=True)
+    daily(**params)
+    seconds = time.perf_counter() - started
+    try:
+        summary = json.loads((folder / SUMMARY).read_text())
+    except (OSError, ValueError):
+        summary = {"run_id": run_id, "status": "FAILED", "error": "the pipeline wrote no summary"}
+    summary["wall_seconds"] = round(seconds, 1)
+    atomic_write_json(folder / SUMMARY, summary)
+    latest = root / "runs" / "latest"
+    latest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(folder / SUMMARY, latest / SUMMARY)
+    shutil.rmtree(folder / "kfp" / "tmp", ignore_errors=True)
+    return summary
+
+
+def start_local_run(params: dict, root: Path, run_id: str | None = None) -> tuple[str, Path, dict]:
+    """Run folder, KFP's local runner and the storage parameters of a local run of any dailyrec
+    pipeline: returns (run id, run folder, the parameters to call the pipeline with)."""
     import warnings
 
     from kfp import local
@@ -83,9 +117,6 @@ def run_local(params: dict, root: str | Path = ".", run_id: str | None = None) -
     warnings.filterwarnings("ignore", message=".*have no effect in the current local runner")
     warnings.filterwarnings("ignore", message=".*custom or non-Python base image")
 
-    from pipelines.daily import daily
-
-    root = Path(root).resolve()
     run_id = safe_name(run_id or new_run_id(), "run id")
     folder = run_dir(root, run_id)
     kfp_dir = folder / "kfp"
@@ -101,21 +132,7 @@ def run_local(params: dict, root: str | Path = ".", run_id: str | None = None) -
     atomic_write_json(folder / "parameters.json", params)
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(kfp_dir / "outputs"),
                workspace_root=str(kfp_dir / "workspace"), raise_on_error=False)
-    started = time.perf_counter()
-    print(f"dailyrec: run {run_id} (folder {folder}); KFP local runner, tasks as subprocesses", flush=True)
-    daily(**params)
-    seconds = time.perf_counter() - started
-    try:
-        summary = json.loads((folder / SUMMARY).read_text())
-    except (OSError, ValueError):
-        summary = {"run_id": run_id, "status": "FAILED", "error": "the pipeline wrote no summary"}
-    summary["wall_seconds"] = round(seconds, 1)
-    atomic_write_json(folder / SUMMARY, summary)
-    latest = root / "runs" / "latest"
-    latest.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(folder / SUMMARY, latest / SUMMARY)
-    shutil.rmtree(tmp, ignore_errors=True)
-    return summary
+    return run_id, folder, params
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,10 +144,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-id", default=None)
     args = p.parse_args(argv)
     try:
+        bad = [item for item in args.set if "=" not in item]
+        if bad:  # dict() of it would say only "dictionary update sequence element #0 ..."
+            raise LocalRunError(f"--set {bad[0]!r}: expected KEY=VALUE")
         overrides = dict(item.split("=", 1) for item in args.set)
         if args.data:
             overrides["raw_uri"] = args.data
         params = load_config(args.config, overrides)
+        if args.run_id is not None:
+            safe_name(args.run_id, "run id")  # (run_local checks it too) before the folder check
+        raw = params.get("raw_uri") or str(Path(args.root) / "raw")
+        if "://" not in raw and not Path(raw).is_dir():  # fail now, not minutes into the pipeline
+            raise LocalRunError(f"raw events folder {raw} does not exist (--data or raw_uri)")
     except (LocalRunError, ValueError) as exc:
         print(f"run: error: {exc}", file=sys.stderr)
         return 2
@@ -139,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     except PathError as exc:
         print(f"run: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # e.g. a --root that cannot be created
+        print(f"run: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     print("\n" + (summary_text(summary) if "stage_seconds" in summary else json.dumps(summary)))
     print(f"  wall     {summary['wall_seconds']:.0f}s  summary: {Path(args.root) / 'runs' / summary['run_id'] / SUMMARY}")
     return 0 if summary.get("status") == "SUCCEEDED" else 1

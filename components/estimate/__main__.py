@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     except (EstimateError, HardwareError, DatasetError) as exc:
         print(f"estimate: error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # e.g. --out in a folder that cannot be created
+        print(f"estimate: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     print(table(doc))
     print(f"plan written to {path}")
     return 0

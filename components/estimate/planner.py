@@ -17,7 +17,9 @@ Choices (each gets a one-line ``rationale`` entry in the plan):
   ``memory_fraction`` of the device and divides the per-process batch;
   activation checkpointing only if micro-batch 1 does not fit without it;
 * grad_accum = global_batch / (micro_batch × world);
-* lr = base_lr × global_batch / base_batch (linear scaling), 5% warmup;
+* lr = base_lr × global_batch / base_batch (linear scaling), 5% warmup; when ``model`` is a
+  tuned config file (components/tune), its ``train`` block replaces base_lr / base_batch /
+  warmup_fraction and sets weight_decay;
 * step and epoch times from a throughput model: FLOPs per sample at an assumed
   MFU (GPU 0.35; CPU: an assumed effective FLOP/s per core) or the probe's
   measured samples/s, plus the optimizer's memory traffic and the gradient
@@ -44,6 +46,7 @@ from components.estimate.memory import (
 )
 from components.train.data import load_meta
 from components.train.model import ModelConfig, Vocab, model_config
+from components.tune.tuned import TunedTraining, tuned_training
 
 GPU_MFU = 0.35
 CPU_SCALING_EFFICIENCY = 0.9
@@ -66,7 +69,8 @@ class EstimateConfig:
     data: str
     """Dataset folder written by the preprocess stage (its meta.json gives vocab and rows)."""
     model: str = "debug"
-    """Named model config: debug | local | prod."""
+    """Named model config (debug | local | prod) or a model config file (.json); a tuned file's
+    ``train`` block overrides base_lr, base_batch and warmup_fraction and sets weight_decay."""
     hardware: str = "cpu-local"
     """A named hardware profile or the path of a JSON profile (see hardware.py)."""
     global_batch: int = 1024
@@ -106,12 +110,25 @@ class EstimateConfig:
             raise EstimateError(f"mfu must be in (0, 1], got {self.mfu!r}")
         try:
             model_config(self.model)
+            tuned = tuned_training(self.model)
         except ValueError as exc:
             raise EstimateError(str(exc)) from None
-        lr = self.base_lr * self.global_batch / self.base_batch
+        base_lr, base_batch = ((tuned.lr, tuned.global_batch) if tuned
+                               else (self.base_lr, self.base_batch))
+        lr = base_lr * self.global_batch / base_batch
         if not lr < 1:
-            raise EstimateError(f"the scaled lr {lr:g} (base_lr {self.base_lr:g} x {self.global_batch}"
-                                f"/{self.base_batch}) must be < 1; lower base_lr or global_batch")
+            raise EstimateError(f"the scaled lr {lr:g} (base_lr {base_lr:g} x {self.global_batch}"
+                                f"/{base_batch}) must be < 1; lower base_lr or global_batch")
+
+    def training(self) -> tuple[TunedTraining, bool]:
+        """(lr at a batch, weight decay, warmup) this plan scales from, and whether a tuned file
+        gave them; otherwise base_lr, base_batch, warmup_fraction and TrainPlan's weight decay."""
+        tuned = tuned_training(self.model)
+        if tuned:
+            return tuned, True
+        defaults = TunedTraining(lr=self.base_lr, weight_decay=TrainPlan.weight_decay,
+                                 warmup_fraction=self.warmup_fraction, global_batch=self.base_batch)
+        return defaults, False
 
 
 # ----------------------------------------------------------------------------- throughput
@@ -321,11 +338,13 @@ def estimate(config: EstimateConfig) -> dict[str, Any]:
             f"{chosen['total_s'] / 3600:.2f} h at best ({chosen['nproc']} processes)")
     c = chosen
     world = c["nproc"] * c["nnodes"]
-    lr = config.base_lr * config.global_batch / config.base_batch
+    training, from_file = config.training()
+    lr = training.lr * config.global_batch / training.global_batch
     plan = TrainPlan(
         model=config.model, micro_batch=c["micro"], grad_accum=c["accum"], nproc_per_node=c["nproc"],
         nnodes=c["nnodes"], precision=precision, activation_checkpointing=c["checkpointing"],
-        sparse_embeddings="auto", lr=lr, warmup_fraction=config.warmup_fraction,
+        sparse_embeddings="auto", lr=lr, warmup_fraction=training.warmup_fraction,
+        weight_decay=training.weight_decay,
         max_epochs=config.max_epochs, num_workers=num_workers, prefetch_factor=prefetch,
         pin_memory=gpu, persistent_workers=num_workers > 0, cpu_threads=1,
     )
@@ -357,8 +376,10 @@ def estimate(config: EstimateConfig) -> dict[str, Any]:
                                      else "off: the model fits without recomputation"),
         "sparse_embeddings": ("auto: dense tables with NCCL (it cannot reduce sparse gradients)" if gpu
                               else "auto: sparse item/user tables with gloo (SparseAdam)"),
-        "lr": f"{config.base_lr:g} x {config.global_batch}/{config.base_batch} (linear scaling), "
-              f"{config.warmup_fraction:.0%} warmup",
+        "lr": f"{training.lr:g} x {config.global_batch}/{training.global_batch} (linear scaling), "
+              f"{training.warmup_fraction:.0%} warmup"
+              + (f", weight decay {training.weight_decay:g}: tuned settings of {config.model}"
+                 if from_file else ""),
         "max_epochs": f"{config.max_epochs} epochs assumed by the time estimate (early stopping may end sooner)",
         "num_workers": (f"{num_workers} loader workers: {profile.cpu_cores_per_gpu} CPU cores per GPU, "
                         f"one left for the training process" if gpu else

@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, ValueError) as exc:
         print(f"preprocess: error: {exc}", file=sys.stderr)
         return 2
+    except (OSError, ImportError) as exc:  # unwritable --out, s3:// without s3fs, no scheduler at tcp://
+        print(f"preprocess: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     print(format_summary(meta))
     print(f"meta: {args.out}/meta.json")
     return 0

@@ -74,9 +74,11 @@ def parse_timestamps(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 def _datetime_seconds(values: pd.Series) -> np.ndarray:
     """Whole epoch seconds of a tz-aware datetime Series (NaT -> 0)."""
-    ns = values.dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[ns]")
-    as_int = ns.to_numpy(dtype="datetime64[ns]").view(np.int64)
-    return np.where(values.isna().to_numpy(), 0, as_int // 1_000_000_000)
+    # Stay in the Series' own unit: a cast to nanoseconds overflows (OutOfBoundsDatetime) for
+    # years outside 1677..2262, e.g. "9999-12-31T23:59:59Z" or a Parquet timestamp[us] of year 1.
+    naive = values.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
+    per_second = 10 ** {"s": 0, "ms": 3, "us": 6, "ns": 9}[np.datetime_data(naive.dtype)[0]]
+    return np.where(values.isna().to_numpy(), 0, naive.view(np.int64) // per_second)
 
 
 def parse_labels(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:

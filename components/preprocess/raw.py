@@ -7,9 +7,11 @@ empty file, no files, a window with no data.
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import hashlib
 import io
+import re
 from dataclasses import dataclass
 
 import fsspec
@@ -21,6 +23,7 @@ from components.common import schema
 from components.preprocess.errors import InputError
 
 SAMPLE_BYTES = 1 << 20  # fingerprint reads this much from each end of a file
+HEADER_BYTES = 1 << 20  # a CSV header line longer than this is cut (and fails the column check)
 
 
 @dataclass(frozen=True)
@@ -77,13 +80,22 @@ def list_files(fs, day_paths: dict[dt.date, str]) -> list[RawFile]:
     return files
 
 
-def _check_columns(file: RawFile, columns: list[str]) -> None:
+def _check_columns(file: RawFile, columns: list[str], types: pa.Schema | None = None) -> None:
     missing = [c for c in schema.REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise InputError(
             f"{file.relpath}: missing required column {missing[0]!r} "
             f"(has: {', '.join(columns) or 'no columns'}; required: {', '.join(schema.REQUIRED_COLUMNS)})"
         )
+    for name in schema.CONTRACT_COLUMNS:
+        # Two columns of one name: which one is meant is a guess (pandas then fails on a frame).
+        if columns.count(name) > 1:
+            raise InputError(f"{file.relpath}: column {name!r} appears {columns.count(name)} times; "
+                             "keep one")
+        # A list/struct/map value is no id, time or label (and is unhashable further on).
+        if types is not None and name in columns and pa.types.is_nested(types.field(name).type):
+            raise InputError(f"{file.relpath}: column {name!r} has nested type {types.field(name).type}; "
+                             "expected strings, numbers, booleans or timestamps")
 
 
 def plan_pieces(fs, files: list[RawFile]) -> list[Piece]:
@@ -95,10 +107,13 @@ def plan_pieces(fs, files: list[RawFile]) -> list[Piece]:
         if file.fmt == "parquet":
             try:
                 with fs.open(file.path, "rb") as fh:
-                    meta = pq.ParquetFile(fh).metadata
+                    parquet = pq.ParquetFile(fh)
+                    meta, arrow_schema = parquet.metadata, parquet.schema_arrow
             except Exception as exc:  # pyarrow raises several types for corrupt files
-                raise InputError(f"{file.relpath}: unreadable Parquet file ({exc})") from exc
-            _check_columns(file, list(meta.schema.names))
+                raise InputError(f"{file.relpath}: unreadable Parquet file ({_one_line(exc)})") from exc
+            # Top-level (Arrow) names: the Parquet schema lists a nested column's leaves instead
+            # ("element" for a list), which read as a missing column.
+            _check_columns(file, list(arrow_schema.names), arrow_schema)
             offset = 0
             for group in range(meta.num_row_groups):
                 rows = meta.row_group(group).num_rows
@@ -112,17 +127,27 @@ def plan_pieces(fs, files: list[RawFile]) -> list[Piece]:
 
 def read_csv_header(fs, file: RawFile) -> list[str]:
     with fs.open(file.path, "rb") as fh:
-        first = fh.readline()
+        first = fh.readline(HEADER_BYTES)
+    # Arrow also ends a line at a lone "\r" (old Mac files): cut there too, or the "header" is
+    # the whole file.
+    cut = re.split(rb"\r|\n", first, maxsplit=1)
+    if len(cut) == 1 and len(first) == HEADER_BYTES:
+        raise InputError(f"{file.relpath}: no end of the header line in its first {HEADER_BYTES} bytes")
     try:
-        line = first.decode("utf-8-sig").strip()
+        line = cut[0].decode("utf-8-sig").strip()
     except UnicodeDecodeError as exc:
         raise InputError(f"{file.relpath}: header is not UTF-8 ({exc}); re-encode the file as UTF-8") from exc
-    return [c.strip().strip('"') for c in line.split(",")] if line else []
+    # the csv module, not split(","): a quoted name may hold a comma
+    try:
+        return [c.strip() for c in next(csv.reader([line]))] if line else []
+    except csv.Error as exc:
+        raise InputError(f"{file.relpath}: unreadable CSV header ({exc})") from exc
 
 
 def read_piece(fs, piece: Piece) -> pa.Table:
     """The contract columns of one piece, as Arrow (CSV columns all as strings)."""
     file = piece.file
+    header: list[str] | None = None
     try:
         if file.fmt == "parquet":
             with fs.open(file.path, "rb") as fh:
@@ -135,7 +160,8 @@ def read_piece(fs, piece: Piece) -> pa.Table:
         names = [c for c in schema.CONTRACT_COLUMNS if c in header]
         return pacsv.read_csv(
             io.BytesIO(data),
-            read_options=pacsv.ReadOptions(encoding="utf8"),
+            # the header as checked (names stripped of blanks), so " label" is the column "label"
+            read_options=pacsv.ReadOptions(encoding="utf8", column_names=header, skip_rows=1),
             convert_options=pacsv.ConvertOptions(
                 column_types={c: pa.string() for c in header},
                 include_columns=names,
@@ -146,7 +172,23 @@ def read_piece(fs, piece: Piece) -> pa.Table:
     except InputError:
         raise
     except Exception as exc:
-        raise InputError(f"{file.relpath}: unreadable {file.fmt.upper()} data ({exc})") from exc
+        raise InputError(f"{file.relpath}: unreadable {file.fmt.upper()} data ({_one_line(exc)}"
+                         f"{_csv_column_hint(file, str(exc), header)})") from exc
+
+
+def _one_line(exc: Exception) -> str:
+    """Arrow's message on one line and printable (a thrift error spans lines and may quote a
+    control byte): the stage's errors are one-line reasons, and the CLI prints them as such."""
+    text = " ".join(str(exc).split())
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _csv_column_hint(file: RawFile, message: str, header: list[str] | None) -> str:
+    """The column's name for Arrow's "In CSV column #N" (a position), so the message names it."""
+    match = re.search(r"CSV column #(\d+)", message)
+    if file.fmt != "csv" or not match or not header or int(match.group(1)) >= len(header):
+        return ""
+    return f"; column {header[int(match.group(1))]!r}"
 
 
 def file_fingerprint(fs, file: RawFile) -> str:

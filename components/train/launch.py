@@ -67,11 +67,26 @@ class Launcher(Protocol):
     def run(self, spec: LaunchSpec) -> dict: ...
 
 
+# torchrun, but a failed worker ends it with one line instead of a Python traceback of
+# ChildFailedError (which buried the ranks' own one-line errors that LaunchError carries).
+_TORCHRUN = """\
+import sys
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.run import main
+try:
+    main()
+except ChildFailedError as exc:
+    rank, failure = exc.get_first_failure()
+    print(f"torchrun: {exc.name} failed: rank {rank} exit code {failure.exitcode}", file=sys.stderr)
+    sys.exit(1)
+"""
+
+
 class LocalTorchrun:
     """``torchrun --standalone`` on this machine."""
 
     def command(self, spec: LaunchSpec) -> list[str]:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+        return [sys.executable, "-c", _TORCHRUN, "--standalone",
                 f"--nproc_per_node={spec.processes()}", f"--max-restarts={spec.max_restarts}",
                 "-m", "components.train", *spec.trainer_args()]
 
@@ -112,13 +127,38 @@ def launch(spec: LaunchSpec, backend: str = "local") -> dict:
     return LAUNCHERS[backend]().run(spec)
 
 
+def _cluster_errors() -> tuple[type[Exception], ...]:
+    """What the Kubernetes client raises, unwrapped: no kube config, a refused connection, an API error."""
+    import urllib3
+
+    try:
+        from kubernetes.client.exceptions import OpenApiException
+        from kubernetes.config import ConfigException
+    except ImportError:  # the local backend does not need the kubernetes client
+        return (urllib3.exceptions.HTTPError,)
+    return urllib3.exceptions.HTTPError, OpenApiException, ConfigException
+
+
+def _at_least(low: int):
+    """An argparse type: an integer >= ``low`` (torchrun answers 0 processes with an AssertionError)."""
+    def parse(text: str) -> int:
+        value = int(text)  # a ValueError: argparse says "invalid int value"
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m components.train.launch", description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True)
     p.add_argument("--plan", default=None)
     p.add_argument("--out", required=True)
-    p.add_argument("--nproc", type=int, default=None, help="processes (default: the plan's nproc_per_node)")
-    p.add_argument("--max-restarts", type=int, default=0)
+    p.add_argument("--nproc", type=_at_least(1), default=None,
+                   help="processes (default: the plan's nproc_per_node)")
+    p.add_argument("--max-restarts", type=_at_least(0), default=0)
     p.add_argument("--init-from", default=None)
     p.add_argument("--tracking-uri", default=None)
     p.add_argument("--max-epochs", type=int, default=None)
@@ -129,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         summary = launch(LaunchSpec.of(**vars(args)), backend)
     except (LaunchError, ValueError) as exc:
         print(f"launch: error: {exc}", file=sys.stderr)
+        return 1
+    except _cluster_errors() as exc:  # trainjob backend: no kube config, API unreachable or refusing
+        reason = " ".join(str(exc).split())[:300]  # ApiException's text spans lines (headers, body)
+        print(f"launch: error: {backend}: {type(exc).__name__}: {reason}", file=sys.stderr)
         return 1
     print(summary_line(summary))
     return 0

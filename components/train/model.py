@@ -50,6 +50,7 @@ from torch.utils.checkpoint import checkpoint
 __all__ = [
     "NAMED_CONFIGS",
     "REFERENCE_VOCAB",
+    "MODEL_CONFIG_FORMAT",
     "BSTModel",
     "ModelConfig",
     "Vocab",
@@ -150,13 +151,49 @@ NAMED_CONFIGS: dict[str, ModelConfig] = {
 }
 
 
+MODEL_CONFIG_FORMAT = "dailyrec.model-config/v1"
+"""Format of a model config file (written by the hyperparameter search, components/tune)."""
+
+
 def model_config(name: str) -> ModelConfig:
-    """The named config; a ValueError lists the valid names."""
+    """The named config, or the ``"model"`` block of a JSON model config file (a path ending
+    in ``.json``, e.g. the tuner's best config); a ValueError lists the valid names or names
+    the file."""
+    if isinstance(name, str) and name not in NAMED_CONFIGS and name.endswith(".json"):
+        return _config_from_file(name)
     try:
         return NAMED_CONFIGS[name]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown model config {name!r}; valid names: "
-                         f"{', '.join(NAMED_CONFIGS)}") from None
+        raise ValueError(f"unknown model config {name!r}; valid names: {', '.join(NAMED_CONFIGS)} "
+                         "(or the path of a .json model config file)") from None
+
+
+def _config_from_file(path: str) -> ModelConfig:
+    """Read on every call (cheap): a trial or a daily run always sees the file's content."""
+    import json
+    from pathlib import Path
+
+    try:
+        doc = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"model config file {path} not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"model config file {path}: unreadable ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != MODEL_CONFIG_FORMAT:
+        found = doc.get("format") if isinstance(doc, dict) else None
+        raise ValueError(f"model config file {path}: not a {MODEL_CONFIG_FORMAT} file "
+                         f"(format {found!r})")
+    block = doc.get("model")
+    if not isinstance(block, dict):
+        raise ValueError(f"model config file {path}: no \"model\" object")
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = sorted(set(block) - known)
+    if unknown:
+        raise ValueError(f"model config file {path}: unknown field model.{unknown[0]}")
+    try:
+        return ModelConfig(**block)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"model config file {path}: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -295,7 +295,7 @@ class MlflowLogger:
     """
 
     def __init__(self, config: TrainConfig, runtime: Runtime, params: dict) -> None:
-        self.mlflow = None
+        self.mlflow = self.started = None
         self.error: str | None = None
         if not (config.tracking_uri and runtime.is_main):
             return
@@ -306,8 +306,8 @@ class MlflowLogger:
         client = connect(config.tracking_uri)
         experiment_id = ensure_experiment(client, config.experiment, config.tracking_uri)
         mlflow.start_run(experiment_id=experiment_id, log_system_metrics=True)
+        self.mlflow = self.started = mlflow
         mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
-        self.mlflow = mlflow
 
     def _call(self, what: str, fn: Callable[[], Any]) -> None:
         if not self.mlflow:
@@ -324,11 +324,10 @@ class MlflowLogger:
         self._call("log_metrics", lambda: self.mlflow.log_metrics(numbers, step=epoch))
 
     def finish(self, summary: dict) -> None:
-        mlflow = self.mlflow
-        self._call("log_dict", lambda: mlflow.log_dict(summary, SUMMARY))
-        if mlflow:
+        self._call("log_dict", lambda: self.mlflow.log_dict(summary, SUMMARY))
+        if self.started is not None:  # always close the run: a later run in this process must start clean
             with contextlib.suppress(Exception):
-                mlflow.end_run("FINISHED" if self.mlflow else "FAILED")
+                self.started.end_run("FAILED" if self.error else "FINISHED")
 
 
 def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = None) -> dict:

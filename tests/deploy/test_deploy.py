@@ -35,7 +35,7 @@ def dry_run(tmp_path_factory):
 def test_dry_run_writes_and_validates_everything(dry_run):
     out, record = dry_run
     for name in ("manifests.yaml", "pipeline.yaml", "trainjob-example.yaml", "recurring-run.json",
-                 "upload.json", "deploy.json"):
+                 "upload.json", "deploy.json", "katib-experiment.yaml"):
         assert (out / name).stat().st_size > 0, name
     assert record["validation"]["problems"] == []
     assert [s["step"] for s in record["steps"]] == ["images", "manifests"]  # nothing applied or sent

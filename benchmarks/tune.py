@@ -1,0 +1,379 @@
+"""Benchmark: ASHA pruning vs running every configuration to the end, over the SAME configurations.
+
+On a small synthetic dataset (generated and preprocessed once under benchmarks/scratch/tune/):
+
+1. N configurations are sampled once from the search space (Optuna's RandomSampler, seeded;
+   architectures filtered by the estimate stage's memory model as in every search);
+2. baseline: ``python -m components.tune --pruner none`` trains all N (random search over a
+   fixed sample), each up to E epochs (the trainer's own early stopping, patience 3, applies
+   to both arms alike);
+3. ASHA: ``python -m components.tune --pruner asha`` (SuccessiveHalvingPruner, min resource
+   1 epoch, reduction factor 3) over the same N in the same order.
+
+Both enqueue the same N parameter sets, so trial i is the same configuration in both arms,
+and training is deterministic (seeded, one process, one thread): a trial's curve under ASHA
+is the baseline's curve cut short (checked: ``curves_match``). The two arms run at the same
+time as two processes (one core each on the 2-core VM); epochs, not seconds, are the cost.
+
+Reported: the best validation AUC each arm reached, the training epochs each spent, their
+ratio, and the target: ASHA's best within 0.005 of the baseline's best with <= 40% of its
+epochs. Writes benchmarks/results/tune.json and the README block ``<!-- bench:tune:start/end -->``.
+
+    python benchmarks/tune.py                       # the measurement (6-8 minutes on 2 cores)
+    python benchmarks/tune.py --quick --no-readme      # tiny sizes, a smoke test (no README)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.measure import machine  # noqa: E402
+from benchmarks.readme import publish  # noqa: E402
+from components.tune.space import SearchSpace, suggest  # noqa: E402
+from components.tune.study import SUMMARY_FILE, TuneConfig, plan_base  # noqa: E402
+
+NAME = "tune"
+TARGET_AUC_GAP, TARGET_EPOCH_RATIO = 0.005, 0.40
+FULL = {
+    "configs": 12,
+    "max_epochs": 9,
+    "days": 6,
+    "window": 4,
+    "history": 2,
+    "users": 1500,
+    "items": 2500,
+    "categories": 60,
+    "events_per_day": 8000,
+    "seq_len": 20,
+    "global_batch": 512,
+}
+QUICK = {
+    "configs": 4,
+    "max_epochs": 3,
+    "days": 4,
+    "window": 3,
+    "history": 1,
+    "users": 300,
+    "items": 500,
+    "categories": 20,
+    "events_per_day": 1500,
+    "seq_len": 8,
+    "global_batch": 256,
+}
+SPACE = SearchSpace(d_model=(8, 16), layers=(1, 2))
+BASE_MODEL, SEED, REDUCTION_FACTOR = "debug", 7, 3
+
+
+def make_data(work: Path, size: dict) -> Path:
+    """Synthetic logs -> preprocessed dataset, made once per size under ``work``."""
+    from components.datagen import DatagenConfig, generate
+    from components.preprocess.config import PreprocessConfig
+    from components.preprocess.stage import preprocess
+
+    tag = "-".join(f"{k}{size[k]}" for k in ("days", "events_per_day", "users", "items", "seq_len"))
+    raw, data = work / f"raw-{tag}", work / f"data-{tag}"
+    if not (data / "meta.json").exists():
+        if not (raw / "datagen.json").exists():
+            generate(
+                DatagenConfig(
+                    out=raw,
+                    days=size["days"],
+                    users=size["users"],
+                    items=size["items"],
+                    categories=size["categories"],
+                    events_per_day=size["events_per_day"],
+                    seed=11,
+                )
+            )
+        preprocess(
+            PreprocessConfig(
+                raw=str(raw),
+                out=str(data),
+                days=size["window"],
+                history_days=size["history"],
+                seq_len=size["seq_len"],
+                item_buckets=1 << 13,
+                category_buckets=1 << 8,
+                user_buckets=1 << 12,
+            )
+        )
+    return data
+
+
+def sample_configs(config: TuneConfig, n: int, seed: int) -> list[dict]:
+    """N parameter sets drawn once (RandomSampler) from the space the search itself would use."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    archs = plan_base(config).archs
+    study = optuna.create_study(
+        direction="maximize", sampler=optuna.samplers.RandomSampler(seed=seed)
+    )
+    return [suggest(study.ask(), config.space, archs) for _ in range(n)]
+
+
+def run_arms(data: Path, work: Path, size: dict, configs: list[dict]) -> dict[str, dict]:
+    """The baseline and ASHA searches as two concurrent CLI processes; their summaries."""
+    enqueue = work / "configs.json"
+    enqueue.write_text(json.dumps(configs, indent=1))
+    procs, logs = {}, {}
+    for arm, pruner in (("baseline", "none"), ("asha", "asha")):
+        out = work / arm
+        cmd = [
+            sys.executable,
+            "-m",
+            "components.tune",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--base-model",
+            BASE_MODEL,
+            "--hardware",
+            "cpu-local",
+            "--global-batch",
+            str(size["global_batch"]),
+            "--max-epochs",
+            str(size["max_epochs"]),
+            "--trials",
+            str(len(configs)),
+            "--pruner",
+            pruner,
+            "--min-epochs",
+            "1",
+            "--reduction-factor",
+            str(REDUCTION_FACTOR),
+            "--sampler",
+            "random",
+            "--seed",
+            str(SEED),
+            "--space",
+            json.dumps(SPACE.as_dict()),
+            "--enqueue",
+            str(enqueue),
+            "--storage",
+            "memory",
+            "--fresh",
+            "--study-name",
+            f"bench-{arm}",
+        ]
+        logs[arm] = open(work / f"{arm}.log", "w")  # noqa: SIM115 (closed below)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        procs[arm] = (
+            subprocess.Popen(cmd, stdout=logs[arm], stderr=subprocess.STDOUT, cwd=ROOT, env=env),
+            time.perf_counter(),
+        )
+    ended: dict[str, float] = {}
+    while len(ended) < len(procs):  # each arm's own end time, whichever finishes first
+        for arm, (proc, _) in procs.items():
+            if arm not in ended and proc.poll() is not None:
+                ended[arm] = time.perf_counter()
+        time.sleep(0.2)
+    results = {}
+    for arm, (proc, started) in procs.items():
+        code, seconds = proc.returncode, ended[arm] - started
+        logs[arm].close()
+        if code != 0:
+            tail = (work / f"{arm}.log").read_text()[-3000:]
+            raise SystemExit(f"benchmarks/tune.py: the {arm} search failed ({code}):\n{tail}")
+        summary = json.loads((work / arm / SUMMARY_FILE).read_text())
+        results[arm] = {**summary, "wall_seconds": round(seconds, 1)}
+        print(
+            f"{arm:8s}: {summary['trials']} trials, {summary['pruned']} pruned, "
+            f"{summary['epochs_spent']} epochs, "
+            f"best val AUC {summary['best_val_auc']:.4f}, {seconds:.0f}s",
+            flush=True,
+        )
+    return results
+
+
+def curves(work: Path, arm: str) -> dict[int, list[float]]:
+    """Per trial, its validation AUC after each epoch (from the trial's train_summary.json)."""
+    out = {}
+    for path in sorted((work / arm / "trials").glob("*/train/train_summary.json")):
+        out[int(path.parts[-3])] = [r["val_auc"] for r in json.loads(path.read_text())["history"]]
+    return out
+
+
+def summarize(work: Path, arms: dict[str, dict], configs: list[dict], size: dict) -> dict:
+    base, asha = arms["baseline"], arms["asha"]
+    base_curves, asha_curves = curves(work, "baseline"), curves(work, "asha")
+    diffs = [
+        abs(a - b)
+        for t, c in asha_curves.items()
+        for a, b in zip(c, base_curves.get(t, []), strict=False)
+    ]
+    rows = []
+    for t, params in enumerate(configs):
+        b, a = base_curves.get(t, []), asha_curves.get(t, [])
+        state = next((r["state"] for r in asha["trial_rows"] if r["trial"] == t), None)
+        rows.append(
+            {
+                "trial": t,
+                "params": params,
+                "baseline_epochs": len(b),
+                "baseline_best_val_auc": max(b) if b else None,
+                "asha_epochs": len(a),
+                "asha_best_val_auc": max(a) if a else None,
+                "asha_state": state,
+            }
+        )
+    gap = base["best_val_auc"] - asha["best_val_auc"]
+    ratio = asha["epochs_spent"] / base["epochs_spent"]
+    return {
+        "configs": len(configs),
+        "max_epochs": size["max_epochs"],
+        "reduction_factor": REDUCTION_FACTOR,
+        "baseline_best_val_auc": base["best_val_auc"],
+        "asha_best_val_auc": asha["best_val_auc"],
+        "baseline_best_trial": base["best_trial"],
+        "asha_best_trial": asha["best_trial"],
+        "baseline_epochs": base["epochs_spent"],
+        "asha_epochs": asha["epochs_spent"],
+        "epochs_ratio": round(ratio, 4),
+        "auc_gap": round(gap, 5),
+        "asha_pruned": asha["pruned"],
+        "baseline_early_stopped": sum(r["baseline_epochs"] < size["max_epochs"] for r in rows),
+        "curves_match": bool(diffs) and max(diffs) < 1e-9,
+        "curves_max_abs_diff": max(diffs) if diffs else None,
+        "target_auc_gap": TARGET_AUC_GAP,
+        "target_epoch_ratio": TARGET_EPOCH_RATIO,
+        "auc_within_target": gap <= TARGET_AUC_GAP,
+        "epochs_within_target": ratio <= TARGET_EPOCH_RATIO,
+        "target_met": gap <= TARGET_AUC_GAP and ratio <= TARGET_EPOCH_RATIO,
+        "per_config": rows,
+    }
+
+
+def spent_by_outcome(rows: list[dict]) -> str:
+    """'4 trials ran to the end (35 epochs), 6 were pruned after 1 epoch, ...' from per_config."""
+    done = [r["asha_epochs"] for r in rows if r["asha_state"] == "complete"]
+    parts = [
+        f"{len(done)} trial(s) not pruned ({sum(done)} epochs; trials in the order sampled, "
+        f"and a trial that is the best so far at a rung is never pruned)"
+    ]
+    pruned: dict[int, int] = {}
+    for r in rows:
+        if r["asha_state"] == "pruned":
+            pruned[r["asha_epochs"]] = pruned.get(r["asha_epochs"], 0) + 1
+    parts += [f"{n} pruned after {e} epoch(s)" for e, n in sorted(pruned.items())]
+    return "; ".join(parts)
+
+
+def readme_table(result: dict) -> str:
+    m, d, s, arms = result["machine"], result["dataset"], result["summary"], result["arms"]
+    lines = [
+        f"Measured by `python benchmarks/tune.py` on {m['cpus']} cores "
+        f"({m.get('cpu_model', 'CPU')}), {m['memory_gib']} GiB RAM; `{BASE_MODEL}`-based "
+        f"architectures (d_model {list(SPACE.d_model)} x layers {list(SPACE.layers)}), "
+        f"{d['train_rows']:,} training / {d['val_rows']:,} validation rows, global batch "
+        f"{result['size']['global_batch']}; the same {s['configs']} sampled configurations in both "
+        f"arms, at most {s['max_epochs']} epochs each; the two searches ran concurrently, one "
+        "core each (seconds: each search's own, from its summary).",
+        "",
+        "| search | trials | pruned | epochs trained | best val AUC | best trial | seconds |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for arm, label in (
+        ("baseline", "every configuration to the end (random search)"),
+        ("asha", f"ASHA (min 1 epoch, reduction factor {s['reduction_factor']})"),
+    ):
+        a = arms[arm]
+        lines.append(
+            f"| {label} | {a['trials']} | {a['pruned']} | {a['epochs_spent']} | "
+            f"{a['best_val_auc']:.4f} | "
+            f"{a['best_trial']} | {a['seconds']:.0f} |"
+        )
+    verdict = "met" if s["target_met"] else "NOT met"
+    lines += [
+        "",
+        f"- ASHA spent **{s['epochs_ratio']:.0%}** of the baseline's epochs "
+        f"({s['asha_epochs']} vs {s['baseline_epochs']}; target <= {TARGET_EPOCH_RATIO:.0%}: "
+        f"{'met' if s['epochs_within_target'] else 'NOT met'}); best validation AUC, baseline "
+        f"minus ASHA: **{s['auc_gap']:+.4f}** (target <= {TARGET_AUC_GAP}: "
+        f"{'met' if s['auc_within_target'] else 'NOT met'}); together: **{verdict}**",
+        f"- where ASHA's epochs went: {spent_by_outcome(s['per_config'])}",
+        f"- a trial's curve under ASHA equals the baseline's for the epochs it ran: "
+        f"{'yes' if s['curves_match'] else 'no'} (max |difference| {s['curves_max_abs_diff']})",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="benchmarks/tune.py", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--quick", action="store_true", help="tiny sizes: a smoke test, not a measurement"
+    )
+    p.add_argument("--work", default=str(ROOT / "benchmarks" / "scratch" / "tune"))
+    p.add_argument(
+        "--results", default=None, help="JSON output (default: benchmarks/results/tune.json)"
+    )
+    p.add_argument("--no-readme", action="store_true")
+    args = p.parse_args(argv)
+    size = QUICK if args.quick else FULL
+    work = Path(args.work) / ("quick" if args.quick else "full")
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    data = make_data(Path(args.work), size)
+    meta = json.loads((data / "meta.json").read_text())
+    config = TuneConfig(
+        data=str(data),
+        out=str(work / "sample"),
+        base_model=BASE_MODEL,
+        hardware="cpu-local",
+        global_batch=size["global_batch"],
+        max_epochs=size["max_epochs"],
+        space=SPACE,
+    )
+    configs = sample_configs(config, size["configs"], SEED)
+    print(
+        f"{len(configs)} configurations sampled; baseline and ASHA searches running "
+        f"(logs in {work})",
+        flush=True,
+    )
+    arms = run_arms(data, work, size, configs)
+    summary = summarize(work, arms, configs, size)
+    result = {
+        "benchmark": NAME,
+        "quick": args.quick,
+        "machine": machine(),
+        "size": size,
+        "space": SPACE.as_dict(),
+        "base_model": BASE_MODEL,
+        "seed": SEED,
+        "dataset": {
+            "train_rows": meta["splits"]["train"]["rows"],
+            "val_rows": meta["splits"]["val"]["rows"],
+            "fingerprint": meta.get("fingerprint"),
+        },
+        "arms": {arm: {k: v for k, v in a.items() if k != "settings"} for arm, a in arms.items()},
+        "summary": summary,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    publish(
+        NAME,
+        result,
+        readme_table(result),
+        args.results,
+        throwaway=args.quick,
+        readme=not args.no_readme,
+    )
+    print(
+        f"target (ASHA best within {TARGET_AUC_GAP} of the baseline's, "
+        f"<= {TARGET_EPOCH_RATIO:.0%} of its "
+        f"epochs): {'met' if summary['target_met'] else 'NOT met'}; {result['seconds']:.0f}s in all"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

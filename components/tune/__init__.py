@@ -1,0 +1,7 @@
+"""Hyperparameter search for the BST model: an Optuna study whose pruner (ASHA / Hyperband)
+stops weak trials after an epoch or a few, each trial a real ``train()``; the best
+configuration is written as a model config file the daily pipeline takes as ``model_config``.
+
+Kept import-light on purpose: the estimate stage imports :mod:`components.tune.tuned`, and
+optuna is only needed by :mod:`components.tune.study`.
+"""

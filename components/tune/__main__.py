@@ -1,0 +1,128 @@
+"""CLI: ``python -m components.tune --data DIR --out DIR [--base-model local] [--trials 20] ...``.
+
+Runs (or, with the same --out, resumes) a hyperparameter search and writes OUT/tuned.json,
+the model config file the daily pipeline takes as ``model_config``. Every flag is a field
+of :class:`components.tune.study.TuneConfig`; ``--space`` and ``--enqueue`` take JSON text
+or the path of a JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from components.tune.space import SearchSpace
+from components.tune.study import PRUNERS, SAMPLERS, STORAGES, TuneConfig, TuneError
+
+
+def json_arg(text: str | None, what: str) -> Any:
+    """JSON given inline or as a file path; a ValueError names the flag."""
+    if text is None:
+        return None
+    source = text
+    if not text.lstrip().startswith(("{", "[")):
+        try:
+            source = Path(text).read_text()
+        except OSError as exc:
+            raise ValueError(f"{what}: cannot read {text} ({exc.strerror or exc})") from None
+    try:
+        return json.loads(source)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what}: not valid JSON ({exc})") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = TuneConfig.__dataclass_fields__
+    p = argparse.ArgumentParser(
+        prog="python -m components.tune", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("--data", required=True, help="dataset folder (preprocess output)")
+    p.add_argument(
+        "--out", required=True, help="output folder: tuned.json, tune_summary.json, study.db"
+    )
+    p.add_argument(
+        "--base-model",
+        default=d["base_model"].default,
+        help="model config the trials vary: debug | local | prod | a .json file",
+    )
+    p.add_argument(
+        "--hardware", default=d["hardware"].default, help="hardware profile of the trials"
+    )
+    p.add_argument("--global-batch", type=int, default=d["global_batch"].default)
+    p.add_argument(
+        "--max-epochs", type=int, default=d["max_epochs"].default, help="epochs per trial at most"
+    )
+    p.add_argument(
+        "--trials", type=int, default=d["trials"].default, help="complete + pruned trials to run"
+    )
+    p.add_argument("--pruner", choices=PRUNERS, default=d["pruner"].default)
+    p.add_argument(
+        "--min-epochs",
+        type=int,
+        default=d["min_epochs"].default,
+        help="epochs before a trial can be pruned (the pruner's min resource)",
+    )
+    p.add_argument("--reduction-factor", type=int, default=d["reduction_factor"].default)
+    p.add_argument("--sampler", choices=SAMPLERS, default=d["sampler"].default)
+    p.add_argument("--seed", type=int, default=d["seed"].default)
+    p.add_argument(
+        "--space", default=None, help="search space JSON (text or file); default: the built-in one"
+    )
+    p.add_argument("--enqueue", default=None, help="JSON list of parameter sets to try first")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (one run per trial)")
+    p.add_argument("--experiment", default=d["experiment"].default)
+    p.add_argument("--study-name", default=d["study_name"].default)
+    p.add_argument("--storage", choices=STORAGES, default=d["storage"].default)
+    p.add_argument(
+        "--timeout-hours", type=float, default=None, help="start no trial after this long"
+    )
+    p.add_argument("--memory-fraction", type=float, default=d["memory_fraction"].default)
+    p.add_argument(
+        "--name", default=d["name"].default, help="name of the best config in tuned.json"
+    )
+    p.add_argument("--keep-checkpoints", action="store_true", help="keep every trial's checkpoints")
+    p.add_argument("--fresh", action="store_true", help="delete an earlier search in --out first")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> TuneConfig:
+    fields = {k: v for k, v in vars(args).items() if k not in ("space", "enqueue", "fresh")}
+    enqueue = json_arg(args.enqueue, "--enqueue") or []
+    if not isinstance(enqueue, list):
+        raise ValueError("--enqueue: expected a JSON list of parameter objects")
+    return TuneConfig(
+        **fields,
+        space=SearchSpace.from_dict(json_arg(args.space, "--space")),
+        enqueue=tuple(enqueue),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except (TypeError, ValueError) as exc:
+        print(f"tune: error: {exc}", file=sys.stderr)
+        return 2
+    import torch
+
+    from components.common.tracking import TrackingError
+    from components.tune.study import remove_trial_outputs, summary_text, tune
+
+    torch.set_num_threads(1)  # trials run in this process; the plan's cpu_threads says the same
+    if args.fresh:
+        remove_trial_outputs(config.out)
+    try:
+        summary = tune(config)
+    except (TuneError, TrackingError, ValueError) as exc:
+        print(f"tune: error: {exc}", file=sys.stderr)
+        return 1
+    print(summary_text(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,653 @@
+"""The search: an Optuna study over :class:`SearchSpace`, each trial a real ``train()``.
+
+* **Base**: the estimate stage plans the base model on the hardware profile; the
+  architectures of the space are filtered by that plan's memory model (space.py).
+* **Trial** (trial.py): its parameters are written as a model config file (the tuned format,
+  with a ``train`` block) and planned by the estimate stage exactly as the daily pipeline
+  plans the winner, then trained in this process on one training process at the same global
+  batch (accumulation absorbs the processes: same rows per step, the same large-batch
+  gradient up to float rounding; only dropout's random masks differ from a 2-process run).
+* **Pruning**: after each epoch the trial reports its best validation AUC so far
+  (``trial.report(best, epochs)``); when ASHA (``SuccessiveHalvingPruner``) or Hyperband
+  says prune, ``on_epoch`` returns False and the trainer stops there. The last epoch is
+  never pruned (nothing left to save).
+* **Tracking**: with a tracking URI, one MLflow run per trial (params, ``val_auc`` and
+  ``best_val_auc`` per epoch with step = epochs trained, tag ``state`` pruned / complete /
+  failed) nested under one run for the study, in experiment ``dailyrec-tune``.
+* **Storage**: SQLite in the output folder (default): a killed search resumes where it
+  stopped (its unfinished trial is failed and enqueued again); ``memory`` for throwaway runs.
+* **Output**: ``OUT/tuned.json`` (the best complete trial, format in tuned.py; give its path
+  as the daily pipeline's ``model_config``), ``OUT/tune_summary.json``, ``OUT/trials/NNN/``
+  (config.json, plan.json, train_summary.json; checkpoints deleted unless kept).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.common.plan import TrainPlan
+from components.common.progress import get_logger
+from components.common.storage import atomic_write_json
+from components.tune.space import (
+    Architectures,
+    SearchSpace,
+    feasible_architectures,
+    suggest,
+)
+from components.tune.trial import write_trial_config, write_trial_plan
+
+log = get_logger(__name__)
+PRUNERS = ("asha", "hyperband", "none")
+SAMPLERS = ("tpe", "random")
+STORAGES = ("sqlite", "memory")
+TUNED_FILE = "tuned.json"
+SUMMARY_FILE = "tune_summary.json"
+STUDY_DB = "study.db"
+MAX_CONSECUTIVE_FAILURES = 3
+
+
+class TuneError(RuntimeError):
+    """The search cannot run or produced no usable trial; the message says why."""
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """One search. Every field is checked on construction."""
+
+    data: str
+    """Dataset folder written by the preprocess stage (train and val splits are used)."""
+    out: str
+    """Output folder: tuned.json, tune_summary.json, study.db, trials/."""
+    base_model: str = "local"
+    """Named model config or model config file the trials vary (heads, ffn ratio, MLP head kept)."""
+    hardware: str = "cpu-local"
+    """Hardware profile the trials are planned for (architectures must fit its memory)."""
+    global_batch: int = 1024
+    """Global batch of every trial (and the tuned lr's reference batch)."""
+    max_epochs: int = 9
+    """Most epochs a trial trains (the pruner's maximum resource)."""
+    trials: int = 20
+    """Finished (complete or pruned) trials to reach; a resumed search counts earlier ones."""
+    pruner: str = "asha"
+    """asha (SuccessiveHalvingPruner) | hyperband (HyperbandPruner) | none."""
+    min_epochs: int = 1
+    """The pruner's minimum resource: epochs before a trial can first be pruned."""
+    reduction_factor: int = 3
+    """The pruner's reduction factor: about 1 in this many trials moves to the next rung."""
+    sampler: str = "tpe"
+    """tpe | random (both seeded with ``seed``)."""
+    seed: int = 0
+    """Sampler seed (training itself uses the plan's seed)."""
+    space: SearchSpace = field(default_factory=SearchSpace)
+    """What the trials may change."""
+    enqueue: tuple[dict[str, Any], ...] = ()
+    """(Partial) parameter sets tried first, in order, before the sampler proposes any."""
+    tracking_uri: str | None = None
+    """MLflow tracking URI; None = no tracking."""
+    experiment: str = "dailyrec-tune"
+    """MLflow experiment of the study and trial runs."""
+    study_name: str = "dailyrec-tune"
+    """Optuna study name (also the MLflow parent run's name)."""
+    storage: str = "sqlite"
+    """sqlite (OUT/study.db: resumable) | memory."""
+    timeout_hours: float | None = None
+    """Start no new trial after this long; None = no limit."""
+    memory_fraction: float = 0.88
+    """Share of device memory an architecture may plan to use (as the estimate stage)."""
+    name: str = "tuned"
+    """Name of the best config in tuned.json (recorded with checkpoints and runs)."""
+    keep_checkpoints: bool = False
+    """Keep every trial's best.pt / last.pt (they are large; off by default)."""
+
+    def __post_init__(self) -> None:
+        for name in ("global_batch", "max_epochs", "trials", "min_epochs"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.reduction_factor, int) or self.reduction_factor < 2:
+            raise ValueError(
+                f"reduction_factor must be an integer >= 2, got {self.reduction_factor!r}"
+            )
+        if self.min_epochs > self.max_epochs:
+            raise ValueError(
+                f"min_epochs ({self.min_epochs}) must be <= max_epochs ({self.max_epochs})"
+            )
+        for name, allowed in (("pruner", PRUNERS), ("sampler", SAMPLERS), ("storage", STORAGES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.timeout_hours is not None and not (
+            isinstance(self.timeout_hours, int | float) and self.timeout_hours > 0
+        ):
+            raise ValueError(f"timeout_hours must be > 0, got {self.timeout_hours!r}")
+        if not 0 < self.memory_fraction <= 1:
+            raise ValueError(f"memory_fraction must be in (0, 1], got {self.memory_fraction!r}")
+        if not isinstance(self.space, SearchSpace):
+            raise ValueError("space must be a SearchSpace (SearchSpace.from_dict for JSON)")
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError(f"name must be a non-empty string, got {self.name!r}")
+        enqueue = tuple(self.enqueue)
+        for i, params in enumerate(enqueue):
+            if not isinstance(params, dict):
+                raise ValueError(f"enqueue[{i}] must be an object of parameters, got {params!r}")
+            self.space.check_params(params, f"enqueue[{i}]")
+        object.__setattr__(self, "enqueue", enqueue)
+
+    def settings(self) -> dict[str, Any]:
+        """What defines the study: a resumed search must have the same (trials, timeout may
+        change)."""
+        return {
+            "data": str(Path(self.data).resolve()),
+            "base_model": self.base_model,
+            "hardware": self.hardware,
+            "global_batch": self.global_batch,
+            "max_epochs": self.max_epochs,
+            "pruner": self.pruner,
+            "min_epochs": self.min_epochs,
+            "reduction_factor": self.reduction_factor,
+            "sampler": self.sampler,
+            "seed": self.seed,
+            "space": self.space.as_dict(),
+        }
+
+
+# ----------------------------------------------------------------------------- tracking
+
+
+class Tracker:
+    """The study's MLflow runs. After a successful connect, a failing call is logged and
+    tracking stops: losing curves must not lose hours of search."""
+
+    def __init__(self, config: TuneConfig) -> None:
+        self.client = self.parent = None
+        self.experiment_id = ""
+        if not config.tracking_uri:
+            return
+        from components.common.tracking import connect, ensure_experiment
+
+        self.client = connect(config.tracking_uri)
+        self.experiment_id = ensure_experiment(self.client, config.experiment, config.tracking_uri)
+        self.parent = self._call(
+            lambda: (
+                self.client.create_run(
+                    self.experiment_id,
+                    run_name=config.study_name,
+                    tags={"dailyrec.kind": "study", "dailyrec.study": config.study_name},
+                ).info.run_id
+            )
+        )
+        self._params(
+            self.parent,
+            {
+                **config.settings(),
+                "trials": config.trials,
+                "space": json.dumps(config.space.as_dict()),
+            },
+        )
+
+    def _call(self, fn):
+        if self.client is None:
+            return None
+        try:
+            return fn()
+        except Exception as exc:  # tracking is best-effort once the search runs
+            log.warning(
+                "MLflow call failed (%s: %s); tracking off for the rest of the search",
+                type(exc).__name__,
+                str(exc)[:200],
+            )
+            self.client = None
+            return None
+
+    def _params(self, run_id: str | None, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        if run_id:
+            self._call(
+                lambda: self.client.log_batch(
+                    run_id, params=[Param(k, str(v)[:500]) for k, v in sorted(params.items())]
+                )
+            )
+
+    def start_trial(self, number: int, params: dict[str, Any], study: str) -> str | None:
+        tags = {"dailyrec.kind": "trial", "dailyrec.study": study, "dailyrec.trial": str(number)}
+        if self.parent:
+            tags["mlflow.parentRunId"] = self.parent
+        run_id = self._call(
+            lambda: (
+                self.client.create_run(
+                    self.experiment_id, run_name=f"trial-{number:03d}", tags=tags
+                ).info.run_id
+            )
+        )
+        self._params(run_id, {**params, "trial": number})
+        return run_id
+
+    def epoch(self, run_id: str | None, record: dict[str, Any], best: float) -> None:
+        from mlflow.entities import Metric
+
+        if not run_id:
+            return
+        now, step = int(time.time() * 1000), int(record["epoch"]) + 1
+        values = {
+            "val_auc": record["val_auc"],
+            "best_val_auc": best,
+            "train_loss": record.get("train_loss"),
+            "val_logloss": record.get("val_logloss"),
+            "epoch_seconds": record.get("seconds"),
+        }
+        metrics = [
+            Metric(k, float(v), now, step)
+            for k, v in values.items()
+            if isinstance(v, int | float) and math.isfinite(v)
+        ]
+        self._call(lambda: self.client.log_batch(run_id, metrics=metrics))
+
+    def finish_trial(
+        self, run_id: str | None, state: str, epochs: int, value: float | None
+    ) -> None:
+        if not run_id:
+            return
+        self._call(lambda: self.client.set_tag(run_id, "state", state))
+        self._call(lambda: self.client.log_metric(run_id, "epochs", epochs))
+        if value is not None and math.isfinite(value):
+            self._call(lambda: self.client.log_metric(run_id, "objective", value))
+        self._call(
+            lambda: self.client.set_terminated(
+                run_id, "FAILED" if state == "failed" else "FINISHED"
+            )
+        )
+
+    def finish(self, summary: dict[str, Any] | None, failed: bool = False) -> None:
+        if not self.parent:
+            return
+        if summary:
+            numbers = {
+                k: summary[k]
+                for k in ("trials", "complete", "pruned", "failed", "epochs_spent", "best_val_auc")
+                if isinstance(summary.get(k), int | float)
+            }
+            from mlflow.entities import Metric
+
+            now = int(time.time() * 1000)
+            metrics = [Metric(k, float(v), now, 0) for k, v in numbers.items()]
+            self._call(lambda: self.client.log_batch(self.parent, metrics=metrics))
+            self._params(
+                self.parent, {f"best.{k}": v for k, v in (summary.get("best_params") or {}).items()}
+            )
+            self._call(lambda: self.client.log_dict(self.parent, summary, SUMMARY_FILE))
+        self._call(
+            lambda: self.client.set_terminated(self.parent, "FAILED" if failed else "FINISHED")
+        )
+
+
+# ----------------------------------------------------------------------------- study pieces
+
+
+@dataclass(frozen=True)
+class Base:
+    """What every trial shares: the base plan and model, the dataset's vocab, the architectures."""
+
+    plan: TrainPlan
+    model: Any
+    vocab: Any
+    profile: Any
+    archs: Architectures
+    train_rows: int
+    fingerprint: str | None
+
+
+def plan_base(config: TuneConfig) -> Base:
+    """Plan the base model with the estimate stage; filter the architectures by its memory model."""
+    from components.estimate.hardware import load_profile
+    from components.estimate.planner import EstimateConfig, estimate
+    from components.train.data import load_meta
+    from components.train.model import Vocab, model_config
+
+    doc = estimate(
+        EstimateConfig(
+            data=config.data,
+            model=config.base_model,
+            hardware=config.hardware,
+            global_batch=config.global_batch,
+            max_epochs=config.max_epochs,
+            memory_fraction=config.memory_fraction,
+        )
+    )
+    meta = load_meta(config.data)
+    vocab, profile, base_model = (
+        Vocab.from_meta(meta),
+        load_profile(config.hardware),
+        model_config(config.base_model),
+    )
+    archs = feasible_architectures(
+        config.space, base_model, vocab, profile, doc["train"], config.memory_fraction
+    )
+    return Base(
+        doc["train"],
+        base_model,
+        vocab,
+        profile,
+        archs,
+        int(meta["splits"]["train"]["rows"]),
+        meta.get("fingerprint"),
+    )
+
+
+def build_pruner(config: TuneConfig):
+    import optuna
+
+    if config.pruner == "asha":
+        return optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=config.min_epochs, reduction_factor=config.reduction_factor
+        )
+    if config.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner(
+            min_resource=config.min_epochs,
+            max_resource=config.max_epochs,
+            reduction_factor=config.reduction_factor,
+        )
+    return optuna.pruners.NopPruner()
+
+
+def build_sampler(config: TuneConfig):
+    import optuna
+
+    if config.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=config.seed)
+    return optuna.samplers.TPESampler(seed=config.seed)
+
+
+def open_study(config: TuneConfig):
+    """Create the study, or load the one in OUT (same settings), failing its interrupted trial."""
+    import optuna
+    from optuna.trial import TrialState
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = (
+        f"sqlite:///{(Path(config.out).resolve() / STUDY_DB).as_posix()}"
+        if config.storage == "sqlite"
+        else None
+    )
+    study = optuna.create_study(
+        storage=storage,
+        sampler=build_sampler(config),
+        pruner=build_pruner(config),
+        study_name=config.study_name,
+        direction="maximize",
+        load_if_exists=True,
+    )
+    settings = config.settings()
+    found = study.user_attrs.get("settings")
+    if found is None:
+        study.set_user_attr("settings", settings)
+        for params in config.enqueue:
+            study.enqueue_trial(params, skip_if_exists=False)
+    elif found != settings:
+        changed = sorted(k for k in settings if found.get(k) != settings[k])
+        raise TuneError(
+            f"{config.out}: holds a study with other settings ({', '.join(changed)}); "
+            f"use another output folder, or delete {STUDY_DB} to start over"
+        )
+    else:
+        for stale in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            # one tuner per folder: a trial still RUNNING was cut off by a crash; retry it
+            log.warning("trial %d was interrupted: marked failed and enqueued again", stale.number)
+            study.tell(stale.number, state=TrialState.FAIL)
+            study.enqueue_trial(stale.params)
+    return study
+
+
+# ----------------------------------------------------------------------------- the search
+
+
+class _TrialFailed(RuntimeError):
+    """One trial's training failed; the study goes on (Optuna records it as FAIL)."""
+
+
+def tune(config: TuneConfig) -> dict[str, Any]:
+    """Run (or resume) the search; write tuned.json and tune_summary.json; return the summary."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from components.train.trainer import TrainConfig, train
+
+    started = time.perf_counter()
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    base = plan_base(config)  # planner, hardware, dataset, space errors: ValueErrors with one line
+    log.info(
+        "base plan: %s, micro-batch %d x accum %d x %d process(es) = global batch %d\n%s",
+        config.base_model,
+        base.plan.micro_batch,
+        base.plan.grad_accum,
+        base.plan.world_size,
+        base.plan.global_batch,
+        base.archs.table(),
+    )
+    study = open_study(config)
+    tracker = Tracker(config)
+    failures = {"consecutive": 0}
+
+    def objective(trial: optuna.Trial) -> float:
+        params = suggest(trial, config.space, base.archs)
+        folder = out / "trials" / f"{trial.number:03d}"
+        name = f"{config.name}-trial-{trial.number:03d}"
+        run_id = tracker.start_trial(trial.number, params, config.study_name)
+        seen: list[dict] = []
+        state = {"best": -math.inf, "pruned_at": None}
+
+        def on_epoch(record: dict) -> bool:
+            seen.append(record)
+            state["best"] = max(state["best"], record["val_auc"])
+            epochs = int(record["epoch"]) + 1
+            trial.report(state["best"], epochs)
+            tracker.epoch(run_id, record, state["best"])
+            if epochs < config.max_epochs and trial.should_prune():
+                state["pruned_at"] = epochs
+                return False
+            return True
+
+        try:
+            model_file = write_trial_config(
+                folder / "config.json",
+                name,
+                base.model,
+                params,
+                config.global_batch,
+                {"study": config.study_name},
+            )
+            plan_file, _ = write_trial_plan(
+                folder / "plan.json",
+                data=config.data,
+                model_file=model_file,
+                hardware=config.hardware,
+                global_batch=config.global_batch,
+                max_epochs=config.max_epochs,
+                nproc_per_node=1,
+                memory_fraction=config.memory_fraction,
+            )
+            summary = train(
+                TrainConfig(data=config.data, out=str(folder / "train"), plan=str(plan_file)),
+                on_epoch=on_epoch,
+            )
+        except Exception as exc:
+            failures["consecutive"] += 1
+            epochs = len(seen)
+            trial.set_user_attr("epochs", epochs)
+            trial.set_user_attr("error", f"{type(exc).__name__}: {exc}"[:500])
+            tracker.finish_trial(run_id, "failed", epochs, None)
+            log.error("trial %d failed: %s: %s", trial.number, type(exc).__name__, exc)
+            if failures["consecutive"] >= MAX_CONSECUTIVE_FAILURES:
+                raise TuneError(
+                    f"{failures['consecutive']} trials in a row failed; last: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            raise _TrialFailed(str(exc)) from exc
+        failures["consecutive"] = 0
+        for record in summary["history"][len(seen) :]:  # an early-stopped last epoch skips on_epoch
+            state["best"] = max(state["best"], record["val_auc"])
+            trial.report(state["best"], int(record["epoch"]) + 1)
+            tracker.epoch(run_id, record, state["best"])
+        epochs = int(summary["epochs_run"])
+        for key, value in (
+            ("epochs", epochs),
+            ("seconds", round(summary["seconds"], 1)),
+            ("early_stopped", bool(summary["early_stopped"]) and state["pruned_at"] is None),
+            ("config_file", str(model_file)),
+            ("best_val_auc", summary["best_val_auc"]),
+        ):
+            trial.set_user_attr(key, value)
+        if not config.keep_checkpoints:
+            for ckpt in (folder / "train").glob("*.pt"):
+                ckpt.unlink()
+        pruned = state["pruned_at"] is not None
+        tracker.finish_trial(
+            run_id, "pruned" if pruned else "complete", epochs, summary["best_val_auc"]
+        )
+        log.info(
+            "trial %d: %s after %d epoch(s), best val AUC %.4f  (%s)",
+            trial.number,
+            "PRUNED" if pruned else "complete",
+            epochs,
+            summary["best_val_auc"],
+            _format_params(params),
+        )
+        if pruned:
+            raise optuna.TrialPruned(f"pruned after epoch {state['pruned_at']}")
+        return float(summary["best_val_auc"])
+
+    done = (TrialState.COMPLETE, TrialState.PRUNED)
+    remaining = config.trials - len(study.get_trials(deepcopy=False, states=done))
+    summary = None
+    try:
+        if remaining > 0:
+            log.info(
+                "searching: %d trial(s) to go (%s pruner, %s sampler, at most %d epochs each)",
+                remaining,
+                config.pruner,
+                config.sampler,
+                config.max_epochs,
+            )
+            # failed trials do not count: run until `trials` are complete or pruned
+            study.optimize(
+                objective,
+                catch=(_TrialFailed,),
+                gc_after_trial=True,
+                callbacks=[optuna.study.MaxTrialsCallback(config.trials, states=done)],
+                timeout=config.timeout_hours * 3600 if config.timeout_hours else None,
+            )
+        summary = summarize(config, study, base, time.perf_counter() - started)
+    finally:
+        tracker.finish(summary, failed=summary is None)
+    return summary
+
+
+def _format_params(params: dict[str, Any]) -> str:
+    return "  ".join(
+        f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in params.items()
+    )
+
+
+def summarize(config: TuneConfig, study: Any, base: Base, seconds: float) -> dict[str, Any]:
+    """Write tuned.json (best complete trial) and tune_summary.json; return the summary."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    counts = {
+        state: sum(t.state == state for t in trials)
+        for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    }
+    if not counts[TrialState.COMPLETE]:
+        raise TuneError(
+            f"no trial completed ({counts[TrialState.PRUNED]} pruned, "
+            f"{counts[TrialState.FAIL]} failed): nothing to write"
+        )
+    best = study.best_trial
+    epochs_spent = sum(int(t.user_attrs.get("epochs", 0)) for t in trials)
+    search = {
+        "trials": counts[TrialState.COMPLETE] + counts[TrialState.PRUNED],
+        "complete": counts[TrialState.COMPLETE],
+        "pruned": counts[TrialState.PRUNED],
+        "failed": counts[TrialState.FAIL],
+        "best_val_auc": best.value,
+        "best_trial": best.number,
+        "best_params": best.params,
+        "epochs_spent": epochs_spent,
+        "epochs_if_unpruned": len([t for t in trials if t.state != TrialState.FAIL])
+        * config.max_epochs,
+        "pruner": config.pruner,
+        "reduction_factor": config.reduction_factor,
+        "min_epochs": config.min_epochs,
+        "max_epochs": config.max_epochs,
+        "sampler": config.sampler,
+        "seed": config.seed,
+        "base_model": config.base_model,
+        "hardware": config.hardware,
+        "global_batch": config.global_batch,
+        "dataset": {
+            "path": str(config.data),
+            "train_rows": base.train_rows,
+            "fingerprint": base.fingerprint,
+        },
+        "study": config.study_name,
+        "seconds": round(seconds, 1),
+    }
+    tuned = write_trial_config(
+        Path(config.out) / TUNED_FILE,
+        config.name,
+        base.model,
+        best.params,
+        config.global_batch,
+        search,
+    )
+    rows = [
+        {
+            "trial": t.number,
+            "state": t.state.name.lower(),
+            "value": t.value,
+            "epochs": t.user_attrs.get("epochs"),
+            "params": t.params,
+            "error": t.user_attrs.get("error"),
+        }
+        for t in trials
+    ]
+    summary = {
+        **search,
+        "tuned_file": str(tuned),
+        "settings": config.settings(),
+        "trial_rows": rows,
+    }
+    atomic_write_json(Path(config.out) / SUMMARY_FILE, summary)
+    return summary
+
+
+def summary_text(summary: dict[str, Any]) -> str:
+    """A few lines for people: the outcome, the cost, where the file is."""
+    spent, full = summary["epochs_spent"], summary["epochs_if_unpruned"]
+    params = _format_params(summary["best_params"])
+    return "\n".join(
+        [
+            f"search   {summary['trials']} trials ({summary['complete']} complete, "
+            f"{summary['pruned']} pruned, {summary['failed']} failed), {summary['pruner']} pruner, "
+            f"{summary['sampler']} sampler",
+            f"best     val AUC {summary['best_val_auc']:.4f} (trial {summary['best_trial']}): "
+            f"{params}",
+            f"cost     {spent} epochs of at most {full} ({spent / max(full, 1):.0%}), "
+            f"{summary['seconds']:.0f}s",
+            f"tuned    {summary['tuned_file']}  (daily pipeline: model_config=<this file>)",
+        ]
+    )
+
+
+def remove_trial_outputs(out: str | Path) -> None:
+    """Delete a previous search in ``out`` (study, trials, results): a fresh start."""
+    out = Path(out)
+    for name in (STUDY_DB, TUNED_FILE, SUMMARY_FILE):
+        (out / name).unlink(missing_ok=True)
+    shutil.rmtree(out / "trials", ignore_errors=True)

@@ -1,0 +1,270 @@
+"""The hyperparameter search pipeline ``dailyrec-tune``, and its run on this machine.
+
+resolve window -> preprocess (cacheable; the same tasks as the daily pipeline) -> tune
+(an Optuna study with ASHA/Hyperband pruning, trials one at a time inside the task; see
+components/tune). The result is ``runs/<run id>/tune/tuned.json``, also copied to
+``<storage root>/tuned/latest.json``: give either path as the daily pipeline's
+``model_config`` and the estimate stage plans the tuned architecture with the tuned lr
+(scaled to its global batch), weight decay and warmup.
+
+``python -m pipelines.tune [--config configs/tune.json] [--data data/raw] [--set key=value ...]``
+runs it through KFP's local runner as ``make run`` does for the daily pipeline (same run
+folders, same MLflow database); ``--compile FILE`` writes the pipeline for Kubeflow. For
+searches that need a GPU per trial and trials in parallel, see pipelines/katib.py.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from kfp import compiler, dsl, kubernetes
+
+from components.preprocess.component import preprocess_op, resolve_window
+from components.tune.component import tune_op
+from pipelines.cluster import MOUNT_PATH, PVC, on_cluster
+
+PIPELINE_NAME = "dailyrec-tune"
+DEFAULT_CONFIG = "configs/tune.json"
+TUNE_RESOURCES = ("4", "16Gi", "24Gi")
+"""cpu request, memory request, memory limit of the tune task (trials train inside it)."""
+
+
+@dsl.pipeline(
+    name=PIPELINE_NAME,
+    description="Hyperparameter search for the dailyrec BST model: "
+    "preprocess, then an Optuna study with ASHA/Hyperband pruning.",
+)
+def tune_pipeline(
+    run_date: str = "",
+    window_days: int = 11,
+    history_days: int = 3,
+    seq_len: int = 20,
+    base_model: str = "local",
+    hardware_profile: str = "cpu-local",
+    global_batch: int = 1024,
+    max_epochs: int = 9,
+    trials: int = 20,
+    pruner: str = "asha",
+    min_epochs: int = 1,
+    reduction_factor: int = 3,
+    sampler: str = "tpe",
+    seed: int = 0,
+    search_space: str = "",
+    enqueue: str = "",
+    timeout_hours: float = 0.0,
+    storage_root: str = "/mnt/dailyrec",
+    raw_uri: str = "",
+    tracking_uri: str = "http://mlflow.dailyrec.svc.cluster.local:5000",
+    dask_workers: int = 0,
+    cluster_target: str = "",
+    run_id: str = "",
+):
+    """A hyperparameter search on the window ending at run_date.
+
+    Args:
+        run_date: last day of the window, YYYY-MM-DD; empty = the latest day present.
+        window_days: days in the window (train + 1 val + 1 test day).
+        history_days: extra days read only to fill behaviour histories.
+        seq_len: behaviour history length.
+        base_model: model config the trials vary (debug | local | prod | a .json file).
+        hardware_profile: profile the trials are planned for; architectures must fit its memory.
+        global_batch: samples per optimizer step of every trial.
+        max_epochs: epochs a trial trains at most (the pruner's maximum resource).
+        trials: complete + pruned trials to run.
+        pruner: asha | hyperband | none.
+        min_epochs: epochs before a trial can be pruned.
+        reduction_factor: about 1 in this many trials goes on to the next rung.
+        sampler: tpe | random.
+        seed: sampler seed.
+        search_space: JSON of ranges and choices (components/tune/space.py); empty = defaults.
+        enqueue: JSON list of parameter sets to try first; empty = none.
+        timeout_hours: start no trial after this long; 0 = no limit.
+        storage_root: shared storage: raw/ (unless raw_uri), datasets/, runs/ and tuned/.
+        raw_uri: raw event logs (dt=YYYY-MM-DD/ folders); empty = storage_root/raw.
+        tracking_uri: MLflow tracking URI (experiment dailyrec-tune: one run per trial).
+        dask_workers: 0 = Dask threads in the preprocess task; N = a DaskCluster of N workers.
+        cluster_target: JSON of pipelines/clusters/<env>.json (Dask placement); set by make deploy.
+        run_id: folder name of this run under storage_root/runs; empty = the KFP run id.
+    """
+    window = resolve_window(
+        raw_uri=raw_uri,
+        storage_root=storage_root,
+        run_date=run_date,
+        window_days=window_days,
+        history_days=history_days,
+        seq_len=seq_len,
+        run_id=run_id,
+        kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+    )
+    on_cluster(window, "resolve-window")
+    window.set_caching_options(False)
+    window.set_display_name("resolve window")
+    data = preprocess_op(
+        raw_uri=window.outputs["raw_uri"],
+        data_dir=window.outputs["data_dir"],
+        end_date=window.outputs["end_date"],
+        window_days=window_days,
+        history_days=history_days,
+        seq_len=seq_len,
+        input_fingerprint=window.outputs["input_fingerprint"],
+        dask_workers=dask_workers,
+        cluster_target=cluster_target,
+    )
+    on_cluster(data, "preprocess-op")
+    data.set_caching_options(True)
+    data.set_display_name("preprocess")
+    tuned = tune_op(
+        data_dir=data.outputs["data_dir"],
+        run_dir=window.outputs["run_dir"],
+        storage_root=storage_root,
+        base_model=base_model,
+        hardware_profile=hardware_profile,
+        global_batch=global_batch,
+        max_epochs=max_epochs,
+        trials=trials,
+        pruner=pruner,
+        min_epochs=min_epochs,
+        reduction_factor=reduction_factor,
+        sampler=sampler,
+        seed=seed,
+        search_space=search_space,
+        enqueue=enqueue,
+        timeout_hours=timeout_hours,
+        tracking_uri=tracking_uri,
+    )
+    kubernetes.mount_pvc(tuned, pvc_name=PVC, mount_path=MOUNT_PATH)
+    cpu, memory, memory_limit = TUNE_RESOURCES
+    tuned.set_cpu_request(cpu).set_memory_request(memory).set_memory_limit(memory_limit)
+    tuned.set_caching_options(False)
+    tuned.set_display_name("tune")
+
+
+def compile_tune(out: str | Path) -> Path:
+    """The pipeline as KFP IR YAML (written atomically)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.stem}.tmp.yaml")
+    compiler.Compiler().compile(pipeline_func=tune_pipeline, package_path=str(tmp))
+    tmp.replace(out)
+    return out
+
+
+def check_parameters(params: dict) -> None:
+    """Refuse bad search settings before any task starts (a ValueError with one line)."""
+    from components.tune.space import SearchSpace
+    from components.tune.study import TuneConfig
+
+    def parsed(key: str):
+        try:
+            return json.loads(params[key]) if params.get(key) else None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{key}: not valid JSON ({exc})") from None
+
+    enqueue = parsed("enqueue") or []
+    if not isinstance(enqueue, list):
+        raise ValueError("enqueue: expected a JSON list of parameter objects")
+    defaults = TuneConfig.__dataclass_fields__
+    TuneConfig(
+        data="-",
+        out="-",
+        space=SearchSpace.from_dict(parsed("search_space")),
+        enqueue=tuple(enqueue),
+        timeout_hours=params.get("timeout_hours") or None,
+        **{
+            k: params.get(k, defaults[k].default)
+            for k in (
+                "global_batch",
+                "max_epochs",
+                "trials",
+                "pruner",
+                "min_epochs",
+                "reduction_factor",
+                "sampler",
+                "seed",
+            )
+        },
+    )
+
+
+def run_tune_local(params: dict, root: str | Path = ".", run_id: str | None = None) -> dict:
+    """Run the search pipeline through kfp.local; return its summary (status FAILED on failure)."""
+    from components.common.storage import atomic_write_json
+    from components.tune.study import SUMMARY_FILE
+    from pipelines.local import start_local_run
+
+    check_parameters(params)
+    root = Path(root).resolve()
+    run_id, folder, params = start_local_run(params, root, run_id)
+    started = time.perf_counter()
+    print(
+        f"dailyrec: tune run {run_id} (folder {folder}); KFP local runner, tasks as subprocesses",
+        flush=True,
+    )
+    tune_pipeline(**params)
+    try:
+        summary = {
+            "status": "SUCCEEDED",
+            **json.loads((folder / "tune" / SUMMARY_FILE).read_text()),
+        }
+    except (OSError, ValueError):
+        summary = {
+            "status": "FAILED",
+            "error": "the search wrote no summary (see the task logs above)",
+        }
+    summary.update(
+        run_id=run_id, pipeline=PIPELINE_NAME, wall_seconds=round(time.perf_counter() - started, 1)
+    )
+    atomic_write_json(folder / "summary.json", summary)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    from components.common.paths import PathError
+    from pipelines.local import LocalRunError, load_config
+
+    p = argparse.ArgumentParser(
+        prog="python -m pipelines.tune", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("--config", default=DEFAULT_CONFIG, help="JSON file of dailyrec-tune parameters")
+    p.add_argument(
+        "--data", default=None, help="raw events folder (dt=YYYY-MM-DD/ in the raw contract)"
+    )
+    p.add_argument("--root", default=".", help="storage root: datasets/, runs/ and tuned/ go here")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter"
+    )
+    p.add_argument("--run-id", default=None)
+    p.add_argument(
+        "--compile", default=None, metavar="FILE", help="only write the pipeline YAML to FILE"
+    )
+    args = p.parse_args(argv)
+    if args.compile:
+        print(f"compiled {compile_tune(args.compile)}")
+        return 0
+    try:
+        overrides = dict(item.split("=", 1) for item in args.set)
+        if args.data:
+            overrides["raw_uri"] = args.data
+        params = load_config(args.config, overrides, pipeline=tune_pipeline)
+        summary = run_tune_local(params, args.root, args.run_id)
+    except (LocalRunError, PathError, ValueError) as exc:
+        print(f"tune: error: {exc}", file=sys.stderr)
+        return 2
+    if summary["status"] != "SUCCEEDED":
+        print(f"\ntune run {summary['run_id']}: FAILED: {summary['error']}", file=sys.stderr)
+        return 1
+    from components.tune.study import summary_text
+
+    latest = Path(args.root) / "tuned" / "latest.json"
+    print(
+        f"\ntune run {summary['run_id']}: SUCCEEDED in {summary['wall_seconds']:.0f}s\n"
+        f"{summary_text(summary)}"
+    )
+    print(f"next     python -m pipelines.local --set model_config={latest.resolve()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
