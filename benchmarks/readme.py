@@ -59,12 +59,23 @@ def rate(count: float, seconds: float) -> float:
     return count / seconds if seconds > 0 else 0.0
 
 
+def repo_relative(value):
+    """``value`` with every path inside the repo written relative to it: results are committed,
+    and a machine's absolute paths mean nothing on another."""
+    if isinstance(value, dict):
+        return {k: repo_relative(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [repo_relative(v) for v in value]
+    prefix = str(ROOT) + "/"
+    return value[len(prefix):] if isinstance(value, str) and value.startswith(prefix) else value
+
+
 def publish(name: str, result: dict, table: str, results: str | None = None,
             throwaway: bool = False, readme: bool = True) -> Path:
     """Write the JSON, print the table, and (for real measurements) refresh the README block."""
     from components.common.storage import atomic_write_json
 
-    out = atomic_write_json(results_path(name, results, throwaway=throwaway), result)
+    out = atomic_write_json(results_path(name, results, throwaway=throwaway), repo_relative(result))
     print("\n" + table + f"\n\nwrote {out}")
     if readme and not throwaway:  # --quick / --dry figures are no measurement
         update_readme(name, table)

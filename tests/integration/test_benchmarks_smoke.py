@@ -99,3 +99,10 @@ def test_estimate_benchmark_quick(tmp_path):
     for row in result["rows"]:
         assert positive(row["measured_bytes"], row["dailyrec_bytes"], row["rule_of_thumb_bytes"])
     assert result["summary"]["dailyrec_max_abs_error"] <= result["summary"]["target_abs_error"]
+
+
+def test_benchmark_results_hold_no_machine_paths():
+    from benchmarks.readme import ROOT, repo_relative
+
+    result = {"data": str(ROOT / "benchmarks" / "scratch" / "d"), "runs": [str(ROOT / "x.json"), "/srv/y"]}
+    assert repo_relative(result) == {"data": "benchmarks/scratch/d", "runs": ["x.json", "/srv/y"]}

@@ -39,3 +39,4 @@ def test_not_blessed_run_is_not_a_register_failure(tmp_path):
     assert summary["failed_stage"] is None and summary["champion_version"] == 3
     assert summary["model_version"] is None and summary["oracle_auc"] is None
     assert "NOT BLESSED" in summary_text(summary) and "nothing registered; champion = v3" in summary_text(summary)
+
