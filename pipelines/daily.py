@@ -55,6 +55,30 @@ def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str
     print(summary_text(summary))
 
 
+def prepare_data(*, raw_uri, storage_root, run_date, window_days, history_days, seq_len, run_id,
+                 dask_workers, cluster_target):
+    """The resolve-window and preprocess tasks every dailyrec pipeline starts with: ``(window, data)``.
+
+    Arguments are pipeline parameters (channels). Only preprocess is cached, keyed on the
+    input fingerprint that the never-cached resolve task computes from today's files.
+    """
+    window = resolve_window(raw_uri=raw_uri, storage_root=storage_root, run_date=run_date,
+                            window_days=window_days, history_days=history_days, seq_len=seq_len,
+                            run_id=run_id, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+    on_cluster(window, "resolve-window")
+    window.set_caching_options(False)  # must see today's files
+    window.set_display_name("resolve window")
+    data = preprocess_op(raw_uri=window.outputs["raw_uri"], data_dir=window.outputs["data_dir"],
+                         end_date=window.outputs["end_date"], window_days=window_days,
+                         history_days=history_days, seq_len=seq_len,
+                         input_fingerprint=window.outputs["input_fingerprint"], dask_workers=dask_workers,
+                         cluster_target=cluster_target)
+    on_cluster(data, "preprocess-op")
+    data.set_caching_options(True)  # same files + window + config + code => same dataset
+    data.set_display_name("preprocess")
+    return window, data
+
+
 @dsl.pipeline(name=PIPELINE_NAME, description="Daily retraining of the dailyrec BST click-through model: "
                                               "preprocess, estimate, train, evaluate, register.")
 def daily(
@@ -110,20 +134,9 @@ def daily(
     on_cluster(exit_task, "finalize")
     exit_task.set_caching_options(False)
     with dsl.ExitHandler(exit_task, name="daily-run"):
-        window = resolve_window(raw_uri=raw_uri, storage_root=storage_root, run_date=run_date,
-                                window_days=window_days, history_days=history_days, seq_len=seq_len,
-                                run_id=run_id, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
-        on_cluster(window, "resolve-window")
-        window.set_caching_options(False)  # must see today's files
-        window.set_display_name("resolve window")
-        data = preprocess_op(raw_uri=window.outputs["raw_uri"], data_dir=window.outputs["data_dir"],
-                             end_date=window.outputs["end_date"], window_days=window_days,
-                             history_days=history_days, seq_len=seq_len,
-                             input_fingerprint=window.outputs["input_fingerprint"], dask_workers=dask_workers,
-                             cluster_target=cluster_target)
-        on_cluster(data, "preprocess-op")
-        data.set_caching_options(True)  # same files + window + config + code => same dataset
-        data.set_display_name("preprocess")
+        window, data = prepare_data(raw_uri=raw_uri, storage_root=storage_root, run_date=run_date,
+                                    window_days=window_days, history_days=history_days, seq_len=seq_len,
+                                    run_id=run_id, dask_workers=dask_workers, cluster_target=cluster_target)
         plan = estimate_op(data_dir=data.outputs["data_dir"], run_dir=window.outputs["run_dir"],
                            model_config=model_config, hardware_profile=hardware_profile,
                            global_batch=global_batch, deadline_hours=deadline_hours, max_epochs=max_epochs,

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from kfp import compiler, dsl, kubernetes
 
-from components.preprocess.component import preprocess_op, resolve_window
 from components.tune.component import tune_op
-from pipelines.cluster import MOUNT_PATH, PVC, on_cluster
+from pipelines.cluster import MOUNT_PATH, PVC
+from pipelines.daily import prepare_data
 
 PIPELINE_NAME = "dailyrec-tune"
 DEFAULT_CONFIG = "configs/tune.json"
@@ -88,7 +88,7 @@ def tune_pipeline(
         cluster_target: JSON of pipelines/clusters/<env>.json (Dask placement); set by make deploy.
         run_id: folder name of this run under storage_root/runs; empty = the KFP run id.
     """
-    window = resolve_window(
+    window, data = prepare_data(
         raw_uri=raw_uri,
         storage_root=storage_root,
         run_date=run_date,
@@ -96,25 +96,9 @@ def tune_pipeline(
         history_days=history_days,
         seq_len=seq_len,
         run_id=run_id,
-        kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-    )
-    on_cluster(window, "resolve-window")
-    window.set_caching_options(False)
-    window.set_display_name("resolve window")
-    data = preprocess_op(
-        raw_uri=window.outputs["raw_uri"],
-        data_dir=window.outputs["data_dir"],
-        end_date=window.outputs["end_date"],
-        window_days=window_days,
-        history_days=history_days,
-        seq_len=seq_len,
-        input_fingerprint=window.outputs["input_fingerprint"],
         dask_workers=dask_workers,
         cluster_target=cluster_target,
     )
-    on_cluster(data, "preprocess-op")
-    data.set_caching_options(True)
-    data.set_display_name("preprocess")
     tuned = tune_op(
         data_dir=data.outputs["data_dir"],
         run_dir=window.outputs["run_dir"],
