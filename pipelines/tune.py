@@ -48,7 +48,7 @@ def tune_pipeline(
     trials: int = 20,
     pruner: str = "asha",
     min_epochs: int = 1,
-    reduction_factor: int = 3,
+    reduction_factor: int = 4,
     sampler: str = "tpe",
     seed: int = 0,
     search_space: str = "",
