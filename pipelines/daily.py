@@ -124,7 +124,8 @@ def daily(
         tracking_uri: MLflow tracking and registry URI.
         model_name: registered model name.
         launcher: training backend: local (torchrun in the task's pod) or trainjob (Kubeflow Trainer).
-        max_restarts: torchrun restarts of failed workers (they resume from the last checkpoint).
+        max_restarts: local torchrun restarts of failed workers (they resume from the last
+            checkpoint); on a cluster the TrainingRuntime's JobSet failurePolicy restarts the pods.
         cluster_target: JSON of pipelines/clusters/<env>.json (TrainJob and Dask placement); set by make deploy.
         dask_workers: 0 = Dask threads in the preprocess task; N = a DaskCluster of N workers on Kubernetes.
         run_id: folder name of this run under storage_root/runs; empty = the KFP run id.

@@ -69,8 +69,13 @@ class Launcher(Protocol):
 
 # torchrun, but a failed worker ends it with one line instead of a Python traceback of
 # ChildFailedError (which buried the ranks' own one-line errors that LaunchError carries).
+# Workers get their own store per rendezvous round: with the agent's shared store (torch's
+# default), restarted workers can read the dead workers' gloo addresses and hang in
+# init_process_group (pytorch/pytorch#135712; measured here: 2 of 3 restarts hung).
 _TORCHRUN = """\
+import os
 import sys
+os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import main
 try:
@@ -82,13 +87,18 @@ except ChildFailedError as exc:
 """
 
 
+def torchrun(nproc: int, max_restarts: int, *target: str) -> list[str]:
+    """``torchrun --standalone`` running ``target`` (a script or ``-m module``, with its args)."""
+    return [sys.executable, "-c", _TORCHRUN, "--standalone", f"--nproc_per_node={nproc}",
+            f"--max-restarts={max_restarts}", *target]
+
+
 class LocalTorchrun:
     """``torchrun --standalone`` on this machine."""
 
     def command(self, spec: LaunchSpec) -> list[str]:
-        return [sys.executable, "-c", _TORCHRUN, "--standalone",
-                f"--nproc_per_node={spec.processes()}", f"--max-restarts={spec.max_restarts}",
-                "-m", "components.train", *spec.trainer_args()]
+        return torchrun(spec.processes(), spec.max_restarts, "-m", "components.train",
+                        *spec.trainer_args())
 
     def run(self, spec: LaunchSpec) -> dict:
         errors = Path(spec.out) / "errors"

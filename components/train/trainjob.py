@@ -100,8 +100,9 @@ def build_trainjob(spec: LaunchSpec, plan: TrainPlan, target: ClusterTarget,
         resources["requests"][target.accelerator] = gpus
         resources["limits"] = {target.accelerator: gpus}
     env = {"PYTHONUNBUFFERED": "1", "MLFLOW_DISABLE_TELEMETRY": "true",
-           # torchrun reads PET_* variables: restarted workers resume from the last checkpoint
-           "PET_MAX_RESTARTS": str(spec.max_restarts), **target.env}
+           # no in-pod torchrun restarts (their shared static store can hang restarted workers):
+           # the TrainingRuntime's JobSet failurePolicy recreates the pods, which resume from last.pt
+           "PET_MAX_RESTARTS": "0", **target.env}
     patches = None
     if target.node_selector or target.tolerations:
         pod = m.TrainerV1alpha1PodTemplatePatch(spec=m.TrainerV1alpha1PodSpecPatch(

@@ -390,6 +390,9 @@ def test_training_runtime_structure(overlay: str) -> None:
     assert volumes[mounts["/dev/shm"]]["emptyDir"]["sizeLimit"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["MLFLOW_TRACKING_URI"] == pipeline_defaults()["tracking_uri"]
+    # training restarts are the JobSet's (fresh pods resume from last.pt), a failed pod fails its Job
+    assert runtime["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] >= 1
+    assert job["template"]["spec"]["backoffLimit"] == 0
 
 
 @pytest.mark.parametrize("overlay", TARGETS)

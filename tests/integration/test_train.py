@@ -15,7 +15,7 @@ from sklearn.metrics import roc_auc_score
 from components.common.plan import TrainPlan, write_plan
 from components.train.checkpoint import CheckpointError, load_checkpoint
 from components.train.data import BatchDataset, DatasetError, load_meta
-from components.train.launch import LaunchError, LaunchSpec, launch
+from components.train.launch import LaunchError, LaunchSpec, launch, torchrun
 from components.train.model import Vocab, build_model
 from components.train.trainer import Optimizers, TrainConfig, train
 from tests.integration.conftest import make_dataset
@@ -140,6 +140,23 @@ def test_torchrun_two_processes(tiny_dataset, tmp_path):
     assert summary["world_size"] == 2 and summary["epochs_run"] == 2
     assert summary["sparse_embeddings"] is True  # gloo: sparse gradients reduced across ranks
     assert 0.0 <= summary["best_val_auc"] <= 1.0
+
+
+def test_restarted_workers_get_their_own_store_not_the_agents(tmp_path):
+    # the agent's shared store keeps the dead workers' keys: restarted workers could read their
+    # gloo addresses and hang in init_process_group (pytorch/pytorch#135712)
+    script = tmp_path / "worker.py"
+    script.write_text(
+        "import os, pathlib, sys\n"
+        "env = os.environ\n"
+        "name = f\"rank{env['RANK']}-restart{env['TORCHELASTIC_RESTART_COUNT']}\"\n"
+        "pathlib.Path(sys.argv[1], name).write_text(env['TORCHELASTIC_USE_AGENT_STORE'])\n"
+        "sys.exit(1 if env['TORCHELASTIC_RESTART_COUNT'] == '0' else 0)\n")
+    done = subprocess.run(torchrun(2, 1, str(script), str(tmp_path)), capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = {p.name: p.read_text() for p in tmp_path.glob("rank*")}
+    assert seen == {f"rank{r}-restart{n}": "False" for r in (0, 1) for n in (0, 1)}
 
 
 def test_launcher_surfaces_each_ranks_error(tiny_dataset, tmp_path):

@@ -42,6 +42,13 @@ def wait_for(condition, timeout: float, what: str, poll: float = 0.02):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def run_ok(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """Run to the end; on a non-zero exit, fail with the command's own last words."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, **kwargs)
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return done
+
+
 # ----------------------------------------------------------------------------- training
 
 
@@ -50,7 +57,7 @@ def test_rank_killed_mid_epoch_resumes_and_finishes_like_an_uninterrupted_run(ti
     plan = plan_file(tmp_path / "plan.json", nproc_per_node=2, micro_batch=16, max_epochs=3,
                      checkpoint_every_steps=20)
     clean = LaunchSpec.of(data=str(tiny_dataset), out=str(tmp_path / "clean"), plan=plan, max_restarts=3)
-    subprocess.run(LocalTorchrun().command(clean), check=True, capture_output=True, timeout=600)
+    run_ok(LocalTorchrun().command(clean))
     faulty = LaunchSpec.of(data=str(tiny_dataset), out=str(tmp_path / "faulty"), plan=plan, max_restarts=3)
     proc = subprocess.Popen(LocalTorchrun().command(faulty), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -112,7 +119,7 @@ def test_preprocessing_killed_while_writing_never_leaves_a_complete_looking_outp
     generate(DatagenConfig(out=raw, days=6, users=3000, items=4000, events_per_day=40000, seed=3))
     command = [sys.executable, "-m", "components.preprocess", "--raw", str(raw), "--days", "4",
                "--history-days", "1", "--rows-per-partition", "20000"]
-    subprocess.run([*command, "--out", str(tmp_path / "clean")], check=True, capture_output=True, timeout=600)
+    run_ok([*command, "--out", str(tmp_path / "clean")])
     out = tmp_path / "out"
     # kill it at successive points of its work: temp folder created, staging written, shards written
     moments = {"temp folder created": lambda t: True, "staged rows written": lambda t: (t / "_staging").exists(),
