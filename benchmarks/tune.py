@@ -225,9 +225,9 @@ def train_summaries(work: Path, arm: str) -> dict[int, dict]:
     }
 
 
-def curves(work: Path, arm: str) -> dict[int, list[float]]:
+def curves(summaries: dict[int, dict]) -> dict[int, list[float]]:
     """Per trial, its validation AUC after each epoch."""
-    return {t: [r["val_auc"] for r in s["history"]] for t, s in train_summaries(work, arm).items()}
+    return {t: [r["val_auc"] for r in s["history"]] for t, s in summaries.items()}
 
 
 def replay(
@@ -303,9 +303,10 @@ def summarize(
     work: Path, arms: dict[str, dict], configs: list[dict], size: dict, config: TuneConfig
 ) -> dict:
     base, asha = arms["baseline"], arms["asha"]
-    base_curves, asha_curves = curves(work, "baseline"), curves(work, "asha")
+    base_runs = train_summaries(work, "baseline")
+    base_curves, asha_curves = curves(base_runs), curves(train_summaries(work, "asha"))
     asha_config = replace(config, pruner="asha", reduction_factor=REDUCTION_FACTOR)
-    objectives = {t: s["best_val_auc"] for t, s in train_summaries(work, "baseline").items()}
+    objectives = {t: s["best_val_auc"] for t, s in base_runs.items()}
     measured = replay(base_curves, sorted(base_curves), asha_config, objectives)
     diffs = [
         abs(a - b)
