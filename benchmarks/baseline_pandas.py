@@ -24,14 +24,15 @@ from components.common.hashing import bucketize
 from components.preprocess import raw as rawio
 from components.preprocess.clean import DayWindow, clean_table
 from components.preprocess.config import GAP_EDGES_SECONDS, PreprocessConfig
+from components.preprocess.counts import CounterState, dense_features, user_features
 from components.preprocess.sequences import context_features
 from components.preprocess.stage import SPLITS, Window, array_specs
 
 
-def user_histories(group: pd.DataFrame, seq_len: int) -> pd.DataFrame:
-    """One user's rows (sorted by time) -> their history columns."""
+def user_histories(group: pd.DataFrame, seq_len: int, label: int = 1, prefix: str = "hist") -> pd.DataFrame:
+    """One user's rows (sorted by time) -> their history columns (clicks: label 1; skips: label 0)."""
     ts = group["ts"].to_numpy()
-    clicks = group["label"].to_numpy() == 1
+    clicks = group["label"].to_numpy() == label
     click_ts, click_item, click_cat = ts[clicks], group["item"].to_numpy()[clicks], group["cat"].to_numpy()[clicks]
     end = np.searchsorted(click_ts, ts, side="left")
     idx = end[:, None] + np.arange(-seq_len, 0)
@@ -43,10 +44,10 @@ def user_histories(group: pd.DataFrame, seq_len: int) -> pd.DataFrame:
         click_item = click_cat = click_ts = np.zeros(1, np.int64)
     gap = np.searchsorted(GAP_EDGES_SECONDS, ts[:, None] - click_ts[safe], side="right") + 1
     return pd.DataFrame({
-        "hist_item": list(np.where(valid, click_item[safe], 0)),
-        "hist_cat": list(np.where(valid, click_cat[safe], 0)),
-        "hist_gap": list(np.where(valid, gap, 0)),
-        "hist_len": np.minimum(end, seq_len),
+        f"{prefix}_item": list(np.where(valid, click_item[safe], 0)),
+        f"{prefix}_cat": list(np.where(valid, click_cat[safe], 0)),
+        f"{prefix}_gap": list(np.where(valid, gap, 0)),
+        f"{prefix}_len": np.minimum(end, seq_len),
     }, index=group.index)
 
 
@@ -65,19 +66,24 @@ def run_baseline(config: PreprocessConfig) -> dict[str, int]:
     df = df.drop_duplicates(["user_key", "ts", "item_key", "cat_key", "label"])
     df["item"] = bucketize(df["item_key"].to_numpy(), config.item_buckets)
     df["cat"] = bucketize(df["cat_key"].to_numpy(), config.category_buckets, df["cat_key"].to_numpy() == 0)
-    hist = df.groupby("user_key", sort=False, group_keys=False)[["ts", "label", "item", "cat"]].apply(
-        user_histories, seq_len=config.seq_len)
-    df = df.join(hist)
+    by_user = df.groupby("user_key", sort=False, group_keys=False)[["ts", "label", "item", "cat"]]
+    df = df.join(by_user.apply(user_histories, seq_len=config.seq_len))
+    df = df.join(by_user.apply(user_histories, seq_len=config.neg_len, label=0, prefix="neg"))
+    # The count features, all rows at once (the same definitions as the stage's counts.py).
+    cols = [df[c].to_numpy() for c in ("user_key", "item_key", "cat_key", "ts", "label")]
+    global_columns, prior = CounterState().features(*cols[1:])
+    dense = dense_features(global_columns, user_features(*cols, prior))
     starts = window.day_numbers()
     rows = {}
     for i, split in enumerate(SPLITS):
         end = starts[SPLITS[i + 1]] if i + 1 < len(SPLITS) else schema.epoch_day(window.end) + 1
-        part = df[(df["day"] >= starts[split]) & (df["day"] < end)]
+        in_split = ((df["day"] >= starts[split]) & (df["day"] < end)).to_numpy()
+        part = df[in_split]
         arrays = {
-            "hist_item": np.stack(part["hist_item"].to_numpy()) if len(part) else None,
-            "hist_cat": np.stack(part["hist_cat"].to_numpy()) if len(part) else None,
-            "hist_gap": np.stack(part["hist_gap"].to_numpy()) if len(part) else None,
-            "hist_len": part["hist_len"].to_numpy(),
+            **{f"{p}_{n}": np.stack(part[f"{p}_{n}"].to_numpy()) if len(part) else None
+               for p in ("hist", "neg") for n in ("item", "cat", "gap")},
+            "hist_len": part["hist_len"].to_numpy(), "neg_len": part["neg_len"].to_numpy(),
+            "dense": dense[in_split],
             "target_item": part["item"].to_numpy(), "target_cat": part["cat"].to_numpy(),
             "user": bucketize(part["user_key"].to_numpy(), config.user_buckets),
             "user_key": part["user_key"].to_numpy(), "context": context_features(part["ts"].to_numpy()),
@@ -85,7 +91,7 @@ def run_baseline(config: PreprocessConfig) -> dict[str, int]:
         }
         folder = Path(config.out) / split
         folder.mkdir(parents=True, exist_ok=True)
-        for name, (dtype, tail) in array_specs(config.seq_len).items():
+        for name, (dtype, tail) in array_specs(config.seq_len, config.neg_len).items():
             values = arrays[name] if arrays[name] is not None else np.zeros((0, *tail))
             np.save(folder / f"{name}.npy", values.astype(dtype))
         rows[split] = len(part)

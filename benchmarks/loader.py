@@ -92,7 +92,7 @@ def measure_model(data: Path, config: str, micro_batch: int, steps: int, warmup:
     batches = [dataset[np.sort(rng.choice(len(dataset), size=rows, replace=False))] for _ in range(4)]
     torch.manual_seed(seed)
     model = build_model(config, Vocab.from_meta(meta), sparse=True)
-    model.set_output_bias(meta["splits"]["train"]["positive_rate"])
+    model.init_from_meta(meta)
     model.train()
     plan = TrainPlan(model=config, micro_batch=micro_batch, cpu_threads=threads, seed=seed)
     optim = Optimizers(model, plan, warmup + steps)

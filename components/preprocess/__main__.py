@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--val-days", type=int, default=defaults["val_days"])
     p.add_argument("--test-days", type=int, default=defaults["test_days"])
     p.add_argument("--seq-len", type=int, default=defaults["seq_len"], help="history length L")
+    p.add_argument("--neg-len", type=int, default=defaults["neg_len"],
+                   help="recent skipped exposures kept per row")
     p.add_argument("--item-buckets", type=int, default=defaults["item_buckets"])
     p.add_argument("--category-buckets", type=int, default=defaults["category_buckets"])
     p.add_argument("--user-buckets", type=int, default=defaults["user_buckets"])

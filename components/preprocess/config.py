@@ -44,6 +44,8 @@ class PreprocessConfig:
     """Days of the test split (the last days of the window)."""
     seq_len: int = 20
     """Behaviour history length L (most recent clicks, right-aligned)."""
+    neg_len: int = 10
+    """Recent skipped exposures (shown, not clicked) kept per row, right-aligned."""
     item_buckets: int = 1 << 18
     """Hash buckets for item ids (bucket 0 = padding)."""
     category_buckets: int = 1 << 12
@@ -72,7 +74,8 @@ class PreprocessConfig:
             raise ValueError("out: the output folder must be given")
         if isinstance(self.end_date, str):
             object.__setattr__(self, "end_date", dt.date.fromisoformat(self.end_date))
-        for name in ("days", "val_days", "test_days", "seq_len", "rows_per_partition", "shuffle_buffer_mb"):
+        for name in ("days", "val_days", "test_days", "seq_len", "neg_len", "rows_per_partition",
+                     "shuffle_buffer_mb"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.history_days < 0:

@@ -1,4 +1,5 @@
-"""Behaviour sequences: for every exposure, the user's last L clicks strictly before it.
+"""Behaviour sequences: for every exposure, the user's last L clicks (and last skipped
+exposures) strictly before it.
 
 Vectorized over a whole partition: rows sorted by (user, time, tie-break),
 clicks located with one ``searchsorted``, histories gathered with one fancy
@@ -29,26 +30,30 @@ def sort_order(
 def build_histories(
     user_key: np.ndarray,
     ts: np.ndarray,
-    label: np.ndarray,
+    events: np.ndarray,
     item: np.ndarray,
     cat: np.ndarray,
     seq_len: int,
     gap_edges: np.ndarray,
+    prefix: str = "hist",
 ) -> dict[str, np.ndarray]:
-    """Histories for rows already in ``sort_order``.
+    """Histories for rows already in ``sort_order``: per row, the user's last ``seq_len``
+    rows where ``events`` is true (the clicks: ``label == 1``; the skipped exposures:
+    ``label == 0``) strictly before it.
 
-    Returns ``hist_item``/``hist_cat`` (int32) and ``hist_gap`` (uint8 bucket of
-    the seconds between click and exposure, 0 = padding), each ``[n, seq_len]``
-    right-aligned (column ``seq_len - 1`` is the most recent click), and
-    ``hist_len`` (int16). A click at the same second as the exposure is not
-    in its history: "strictly before" is by timestamp, not by row order.
+    Returns ``<prefix>_item``/``<prefix>_cat`` (int32) and ``<prefix>_gap`` (uint8
+    bucket of the seconds between event and exposure, 0 = padding), each
+    ``[n, seq_len]`` right-aligned (column ``seq_len - 1`` is the most recent
+    event), and ``<prefix>_len`` (int16). An event at the same second as the
+    exposure is not in its history: "strictly before" is by timestamp, not by
+    row order.
     """
     n = len(user_key)
     out = {
-        "hist_item": np.zeros((n, seq_len), np.int32),
-        "hist_cat": np.zeros((n, seq_len), np.int32),
-        "hist_gap": np.zeros((n, seq_len), np.uint8),
-        "hist_len": np.zeros(n, np.int16),
+        f"{prefix}_item": np.zeros((n, seq_len), np.int32),
+        f"{prefix}_cat": np.zeros((n, seq_len), np.int32),
+        f"{prefix}_gap": np.zeros((n, seq_len), np.uint8),
+        f"{prefix}_len": np.zeros(n, np.int16),
     }
     if n == 0:
         return out
@@ -64,12 +69,12 @@ def build_histories(
     if int(group[-1] + 1) * span >= 2**62:
         raise ValueError("time span x users too large for one partition; use more partitions")
     row_key = group.astype(np.int64) * span + (ts - t0)
-    clicks = np.flatnonzero(label == 1)
+    clicks = np.flatnonzero(events)
     click_key = row_key[clicks]  # sorted, because rows are
     click_item, click_cat, click_ts = item[clicks], cat[clicks], ts[clicks]
     end = np.searchsorted(click_key, row_key, side="left")  # first click not strictly before
     first = np.searchsorted(click_key, group.astype(np.int64) * span, side="left")
-    out["hist_len"][:] = np.minimum(end - first, seq_len)
+    out[f"{prefix}_len"][:] = np.minimum(end - first, seq_len)
     offsets = np.arange(-seq_len, 0, dtype=np.int64)
     for lo in range(0, n, GATHER_CHUNK):
         hi = min(lo + GATHER_CHUNK, n)
@@ -78,11 +83,11 @@ def build_histories(
         safe = np.where(valid, idx, 0)
         if len(clicks) == 0:
             continue
-        out["hist_item"][lo:hi] = np.where(valid, click_item[safe], 0)
-        out["hist_cat"][lo:hi] = np.where(valid, click_cat[safe], 0)
+        out[f"{prefix}_item"][lo:hi] = np.where(valid, click_item[safe], 0)
+        out[f"{prefix}_cat"][lo:hi] = np.where(valid, click_cat[safe], 0)
         gap = ts[lo:hi, None] - click_ts[safe]
         bucket = np.searchsorted(gap_edges, gap, side="right") + 1
-        out["hist_gap"][lo:hi] = np.where(valid, bucket, 0)
+        out[f"{prefix}_gap"][lo:hi] = np.where(valid, bucket, 0)
     return out
 
 

@@ -6,14 +6,18 @@ Phases (each timed and shown with a progress bar):
              (Parquet row groups, CSV files), fingerprint inputs + config + code;
 2. validate  Dask, one task per piece: parse, check, hash; cleaned rows to a
              staging Parquet, bad rows to ``quarantine/`` with their reason;
-3. sequence  Dask shuffle by user, then per partition: sort, drop exact
-             duplicates, build histories, split by day, write array shards;
-4. assemble  concatenate shards into one ``.npy`` per array and split, with row
+3. count     Dask sort by timestamp into time-ordered partitions, then partition
+             after partition: drop exact duplicates, add the causal count
+             features (``counts.py``), carrying the counts from one to the next;
+4. sequence  Dask shuffle by user, then per partition: sort, build histories of
+             clicks and of skipped exposures, split by day, write array shards;
+5. assemble  concatenate shards into one ``.npy`` per array and split, with row
              offsets read from the shard files written (not partition counts).
 
 Everything is written into a temp folder that replaces ``out`` only when
 complete, and ``meta.json`` records the accounting: rows read = kept +
-quarantined + exact duplicates dropped.
+quarantined + exact duplicates dropped. ``count_state.npz`` holds the counts as
+of the window's end (what a scorer needs to continue them).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from tqdm import tqdm
 
 import components
 from components.common import schema
-from components.common.dataset import SCHEMA_VERSION, SPLITS, array_specs
+from components.common.dataset import DENSE_FEATURES, SCHEMA_VERSION, SPLITS, array_specs
 from components.common.hashing import HASH_KEY, bucketize
 from components.common.progress import PhaseTimer, get_logger
 from components.common.storage import atomic_dir, atomic_write_json, remove_stale_temps
@@ -49,6 +53,14 @@ from components.preprocess.clean import (
     clean_table,
 )
 from components.preprocess.config import GAP_EDGES_SECONDS, PreprocessConfig
+from components.preprocess.counts import (
+    GLOBAL_COLUMNS,
+    NEVER_SECONDS,
+    PRIOR_WEIGHT,
+    CounterState,
+    dense_features,
+    user_features,
+)
 from components.preprocess.errors import InputError
 from components.preprocess.sequences import (
     build_histories,
@@ -59,7 +71,10 @@ from components.preprocess.sequences import (
 
 HISTORY_ONLY = "history_only"
 # What each sequence task reports about its shard.
-SHARD_COUNTS = ("shard", "duplicates", HISTORY_ONLY, *SPLITS, *(f"{s}_positives" for s in SPLITS))
+SHARD_COUNTS = ("shard", HISTORY_ONLY, *SPLITS, *(f"{s}_positives" for s in SPLITS))
+# Exact duplicates: rows equal in all of these (the day folder may differ).
+DUPLICATE_KEY = ("user_key", "ts", "item_key", "cat_key", "label")
+COUNT_STATE_FILE = "count_state.npz"
 
 log = get_logger(__name__)
 
@@ -87,13 +102,19 @@ def preprocess(config: PreprocessConfig) -> dict:
     with atomic_dir(out) as tmp, dask_scheduler(config.scheduler, config.workers):
         with timer.phase("validate"):
             counts = _validate(fs, pieces, window, config, tmp)
+        with timer.phase("count"):
+            duplicates = _count(counts, config, tmp)
         with timer.phase("sequence"):
-            shard_counts = _sequence(counts, window, config, tmp)
+            rows_left = sum(c["staged"] for c in counts) - sum(duplicates.values())
+            shard_counts = _sequence(rows_left, window, config, tmp)
         with timer.phase("assemble"):
-            rows = _assemble(tmp, config.seq_len)
-        shutil.rmtree(tmp / "_staging")
-        shutil.rmtree(tmp / "_shards")
-        meta = _meta(config, window, files, counts, shard_counts, rows, fingerprint, timer)
+            rows = _assemble(tmp, config)
+        for scratch in ("_staging", "_counted", "_shards"):
+            shutil.rmtree(tmp / scratch)
+        meta = _meta(config, window, files, counts, duplicates, shard_counts, rows, fingerprint,
+                     timer)
+        # of the training split: what the model standardizes the dense features with
+        meta["dense_features"].update(dense_stats(tmp / "train" / "dense.npy"))
         missing = window.missing_days(day_paths)
         if missing:
             log.warning("no day folder for %s", ", ".join(map(str, missing)))
@@ -274,12 +295,6 @@ def _validate_piece(fs, piece: rawio.Piece, index: int, window_start: dt.date,
     table = rawio.read_piece(fs, piece)
     day = DayWindow.for_day(schema.epoch_day(piece.file.day), max_skew_hours)
     clean, quarantine, reasons = clean_table(table, piece.file.index, piece.row_offset, day)
-    history_only = piece.file.day < window_start
-    unused = 0
-    if history_only:  # look-back exposures without a click never reach a history
-        clicks = clean["label"] == 1
-        unused = int((~clicks).sum())
-        clean = clean[clicks]
     name = f"part-{index:06d}.parquet"
     if len(clean):
         clean.to_parquet(tmp / "_staging" / name, index=False)
@@ -293,18 +308,60 @@ def _validate_piece(fs, piece: rawio.Piece, index: int, window_start: dt.date,
     } if len(quarantine) else {}
     return {
         "file": piece.file.index, "read": table.num_rows, "staged": len(clean),
-        "history_unused": unused, "quarantined": {r: n for r, n in reasons.items() if n},
+        "quarantined": {r: n for r, n in reasons.items() if n},
         "examples": examples,
     }
 
 
-def _sequence(counts: list[dict], window: Window, config: PreprocessConfig, tmp: Path) -> pd.DataFrame:
+def _partitions(rows: int, config: PreprocessConfig) -> int:
+    return max(1, -(-rows // config.rows_per_partition))
+
+
+def _count(counts: list[dict], config: PreprocessConfig, tmp: Path) -> dict[str, int]:
+    """Time-ordered partitions, then the count features partition after partition.
+
+    Writes ``_counted/`` (the staged rows without exact duplicates, plus the
+    item and category count columns and each row's ``prior``) and
+    ``count_state.npz``; returns the exact duplicates dropped per day folder
+    (ISO date -> rows).
+    """
     staged = sorted((tmp / "_staging").glob("*.parquet"))
     if not staged:
         raise InputError(f"{config.raw}: every row in the window was quarantined; nothing to train on")
     rows = sum(c["staged"] for c in counts)
-    partitions = max(1, -(-rows // config.rows_per_partition))
-    events = dd.read_parquet([str(p) for p in staged])
+    by_time = dd.read_parquet([str(p) for p in staged]).set_index(
+        "ts", npartitions=_partitions(rows, config), shuffle_method="disk")
+    written = by_time.to_parquet(str(tmp / "_bytime"), compute=False,
+                                 name_function=lambda i: f"part-{i:06d}.parquet")
+    with bounded_disk_shuffle(config.shuffle_buffer_mb << 20, tmp / "_spill"):
+        _compute([written])
+    (tmp / "_counted").mkdir()
+    state, duplicates = CounterState(), Counter()
+    parts = sorted((tmp / "_bytime").glob("part-*.parquet"))
+    for path in tqdm(parts, desc="count", unit="partition", leave=False, disable=None):
+        part = pd.read_parquet(path).reset_index()
+        cols = {name: part[name].to_numpy(dtype=dtype) for name, dtype in CLEAN_COLUMNS.items()}
+        order = np.lexsort(tuple(cols[k] for k in ("day", *reversed(DUPLICATE_KEY))))
+        cols = {k: v[order] for k, v in cols.items()}
+        dup = duplicate_mask(*(cols[k] for k in DUPLICATE_KEY))
+        duplicates.update(dict(zip(*np.unique(cols["day"][dup], return_counts=True), strict=True)))
+        cols = {k: v[~dup] for k, v in cols.items()}
+        columns, prior = state.features(cols["item_key"], cols["cat_key"], cols["ts"], cols["label"])
+        frame = pd.DataFrame(cols)
+        frame[list(GLOBAL_COLUMNS)] = columns
+        frame["prior"] = prior
+        frame.to_parquet(tmp / "_counted" / path.name, index=False)
+    shutil.rmtree(tmp / "_bytime")
+    np.savez(tmp / COUNT_STATE_FILE, **state.state_dict())
+    epoch = dt.date(1970, 1, 1)
+    return {(epoch + dt.timedelta(days=int(day))).isoformat(): int(n)
+            for day, n in sorted(duplicates.items())}
+
+
+def _sequence(rows: int, window: Window, config: PreprocessConfig, tmp: Path) -> pd.DataFrame:
+    counted = sorted((tmp / "_counted").glob("*.parquet"))
+    events = dd.read_parquet([str(p) for p in counted])
+    partitions = _partitions(rows, config)
     by_user = events.shuffle(on="user_key", npartitions=partitions)
     meta = pd.DataFrame({k: pd.Series(dtype="int64") for k in SHARD_COUNTS})
     shards = by_user.map_partitions(
@@ -327,14 +384,19 @@ def _build_shard(part: pd.DataFrame, shard_root: str, events_root: str, split_st
     order = sort_order(cols["user_key"], cols["ts"], cols["item_key"], cols["cat_key"],
                        cols["label"], cols["day"])
     cols = {k: v[order] for k, v in cols.items()}
-    dup = duplicate_mask(cols["user_key"], cols["ts"], cols["item_key"], cols["cat_key"], cols["label"])
-    cols = {k: v[~dup] for k, v in cols.items()}
+    dense = dense_features(
+        part[list(GLOBAL_COLUMNS)].to_numpy(np.float32)[order],
+        user_features(cols["user_key"], cols["item_key"], cols["cat_key"], cols["ts"], cols["label"],
+                      part["prior"].to_numpy(np.float64)[order]))
     item = bucketize(cols["item_key"], config.item_buckets)
     cat = bucketize(cols["cat_key"], config.category_buckets, null=cols["cat_key"] == 0)
-    hist = build_histories(cols["user_key"], cols["ts"], cols["label"], item, cat,
-                           config.seq_len, np.asarray(GAP_EDGES_SECONDS, np.int64))
+    edges = np.asarray(GAP_EDGES_SECONDS, np.int64)
+    hist = build_histories(cols["user_key"], cols["ts"], cols["label"] == 1, item, cat,
+                           config.seq_len, edges)
+    skipped = build_histories(cols["user_key"], cols["ts"], cols["label"] == 0, item, cat,
+                              config.neg_len, edges, prefix="neg")
     arrays = {
-        **hist, "target_item": item, "target_cat": cat,
+        **hist, **skipped, "dense": dense, "target_item": item, "target_cat": cat,
         "user": bucketize(cols["user_key"], config.user_buckets), "user_key": cols["user_key"],
         "context": context_features(cols["ts"]), "ts": cols["ts"], "label": cols["label"].astype(np.uint8),
     }
@@ -342,7 +404,7 @@ def _build_shard(part: pd.DataFrame, shard_root: str, events_root: str, split_st
     split_code = np.full(len(day), -1, np.int8)  # -1 = history only
     for code, split in enumerate(SPLITS):
         split_code[day >= split_starts[split]] = code
-    result = {"shard": number, "duplicates": int(dup.sum()), HISTORY_ONLY: int((split_code < 0).sum())}
+    result = {"shard": number, HISTORY_ONLY: int((split_code < 0).sum())}
     for code, split in enumerate(SPLITS):
         mask = split_code == code
         result[split] = int(mask.sum())
@@ -364,10 +426,10 @@ def _build_shard(part: pd.DataFrame, shard_root: str, events_root: str, split_st
     return pd.DataFrame([result])[list(SHARD_COUNTS)]
 
 
-def _assemble(tmp: Path, seq_len: int) -> dict[str, int]:
+def _assemble(tmp: Path, config: PreprocessConfig) -> dict[str, int]:
     """One ``.npy`` per split and array, shards streamed in order (bounded memory)."""
     rows = {}
-    specs = array_specs(seq_len)
+    specs = array_specs(config.seq_len, config.neg_len)
     shard_dirs = sorted((tmp / "_shards").iterdir())
     for split in SPLITS:
         (tmp / split).mkdir()
@@ -377,6 +439,21 @@ def _assemble(tmp: Path, seq_len: int) -> dict[str, int]:
             rows[split] = _concat_npy([p / f"{name}.npy" for p in parts], tmp / split / f"{name}.npy",
                                       np.dtype(dtype), tail)
     return rows
+
+
+def dense_stats(path: Path, chunk: int = 1 << 18) -> dict[str, list[float]]:
+    """Per-column mean and standard deviation of a ``[n, F]`` array file, read in chunks."""
+    values = np.load(path, mmap_mode="r")
+    total = np.zeros(values.shape[1])
+    squares = np.zeros(values.shape[1])
+    for lo in range(0, len(values), chunk):
+        block = np.asarray(values[lo:lo + chunk], np.float64)
+        total += block.sum(axis=0)
+        squares += (block * block).sum(axis=0)
+    n = max(len(values), 1)
+    mean = total / n
+    std = np.sqrt(np.maximum(squares / n - mean * mean, 0.0))
+    return {"mean": [round(float(v), 6) for v in mean], "std": [round(float(v), 6) for v in std]}
 
 
 def _concat_npy(sources: list[Path], target: Path, dtype: np.dtype, tail: tuple[int, ...]) -> int:
@@ -448,13 +525,14 @@ def _read_meta(out: Path) -> dict | None:
         return None
 
 
-def _meta(config, window, files, counts, shard_counts, rows, fingerprint, timer) -> dict:
+def _meta(config, window, files, counts, duplicates_per_day, shard_counts, rows, fingerprint,
+          timer) -> dict:
     read = sum(c["read"] for c in counts)
     quarantined = Counter()
     for c in counts:
         quarantined.update(c["quarantined"])
-    duplicates = int(shard_counts["duplicates"].sum())
-    history_only = int(shard_counts[HISTORY_ONLY].sum()) + sum(c["history_unused"] for c in counts)
+    duplicates = sum(duplicates_per_day.values())
+    history_only = int(shard_counts[HISTORY_ONLY].sum())
     kept = {**{s: int(rows[s]) for s in SPLITS}, HISTORY_ONLY: history_only}
     accounted = sum(kept.values()) + sum(quarantined.values()) + duplicates
     if accounted != read:  # an internal invariant: a bug, not bad input
@@ -480,11 +558,21 @@ def _meta(config, window, files, counts, shard_counts, rows, fingerprint, timer)
                     "hash": "siphash24-utf8", "hash_key": HASH_KEY, "padding": 0},
         "splits": splits,
         "seq_len": config.seq_len,
+        "neg_len": config.neg_len,
         "context_features": {"hour": 24, "dow": 7},
+        "dense_features": {
+            "names": list(DENSE_FEATURES),
+            "transforms": "log1p(count) for *_log_impressions/*_log_clicks; *_click_logit: "
+                          "logit((clicks + w * prior) / (impressions + w)), prior = click rate of "
+                          "all earlier rows; *_log_seconds_since_*: log1p(seconds), capped",
+            "prior_weight": PRIOR_WEIGHT, "never_seconds": NEVER_SECONDS,
+            "state": COUNT_STATE_FILE,
+        },
         "arrays": {name: {"dtype": d, "row_shape": list(t)}
-                   for name, (d, t) in array_specs(config.seq_len).items()},
+                   for name, (d, t) in array_specs(config.seq_len, config.neg_len).items()},
         "rows": {"read": read, "kept": kept, "quarantined": dict(sorted(quarantined.items())),
-                 "quarantined_total": sum(quarantined.values()), "duplicates_dropped": duplicates},
+                 "quarantined_total": sum(quarantined.values()), "duplicates_dropped": duplicates,
+                 "duplicates_per_day": duplicates_per_day},
         "inputs": {"files": [f.relpath for f in files], "bytes": sum(f.size for f in files)},
         "seconds": dict(timer.seconds),
     }

@@ -35,6 +35,11 @@ BATCH_SPEC: dict[str, torch.dtype] = {
     "hist_cat": torch.int64,     # [B, L]
     "hist_gap": torch.int64,     # [B, L]
     "hist_len": torch.int64,     # [B]
+    "neg_item": torch.int64,     # [B, Ln]
+    "neg_cat": torch.int64,      # [B, Ln]
+    "neg_gap": torch.int64,      # [B, Ln]
+    "neg_len": torch.int64,      # [B]
+    "dense": torch.float32,      # [B, F]
     "target_item": torch.int64,  # [B]
     "target_cat": torch.int64,   # [B]
     "user": torch.int64,         # [B]
@@ -75,21 +80,24 @@ def load_meta(data_dir: str | Path, splits: Sequence[str] = SPLITS) -> dict[str,
     found = meta.get("schema_version")
     if found != SCHEMA_VERSION:
         raise DatasetError(f"{path}: schema_version {found!r} is not supported "
-                           f"(this code reads schema_version {SCHEMA_VERSION})")
+                           f"(this code reads schema_version {SCHEMA_VERSION}; run preprocess "
+                           f"again on the raw events to rebuild the dataset)")
     seq_len = meta.get("seq_len")
-    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
-        raise DatasetError(f"{path}: field seq_len must be an integer >= 1, found {seq_len!r}")
+    neg_len = meta.get("neg_len")
+    for name, value in (("seq_len", seq_len), ("neg_len", neg_len)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise DatasetError(f"{path}: field {name} must be an integer >= 1, found {value!r}")
     arrays = meta.get("arrays")
     if not isinstance(arrays, dict):
         raise DatasetError(f"{path}: field arrays is missing or not an object")
-    for name, (dtype, row_shape) in array_specs(seq_len).items():
+    for name, (dtype, row_shape) in array_specs(seq_len, neg_len).items():
         spec = arrays.get(name)
         if not isinstance(spec, dict) or "dtype" not in spec or "row_shape" not in spec:
             raise DatasetError(f"{path}: field arrays.{name} is missing or incomplete")
         if spec["dtype"] != dtype or list(spec["row_shape"]) != list(row_shape):
             raise DatasetError(
                 f"{path}: field arrays.{name} is {spec['dtype']} {list(spec['row_shape'])}, "
-                f"schema_version {SCHEMA_VERSION} with seq_len {seq_len} needs "
+                f"schema_version {SCHEMA_VERSION} with seq_len {seq_len}, neg_len {neg_len} needs "
                 f"{dtype} {list(row_shape)}")
     split_info = meta.get("splits")
     for split in splits:

@@ -106,11 +106,20 @@ def check_inputs(arrays: Mapping[str, np.ndarray], vocab: Vocab) -> int:
     rows = len(arrays["target_item"])
     limits = {"hist_item": vocab.item, "target_item": vocab.item, "hist_cat": vocab.category,
               "target_cat": vocab.category, "user": vocab.user, "hist_gap": vocab.gap,
-              "hist_len": vocab.seq_len + 1}
+              "hist_len": vocab.seq_len + 1, "neg_item": vocab.item, "neg_cat": vocab.category,
+              "neg_gap": vocab.gap, "neg_len": vocab.neg_len + 1}
+    lengths = {"hist": vocab.seq_len, "neg": vocab.neg_len}
     for key in BATCH_KEYS:
         value = np.asarray(arrays[key])
         if len(value) != rows:
             raise ValueError(f"model input {key}: {len(value)} rows, target_item has {rows}")
+        if key == "dense":
+            if not np.issubdtype(value.dtype, np.number) or value.ndim != 2 or value.shape[1] != vocab.dense:
+                raise ValueError(f"model input dense: numbers of shape [rows, {vocab.dense}] expected, "
+                                 f"got {value.dtype} {list(value.shape)}")
+            if rows and not np.isfinite(value).all():
+                raise ValueError("model input dense: values must be finite")
+            continue
         if not np.issubdtype(value.dtype, np.integer):
             raise ValueError(f"model input {key}: integer ids expected, got dtype {value.dtype}")
         if rows == 0:
@@ -126,7 +135,9 @@ def check_inputs(arrays: Mapping[str, np.ndarray], vocab: Vocab) -> int:
         if low < 0 or high >= limits[key]:
             raise ValueError(f"model input {key}: values {low}..{high} outside the model's "
                              f"range 0..{limits[key] - 1}")
-        if key.startswith("hist_") and key != "hist_len" and (value.ndim != 2 or value.shape[1] > vocab.seq_len):
-            raise ValueError(f"model input {key}: shape [rows, <= {vocab.seq_len}] expected, "
+        sequence = key.split("_")[0]
+        if sequence in lengths and not key.endswith("_len") and (
+                value.ndim != 2 or value.shape[1] > lengths[sequence]):
+            raise ValueError(f"model input {key}: shape [rows, <= {lengths[sequence]}] expected, "
                              f"got {list(value.shape)}")
     return rows

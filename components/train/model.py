@@ -6,25 +6,36 @@ as the last token; a pre-norm Transformer encoder runs over the L + 1 tokens
 with the padded history positions masked out as keys; the target token's
 output and a masked mean of the valid history outputs are concatenated with
 the user, hour-of-day, day-of-week and raw target-item embeddings, and an MLP
-maps them to one logit.
+maps them to one logit. Beside the sequence, as BST's "other features":
+
+* the user's recent *skipped* exposures (shown, not clicked; ``neg_*``, up to
+  ``Vocab.neg_len``), embedded like history tokens and pooled twice: by the
+  target's attention and by their mean;
+* the dense causal count features (``dense``: impressions, clicks and smoothed
+  click rates so far per item, user, category and user x category; time since
+  the user's last exposure and click), standardized with the training split's
+  statistics (buffers saved with the weights).
 
 Batch contract (a dict of tensors; the loader's int32/uint8/int16 arrays are
 accepted and widened): ``hist_item``, ``hist_cat``, ``hist_gap`` [B, L],
-``hist_len`` [B], ``target_item``, ``target_cat``, ``user`` [B], ``context``
-[B, 2] (hour 0..23, day of week 0..6). ``label`` is ignored. ``L`` may be at
-most ``Vocab.seq_len`` (positions are counted from the most recent click).
+``hist_len`` [B], ``neg_item``, ``neg_cat``, ``neg_gap`` [B, Ln], ``neg_len``
+[B], ``dense`` float [B, F], ``target_item``, ``target_cat``, ``user`` [B],
+``context`` [B, 2] (hour 0..23, day of week 0..6). ``label`` is ignored.
+``L`` may be at most ``Vocab.seq_len`` (positions are counted from the most
+recent click), ``Ln`` at most ``Vocab.neg_len``. A vocab with ``neg_len`` or
+``dense`` 0 makes a model that takes none of those inputs.
 
 Parameter counts of the named configs at their reference vocab
 (``REFERENCE_VOCAB``; a unit test checks this table against
 ``count_parameters``). "embedding" = every embedding table (item, category,
-time gap, position, user, hour, day of week); "sparse" = the item and user
+time gap, positions, user, hour, day of week); "sparse" = the item and user
 tables, the ones ``sparse=True`` makes sparse; "dense" = everything else
 (encoder layers, final norm, MLP head).
 
-    config  vocab                                         embedding       sparse       dense        total
-    debug   item 2**18 cat 2**12 user 2**18 gap 16 L 20   4,227,500    4,194,304       1,289    4,228,789
-    local   item 2**18 cat 2**12 user 2**18 gap 16 L 20  16,909,752   16,777,216      44,033   16,953,785
-    prod    item 2**20 cat 2**14 user 2**19 gap 16 L 50 101,716,720  100,663,296   1,052,417  102,769,137
+    config  vocab                                                 embedding       sparse       dense        total
+    debug   item 2**18 cat 2**12 user 2**18 gap 16 neg 10 L 20    4,227,580    4,194,304       1,881    4,229,461
+    local   item 2**18 cat 2**12 user 2**18 gap 16 neg 10 L 20   16,910,072   16,777,216      54,913   16,964,985
+    prod    item 2**20 cat 2**14 user 2**19 gap 16 neg 20 L 50  101,718,000  100,663,296   1,204,993  102,922,993
 
 Sizing: ``local`` is for a 2-core CPU at micro-batch ~1024. Measured on a
 2-core AMD EPYC VM (fp32, ``torch.set_num_threads(2)``, forward + backward +
@@ -47,6 +58,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from components.common.dataset import DENSE_FEATURES
+
 __all__ = [
     "NAMED_CONFIGS",
     "REFERENCE_VOCAB",
@@ -61,8 +74,8 @@ __all__ = [
 
 ACTIVATIONS = ("relu", "gelu")
 EMBEDDING_INIT_STD = 0.02
-BATCH_KEYS = ("hist_item", "hist_cat", "hist_gap", "hist_len", "target_item", "target_cat",
-              "user", "context")
+BATCH_KEYS = ("hist_item", "hist_cat", "hist_gap", "hist_len", "neg_item", "neg_cat", "neg_gap",
+              "neg_len", "dense", "target_item", "target_cat", "user", "context")
 
 
 def _positive_int(value: Any) -> bool:
@@ -214,11 +227,19 @@ class Vocab:
     """Hour-of-day values."""
     dow: int = 7
     """Day-of-week values."""
+    neg_len: int = 0
+    """Recent skipped exposures per row (0: the model takes none)."""
+    dense: int = 0
+    """Dense count features per row (0: the model takes none)."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            if not _positive_int(getattr(self, f.name)):
-                raise ValueError(f"vocab.{f.name} must be an integer >= 1, got {getattr(self, f.name)!r}")
+            value = getattr(self, f.name)
+            if f.name in ("neg_len", "dense"):
+                if not (_positive_int(value) or value == 0) or isinstance(value, bool):
+                    raise ValueError(f"vocab.{f.name} must be an integer >= 0, got {value!r}")
+            elif not _positive_int(value):
+                raise ValueError(f"vocab.{f.name} must be an integer >= 1, got {value!r}")
 
     @classmethod
     def from_meta(cls, meta: dict) -> Vocab:
@@ -229,17 +250,21 @@ class Vocab:
             return cls(item=int(buckets["item"]), category=int(buckets["category"]),
                        user=int(buckets["user"]), gap=int(buckets["gap"]),
                        seq_len=int(meta["seq_len"]), hour=int(context["hour"]),
-                       dow=int(context["dow"]))
+                       dow=int(context["dow"]), neg_len=int(meta["neg_len"]),
+                       dense=len(meta["dense_features"]["names"]))
         except KeyError as exc:
             raise ValueError(f"meta.json lacks {exc.args[0]!r} (not a dailyrec dataset meta?)") from None
 
 
 REFERENCE_VOCAB: dict[str, Vocab] = {
     # The preprocess defaults (PreprocessConfig: 2**18 / 2**12 / 2**18 buckets, 16 gaps, L 20).
-    "debug": Vocab(item=1 << 18, category=1 << 12, user=1 << 18, gap=16, seq_len=20),
-    "local": Vocab(item=1 << 18, category=1 << 12, user=1 << 18, gap=16, seq_len=20),
+    "debug": Vocab(item=1 << 18, category=1 << 12, user=1 << 18, gap=16, seq_len=20, neg_len=10,
+                   dense=len(DENSE_FEATURES)),
+    "local": Vocab(item=1 << 18, category=1 << 12, user=1 << 18, gap=16, seq_len=20, neg_len=10,
+                   dense=len(DENSE_FEATURES)),
     # Production-sized hashing: fewer collisions on millions of items / users, longer history.
-    "prod": Vocab(item=1 << 20, category=1 << 14, user=1 << 19, gap=16, seq_len=50),
+    "prod": Vocab(item=1 << 20, category=1 << 14, user=1 << 19, gap=16, seq_len=50, neg_len=20,
+                  dense=len(DENSE_FEATURES)),
 }
 
 
@@ -283,6 +308,13 @@ class BSTModel(nn.Module):
         )
         self.final_norm = nn.LayerNorm(d)
         width = 3 * d + config.user_width + 2 * config.context_dim
+        if vocab.neg_len:  # skipped exposures: pooled by the target's attention and by their mean
+            self.neg_position = nn.Parameter(torch.empty(vocab.neg_len, d))
+            width += 2 * d
+        if vocab.dense:  # standardized with the training split's statistics (set_dense_stats)
+            self.register_buffer("dense_mean", torch.zeros(vocab.dense))
+            self.register_buffer("dense_scale", torch.ones(vocab.dense))
+            width += vocab.dense
         head: list[nn.Module] = []
         for hidden in config.mlp:
             head += [nn.Linear(width, hidden), _activation(config.activation),
@@ -301,10 +333,13 @@ class BSTModel(nn.Module):
 
     def embedding_tables(self) -> dict[str, nn.Parameter]:
         """Every embedding table by name (including the position table)."""
-        return {"item": self.item_emb.weight, "category": self.cat_emb.weight,
-                "gap": self.gap_emb.weight, "position": self.position,
-                "user": self.user_emb.weight, "hour": self.hour_emb.weight,
-                "dow": self.dow_emb.weight}
+        tables = {"item": self.item_emb.weight, "category": self.cat_emb.weight,
+                  "gap": self.gap_emb.weight, "position": self.position,
+                  "user": self.user_emb.weight, "hour": self.hour_emb.weight,
+                  "dow": self.dow_emb.weight}
+        if self.vocab.neg_len:
+            tables["neg_position"] = self.neg_position
+        return tables
 
     def sparse_parameters(self) -> list[nn.Parameter]:
         """Parameters with sparse gradients (the item and user tables when sparse=True, else [])."""
@@ -320,6 +355,44 @@ class BSTModel(nn.Module):
         """Start the logit at the base rate's log-odds (a calmer first epoch)."""
         rate = min(max(float(positive_rate), 1e-6), 1 - 1e-6)
         self.head[-1].bias.fill_(math.log(rate / (1 - rate)))
+
+    @torch.no_grad()
+    def set_dense_stats(self, mean: Any, std: Any) -> None:
+        """Standardize the dense features with these per-column statistics (saved with the weights)."""
+        if not self.vocab.dense:
+            return
+        mean = torch.as_tensor(mean, dtype=torch.float32)
+        std = torch.as_tensor(std, dtype=torch.float32)
+        if mean.shape != (self.vocab.dense,) or std.shape != (self.vocab.dense,):
+            raise ValueError(f"dense statistics must have {self.vocab.dense} columns, "
+                             f"got {tuple(mean.shape)} and {tuple(std.shape)}")
+        self.dense_mean.copy_(mean)
+        self.dense_scale.copy_(1.0 / std.clamp(min=1e-3))
+
+    def init_from_meta(self, meta: dict) -> None:
+        """Start from a dataset's statistics: the base rate and the dense features' mean/std."""
+        self.set_output_bias(meta["splits"]["train"]["positive_rate"])
+        if self.vocab.dense:
+            stats = meta["dense_features"]
+            self.set_dense_stats(stats["mean"], stats["std"])
+
+    def _skipped(self, batch: dict[str, torch.Tensor], query: torch.Tensor) -> torch.Tensor:
+        """[B, 2d]: the skipped exposures pooled by attention from ``query`` and by their mean."""
+        neg_item = batch["neg_item"].long()
+        length = neg_item.shape[1]
+        if length > self.vocab.neg_len:
+            raise ValueError(f"skipped-exposure length {length} exceeds the model's neg_len "
+                             f"{self.vocab.neg_len}")
+        tokens = (self.item_emb(neg_item) + self.cat_emb(batch["neg_cat"].long())
+                  + self.gap_emb(batch["neg_gap"].long()) + self.neg_position[self.vocab.neg_len - length:])
+        columns = torch.arange(length, device=tokens.device)
+        valid = columns.unsqueeze(0) >= (length - batch["neg_len"].long().clamp(0, length)).unsqueeze(1)
+        scores = (tokens @ query.unsqueeze(-1)).squeeze(-1) / math.sqrt(tokens.shape[-1])
+        weights = torch.softmax(scores.masked_fill(~valid, -1e4), dim=1) * valid
+        attended = (weights.unsqueeze(-1) * tokens).sum(dim=1)
+        count = valid.sum(dim=1, keepdim=True).clamp(min=1).to(tokens.dtype)
+        mean = (tokens * valid.unsqueeze(-1)).sum(dim=1) / count
+        return torch.cat([attended, mean], dim=1)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Logits float32 [B] (one per row)."""
@@ -357,10 +430,15 @@ class BSTModel(nn.Module):
         count = hist_len.clamp(min=1).unsqueeze(1).to(history.dtype)
         history_mean = history.sum(dim=1) / count
         context = batch["context"].long()
-        features = torch.cat([
+        parts = [
             target_out, history_mean, item_vectors[:, -1], self.user_emb(batch["user"].long()),
             self.hour_emb(context[:, 0]), self.dow_emb(context[:, 1]),
-        ], dim=1)
+        ]
+        if self.vocab.neg_len:
+            parts.append(self._skipped(batch, item_vectors[:, -1] + self.cat_emb(cats[:, -1])))
+        if self.vocab.dense:
+            parts.append((batch["dense"].float() - self.dense_mean) * self.dense_scale)
+        features = torch.cat([part.to(target_out.dtype) for part in parts], dim=1)
         return self.head(features).squeeze(-1).float()
 
 

@@ -358,7 +358,7 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
     model = build_model(plan.model, vocab, sparse=sparse,
                         activation_checkpointing=plan.activation_checkpointing).to(runtime.device)
     # start the output at the base rate: the first steps learn features, not the click rate
-    model.set_output_bias(meta["splits"]["train"]["positive_rate"])
+    model.init_from_meta(meta)
     warm_start = warm_start_from(model, config.init_from, runtime.is_main) if config.init_from else None
     wrapped = DDP(model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None) \
         if runtime.distributed else model

@@ -28,6 +28,7 @@ from components.train.data import (
 )
 
 SEQ_LEN = 5
+NEG_LEN = 3
 ROWS = {"train": 103, "val": 37, "test": 11}
 
 
@@ -35,17 +36,20 @@ def write_dataset(root: Path, rows: dict[str, int] = ROWS, seq_len: int = SEQ_LE
                   seed: int = 0) -> Path:
     """A dataset folder in the contract's format: one .npy per split and array, meta.json."""
     rng = np.random.default_rng(seed)
-    specs = array_specs(seq_len)
+    specs = array_specs(seq_len, NEG_LEN)
     for split, n in rows.items():
         (root / split).mkdir(parents=True)
         for name, (dtype, row_shape) in specs.items():
-            info = np.iinfo(dtype)
-            high = 2 if name == "label" else min(int(info.max), 10**9)
-            values = rng.integers(0, high, size=(n, *row_shape), endpoint=True).astype(dtype)
+            if np.dtype(dtype).kind == "f":
+                values = rng.standard_normal((n, *row_shape)).astype(dtype)
+            else:
+                high = 2 if name == "label" else min(int(np.iinfo(dtype).max), 10**9)
+                values = rng.integers(0, high, size=(n, *row_shape), endpoint=True).astype(dtype)
             np.save(root / split / f"{name}.npy", values)
     meta = {
         "schema_version": SCHEMA_VERSION,
         "seq_len": seq_len,
+        "neg_len": NEG_LEN,
         "splits": {s: {"rows": n, "positives": 0, "positive_rate": 0.0, "days": ""}
                    for s, n in rows.items()},
         "arrays": {name: {"dtype": d, "row_shape": list(t)} for name, (d, t) in specs.items()},
@@ -354,7 +358,16 @@ def test_wrong_schema_version_names_file_and_both_versions(data_dir):
         load_meta(data_dir)
     message = str(err.value)
     assert str(data_dir / "meta.json") in message
-    assert f"schema_version {SCHEMA_VERSION + 1}" in message and f"{SCHEMA_VERSION})" in message
+    assert f"schema_version {SCHEMA_VERSION + 1}" in message
+    assert f"reads schema_version {SCHEMA_VERSION};" in message
+
+
+def test_dataset_of_the_previous_schema_asks_for_a_rebuild(data_dir):
+    """A dataset written before count features and skipped exposures existed is refused
+    with what to do, never read with a wrong layout."""
+    edit_meta(data_dir, lambda m: m.update(schema_version=1))
+    with pytest.raises(DatasetError, match=r"schema_version 1 is not supported .*run preprocess again"):
+        load_meta(data_dir)
     with pytest.raises(DatasetError, match="schema_version"):
         BatchDataset(data_dir, "train")
 

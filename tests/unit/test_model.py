@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 import pytest
 import torch
 
 import components.train.model as model_module
-from components.common.dataset import array_specs
+from components.common.dataset import DENSE_FEATURES, array_specs
 from components.preprocess.config import GAP_EDGES_SECONDS, PreprocessConfig
 from components.train.model import (
     NAMED_CONFIGS,
@@ -22,7 +23,8 @@ from components.train.model import (
     model_config,
 )
 
-SMALL = Vocab(item=500, category=40, user=300, gap=16, seq_len=12)
+SMALL = Vocab(item=500, category=40, user=300, gap=16, seq_len=12, neg_len=6,
+              dense=len(DENSE_FEATURES))
 NO_DROPOUT = NAMED_CONFIGS["debug"].replace(dropout=0.0, head_dropout=0.0)
 
 
@@ -46,11 +48,18 @@ def make_batch(vocab: Vocab, hist_len, seed: int = 0, length: int | None = None)
     def ids(high, shape):
         return torch.randint(1, high, shape, generator=gen)
 
+    neg_len = torch.randint(0, vocab.neg_len + 1, (rows,), generator=gen)
+    neg_valid = torch.arange(vocab.neg_len).unsqueeze(0) >= (vocab.neg_len - neg_len).unsqueeze(1)
     return {
         "hist_item": ids(vocab.item, (rows, length)) * valid,
         "hist_cat": ids(vocab.category, (rows, length)) * valid,
         "hist_gap": ids(vocab.gap, (rows, length)) * valid,
         "hist_len": hist_len,
+        "neg_item": ids(vocab.item, (rows, vocab.neg_len)) * neg_valid,
+        "neg_cat": ids(vocab.category, (rows, vocab.neg_len)) * neg_valid,
+        "neg_gap": ids(vocab.gap, (rows, vocab.neg_len)) * neg_valid,
+        "neg_len": neg_len,
+        "dense": torch.randn(rows, vocab.dense, generator=gen),
         "target_item": ids(vocab.item, (rows,)),
         "target_cat": ids(vocab.category, (rows,)),
         "user": ids(vocab.user, (rows,)),
@@ -87,7 +96,7 @@ def test_named_configs_give_one_float_logit_per_row(name):
 
 def test_loader_dtypes_are_accepted():
     """The arrays' own dtypes (int32 ids, uint8 gaps/context, int16 lengths) give the same logits."""
-    specs = array_specs(SMALL.seq_len)
+    specs = array_specs(SMALL.seq_len, SMALL.neg_len)
     model = seeded_model().eval()
     batch = make_batch(SMALL, [0, 4, 12])
     narrow = {k: v.to(getattr(torch, specs[k][0])) if k in specs else v for k, v in batch.items()}
@@ -207,7 +216,8 @@ def test_sparse_and_dense_optimizers_step_together():
         for opt in optimizers:
             opt.step()
     moved = (model.item_emb.weight.detach() != before).any(dim=1)
-    used = torch.cat([batch["hist_item"].flatten(), batch["target_item"]]).unique()
+    used = torch.cat([batch["hist_item"].flatten(), batch["neg_item"].flatten(),
+                      batch["target_item"]]).unique()
     used = used[used != 0]
     assert moved[used].all()
     assert moved.sum() == len(used)  # only the rows in the batch, never the padding row
@@ -338,7 +348,7 @@ def test_reference_vocab_of_debug_and_local_is_the_preprocess_default():
     defaults = PreprocessConfig(raw="r", out="o")
     expected = Vocab(item=defaults.item_buckets, category=defaults.category_buckets,
                      user=defaults.user_buckets, gap=len(GAP_EDGES_SECONDS) + 2,
-                     seq_len=defaults.seq_len)
+                     seq_len=defaults.seq_len, neg_len=defaults.neg_len, dense=len(DENSE_FEATURES))
     assert REFERENCE_VOCAB["debug"] == REFERENCE_VOCAB["local"] == expected
 
 
@@ -384,10 +394,74 @@ def test_unknown_config_name_lists_the_valid_ones():
 def test_vocab_from_meta_reads_the_dataset_meta():
     meta = {"buckets": {"item": 1 << 10, "category": 64, "user": 512, "gap": 16, "hash": "x",
                         "padding": 0},
-            "seq_len": 30, "context_features": {"hour": 24, "dow": 7}}
-    assert Vocab.from_meta(meta) == Vocab(item=1024, category=64, user=512, gap=16, seq_len=30)
+            "seq_len": 30, "neg_len": 5, "context_features": {"hour": 24, "dow": 7},
+            "dense_features": {"names": ["a", "b", "c"]}}
+    assert Vocab.from_meta(meta) == Vocab(item=1024, category=64, user=512, gap=16, seq_len=30,
+                                          neg_len=5, dense=3)
     del meta["context_features"]
     with pytest.raises(ValueError, match="context_features"):
         Vocab.from_meta(meta)
     with pytest.raises(ValueError, match="vocab.item"):
         Vocab(item=0, category=1, user=1, gap=1, seq_len=1)
+
+
+# --- skipped exposures and dense count features ---------------------------------------------
+
+
+def test_skipped_exposures_and_dense_features_change_the_logit():
+    model = seeded_model().eval()
+    batch = make_batch(SMALL, [3, 5, 7, 2], seed=3)
+    batch["neg_len"] = torch.full((4,), SMALL.neg_len)
+    with torch.no_grad():
+        base = model(batch)
+        other_neg = dict(batch, neg_item=(batch["neg_item"] % (SMALL.item - 2)) + 1)
+        assert not torch.allclose(model(other_neg), base)
+        other_dense = dict(batch, dense=batch["dense"] + 1.0)
+        assert not torch.allclose(model(other_dense), base)
+
+
+def test_padded_skipped_positions_are_ignored():
+    model = seeded_model().eval()
+    batch = make_batch(SMALL, [3, 5], seed=4)
+    batch["neg_len"] = torch.tensor([2, 0])
+    batch["neg_item"][:, :-2] = 0
+    batch["neg_item"][1] = 0
+    changed = dict(batch, neg_gap=batch["neg_gap"].clone(), neg_item=batch["neg_item"].clone())
+    changed["neg_gap"][0, :-2] = 5  # padding positions: ignored whatever they hold
+    changed["neg_item"][1, :] = 7   # a row with no skipped exposures
+    with torch.no_grad():
+        torch.testing.assert_close(model(changed), model(batch), rtol=0, atol=0)
+
+
+def test_a_vocab_without_skipped_or_dense_ignores_those_inputs():
+    vocab = dataclasses.replace(SMALL, neg_len=0, dense=0)
+    model = seeded_model(vocab=vocab).eval()
+    batch = make_batch(SMALL, [3, 5], seed=5)
+    plain = {k: v for k, v in batch.items() if not k.startswith("neg_") and k != "dense"}
+    with torch.no_grad():
+        torch.testing.assert_close(model(plain), model(batch), rtol=0, atol=0)
+    assert "dense_mean" not in model.state_dict()
+
+
+def test_dense_statistics_standardize_and_travel_with_the_weights():
+    model = seeded_model().eval()
+    batch = make_batch(SMALL, [3, 5], seed=6)
+    mean, std = torch.randn(SMALL.dense), torch.rand(SMALL.dense) + 0.5
+    model.set_dense_stats(mean, std)
+    shifted = seeded_model().eval()  # same weights, identity statistics, pre-standardized input
+    with torch.no_grad():
+        expected = shifted(dict(batch, dense=(batch["dense"] - mean) / std))
+        torch.testing.assert_close(model(batch), expected, rtol=1e-5, atol=1e-5)
+    state = model.state_dict()
+    torch.testing.assert_close(state["dense_mean"], mean)
+    with pytest.raises(ValueError, match="dense statistics must have 21 columns"):
+        model.set_dense_stats(mean[:3], std[:3])
+
+
+def test_init_from_meta_sets_base_rate_and_dense_statistics():
+    model = seeded_model()
+    meta = {"splits": {"train": {"positive_rate": 0.2}},
+            "dense_features": {"mean": [1.0] * SMALL.dense, "std": [2.0] * SMALL.dense}}
+    model.init_from_meta(meta)
+    assert model.head[-1].bias.item() == pytest.approx(math.log(0.2 / 0.8))
+    torch.testing.assert_close(model.dense_scale, torch.full((SMALL.dense,), 0.5))

@@ -1,0 +1,283 @@
+"""Benchmark: the daily model against what a practitioner would fit instead, same rows, same split.
+
+For each world -- the ``make run`` sample logs, and a second synthetic world
+with another seed and 3x the events per day -- in one run:
+
+1. the pipeline's preprocess stage (the window of ``configs/local.json``);
+2. **dailyrec**: the pipeline's own plan for the ``local`` config on this
+   machine's profile (the estimate stage, ``max_epochs`` from the config), the
+   pipeline's launcher (torchrun) and trainer, then the best checkpoint scores
+   the test split exactly as the evaluate stage does;
+3. baselines on the same dataset's arrays, the same split:
+
+   * **LightGBM** on tabular features: the dataset's causal count features
+     (``DENSE_FEATURES``) plus features a practitioner derives from the
+     sequences (target item in the click history, category matches in the click
+     history, gap bucket of the last click, history length, the same two counts
+     over the skipped exposures, hour, weekday), early-stopped on val;
+   * **logistic regression** on the same features, standardized;
+   * **item popularity**: the item's smoothed click rate so far (a count feature);
+   * **oracle** (synthetic data only, for this report): the generator's true
+     click probability from its ``_truth`` sidecar. Nothing that trains reads it.
+
+Reported per world: test AUC, GAUC and logloss of each; dailyrec minus the best
+baseline's AUC with the paired DeLong 95% interval; the gap to the oracle.
+Targets: AUC >= best baseline + 0.005 with the interval above 0 on both
+worlds, and within 0.02 of the oracle on the ``make run`` world.
+
+    python benchmarks/quality.py                 # both worlds (tens of minutes on 2 cores)
+    python benchmarks/quality.py --quick         # tiny world, 1 epoch: a smoke test
+
+LightGBM is a benchmark dependency (``pip install -e '.[bench]'``), never a
+pipeline one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from benchmarks.measure import machine, run_measured  # noqa: E402
+from benchmarks.readme import publish  # noqa: E402
+from components.common.dataset import DENSE_FEATURES  # noqa: E402
+from components.evaluate.metrics import delong, summarize  # noqa: E402
+
+NAME = "quality"
+CONFIG = ROOT / "configs" / "local.json"
+SCRATCH = ROOT / "benchmarks" / "scratch" / "quality"
+MARGIN, ORACLE_GAP = 0.005, 0.02
+
+
+@dataclass(frozen=True)
+class World:
+    """Synthetic logs to generate (``components.datagen`` flags)."""
+
+    name: str
+    days: int
+    users: int
+    items: int
+    events_per_day: int
+    seed: int
+
+    def flags(self) -> list[str]:
+        return ["--days", str(self.days), "--users", str(self.users), "--items", str(self.items),
+                "--events-per-day", str(self.events_per_day), "--seed", str(self.seed)]
+
+
+# make run's sample (the Makefile's defaults), and another seed with 3x the events per day.
+WORLDS = (World("make-run", 14, 20_000, 50_000, 100_000, 7),
+          World("seed-8-3x", 14, 20_000, 50_000, 300_000, 8))
+QUICK = World("quick", 8, 2_000, 3_000, 6_000, 5)
+
+
+# ----------------------------------------------------------------------------- features
+
+
+def tabular(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:
+    """The baselines' feature matrix: count features plus sequence-derived ones."""
+    hist_item, hist_cat, neg_item, neg_cat = (arrays[k] for k in ("hist_item", "hist_cat",
+                                                                  "neg_item", "neg_cat"))
+    target_item, target_cat = arrays["target_item"][:, None], arrays["target_cat"][:, None]
+    derived = {
+        "target_in_history": ((hist_item == target_item) & (hist_item > 0)).sum(1),
+        "category_matches_in_history": ((hist_cat == target_cat) & (hist_cat > 0)).sum(1),
+        "last_click_gap_bucket": arrays["hist_gap"][:, -1],
+        "history_length": arrays["hist_len"],
+        "target_in_skipped": ((neg_item == target_item) & (neg_item > 0)).sum(1),
+        "category_matches_in_skipped": ((neg_cat == target_cat) & (neg_cat > 0)).sum(1),
+        "hour": arrays["context"][:, 0],
+        "weekday": arrays["context"][:, 1],
+    }
+    matrix = np.column_stack([arrays["dense"], *derived.values()]).astype(np.float32)
+    return matrix, [*DENSE_FEATURES, *derived]
+
+
+def split_arrays(data: Path, split: str) -> dict[str, np.ndarray]:
+    names = ("hist_item", "hist_cat", "hist_gap", "hist_len", "neg_item", "neg_cat", "dense",
+             "target_item", "target_cat", "context", "label", "user_key", "ts")
+    return {n: np.load(data / split / f"{n}.npy", mmap_mode="r") for n in names}
+
+
+def lightgbm_scores(train, val, test) -> tuple[np.ndarray, dict]:
+    import lightgbm as lgb
+
+    (x_tr, y_tr), (x_va, y_va), (x_te, _) = train, val, test
+    model = lgb.LGBMClassifier(n_estimators=2000, learning_rate=0.05, num_leaves=63,
+                               min_child_samples=100, subsample=0.8, subsample_freq=1,
+                               colsample_bytree=0.8, verbose=-1, n_jobs=2)
+    model.fit(x_tr, y_tr, eval_set=[(x_va, y_va)], eval_metric="auc",
+              callbacks=[lgb.early_stopping(50, verbose=False)])
+    return model.predict_proba(x_te)[:, 1], {"trees": int(model.best_iteration_)}
+
+
+def logistic_scores(train, val, test) -> tuple[np.ndarray, dict]:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    (x_tr, y_tr), _, (x_te, _) = train, val, test
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500))
+    model.fit(x_tr, y_tr)
+    return model.predict_proba(x_te)[:, 1], {}
+
+
+def oracle_scores(raw: Path, data: Path, test: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The generator's true p of each test row (joined on user, time, item and label), or None."""
+    from components.common.hashing import hash_ids
+
+    meta = json.loads((data / "meta.json").read_text())
+    day = meta["window"]["end"]
+    truth_files = sorted((raw / "_truth" / f"dt={day}").glob("*.parquet"))
+    if not truth_files:
+        return None
+    raws = [pd.read_parquet(f) for f in sorted((raw / f"dt={day}").glob("*.parquet"))]
+    frame = pd.concat(raws, ignore_index=True)
+    frame["p"] = pd.concat([pd.read_parquet(f) for f in truth_files], ignore_index=True)["p"]
+    frame["user_key"] = hash_ids(frame["user_id"].to_numpy())[0]
+    frame["ts"] = frame["timestamp"].astype(np.int64)
+    key = ["user_key", "ts", "label"]
+    rows = pd.DataFrame({"user_key": test["user_key"], "ts": test["ts"],
+                         "label": test["label"].astype(frame["label"].dtype),
+                         "order": np.arange(len(test["ts"]))})
+    # (user, second, label) is unique but for a handful of rows: average p there
+    truth = frame.groupby(key, as_index=False)["p"].mean()
+    joined = rows.merge(truth, on=key, how="left").sort_values("order")
+    if joined["p"].isna().any():
+        return None
+    return joined["p"].to_numpy()
+
+
+# ----------------------------------------------------------------------------- dailyrec
+
+
+def train_dailyrec(data: Path, work: Path, epochs: int) -> tuple[np.ndarray, dict]:
+    """The pipeline's plan, launcher and trainer; the best checkpoint scores the test split."""
+    from components.train.data import load_meta
+    from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
+
+    config = json.loads(CONFIG.read_text())
+    plan = work / "plan.json"
+    run_measured([sys.executable, "-m", "components.estimate", "--data", str(data),
+                  "--model", config["model_config"], "--hardware", config["hardware_profile"],
+                  "--global-batch", str(config["global_batch"]), "--max-epochs", str(epochs),
+                  "--out", str(plan)])
+    out = work / "train"
+    shutil.rmtree(out, ignore_errors=True)
+    started = time.perf_counter()
+    run_measured([sys.executable, "-m", "components.train.launch", "--data", str(data),
+                  "--plan", str(plan), "--out", str(out)])
+    seconds = time.perf_counter() - started
+    summary = json.loads((out / "train_summary.json").read_text())
+    scorer = load_scorer(out / "best.pt")
+    meta = load_meta(data)
+    logits = predict_logits(scorer.model, split_rows(data, "test", meta, 8192))
+    return sigmoid(logits), {"train_seconds": round(seconds, 1),
+                             "epochs_run": len(summary.get("epochs", [])),
+                             "best_epoch": summary.get("best_epoch"),
+                             "best_val_auc": summary.get("best_val_auc")}
+
+
+# ----------------------------------------------------------------------------- run
+
+
+def prepare(world: World, root: Path) -> tuple[Path, Path]:
+    raw, data = root / world.name / "raw", root / world.name / "dataset"
+    config = json.loads(CONFIG.read_text())
+    if not (raw / "datagen.json").exists():
+        run_measured([sys.executable, "-m", "components.datagen", "--out", str(raw), *world.flags()])
+    window = ["--days", str(min(config["window_days"], world.days - 1)),
+              "--history-days", str(min(config["history_days"], 1 if world is QUICK else 99))]
+    run_measured([sys.executable, "-m", "components.preprocess", "--raw", str(raw), "--out",
+                  str(data), *window])
+    return raw, data
+
+
+def measure_world(world: World, root: Path, epochs: int) -> dict:
+    raw, data = prepare(world, root)
+    train, val, test = (split_arrays(data, s) for s in ("train", "val", "test"))
+    xy = {name: (tabular(a)[0], np.asarray(a["label"])) for name, a in
+          (("train", train), ("val", val), ("test", test))}
+    labels, users = np.asarray(test["label"]), np.asarray(test["user_key"])
+    scores, extra = {}, {}
+    started = time.perf_counter()
+    scores["lightgbm"], extra["lightgbm"] = lightgbm_scores(xy["train"], xy["val"], xy["test"])
+    extra["lightgbm"]["seconds"] = round(time.perf_counter() - started, 1)
+    scores["logistic"], extra["logistic"] = logistic_scores(xy["train"], xy["val"], xy["test"])
+    column = DENSE_FEATURES.index("item_click_logit")
+    scores["item_popularity"] = 1 / (1 + np.exp(-np.asarray(test["dense"][:, column], np.float64)))
+    scores["dailyrec"], extra["dailyrec"] = train_dailyrec(data, root / world.name, epochs)
+    oracle = oracle_scores(raw, data, test)
+    if oracle is not None:
+        scores["oracle"] = oracle
+    models = {name: {**summarize(s, labels, users), **extra.get(name, {})}
+              for name, s in scores.items()}
+    baselines = [n for n in ("lightgbm", "logistic", "item_popularity")]
+    best = max(baselines, key=lambda n: models[n]["auc"])
+    test_delong = delong(scores["dailyrec"], scores[best], labels)
+    result = {
+        "world": world.__dict__, "rows": {s: len(a["label"]) for s, a in
+                                          (("train", train), ("val", val), ("test", test))},
+        "models": models, "best_baseline": best,
+        "vs_best_baseline": {k: test_delong[k] for k in ("delta", "ci_low", "ci_high", "p_value")},
+    }
+    if oracle is not None:
+        result["oracle_gap"] = models["oracle"]["auc"] - models["dailyrec"]["auc"]
+    result["margin_met"] = bool(test_delong["delta"] >= MARGIN and test_delong["ci_low"] > 0)
+    return result
+
+
+def table(results: list[dict], host: dict) -> str:
+    lines = [f"Test AUC / GAUC / logloss, same rows and split per world ({host['cpus']} x "
+             f"{host['cpu_model']}). Goal: dailyrec >= best baseline + {MARGIN} with the DeLong "
+             f"95% interval above 0; within {ORACLE_GAP} of the oracle on the make-run world.",
+             "", "| world | train rows | model | AUC | GAUC | logloss |", "|---|---:|---|---:|---:|---:|"]
+    for r in results:
+        for name, m in r["models"].items():
+            lines.append(f"| {r['world']['name']} | {r['rows']['train']:,} | {name} | {m['auc']:.4f} "
+                         f"| {m['gauc']:.4f} | {m['logloss']:.4f} |")
+    lines += ["", "| world | dailyrec - best baseline (95% CI) | oracle gap | margin met |",
+              "|---|---|---:|---|"]
+    for r in results:
+        v = r["vs_best_baseline"]
+        gap = f"{r['oracle_gap']:.4f}" if "oracle_gap" in r else "n/a"
+        lines.append(f"| {r['world']['name']} | {v['delta']:+.4f} vs {r['best_baseline']} "
+                     f"({v['ci_low']:+.4f} .. {v['ci_high']:+.4f}) | {gap} | "
+                     f"{'yes' if r['margin_met'] else 'no'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="a tiny world and 1 epoch: a smoke test")
+    p.add_argument("--worlds", default=",".join(w.name for w in WORLDS),
+                   help="comma-separated worlds to measure (default: all)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="max epochs of dailyrec (default: configs/local.json's max_epochs)")
+    p.add_argument("--scratch", default=str(SCRATCH), help="where worlds and datasets are kept")
+    p.add_argument("--results", default=None, help="JSON output (default: benchmarks/results/quality.json)")
+    p.add_argument("--no-readme", action="store_true", help="do not rewrite the README block")
+    args = p.parse_args(argv)
+    epochs = args.epochs or (1 if args.quick else json.loads(CONFIG.read_text())["max_epochs"])
+    worlds = [QUICK] if args.quick else [w for w in WORLDS if w.name in args.worlds.split(",")]
+    results = [measure_world(w, Path(args.scratch), epochs) for w in worlds]
+    host = machine()
+    result = {"benchmark": NAME, "machine": host, "epochs": epochs, "worlds": results,
+              "targets": {"margin": MARGIN, "oracle_gap": ORACLE_GAP}}
+    publish(NAME, result, table(results, host), results=args.results, throwaway=args.quick,
+            readme=not args.no_readme)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
