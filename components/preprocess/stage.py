@@ -41,6 +41,7 @@ from components.common.dataset import SCHEMA_VERSION, SPLITS, array_specs
 from components.common.hashing import HASH_KEY, bucketize
 from components.common.progress import PhaseTimer, get_logger
 from components.common.storage import atomic_dir, atomic_write_json, remove_stale_temps
+from components.preprocess import accounting
 from components.preprocess import raw as rawio
 from components.preprocess.clean import (
     CLEAN_COLUMNS,
@@ -69,7 +70,7 @@ def preprocess(config: PreprocessConfig) -> dict:
     timer = PhaseTimer(log)
     out = Path(config.out)
     for stale in remove_stale_temps(out):
-        log.info("removed leftover of an interrupted run: %s", stale)
+        log.info("removed leftover of an interrupted run: %r", str(stale))
 
     with timer.phase("scan"):
         found = resolve(config)
@@ -81,7 +82,7 @@ def preprocess(config: PreprocessConfig) -> dict:
 
     existing = _read_meta(out)
     if existing and existing.get("fingerprint") == fingerprint and not config.force:
-        log.info("%s is up to date (fingerprint %s); nothing to do", out, fingerprint[:12])
+        log.info("%r is up to date (fingerprint %s); nothing to do", str(out), fingerprint[:12])
         return existing
 
     with atomic_dir(out) as tmp, dask_scheduler(config.scheduler, config.workers):
@@ -89,21 +90,27 @@ def preprocess(config: PreprocessConfig) -> dict:
             counts = _validate(fs, pieces, window, config, tmp)
         with timer.phase("sequence"):
             shard_counts = _sequence(counts, window, config, tmp)
+            by_day = accounting.rows_by_day(
+                counts, accounting.merge_duplicates(shard_counts["duplicates_by_day"]))
+            accounting.check_duplicates(by_day, files, config.max_duplicate_fraction)
         with timer.phase("assemble"):
             rows = _assemble(tmp, config.seq_len)
         shutil.rmtree(tmp / "_staging")
         shutil.rmtree(tmp / "_shards")
         meta = _meta(config, window, files, counts, shard_counts, rows, fingerprint, timer)
+        meta["rows"]["by_day"] = by_day
+        meta["inputs"]["ignored"] = [{"path": rawio.printable_path(i.path), "reason": i.reason}
+                                     for i in found.ignored]
         missing = window.missing_days(day_paths)
         if missing:
             log.warning("no day folder for %s", ", ".join(map(str, missing)))
         for split in SPLITS:
             if rows[split] == 0:
                 raise InputError(
-                    f"{config.raw}: the {split} split ({window.split_range(split)}) has no usable rows"
+                    f"{config.raw!r}: the {split} split ({window.split_range(split)}) has no usable rows"
                 )
         atomic_write_json(tmp / "meta.json", meta)
-    log.info("wrote %s", out)
+    log.info("wrote %r", str(out))
     return meta
 
 
@@ -117,6 +124,8 @@ class Resolved:
     files: list
     fingerprint: str
     """Of the input files (name, size, modification), the config and this code: equal => same output."""
+    ignored: tuple = ()
+    """Paths under the raw root not read (``raw.Ignored``: path and reason)."""
 
 
 def resolve(config: PreprocessConfig) -> Resolved:
@@ -124,20 +133,34 @@ def resolve(config: PreprocessConfig) -> Resolved:
 
     Raises :class:`InputError` when the window has no files for a split.
     """
-    fs, day_paths = rawio.list_days(config.raw)
+    ignored: list[rawio.Ignored] = []
+    fs, day_paths = rawio.list_days(config.raw, ignored)
     window = Window(config.end_date or max(day_paths), config)
+    rawio.check_misnamed_days(config.raw, ignored, window.first_read, window.end,
+                              open_ended=config.end_date is None)
     wanted = {d: p for d, p in day_paths.items() if window.first_read <= d <= window.end}
-    files = rawio.list_files(fs, wanted)
+    files = rawio.list_files(fs, wanted, ignored)
     if not any(f.day >= window.start for f in files):
         raise InputError(
-            f"{config.raw}: no raw files for the window {window.start} .. {window.end} "
+            f"{config.raw!r}: no raw files for the window {window.start} .. {window.end} "
             f"(day folders present: {min(day_paths)} .. {max(day_paths)})"
         )
     for split in SPLITS:
         if not any(window.split_of(f.day) == split for f in files):
-            raise InputError(f"{config.raw}: no raw files for the {split} split "
+            raise InputError(f"{config.raw!r}: no raw files for the {split} split "
                              f"({window.split_range(split)})")
-    return Resolved(fs, day_paths, window, files, _fingerprint(fs, files, config, window))
+    if not any(f.day == window.end for f in files):  # else the window silently ends a day early
+        raise InputError(
+            f"{config.raw!r}: no raw files for the window's last day {window.end} "
+            f"(expected in {schema.day_folder_name(window.end)!r}"
+            f"{'' if window.end in day_paths else ', which does not exist'})"
+        )
+    for item in ignored[:20]:
+        log.warning("not read: %r (%s)", item.path, item.reason)
+    if len(ignored) > 20:
+        log.warning("not read: %d more paths (listed in meta.json inputs.ignored)", len(ignored) - 20)
+    return Resolved(fs, day_paths, window, files, _fingerprint(fs, files, config, window, ignored),
+                    tuple(ignored))
 
 
 class Window:
@@ -252,19 +275,7 @@ def _validate(fs, pieces, window: Window, config: PreprocessConfig, tmp: Path) -
         for i, piece in enumerate(pieces)
     ]
     counts = _compute(tasks)
-    read = sum(c["read"] for c in counts)
-    quarantined = Counter()
-    for c in counts:
-        quarantined.update(c["quarantined"])
-    total_bad = sum(quarantined.values())
-    if read and total_bad / read > config.max_quarantine_fraction:
-        worst = max(quarantined, key=quarantined.get)
-        example = next(c["examples"][worst] for c in counts if worst in c["examples"])
-        raise InputError(
-            f"{total_bad} of {read} rows ({total_bad / read:.1%}) failed validation, above "
-            f"max_quarantine_fraction={config.max_quarantine_fraction}; most common: {worst} "
-            f"({quarantined[worst]} rows, column {REASONS[worst]!r}), e.g. {example}"
-        )
+    accounting.check_quarantine(counts, config.max_quarantine_fraction)
     return counts
 
 
@@ -284,29 +295,32 @@ def _validate_piece(fs, piece: rawio.Piece, index: int, window_start: dt.date,
     if len(clean):
         clean.to_parquet(tmp / "_staging" / name, index=False)
     if len(quarantine):
-        quarantine = quarantine.assign(file=piece.file.relpath)
+        quarantine = quarantine.assign(file=piece.file.name)
         quarantine.to_parquet(tmp / "quarantine" / name, index=False)
+    groups = list(quarantine.groupby("reason", sort=False)) if len(quarantine) else []
     examples = {
-        r: f"{piece.file.relpath} row {int(g['row'].iloc[0])}: {r} in column {REASONS[r]!r} "
+        r: f"{piece.file.relpath!r} row {int(g['row'].iloc[0])}: {r} in column {REASONS[r]!r} "
            f"(value {g[REASONS[r]].iloc[0]!r})"
-        for r, g in quarantine.groupby("reason", sort=False)
-    } if len(quarantine) else {}
+        for r, g in groups
+    }
     return {
-        "file": piece.file.index, "read": table.num_rows, "staged": len(clean),
-        "history_unused": unused, "quarantined": {r: n for r, n in reasons.items() if n},
-        "examples": examples,
+        "file": piece.file.index, "day": piece.file.day.isoformat(), "read": table.num_rows,
+        "staged": len(clean), "history_unused": unused,
+        "quarantined": {r: n for r, n in reasons.items() if n}, "examples": examples,
+        "values": {r: g[REASONS[r]].iloc[0] for r, g in groups},
     }
 
 
 def _sequence(counts: list[dict], window: Window, config: PreprocessConfig, tmp: Path) -> pd.DataFrame:
     staged = sorted((tmp / "_staging").glob("*.parquet"))
     if not staged:
-        raise InputError(f"{config.raw}: every row in the window was quarantined; nothing to train on")
+        raise InputError(f"{config.raw!r}: every row in the window was quarantined; nothing to train on")
     rows = sum(c["staged"] for c in counts)
     partitions = max(1, -(-rows // config.rows_per_partition))
     events = dd.read_parquet([str(p) for p in staged])
     by_user = events.shuffle(on="user_key", npartitions=partitions)
-    meta = pd.DataFrame({k: pd.Series(dtype="int64") for k in SHARD_COUNTS})
+    meta = pd.DataFrame({k: pd.Series(dtype="int64") for k in SHARD_COUNTS}).assign(
+        duplicates_by_day=pd.Series(dtype=object))
     shards = by_user.map_partitions(
         _build_shard, shard_root=str(tmp / "_shards"), events_root=str(tmp / "events"),
         split_starts=window.day_numbers(), config=config, meta=meta,
@@ -328,6 +342,7 @@ def _build_shard(part: pd.DataFrame, shard_root: str, events_root: str, split_st
                        cols["label"], cols["day"])
     cols = {k: v[order] for k, v in cols.items()}
     dup = duplicate_mask(cols["user_key"], cols["ts"], cols["item_key"], cols["cat_key"], cols["label"])
+    duplicates_by_day = accounting.duplicates_by_day(dup, cols["day"])
     cols = {k: v[~dup] for k, v in cols.items()}
     item = bucketize(cols["item_key"], config.item_buckets)
     cat = bucketize(cols["cat_key"], config.category_buckets, null=cols["cat_key"] == 0)
@@ -342,7 +357,8 @@ def _build_shard(part: pd.DataFrame, shard_root: str, events_root: str, split_st
     split_code = np.full(len(day), -1, np.int8)  # -1 = history only
     for code, split in enumerate(SPLITS):
         split_code[day >= split_starts[split]] = code
-    result = {"shard": number, "duplicates": int(dup.sum()), HISTORY_ONLY: int((split_code < 0).sum())}
+    result = {"shard": number, "duplicates": int(dup.sum()), HISTORY_ONLY: int((split_code < 0).sum()),
+              "duplicates_by_day": duplicates_by_day}
     for code, split in enumerate(SPLITS):
         mask = split_code == code
         result[split] = int(mask.sum())
@@ -361,7 +377,7 @@ def _build_shard(part: pd.DataFrame, shard_root: str, events_root: str, split_st
             "label": cols["label"][in_window], "day": day[in_window],
             "split": np.asarray(SPLITS)[split_code[in_window]], "hist_len": hist["hist_len"][in_window],
         }).to_parquet(Path(events_root) / f"part-{number:06d}.parquet", index=False)
-    return pd.DataFrame([result])[list(SHARD_COUNTS)]
+    return pd.DataFrame([result])[[*SHARD_COUNTS, "duplicates_by_day"]]
 
 
 def _assemble(tmp: Path, seq_len: int) -> dict[str, int]:
@@ -421,10 +437,11 @@ def _copy_tail(src, dst, offset: int) -> None:
         shutil.copyfileobj(src, dst, length=1 << 22)
 
 
-def _fingerprint(fs, files, config: PreprocessConfig, window: Window) -> str:
+def _fingerprint(fs, files, config: PreprocessConfig, window: Window, ignored=()) -> str:
     inputs = [rawio.file_fingerprint(fs, f) for f in files]
     payload = {
         "schema_version": SCHEMA_VERSION, "hash_key": HASH_KEY, "inputs": inputs,
+        "ignored": [[rawio.printable_path(i.path), i.reason] for i in ignored],
         "config": config.result_fields() | {"end_date": window.end.isoformat()},
         "code": code_fingerprint(),
     }
@@ -485,7 +502,7 @@ def _meta(config, window, files, counts, shard_counts, rows, fingerprint, timer)
                    for name, (d, t) in array_specs(config.seq_len).items()},
         "rows": {"read": read, "kept": kept, "quarantined": dict(sorted(quarantined.items())),
                  "quarantined_total": sum(quarantined.values()), "duplicates_dropped": duplicates},
-        "inputs": {"files": [f.relpath for f in files], "bytes": sum(f.size for f in files)},
+        "inputs": {"files": [f.name for f in files], "bytes": sum(f.size for f in files)},
         "seconds": dict(timer.seconds),
     }
 
@@ -506,5 +523,12 @@ def format_summary(meta: dict) -> str:
                      f"{info['positive_rate']:.4f}  ({info['days']})")
     for reason, n in rows["quarantined"].items():
         lines.append(f"  quarantined {reason}: {n:,}")
+    duplicated = {d: b["duplicates"] for d, b in rows.get("by_day", {}).items() if b["duplicates"]}
+    if duplicated:
+        lines.append("  exact duplicates by day: " + ", ".join(f"{d} {n:,}" for d, n in duplicated.items()))
+    ignored = meta["inputs"].get("ignored", [])
+    if ignored:
+        lines.append(f"  not read: {len(ignored)} paths (meta.json inputs.ignored), e.g. "
+                     f"{ignored[0]['path']!r} ({ignored[0]['reason']})")
     lines.append("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in meta["seconds"].items()))
     return "\n".join(lines)
