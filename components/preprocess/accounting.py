@@ -32,7 +32,7 @@ def check_quarantine(counts: list[dict], limit: float) -> None:
     days: dict[str, list[dict]] = defaultdict(list)
     for c in counts:
         days[c["day"]].append(c)
-    scopes = [(None, counts)] + sorted(days.items())
+    scopes = [*sorted(days.items()), (None, counts)]  # a day first: that names where to look
     for day, group in scopes:
         read = sum(c["read"] for c in group)
         quarantined = Counter()
