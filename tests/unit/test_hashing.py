@@ -95,3 +95,24 @@ def test_same_id_same_bucket_across_calls_and_orders():
     a, _ = hash_ids(pd.Series(["x", "y", "z"]))
     b, _ = hash_ids(pd.Series(["z", "x", "q", "y"]))
     assert bucketize(a, 1000).tolist() == bucketize(b, 1000)[[1, 3, 0]].tolist()
+
+
+def test_pandas_nullable_and_object_inputs_keep_exact_big_ids():
+    big = [2**53 + 1, 2**53 + 2, 2**63 - 1]
+    nullable, unusable = hash_ids(pd.Series(big + [None], dtype="Int64"))
+    text, _ = hash_ids(pd.Series([str(v) for v in big]))
+    np.testing.assert_array_equal(nullable[:3], text)
+    assert unusable.tolist() == [False, False, False, True]
+    mixed, _ = hash_ids(pd.Series([2**64 + 1, "x", 7.0], dtype=object))  # beyond uint64: its text
+    np.testing.assert_array_equal(mixed, hash_ids(pd.Series([str(2**64 + 1), "x", "7"]))[0])
+
+
+def test_binary_ids_hash_their_bytes():
+    import pyarrow as pa
+
+    from components.common.hashing import id_keys
+
+    keys, null, invalid = id_keys(pa.array([b"abc", b"", b"\xff\xfe", None]))
+    assert keys[0] == hash_ids(pd.Series(["abc"]))[0][0]
+    assert null.tolist() == [False, True, False, True] and not invalid.any()
+    assert keys[2] == np.uint64(splitmix64_finalizer(siphash24(HASH_KEY.encode(), b"\xff\xfe"))).view(np.int64)
