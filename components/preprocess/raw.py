@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import fsspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -358,7 +359,7 @@ def read_piece(fs, piece: Piece) -> pa.Table:
             data = fh.read()
         header = read_csv_header(fs, file)
         names = [c for c in schema.CONTRACT_COLUMNS if c in header]
-        return pacsv.read_csv(
+        return _float_written_ids_as_integers(pacsv.read_csv(
             io.BytesIO(data),
             # the header as checked (names stripped of blanks), so " label" is the column "label"
             read_options=pacsv.ReadOptions(encoding="utf8", column_names=header, skip_rows=1),
@@ -368,13 +369,31 @@ def read_piece(fs, piece: Piece) -> pa.Table:
                 null_values=[""],
                 strings_can_be_null=True,
             ),
-        )
+        ))
     except InputError:
         raise
     except Exception as exc:
         kind = f"{file.compression} CSV" if file.compression else file.fmt.upper()
         raise InputError(f"{file.relpath!r}: unreadable {kind} data ({_one_line(exc)}"
                          f"{_csv_column_hint(file, str(exc), header)})") from exc
+
+
+_FLOAT_WRITTEN_INTEGER = r"^-?\d+\.0+$"
+
+
+def _float_written_ids_as_integers(table: pa.Table) -> pa.Table:
+    """An id column of a CSV whose every value reads like ``17.0`` is an integer column written
+    through float (pandas writes an integer column holding a null so): read ``17.0`` as ``17``,
+    the id the same events have on a day without nulls. Text ids in other files keep their text."""
+    for name in (schema.USER_ID, schema.ITEM_ID, schema.CATEGORY_ID):
+        if name not in table.column_names:
+            continue
+        column = table.column(name)
+        floaty = pc.match_substring_regex(column, _FLOAT_WRITTEN_INTEGER)
+        if pc.any(floaty).as_py() and pc.all(pc.or_kleene(floaty, column.is_null())).as_py():
+            table = table.set_column(table.schema.get_field_index(name), name,
+                                     pc.replace_substring_regex(column, r"\.0+$", ""))
+    return table
 
 
 def _one_line(exc: Exception) -> str:
