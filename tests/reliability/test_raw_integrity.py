@@ -69,6 +69,17 @@ def events(out: Path) -> pd.DataFrame:
     return pd.concat([pd.read_parquet(p) for p in sorted((out / "events").glob("*.parquet"))])
 
 
+def same_dataset(tmp_path: Path, raw: Path, baseline: dict) -> dict:
+    """Run on ``raw`` into ``tmp_path/ds``: the same rows, books and events as ``tmp_path/base``."""
+    meta = run(raw, tmp_path / "ds")
+    books_balance(meta)
+    for key in ("read", "kept", "duplicates_dropped"):
+        assert meta["rows"][key] == baseline["rows"][key], key
+    pd.testing.assert_frame_equal(events(tmp_path / "ds").reset_index(drop=True),
+                                  events(tmp_path / "base").reset_index(drop=True))
+    return meta
+
+
 def reference_key(text: str) -> int:
     """The key of an id's decimal text: SipHash-2-4 + splitmix64 (pure Python)."""
     return np.uint64(splitmix64_finalizer(siphash24(HASH_KEY.encode(), text.encode()))).view(np.int64)
@@ -260,12 +271,7 @@ def test_accepted_timestamp_types_give_the_same_dataset(tmp_path, kind, fault_re
         path = raw / schema.day_folder_name(day) / "part-00000.parquet"
         pq.write_table(_day_table(frame, values).append_column(
             "category_id", pa.array(frame["category_id"], pa.int64())), path)
-    meta = run(raw, tmp_path / "ds")
-    books_balance(meta)
-    assert meta["rows"]["kept"] == baseline["rows"]["kept"]
-    assert meta["rows"]["duplicates_dropped"] == baseline["rows"]["duplicates_dropped"]
-    pd.testing.assert_frame_equal(events(tmp_path / "ds").reset_index(drop=True),
-                                  events(tmp_path / "base").reset_index(drop=True))
+    same_dataset(tmp_path, raw, baseline)
     fault_report(CATEGORY, f"timestamp as {kind}", "accepted; the same rows and times as int64 seconds")
 
 
@@ -493,12 +499,7 @@ def test_compressed_csv_nested_partitions_pq_and_symlinks_are_read(tmp_path, fau
             (target / "events.csv").write_bytes(text)
             os.symlink(target, folder, target_is_directory=True)
             os.symlink(target, target / "loop", target_is_directory=True)  # a link loop inside
-    meta = run(raw, tmp_path / "ds")
-    books_balance(meta)
-    assert meta["rows"]["read"] == baseline["rows"]["read"]
-    assert meta["rows"]["kept"] == baseline["rows"]["kept"]
-    pd.testing.assert_frame_equal(events(tmp_path / "ds").reset_index(drop=True),
-                                  events(tmp_path / "base").reset_index(drop=True))
+    meta = same_dataset(tmp_path, raw, baseline)
     assert sorted(meta["inputs"]["files"]) == sorted([
         "dt=2026-03-01/events.csv.bz2", "dt=2026-03-01/events.csv.gz", "dt=2026-03-01/events.csv.zst",
         "dt=2026-03-02/hour=00/part-00000-1f2e.c000.snappy.parquet",
