@@ -22,6 +22,7 @@ missing values.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pandas.util import hash_array
@@ -56,12 +57,22 @@ def id_keys(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray,
     problem = id_type_problem(values.type)
     if problem:
         raise TypeError(problem)
+    if pa.types.is_string_view(values.type) or pa.types.is_binary_view(values.type):
+        values = values.cast(pa.large_string() if pa.types.is_string_view(values.type) else pa.large_binary())
     if pa.types.is_null(values.type):
         n = len(values)
         return np.zeros(n, np.int64), np.ones(n, bool), np.zeros(n, bool)
-    encoded = values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
-    codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
-    text, status = _canonical(encoded.dictionary)  # status: 0 ok, 1 null, 2 invalid
+    if pa.types.is_integer(values.type):
+        # pandas factorizes a plain integer array several times faster than Arrow's dictionary
+        # encoding, and exactly: nulls are filled and masked, never turned into float NaN.
+        codes, uniques = pd.factorize(pc.fill_null(values, 0).to_numpy(zero_copy_only=False))
+        codes = np.where(values.is_null().to_numpy(zero_copy_only=False), -1, codes)
+        dictionary = pa.array(uniques, values.type)
+    else:
+        encoded = values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
+        codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        dictionary = encoded.dictionary
+    text, status = _canonical(dictionary)  # status: 0 ok, 1 null, 2 invalid
     keys = (hash_array(text, hash_key=HASH_KEY, categorize=False).view(np.int64) if len(text)
             else np.zeros(0, np.int64))
     keys = np.where(status == 0, keys, 0)
@@ -127,12 +138,12 @@ def _canonical(uniques: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         integral = pc.fill_null(pc.equal(uniques, whole), True).to_numpy(zero_copy_only=False)
         status = np.where(status == 1, 1, np.where(integral, 0, 2)).astype(np.int8)
         text = pc.cast(whole, pa.string())
-    else:  # text or binary: the value itself
+    else:  # text or binary: the value itself; empty counts as null
         text = uniques
+        empty = pc.fill_null(pc.equal(pc.binary_length(uniques), 0), False).to_numpy(zero_copy_only=False)
+        status = np.where((status == 0) & empty, 1, status).astype(np.int8)
     out = text.to_numpy(zero_copy_only=False).astype(object) if n else np.empty(0, object)
     out[status != 0] = ""
-    empty = np.fromiter((len(v) == 0 for v in out), bool, count=n)
-    status = np.where((status == 0) & empty, 1, status).astype(np.int8)
     return out, status
 
 
