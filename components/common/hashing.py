@@ -6,7 +6,8 @@ text is taken from the column's Arrow type, never through float64 (which
 rounds integers above 2**53 together once a column has a null): every integer
 width signed or unsigned, integral decimals and integral floats give the same
 decimal text as the integer, dictionary-encoded columns their values' text,
-binary columns their bytes. A float or decimal that is no integer (``1.5``,
+binary columns their bytes; text ids lose ASCII blanks around them (``" 42"``
+is ``"42"``), nothing else (``"007"`` is not ``"7"``). A float or decimal that is no integer (``1.5``,
 ``inf``, or a float beyond its type's exact-integer range, where the writer
 already rounded distinct ids together) is *invalid*: the caller quarantines
 the row. ``NaN``, null and the empty string are *null*.
@@ -30,6 +31,7 @@ from pandas.util import hash_array
 HASH_KEY = "dailyrec-ids-v1!"  # 16 bytes; changing it re-buckets every id (a new schema version)
 PAD = 0
 
+ID_BLANKS = " \t\r\n\f\v"  # trimmed around text ids: "u1, i2" in a hand-made CSV is the id "i2"
 # Floats hold every integer exactly only up to 2**(mantissa bits + 1).
 _EXACT_FLOAT_INT = {16: 2**11, 32: 2**24, 64: 2**53}
 
@@ -62,8 +64,14 @@ def id_keys(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray,
     if pa.types.is_null(values.type):
         n = len(values)
         return np.zeros(n, np.int64), np.ones(n, bool), np.zeros(n, bool)
-    if pa.types.is_integer(values.type):
-        # pandas factorizes a plain integer array several times faster than Arrow's dictionary
+    exact = None
+    if pa.types.is_floating(values.type):  # float16/32 have no Arrow kernels here: float64, same limit
+        exact = _EXACT_FLOAT_INT[values.type.bit_width]
+        values = pc.cast(values, pa.float64())
+    elif pa.types.is_decimal(values.type) and values.type.bit_width < 128:  # decimal32/64
+        values = pc.cast(values, pa.decimal128(values.type.precision, values.type.scale))
+    if pa.types.is_integer(values.type) or pa.types.is_floating(values.type):
+        # pandas factorizes a plain number array several times faster than Arrow's dictionary
         # encoding, and exactly: nulls are filled and masked, never turned into float NaN.
         codes, uniques = pd.factorize(pc.fill_null(values, 0).to_numpy(zero_copy_only=False))
         codes = np.where(values.is_null().to_numpy(zero_copy_only=False), -1, codes)
@@ -72,7 +80,7 @@ def id_keys(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray,
         encoded = values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
         codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
         dictionary = encoded.dictionary
-    text, status = _canonical(dictionary)  # status: 0 ok, 1 null, 2 invalid
+    text, status = _canonical(dictionary, exact)  # status: 0 ok, 1 null, 2 invalid
     keys = (hash_array(text, hash_key=HASH_KEY, categorize=False).view(np.int64) if len(text)
             else np.zeros(0, np.int64))
     keys = np.where(status == 0, keys, 0)
@@ -112,9 +120,10 @@ def _canonical_value(value) -> bytes | None:
     return text[0] if isinstance(text[0], bytes) else text[0].encode("utf-8")
 
 
-def _canonical(uniques: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def _canonical(uniques: pa.Array, exact: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Object array of the canonical text (str, or bytes for binary) of each distinct value, and
-    its status (0 ok, 1 null, 2 invalid)."""
+    its status (0 ok, 1 null, 2 invalid). ``exact``: for floats, the largest integer the column's
+    original float type holds exactly."""
     type_ = uniques.type
     n = len(uniques)
     status = np.where(uniques.is_null().to_numpy(zero_copy_only=False), 1, 0).astype(np.int8)
@@ -124,7 +133,7 @@ def _canonical(uniques: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         text = pc.cast(uniques, pa.string())
     elif pa.types.is_floating(type_):
         floats = pc.cast(uniques, pa.float64()).to_numpy(zero_copy_only=False)
-        limit = _EXACT_FLOAT_INT[type_.bit_width]
+        limit = exact or _EXACT_FLOAT_INT[type_.bit_width]
         nan = np.isnan(floats)
         ok = ~nan & (np.abs(np.where(nan, 0, floats)) <= limit)
         ok &= np.floor(np.where(ok, floats, 0)) == np.where(ok, floats, 0)
@@ -138,9 +147,9 @@ def _canonical(uniques: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         integral = pc.fill_null(pc.equal(uniques, whole), True).to_numpy(zero_copy_only=False)
         status = np.where(status == 1, 1, np.where(integral, 0, 2)).astype(np.int8)
         text = pc.cast(whole, pa.string())
-    else:  # text or binary: the value itself; empty counts as null
-        text = uniques
-        empty = pc.fill_null(pc.equal(pc.binary_length(uniques), 0), False).to_numpy(zero_copy_only=False)
+    else:  # text (blanks around it trimmed) or binary: the value itself; empty counts as null
+        text = pc.utf8_trim(uniques, characters=ID_BLANKS) if _is_text(type_) else uniques
+        empty = pc.fill_null(pc.equal(pc.binary_length(text), 0), False).to_numpy(zero_copy_only=False)
         status = np.where((status == 0) & empty, 1, status).astype(np.int8)
     out = text.to_numpy(zero_copy_only=False).astype(object) if n else np.empty(0, object)
     out[status != 0] = ""

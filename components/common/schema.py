@@ -30,8 +30,10 @@ RAW_FORMATS: dict[str, tuple[str, str | None]] = {
 UNREAD_COMPRESSIONS: tuple[str, ...] = (".snappy", ".lz4", ".deflate", ".zip", ".xz", ".lzma", ".br",
                                         ".7z", ".lzo", ".z", ".tar", ".tgz")
 DAY_FOLDER = re.compile(r"^dt=(\d{4}-\d{2}-\d{2})$")
-# What a misnamed day folder may mean: dt=2026-1-5, dt=20260105, dt=2026-02-30 ...
-_LOOSE_DAY = re.compile(r"^dt=\D*(\d{4})\D*?(\d{1,2})\D*?(\d{1,2})(?!\d)")
+# What a misnamed day folder may mean: dt=2026-1-5, dt=20260105, dt=2026-02-30, date=2026-03-05,
+# DT=2026-03-05, 2026-03-05, dt=2026-03-05.bak ...
+_LOOSE_DAY = re.compile(r"(?<!\d)(\d{4})[-_/.](\d{1,2})[-_/.](\d{1,2})(?!\d)")
+_COMPACT_DAY = re.compile(r"(?<!\d)(\d{4})(\d{2})(\d{2})(?!\d)")
 SECONDS_PER_DAY = 86_400
 
 
@@ -52,13 +54,12 @@ def parse_day_folder(name: str) -> dt.date | None:
 
 
 def loose_day_numbers(name: str) -> tuple[int, int, int] | None:
-    """(year, month, day) a ``dt=`` folder name that is no valid day folder seems to mean, or None.
+    """(year, month, day) a folder name that is no valid day folder seems to mean, or None.
 
     ``dt=2026-1-5`` gives (2026, 1, 5); ``dt=2026-13-45`` gives (2026, 13, 45) (no date, but it
     sorts after every day of 2026-12): enough to tell whether it may belong to a window.
     """
-    compact = re.match(r"^dt=(\d{4})(\d{2})(\d{2})$", name)
-    match = compact or _LOOSE_DAY.match(name)
+    match = _LOOSE_DAY.search(name) or _COMPACT_DAY.search(name)
     return tuple(int(g) for g in match.groups()) if match else None
 
 

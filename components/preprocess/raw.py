@@ -131,7 +131,8 @@ def list_days(raw: str, ignored: list[Ignored] | None = None
         day = schema.parse_day_folder(name) if kind == "directory" else None
         if day is not None:
             days[day] = entry["name"].rstrip("/")
-        elif kind == "directory" and name.startswith("dt="):
+        elif kind == "directory" and not name.startswith(HIDDEN) and (
+                name.lower().startswith("dt=") or schema.loose_day_numbers(name)):
             numbers = schema.loose_day_numbers(name)
             ignored.append(Ignored(name, _misnamed_reason(numbers), numbers))
         elif kind in ("broken link", "other"):
@@ -277,8 +278,9 @@ def _check_magic(fs, file: RawFile) -> None:
         return  # plain CSV text (UTF-16 is named by the header check, which tells the encoding)
     what = {("parquet", None): "a Parquet file", ("csv", None): "CSV text"}.get(
         (file.fmt, file.compression), f"{file.compression}-compressed CSV")
-    holds = found[0] if found else "no known format"
-    fix = found[1] if found else "check how it was written"
+    text = head and all(32 <= b < 127 or b in b"\t\r\n" for b in head)
+    holds = found[0] if found else ("text" if text else "no known format")
+    fix = found[1] if found else ("rename it to .csv if it is CSV" if text else "check how it was written")
     raise InputError(f"{file.relpath!r}: named as {what} but holds {holds}; {fix}")
 
 

@@ -74,8 +74,7 @@ def preprocess(config: PreprocessConfig) -> dict:
 
     with timer.phase("scan"):
         found = resolve(config)
-        fs, day_paths, window, files, fingerprint = (found.fs, found.day_paths, found.window,
-                                                     found.files, found.fingerprint)
+        fs, window, files, fingerprint = found.fs, found.window, found.files, found.fingerprint
         pieces = rawio.plan_pieces(fs, files)
         log.info("%d files, %d pieces, window %s .. %s (+%d history days)",
                  len(files), len(pieces), window.start, window.end, config.history_days)
@@ -101,9 +100,10 @@ def preprocess(config: PreprocessConfig) -> dict:
         meta["rows"]["by_day"] = by_day
         meta["inputs"]["ignored"] = [{"path": rawio.printable_path(i.path), "reason": i.reason}
                                      for i in found.ignored]
-        missing = window.missing_days(day_paths)
+        missing = window.missing_days({f.day for f in files})  # no folder, or no raw file in it
+        meta["inputs"]["days_without_files"] = [d.isoformat() for d in missing]
         if missing:
-            log.warning("no day folder for %s", ", ".join(map(str, missing)))
+            log.warning("no raw files for %s", ", ".join(map(str, missing)))
         for split in SPLITS:
             if rows[split] == 0:
                 raise InputError(

@@ -375,6 +375,10 @@ def test_duplicate_limit_is_a_flag_with_help_and_default():
     ("dt=2026-3-5", None, 1),  # non-padded, after the latest day: the window would end a day early
     ("dt=2026-13-45", None, 1),  # no date, but it sorts after the latest day
     ("dt=20260305", None, 1),
+    ("date=2026-03-05", None, 1),  # another partition key
+    ("DT=2026-03-05", None, 1),
+    ("2026-03-05", None, 1),
+    ("dt=2026-03-04.bak", None, 1),  # a copy of the latest day: which one is meant?
     ("dt=2026-02-30", END, 4),  # no date, inside the days read (02-26 .. 03-04)
     ("dt=2026-3-3", END, 1),  # non-padded, inside the window
 ])
@@ -386,7 +390,7 @@ def test_misnamed_day_folders_that_may_hold_window_days_are_an_error(tmp_path, n
     write_day(raw, DAYS[0], random_events(np.random.default_rng(1), DAYS[0], 5), name="x")
     (raw / name / "part-00000.parquet").write_bytes((raw / schema.day_folder_name(DAYS[0]) / "x.parquet")
                                                     .read_bytes())
-    with pytest.raises(InputError, match=rf"folder '{name}' is a (misnamed day folder|not a calendar date)"
+    with pytest.raises(InputError, match=rf"folder '{re.escape(name)}' is a (misnamed day folder|not a calendar date)"
                                          r".* may hold days of the window .*rename it"):
         run(raw, tmp_path / "ds", end_date=end_date, history_days=history_days)
     fault_report(CATEGORY, f"day folder {name!r} ({'window ends at the latest day' if end_date is None else 'inside the window'})",
@@ -456,6 +460,19 @@ def test_last_day_missing_or_without_raw_files_is_an_error(tmp_path, fault_repor
                  "InputError naming the day (never a window that silently ends a day early)")
 
 
+def test_days_of_the_window_without_raw_files_are_reported(tmp_path, caplog, fault_report):
+    raw = tmp_path / "raw"
+    make_raw(raw)
+    for f in (raw / "dt=2026-03-01").iterdir():  # the look-back day's folder left empty
+        f.unlink()
+    with caplog.at_level(logging.WARNING, logger="components.preprocess.stage"):
+        meta = run(raw, tmp_path / "ds2")
+    assert meta["inputs"]["days_without_files"] == ["2026-03-01"]
+    assert "no raw files for 2026-03-01" in [r.getMessage() for r in caplog.records]
+    fault_report(CATEGORY, "a day folder of the look-back window left empty",
+                 "listed in meta.json inputs.days_without_files and warned")
+
+
 def _compress(data: bytes, kind: str) -> bytes:
     if kind == "gz":
         return gzip.compress(data)
@@ -517,9 +534,10 @@ def test_compressed_csv_nested_partitions_pq_and_symlinks_are_read(tmp_path, fau
     ("events.csv", "parquet", r"named as CSV text but holds a Parquet file; rename it to \.parquet"),
     ("events.csv", "gzip", r"named as CSV text but holds gzip-compressed data; rename it to \.csv\.gz"),
     ("events.csv", "zip", r"named as CSV text but holds a ZIP archive; unzip it"),
-    ("events.csv.gz", "csv", r"named as gzip-compressed CSV but holds no known format"),
+    ("events.csv.gz", "csv", r"named as gzip-compressed CSV but holds text; rename it to \.csv if it is CSV"),
     ("events.csv.gz", "parquet", r"named as gzip-compressed CSV but holds a Parquet file"),
     ("events.parquet", "gzip", r"named as a Parquet file but holds gzip-compressed data"),
+    ("events.parquet", "csv", r"named as a Parquet file but holds text; rename it to \.csv if it is CSV"),
     ("events.csv.gz", "broken gzip", r"unreadable gzip"),
     ("events.csv.snappy", "csv", r"compressed as '\.snappy', which is not read; accepted: \.parquet"),
     ("events.parquet.lz4", "csv", r"compressed as '\.lz4', which is not read"),
