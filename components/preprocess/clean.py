@@ -152,7 +152,9 @@ def _float_seconds(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _text_seconds(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    text = pd.Series(pc.utf8_trim_whitespace(values).to_numpy(zero_copy_only=False), dtype=object)
+    # "2026-03-01 10:00:00 UTC" (BigQuery's export) is ISO-8601 with the zone spelled out
+    trimmed = pc.replace_substring_regex(pc.utf8_trim_whitespace(values), r"(?i)\s*UTC$", "+00:00")
+    text = pd.Series(trimmed.to_numpy(zero_copy_only=False), dtype=object)
     seconds = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan).copy()
     text_rows = np.isnan(seconds) & text.notna().to_numpy()
     if text_rows.any():

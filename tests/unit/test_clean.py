@@ -102,8 +102,9 @@ def test_timestamps_read_through_arrow_types_without_a_float_detour():
 
 
 def test_iso_dates_without_a_time_of_day_are_invalid():
-    seconds, valid = parse_timestamps(pa.array(["2026-03-01", "2026-03-01T00:00:00Z", " 2026-03-01 00:00 "]))
-    assert valid.tolist() == [False, True, True] and seconds[1] == seconds[2] == T0
+    seconds, valid = parse_timestamps(pa.array(["2026-03-01", "2026-03-01T00:00:00Z", " 2026-03-01 00:00 ",
+                                                "2026-03-01 00:00:00 UTC"]))
+    assert valid.tolist() == [False, True, True, True] and seconds[1] == seconds[2] == seconds[3] == T0
 
 
 def test_labels_accept_decimal_numbers_and_text():
