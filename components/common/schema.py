@@ -1,6 +1,8 @@
 """The raw-event contract every stage shares (see README, "Raw data contract").
 
-Raw events live in one folder per day, ``<raw>/dt=YYYY-MM-DD/*.parquet|*.csv``.
+Raw events live in one folder per day, ``<raw>/dt=YYYY-MM-DD/*.parquet|*.csv``
+(also ``.pq``, gzip/bzip2/zstd CSV, and files in sub-folders of a day folder
+such as Spark's ``hour=00/``).
 """
 
 from __future__ import annotations
@@ -18,8 +20,20 @@ REQUIRED_COLUMNS: tuple[str, ...] = (USER_ID, ITEM_ID, TIMESTAMP, LABEL)
 OPTIONAL_COLUMNS: tuple[str, ...] = (CATEGORY_ID,)
 CONTRACT_COLUMNS: tuple[str, ...] = (USER_ID, ITEM_ID, CATEGORY_ID, TIMESTAMP, LABEL)
 
-RAW_SUFFIXES: tuple[str, ...] = (".parquet", ".csv")
+# file name ending -> (format, compression); the longest matching ending wins
+RAW_FORMATS: dict[str, tuple[str, str | None]] = {
+    ".parquet": ("parquet", None), ".pq": ("parquet", None), ".csv": ("csv", None),
+    ".csv.gz": ("csv", "gzip"), ".csv.gzip": ("csv", "gzip"), ".csv.bz2": ("csv", "bz2"),
+    ".csv.zst": ("csv", "zstd"), ".csv.zstd": ("csv", "zstd"),
+}
+# Data files compressed in a way the reader does not take: refused, never skipped.
+UNREAD_COMPRESSIONS: tuple[str, ...] = (".snappy", ".lz4", ".deflate", ".zip", ".xz", ".lzma", ".br",
+                                        ".7z", ".lzo", ".z", ".tar", ".tgz")
 DAY_FOLDER = re.compile(r"^dt=(\d{4}-\d{2}-\d{2})$")
+# What a misnamed day folder may mean: dt=2026-1-5, dt=20260105, dt=2026-02-30, date=2026-03-05,
+# DT=2026-03-05, 2026-03-05, dt=2026-03-05.bak ...
+_LOOSE_DAY = re.compile(r"(?<!\d)(\d{4})[-_/.](\d{1,2})[-_/.](\d{1,2})(?!\d)")
+_COMPACT_DAY = re.compile(r"(?<!\d)(\d{4})(\d{2})(\d{2})(?!\d)")
 SECONDS_PER_DAY = 86_400
 
 
@@ -37,6 +51,23 @@ def parse_day_folder(name: str) -> dt.date | None:
         return dt.date.fromisoformat(match.group(1))
     except ValueError:
         return None
+
+
+def loose_day_numbers(name: str) -> tuple[int, int, int] | None:
+    """(year, month, day) a folder name that is no valid day folder seems to mean, or None.
+
+    ``dt=2026-1-5`` gives (2026, 1, 5); ``dt=2026-13-45`` gives (2026, 13, 45) (no date, but it
+    sorts after every day of 2026-12): enough to tell whether it may belong to a window.
+    """
+    match = _LOOSE_DAY.search(name) or _COMPACT_DAY.search(name)
+    return tuple(int(g) for g in match.groups()) if match else None
+
+
+def raw_format(name: str) -> tuple[str, str | None] | None:
+    """(format, compression) of a raw file name, or None when it is no raw data file."""
+    lower = name.lower()
+    endings = [e for e in RAW_FORMATS if lower.endswith(e)]
+    return RAW_FORMATS[max(endings, key=len)] if endings else None
 
 
 def day_start_epoch(day: dt.date) -> int:

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import datetime as dt
 import sys
+from pathlib import Path
 
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.errors import InputError
@@ -34,7 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--category-buckets", type=int, default=defaults["category_buckets"])
     p.add_argument("--user-buckets", type=int, default=defaults["user_buckets"])
     p.add_argument("--max-skew-hours", type=float, default=defaults["max_skew_hours"])
-    p.add_argument("--max-quarantine-fraction", type=float, default=defaults["max_quarantine_fraction"])
+    p.add_argument("--max-quarantine-fraction", type=float, default=defaults["max_quarantine_fraction"],
+                   help="fail when more than this fraction of the rows read, overall or of any one "
+                        "day, is quarantined (default: %(default)s)")
+    p.add_argument("--max-duplicate-fraction", type=float, default=defaults["max_duplicate_fraction"],
+                   help="fail when more than this fraction of one day's rows are exact duplicates "
+                        "(default: %(default)s)")
     p.add_argument("--rows-per-partition", type=int, default=defaults["rows_per_partition"])
     p.add_argument("--shuffle-buffer-mb", type=int, default=defaults["shuffle_buffer_mb"],
                    help="memory the local disk shuffle may buffer before spilling")
@@ -56,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"preprocess: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     print(format_summary(meta))
-    print(f"meta: {args.out}/meta.json")
+    print(f"meta: {str(Path(args.out) / 'meta.json')!r}")
     return 0
 
 

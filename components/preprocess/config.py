@@ -55,7 +55,9 @@ class PreprocessConfig:
     max_skew_hours: float = 3.0
     """Timestamps may fall this far outside their folder's UTC day; further out is quarantined."""
     max_quarantine_fraction: float = 0.1
-    """Stop with an error when more than this fraction of rows read is quarantined."""
+    """Stop with an error when more than this fraction of rows read is quarantined, overall or on any one day."""
+    max_duplicate_fraction: float = 0.1
+    """Stop with an error when more than this fraction of one day's rows are exact duplicates."""
     rows_per_partition: int = 500_000
     """Target rows per partition after the shuffle by user (bounds memory per task)."""
     shuffle_buffer_mb: int = 128
@@ -91,10 +93,9 @@ class PreprocessConfig:
                 raise ValueError(f"{name} must be in [2, 2**31 - 1], got {value}")
         if self.max_skew_hours < 0:
             raise ValueError(f"max_skew_hours must be >= 0, got {self.max_skew_hours}")
-        if not 0 <= self.max_quarantine_fraction <= 1:
-            raise ValueError(
-                f"max_quarantine_fraction must be in [0, 1], got {self.max_quarantine_fraction}"
-            )
+        for name in ("max_quarantine_fraction", "max_duplicate_fraction"):
+            if not 0 <= getattr(self, name) <= 1:  # also refuses NaN
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.workers is not None and self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.scheduler not in SCHEDULERS and not _ADDRESS.match(self.scheduler):

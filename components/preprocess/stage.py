@@ -45,6 +45,7 @@ from components.common.dataset import DENSE_FEATURES, SCHEMA_VERSION, SPLITS, ar
 from components.common.hashing import HASH_KEY, bucketize
 from components.common.progress import PhaseTimer, get_logger
 from components.common.storage import atomic_dir, atomic_write_json, remove_stale_temps
+from components.preprocess import accounting
 from components.preprocess import raw as rawio
 from components.preprocess.clean import (
     CLEAN_COLUMNS,
@@ -84,19 +85,18 @@ def preprocess(config: PreprocessConfig) -> dict:
     timer = PhaseTimer(log)
     out = Path(config.out)
     for stale in remove_stale_temps(out):
-        log.info("removed leftover of an interrupted run: %s", stale)
+        log.info("removed leftover of an interrupted run: %r", str(stale))
 
     with timer.phase("scan"):
         found = resolve(config)
-        fs, day_paths, window, files, fingerprint = (found.fs, found.day_paths, found.window,
-                                                     found.files, found.fingerprint)
+        fs, window, files, fingerprint = found.fs, found.window, found.files, found.fingerprint
         pieces = rawio.plan_pieces(fs, files)
         log.info("%d files, %d pieces, window %s .. %s (+%d history days)",
                  len(files), len(pieces), window.start, window.end, config.history_days)
 
     existing = _read_meta(out)
     if existing and existing.get("fingerprint") == fingerprint and not config.force:
-        log.info("%s is up to date (fingerprint %s); nothing to do", out, fingerprint[:12])
+        log.info("%r is up to date (fingerprint %s); nothing to do", str(out), fingerprint[:12])
         return existing
 
     with atomic_dir(out) as tmp, dask_scheduler(config.scheduler, config.workers):
@@ -104,6 +104,8 @@ def preprocess(config: PreprocessConfig) -> dict:
             counts = _validate(fs, pieces, window, config, tmp)
         with timer.phase("count"):
             duplicates = _count(counts, config, tmp)
+            by_day = accounting.rows_by_day(counts, duplicates)
+            accounting.check_duplicates(by_day, files, config.max_duplicate_fraction)
         with timer.phase("sequence"):
             rows_left = sum(c["staged"] for c in counts) - sum(duplicates.values())
             shard_counts = _sequence(rows_left, window, config, tmp)
@@ -115,16 +117,20 @@ def preprocess(config: PreprocessConfig) -> dict:
                      timer)
         # of the training split: what the model standardizes the dense features with
         meta["dense_features"].update(dense_stats(tmp / "train" / "dense.npy"))
-        missing = window.missing_days(day_paths)
+        meta["rows"]["by_day"] = by_day
+        meta["inputs"]["ignored"] = [{"path": rawio.printable_path(i.path), "reason": i.reason}
+                                     for i in found.ignored]
+        missing = window.missing_days({f.day for f in files})  # no folder, or no raw file in it
+        meta["inputs"]["days_without_files"] = [d.isoformat() for d in missing]
         if missing:
-            log.warning("no day folder for %s", ", ".join(map(str, missing)))
+            log.warning("no raw files for %s", ", ".join(map(str, missing)))
         for split in SPLITS:
             if rows[split] == 0:
                 raise InputError(
-                    f"{config.raw}: the {split} split ({window.split_range(split)}) has no usable rows"
+                    f"{config.raw!r}: the {split} split ({window.split_range(split)}) has no usable rows"
                 )
         atomic_write_json(tmp / "meta.json", meta)
-    log.info("wrote %s", out)
+    log.info("wrote %r", str(out))
     return meta
 
 
@@ -138,6 +144,8 @@ class Resolved:
     files: list
     fingerprint: str
     """Of the input files (name, size, modification), the config and this code: equal => same output."""
+    ignored: tuple = ()
+    """Paths under the raw root not read (``raw.Ignored``: path and reason)."""
 
 
 def resolve(config: PreprocessConfig) -> Resolved:
@@ -145,20 +153,34 @@ def resolve(config: PreprocessConfig) -> Resolved:
 
     Raises :class:`InputError` when the window has no files for a split.
     """
-    fs, day_paths = rawio.list_days(config.raw)
+    ignored: list[rawio.Ignored] = []
+    fs, day_paths = rawio.list_days(config.raw, ignored)
     window = Window(config.end_date or max(day_paths), config)
+    rawio.check_misnamed_days(config.raw, ignored, window.first_read, window.end,
+                              open_ended=config.end_date is None)
     wanted = {d: p for d, p in day_paths.items() if window.first_read <= d <= window.end}
-    files = rawio.list_files(fs, wanted)
+    files = rawio.list_files(fs, wanted, ignored)
     if not any(f.day >= window.start for f in files):
         raise InputError(
-            f"{config.raw}: no raw files for the window {window.start} .. {window.end} "
+            f"{config.raw!r}: no raw files for the window {window.start} .. {window.end} "
             f"(day folders present: {min(day_paths)} .. {max(day_paths)})"
         )
     for split in SPLITS:
         if not any(window.split_of(f.day) == split for f in files):
-            raise InputError(f"{config.raw}: no raw files for the {split} split "
+            raise InputError(f"{config.raw!r}: no raw files for the {split} split "
                              f"({window.split_range(split)})")
-    return Resolved(fs, day_paths, window, files, _fingerprint(fs, files, config, window))
+    if not any(f.day == window.end for f in files):  # else the window silently ends a day early
+        raise InputError(
+            f"{config.raw!r}: no raw files for the window's last day {window.end} "
+            f"(expected in {schema.day_folder_name(window.end)!r}"
+            f"{'' if window.end in day_paths else ', which does not exist'})"
+        )
+    for item in ignored[:20]:
+        log.warning("not read: %r (%s)", item.path, item.reason)
+    if len(ignored) > 20:
+        log.warning("not read: %d more paths (listed in meta.json inputs.ignored)", len(ignored) - 20)
+    return Resolved(fs, day_paths, window, files, _fingerprint(fs, files, config, window, ignored),
+                    tuple(ignored))
 
 
 class Window:
@@ -273,19 +295,7 @@ def _validate(fs, pieces, window: Window, config: PreprocessConfig, tmp: Path) -
         for i, piece in enumerate(pieces)
     ]
     counts = _compute(tasks)
-    read = sum(c["read"] for c in counts)
-    quarantined = Counter()
-    for c in counts:
-        quarantined.update(c["quarantined"])
-    total_bad = sum(quarantined.values())
-    if read and total_bad / read > config.max_quarantine_fraction:
-        worst = max(quarantined, key=quarantined.get)
-        example = next(c["examples"][worst] for c in counts if worst in c["examples"])
-        raise InputError(
-            f"{total_bad} of {read} rows ({total_bad / read:.1%}) failed validation, above "
-            f"max_quarantine_fraction={config.max_quarantine_fraction}; most common: {worst} "
-            f"({quarantined[worst]} rows, column {REASONS[worst]!r}), e.g. {example}"
-        )
+    accounting.check_quarantine(counts, config.max_quarantine_fraction)
     return counts
 
 
@@ -299,17 +309,18 @@ def _validate_piece(fs, piece: rawio.Piece, index: int, window_start: dt.date,
     if len(clean):
         clean.to_parquet(tmp / "_staging" / name, index=False)
     if len(quarantine):
-        quarantine = quarantine.assign(file=piece.file.relpath)
+        quarantine = quarantine.assign(file=piece.file.name)
         quarantine.to_parquet(tmp / "quarantine" / name, index=False)
+    groups = list(quarantine.groupby("reason", sort=False)) if len(quarantine) else []
     examples = {
-        r: f"{piece.file.relpath} row {int(g['row'].iloc[0])}: {r} in column {REASONS[r]!r} "
+        r: f"{piece.file.relpath!r} row {int(g['row'].iloc[0])}: {r} in column {REASONS[r]!r} "
            f"(value {g[REASONS[r]].iloc[0]!r})"
-        for r, g in quarantine.groupby("reason", sort=False)
-    } if len(quarantine) else {}
+        for r, g in groups
+    }
     return {
-        "file": piece.file.index, "read": table.num_rows, "staged": len(clean),
-        "quarantined": {r: n for r, n in reasons.items() if n},
-        "examples": examples,
+        "file": piece.file.index, "day": piece.file.day.isoformat(), "read": table.num_rows,
+        "staged": len(clean), "quarantined": {r: n for r, n in reasons.items() if n},
+        "examples": examples, "values": {r: g[REASONS[r]].iloc[0] for r, g in groups},
     }
 
 
@@ -327,7 +338,7 @@ def _count(counts: list[dict], config: PreprocessConfig, tmp: Path) -> dict[str,
     """
     staged = sorted((tmp / "_staging").glob("*.parquet"))
     if not staged:
-        raise InputError(f"{config.raw}: every row in the window was quarantined; nothing to train on")
+        raise InputError(f"{config.raw!r}: every row in the window was quarantined; nothing to train on")
     rows = sum(c["staged"] for c in counts)
     by_time = dd.read_parquet([str(p) for p in staged]).set_index(
         "ts", npartitions=_partitions(rows, config), shuffle_method="disk")
@@ -353,9 +364,7 @@ def _count(counts: list[dict], config: PreprocessConfig, tmp: Path) -> dict[str,
         frame.to_parquet(tmp / "_counted" / path.name, index=False)
     shutil.rmtree(tmp / "_bytime")
     np.savez(tmp / COUNT_STATE_FILE, **state.state_dict())
-    epoch = dt.date(1970, 1, 1)
-    return {(epoch + dt.timedelta(days=int(day))).isoformat(): int(n)
-            for day, n in sorted(duplicates.items())}
+    return {accounting.day_of(day): int(n) for day, n in sorted(duplicates.items())}
 
 
 def _sequence(rows: int, window: Window, config: PreprocessConfig, tmp: Path) -> pd.DataFrame:
@@ -498,10 +507,11 @@ def _copy_tail(src, dst, offset: int) -> None:
         shutil.copyfileobj(src, dst, length=1 << 22)
 
 
-def _fingerprint(fs, files, config: PreprocessConfig, window: Window) -> str:
+def _fingerprint(fs, files, config: PreprocessConfig, window: Window, ignored=()) -> str:
     inputs = [rawio.file_fingerprint(fs, f) for f in files]
     payload = {
         "schema_version": SCHEMA_VERSION, "hash_key": HASH_KEY, "inputs": inputs,
+        "ignored": [[rawio.printable_path(i.path), i.reason] for i in ignored],
         "config": config.result_fields() | {"end_date": window.end.isoformat()},
         "code": code_fingerprint(),
     }
@@ -531,7 +541,7 @@ def _meta(config, window, files, counts, duplicates_per_day, shard_counts, rows,
     quarantined = Counter()
     for c in counts:
         quarantined.update(c["quarantined"])
-    duplicates = sum(duplicates_per_day.values())
+    duplicates = sum(duplicates_per_day.values())  # per day: meta["rows"]["by_day"]
     history_only = int(shard_counts[HISTORY_ONLY].sum())
     kept = {**{s: int(rows[s]) for s in SPLITS}, HISTORY_ONLY: history_only}
     accounted = sum(kept.values()) + sum(quarantined.values()) + duplicates
@@ -571,9 +581,8 @@ def _meta(config, window, files, counts, duplicates_per_day, shard_counts, rows,
         "arrays": {name: {"dtype": d, "row_shape": list(t)}
                    for name, (d, t) in array_specs(config.seq_len, config.neg_len).items()},
         "rows": {"read": read, "kept": kept, "quarantined": dict(sorted(quarantined.items())),
-                 "quarantined_total": sum(quarantined.values()), "duplicates_dropped": duplicates,
-                 "duplicates_per_day": duplicates_per_day},
-        "inputs": {"files": [f.relpath for f in files], "bytes": sum(f.size for f in files)},
+                 "quarantined_total": sum(quarantined.values()), "duplicates_dropped": duplicates},
+        "inputs": {"files": [f.name for f in files], "bytes": sum(f.size for f in files)},
         "seconds": dict(timer.seconds),
     }
 
@@ -594,5 +603,12 @@ def format_summary(meta: dict) -> str:
                      f"{info['positive_rate']:.4f}  ({info['days']})")
     for reason, n in rows["quarantined"].items():
         lines.append(f"  quarantined {reason}: {n:,}")
+    duplicated = {d: b["duplicates"] for d, b in rows.get("by_day", {}).items() if b["duplicates"]}
+    if duplicated:
+        lines.append("  exact duplicates by day: " + ", ".join(f"{d} {n:,}" for d, n in duplicated.items()))
+    ignored = meta["inputs"].get("ignored", [])
+    if ignored:
+        lines.append(f"  not read: {len(ignored)} paths (meta.json inputs.ignored), e.g. "
+                     f"{ignored[0]['path']!r} ({ignored[0]['reason']})")
     lines.append("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in meta["seconds"].items()))
     return "\n".join(lines)

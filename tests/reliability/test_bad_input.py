@@ -41,7 +41,8 @@ from tests.conftest import START, random_events, write_day
 CATEGORY = "bad input"
 # The README's documented quarantine reasons and the column each is about (spelled out here, not
 # imported, so that a reason added in code without the README fails this test).
-DOCUMENTED_REASONS = {"null_user_id": "user_id", "null_item_id": "item_id",
+DOCUMENTED_REASONS = {"null_user_id": "user_id", "bad_user_id": "user_id", "null_item_id": "item_id",
+                      "bad_item_id": "item_id", "bad_category_id": "category_id",
                       "bad_timestamp": "timestamp", "timestamp_out_of_range": "timestamp",
                       "bad_label": "label"}
 CONTRACT = ("user_id", "item_id", "category_id", "timestamp", "label")
@@ -541,18 +542,18 @@ def test_nested_and_duplicate_columns_are_named_at_scan(tmp_path, fault_report):
     base = pa.table({"user_id": [1], "item_id": [2], "timestamp": [3], "label": [0]})
     nested = base.set_column(0, "user_id", pa.array([[1, 2]]))
     pq.write_table(nested, tmp_path / "nested.parquet")
-    with pytest.raises(InputError, match=r"dt=2026-03-01/nested\.parquet: column 'user_id' has nested "
+    with pytest.raises(InputError, match=r"'dt=2026-03-01/nested\.parquet': column 'user_id' has nested "
                                          r"type list"):
         _plan(tmp_path / "nested.parquet")
     category = base.append_column("category_id", pa.array([[("k", 1)]], pa.map_(pa.string(), pa.int64())))
     pq.write_table(category, tmp_path / "category.parquet")
-    with pytest.raises(InputError, match=r"category\.parquet: column 'category_id' has nested type map"):
+    with pytest.raises(InputError, match=r"category\.parquet': column 'category_id' has nested type map"):
         _plan(tmp_path / "category.parquet")
     pq.write_table(base.append_column("label", base.column("label")), tmp_path / "twice.parquet")
-    with pytest.raises(InputError, match=r"twice\.parquet: column 'label' appears 2 times"):
+    with pytest.raises(InputError, match=r"twice\.parquet': column 'label' appears 2 times"):
         _plan(tmp_path / "twice.parquet")
     (tmp_path / "twice.csv").write_text("user_id,item_id,timestamp,label,label\n1,2,3,0,1\n")
-    with pytest.raises(InputError, match=r"twice\.csv: column 'label' appears 2 times"):
+    with pytest.raises(InputError, match=r"twice\.csv': column 'label' appears 2 times"):
         _plan(tmp_path / "twice.csv")
     fault_report(CATEGORY, "nested column; a contract column twice (Parquet, CSV)",
                  "InputError naming file and column at scan (was TypeError / AttributeError)")
@@ -583,7 +584,7 @@ def test_invalid_utf8_in_a_csv_field_names_the_column(tmp_path, fault_report):
 
     fs = fsspec.filesystem("file")
     (piece,) = rawio.plan_pieces(fs, [_raw_file(path)])
-    with pytest.raises(InputError, match=r"dt=2026-03-01/latin\.csv: unreadable CSV data .*invalid "
+    with pytest.raises(InputError, match=r"'dt=2026-03-01/latin\.csv': unreadable CSV data .*invalid "
                                          r"UTF8.*column 'item_id'"):
         rawio.read_piece(fs, piece)
     fault_report(CATEGORY, "invalid UTF-8 byte in one CSV field",
@@ -606,7 +607,7 @@ def test_arrow_errors_spanning_lines_become_one_line(tmp_path, fault_report):
     with pytest.raises(InputError) as caught:
         rawio.read_piece(fs, piece)
     message = str(caught.value)
-    assert message.startswith("dt=2026-03-01/paged.parquet: unreadable PARQUET data (")
+    assert message.startswith("'dt=2026-03-01/paged.parquet': unreadable PARQUET data (")
     assert "\n" not in message and message.isprintable(), repr(message)
     fault_report(CATEGORY, "Parquet with a damaged page header (footer intact)",
                  "InputError naming the file, one printable line (was three lines)")

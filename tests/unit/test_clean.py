@@ -84,3 +84,62 @@ def test_first_failing_check_wins_so_each_row_counts_once():
                       "timestamp": ["garbage"], "label": ["7"]})
     clean, quarantine, counts = clean_table(table, 0, 0, WINDOW)
     assert len(clean) == 0 and sum(counts.values()) == 1 and counts["null_user_id"] == 1
+
+
+def test_timestamps_read_through_arrow_types_without_a_float_detour():
+    big = 2**62  # beyond 2**53: a float64 detour would round it
+    seconds, valid = parse_timestamps(pa.array([T0, None, big, -5], pa.int64()))
+    assert seconds.tolist() == [T0, 0, 0, -5] and valid.tolist() == [True, False, False, True]
+    seconds, valid = parse_timestamps(pa.array([T0, 2**64 - 1], pa.uint64()))
+    assert seconds.tolist() == [T0, 0] and valid.tolist() == [True, False]
+    stamps = pa.array([(T0 * 1000 + 1999) * 1000, None], pa.timestamp("us", tz="Asia/Tokyo"))
+    seconds, valid = parse_timestamps(stamps)
+    assert seconds.tolist() == [T0 + 1, 0] and valid.tolist() == [True, False]
+    seconds, valid = parse_timestamps(pa.array([-1500], pa.timestamp("ms")))  # floored, not truncated
+    assert seconds.tolist() == [-2]
+    seconds, valid = parse_timestamps(pa.array([str(T0), "2026-03-01T01:00:00Z"]).dictionary_encode())
+    assert seconds.tolist() == [T0, T0 + 3600] and valid.all()
+
+
+def test_iso_dates_without_a_time_of_day_are_invalid():
+    seconds, valid = parse_timestamps(pa.array(["2026-03-01", "2026-03-01T00:00:00Z", " 2026-03-01 00:00 ",
+                                                "2026-03-01 00:00:00 UTC"]))
+    assert valid.tolist() == [False, True, True, True] and seconds[1] == seconds[2] == seconds[3] == T0
+
+
+def test_labels_accept_decimal_numbers_and_text():
+    import decimal
+
+    values, valid = parse_labels(pa.array([decimal.Decimal("1.00"), decimal.Decimal("0.00"),
+                                           decimal.Decimal("0.50"), None], pa.decimal128(3, 2)))
+    assert valid.tolist() == [True, True, False, False] and values[:2].tolist() == [1, 0]
+    values, valid = parse_labels(pa.array(["1.00", "0.000", "1e0", "2.00", "TRUE"]))
+    assert valid.tolist() == [True, True, True, False, True] and values[valid].tolist() == [1, 0, 1, 1]
+
+
+@pytest.mark.parametrize(("column", "type_", "refused"), [
+    ("timestamp", pa.float32(), True), ("timestamp", pa.date32(), True), ("timestamp", pa.bool_(), True),
+    ("timestamp", pa.float64(), False), ("timestamp", pa.timestamp("ns", "UTC"), False),
+    ("timestamp", pa.dictionary(pa.int32(), pa.string()), False),
+    ("user_id", pa.timestamp("s"), True), ("user_id", pa.list_(pa.int64()), True),
+    ("user_id", pa.uint64(), False), ("user_id", pa.decimal128(38, 0), False), ("user_id", pa.binary(), False),
+    ("label", pa.date32(), True), ("label", pa.decimal128(3, 2), False),
+])
+def test_column_types_that_would_lose_values_are_refused(column, type_, refused):
+    from components.preprocess.clean import column_type_problem
+
+    assert (column_type_problem(column, type_) is not None) == refused
+
+
+def test_bad_ids_are_quarantined_with_their_own_reason():
+    table = pa.table({"user_id": pa.array([1.0, 1.5, float("nan"), 2.0**60]),
+                      "item_id": pa.array([1, 2, 3, 4]), "category_id": pa.array([1.0, 2.0, 3.5, None]),
+                      "timestamp": [T0] * 4, "label": [0, 1, 0, 1]})
+    clean, quarantine, counts = clean_table(table, 0, 0, WINDOW)
+    assert quarantine[["row", "reason", "column"]].values.tolist() == [
+        [1, "bad_user_id", "user_id"], [2, "null_user_id", "user_id"], [3, "bad_user_id", "user_id"]]
+    assert len(clean) == 1
+    table = table.set_column(0, "user_id", pa.array([1, 2, 3, 4]))
+    _, quarantine, _ = clean_table(table, 0, 0, WINDOW)
+    assert quarantine[["row", "reason", "column", "category_id"]].values.tolist() == [
+        [2, "bad_category_id", "category_id", "3.5"]]

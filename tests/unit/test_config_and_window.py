@@ -56,3 +56,18 @@ def test_fingerprint_fields_ignore_how_not_what():
     a = config(scheduler="processes", workers=2, force=True).result_fields()
     assert a == config().result_fields()
     assert config(seq_len=7).result_fields() != a
+
+
+def test_day_folder_helpers_read_misnamed_dates_and_file_kinds():
+    from components.common import schema
+
+    assert schema.parse_day_folder("dt=2026-1-5") is None
+    assert schema.loose_day_numbers("dt=2026-1-5") == (2026, 1, 5)
+    assert schema.loose_day_numbers("dt=20260105") == (2026, 1, 5)
+    assert schema.loose_day_numbers("dt=2026-13-45") == (2026, 13, 45)
+    assert schema.loose_day_numbers("dt=latest") is None
+    assert schema.raw_format("part-0.snappy.parquet") == ("parquet", None)
+    assert schema.raw_format("events.CSV.GZ") == ("csv", "gzip")
+    assert schema.raw_format("events.csv.zst") == ("csv", "zstd")
+    assert schema.raw_format("x.pq") == ("parquet", None)
+    assert schema.raw_format("events.csv.snappy") is None and schema.raw_format("notes.txt") is None

@@ -53,7 +53,11 @@ def test_siphash_reference_matches_the_published_vector():
     assert siphash24(bytes(range(16)), b"") == 0x726FDB47DD0E0E31
 
 
-@given(st.lists(st.text(min_size=1, max_size=80), min_size=1, max_size=30))
+BLANKS = " \t\r\n\f\v"
+
+
+@given(st.lists(st.text(min_size=1, max_size=80).filter(lambda s: s == s.strip(BLANKS) != ""),
+                min_size=1, max_size=30))
 def test_hash_is_siphash24_of_utf8_text_then_splitmix(ids):
     keys, null = hash_ids(pd.Series(ids, dtype=object))
     expected = [splitmix64_finalizer(siphash24(HASH_KEY.encode(), s.encode("utf-8"))) for s in ids]
@@ -95,3 +99,80 @@ def test_same_id_same_bucket_across_calls_and_orders():
     a, _ = hash_ids(pd.Series(["x", "y", "z"]))
     b, _ = hash_ids(pd.Series(["z", "x", "q", "y"]))
     assert bucketize(a, 1000).tolist() == bucketize(b, 1000)[[1, 3, 0]].tolist()
+
+
+def test_pandas_nullable_and_object_inputs_keep_exact_big_ids():
+    big = [2**53 + 1, 2**53 + 2, 2**63 - 1]
+    nullable, unusable = hash_ids(pd.Series(big + [None], dtype="Int64"))
+    text, _ = hash_ids(pd.Series([str(v) for v in big]))
+    np.testing.assert_array_equal(nullable[:3], text)
+    assert unusable.tolist() == [False, False, False, True]
+    mixed, _ = hash_ids(pd.Series([2**64 + 1, "x", 7.0], dtype=object))  # beyond uint64: its text
+    np.testing.assert_array_equal(mixed, hash_ids(pd.Series([str(2**64 + 1), "x", "7"]))[0])
+
+
+def test_binary_ids_hash_their_bytes():
+    import pyarrow as pa
+
+    from components.common.hashing import id_keys
+
+    keys, null, invalid = id_keys(pa.array([b"abc", b"", b"\xff\xfe", None]))
+    assert keys[0] == hash_ids(pd.Series(["abc"]))[0][0]
+    assert null.tolist() == [False, True, False, True] and not invalid.any()
+    assert keys[2] == np.uint64(splitmix64_finalizer(siphash24(HASH_KEY.encode(), b"\xff\xfe"))).view(np.int64)
+
+
+def test_blanks_around_text_ids_are_not_part_of_the_id():
+    keys, unusable = hash_ids(pd.Series(["u1", " u1", "u1\t", "  ", "u 1", "\u00a0u1"]))
+    assert keys[1] == keys[2] == keys[0] and unusable.tolist() == [False, False, False, True, False, False]
+    assert keys[4] != keys[0] and keys[5] != keys[0]  # inner blanks and non-ASCII spaces are kept
+
+
+ID_TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+            "float64", "decimal32", "decimal64", "decimal128", "decimal256", "string", "large_string",
+            "string_view", "dictionary"]
+
+
+def _as_type(values: list, name: str):
+    import decimal
+
+    import pyarrow as pa
+
+    if name.startswith("decimal"):
+        maker = {"decimal32": pa.decimal32, "decimal64": pa.decimal64, "decimal128": pa.decimal128,
+                 "decimal256": pa.decimal256}[name]
+        precision = {"decimal32": 9, "decimal64": 18, "decimal128": 38, "decimal256": 76}[name]
+        return pa.array([None if v is None else decimal.Decimal(v) for v in values], maker(precision, 0))
+    if name in ("string", "large_string", "string_view"):
+        return pa.array([None if v is None else str(v) for v in values], getattr(pa, name)())
+    if name == "dictionary":
+        return pa.array([None if v is None else str(v) for v in values]).dictionary_encode()
+    return pa.array(values, getattr(pa, name)())
+
+
+def _fits(value: int, name: str) -> bool:
+    import numpy as np
+
+    if name.startswith(("int", "uint")):
+        info = np.iinfo(name)
+        return info.min <= value <= info.max
+    if name.startswith("float"):
+        return abs(value) <= {"float16": 2**11, "float32": 2**24, "float64": 2**53}[name]
+    if name.startswith("decimal"):
+        return len(str(abs(value))) <= {"decimal32": 9, "decimal64": 18, "decimal128": 38, "decimal256": 76}[name]
+    return True
+
+
+@given(st.lists(st.one_of(st.integers(-2**63, 2**64 - 1), st.integers(-300, 300)), min_size=1, max_size=20),
+       st.lists(st.booleans(), min_size=20, max_size=20), st.sampled_from(ID_TYPES))
+def test_any_id_type_with_any_nulls_gives_the_decimal_texts_key(ids, null_at, name):
+    from components.common.hashing import id_keys
+
+    ids = [v for v in ids if _fits(v, name)]
+    values = [None if null_at[i] else v for i, v in enumerate(ids)]
+    keys, null, invalid = id_keys(_as_type(values, name))
+    expected = [0 if v is None else np.uint64(splitmix64_finalizer(siphash24(HASH_KEY.encode(),
+                                                                             str(v).encode()))).view(np.int64)
+                for v in values]
+    assert keys.tolist() == expected
+    assert null.tolist() == [v is None for v in values] and not invalid.any()
