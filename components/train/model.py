@@ -11,6 +11,10 @@ maps them to one logit. Beside the sequence, as BST's "other features":
 * the user's recent *skipped* exposures (shown, not clicked; ``neg_*``, up to
   ``Vocab.neg_len``), embedded like history tokens and pooled twice: by the
   target's attention and by their mean;
+* recency-weighted matches: for the clicks and the skipped exposures, and for
+  item and category, the sum over positions holding the target's id of a
+  learned vector of that position's time gap (a learned decay kernel, so
+  "clicked this category an hour ago" and "a week ago" weigh differently);
 * the dense causal count features (``dense``: impressions, clicks and smoothed
   click rates so far per item, user, category and user x category; time since
   the user's last exposure and click), standardized with the training split's
@@ -28,14 +32,14 @@ recent click), ``Ln`` at most ``Vocab.neg_len``. A vocab with ``neg_len`` or
 Parameter counts of the named configs at their reference vocab
 (``REFERENCE_VOCAB``; a unit test checks this table against
 ``count_parameters``). "embedding" = every embedding table (item, category,
-time gap, positions, user, hour, day of week); "sparse" = the item and user
+time gap, positions, user, hour, day of week, match weights); "sparse" = the item and user
 tables, the ones ``sparse=True`` makes sparse; "dense" = everything else
 (encoder layers, final norm, MLP head).
 
     config  vocab                                                 embedding       sparse       dense        total
-    debug   item 2**18 cat 2**12 user 2**18 gap 16 neg 10 L 20    4,227,580    4,194,304       1,881    4,229,461
-    local   item 2**18 cat 2**12 user 2**18 gap 16 neg 10 L 20   16,910,072   16,777,216      54,913   16,964,985
-    prod    item 2**20 cat 2**14 user 2**19 gap 16 neg 20 L 50  101,718,000  100,663,296   1,204,993  102,922,993
+    debug   item 2**18 cat 2**12 user 2**18 gap 16 neg 10 L 20    4,227,852    4,194,304       2,137    4,229,989
+    local   item 2**18 cat 2**12 user 2**18 gap 16 neg 10 L 20   16,910,344   16,777,216      56,961   16,967,305
+    prod    item 2**20 cat 2**14 user 2**19 gap 16 neg 20 L 50  101,718,272  100,663,296   1,221,377  102,939,649
 
 Sizing: ``local`` is for a 2-core CPU at micro-batch ~1024. Measured on a
 2-core AMD EPYC VM (fp32, ``torch.set_num_threads(2)``, forward + backward +
@@ -111,6 +115,9 @@ class ModelConfig:
     """relu | gelu, in the encoder's feed-forward blocks and the MLP head."""
     head_dropout: float | None = None
     """Dropout after each hidden layer of the MLP head; None = dropout."""
+    match_dim: int = 4
+    """Width of each recency-weighted match feature (target item / category found among the
+    clicks / skipped exposures, weighted by a learned function of their time gap); 0 = none."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -118,6 +125,8 @@ class ModelConfig:
         for name in ("d_model", "layers", "heads", "ffn", "context_dim"):
             if not _positive_int(getattr(self, name)):
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if not (_positive_int(self.match_dim) or self.match_dim == 0) or isinstance(self.match_dim, bool):
+            raise ValueError(f"match_dim must be an integer >= 0, got {self.match_dim!r}")
         if self.user_dim is not None and not _positive_int(self.user_dim):
             raise ValueError(f"user_dim must be None or an integer >= 1, got {self.user_dim!r}")
         if self.d_model % self.heads:
@@ -311,6 +320,12 @@ class BSTModel(nn.Module):
         if vocab.neg_len:  # skipped exposures: pooled by the target's attention and by their mean
             self.neg_position = nn.Parameter(torch.empty(vocab.neg_len, d))
             width += 2 * d
+        # Which sequences the target is matched in: the clicks, and the skipped exposures if any.
+        self.match_sequences = ("hist", "neg") if vocab.neg_len else ("hist",)
+        if config.match_dim:  # one learned recency weighting per (sequence, item | category)
+            self.match_emb = nn.Embedding(2 * len(self.match_sequences) * (vocab.gap + 1),
+                                          config.match_dim)
+            width += 2 * len(self.match_sequences) * config.match_dim
         if vocab.dense:  # standardized with the training split's statistics (set_dense_stats)
             self.register_buffer("dense_mean", torch.zeros(vocab.dense))
             self.register_buffer("dense_scale", torch.ones(vocab.dense))
@@ -339,6 +354,8 @@ class BSTModel(nn.Module):
                   "dow": self.dow_emb.weight}
         if self.vocab.neg_len:
             tables["neg_position"] = self.neg_position
+        if self.config.match_dim:
+            tables["match"] = self.match_emb.weight
         return tables
 
     def sparse_parameters(self) -> list[nn.Parameter]:
@@ -375,6 +392,25 @@ class BSTModel(nn.Module):
         if self.vocab.dense:
             stats = meta["dense_features"]
             self.set_dense_stats(stats["mean"], stats["std"])
+
+    def _matches(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """[B, 2 * sequences * match_dim]: for each sequence and for item / category, the sum over
+        positions holding the target's id of a learned vector of that position's time gap."""
+        out = []
+        kind = 0
+        for sequence in self.match_sequences:
+            gap = batch[f"{sequence}_gap"].long()
+            length = gap.shape[1]
+            valid = (torch.arange(length, device=gap.device).unsqueeze(0)
+                     >= (length - batch[f"{sequence}_len"].long().clamp(0, length)).unsqueeze(1))
+            gap = gap.clamp(0, self.vocab.gap) * valid
+            for field, target in (("item", "target_item"), ("cat", "target_cat")):
+                ids = batch[f"{sequence}_{field}"].long()
+                match = (ids == batch[target].long().unsqueeze(1)) & valid
+                vectors = self.match_emb(gap + kind * (self.vocab.gap + 1))
+                out.append((vectors * match.unsqueeze(-1)).sum(dim=1))
+                kind += 1
+        return torch.cat(out, dim=1)
 
     def _skipped(self, batch: dict[str, torch.Tensor], query: torch.Tensor) -> torch.Tensor:
         """[B, 2d]: the skipped exposures pooled by attention from ``query`` and by their mean."""
@@ -436,6 +472,8 @@ class BSTModel(nn.Module):
         ]
         if self.vocab.neg_len:
             parts.append(self._skipped(batch, item_vectors[:, -1] + self.cat_emb(cats[:, -1])))
+        if self.config.match_dim:
+            parts.append(self._matches(batch))
         if self.vocab.dense:
             parts.append((batch["dense"].float() - self.dense_mean) * self.dense_scale)
         features = torch.cat([part.to(target_out.dtype) for part in parts], dim=1)

@@ -465,3 +465,18 @@ def test_init_from_meta_sets_base_rate_and_dense_statistics():
     model.init_from_meta(meta)
     assert model.head[-1].bias.item() == pytest.approx(math.log(0.2 / 0.8))
     torch.testing.assert_close(model.dense_scale, torch.full((SMALL.dense,), 0.5))
+
+
+def test_matches_sum_the_gap_vectors_of_positions_holding_the_target():
+    vocab = dataclasses.replace(SMALL, neg_len=0, dense=0)
+    model = seeded_model(vocab=vocab).eval()
+    batch = {"hist_item": torch.tensor([[9, 5, 7, 5]]), "hist_cat": torch.tensor([[2, 1, 1, 2]]),
+             "hist_gap": torch.tensor([[6, 2, 3, 4]]), "hist_len": torch.tensor([3]),
+             "target_item": torch.tensor([5]), "target_cat": torch.tensor([2])}
+    table = model.match_emb.weight.detach()
+    rows = vocab.gap + 1  # one block of rows per (sequence, field)
+    expected_item = table[2] + table[4]       # item 5 at gaps 2 and 4; position 0 is padding
+    expected_cat = table[rows + 4]            # category 2 only at gap 4 among the valid positions
+    with torch.no_grad():
+        out = model._matches(batch)
+    torch.testing.assert_close(out, torch.cat([expected_item, expected_cat]).unsqueeze(0))
