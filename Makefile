@@ -97,6 +97,8 @@ test-reliability: install ## every fault-injection, bad-input and security test;
 	$(PY) -m tests.reliability.report benchmarks/results/reliability.json
 
 bench: install data preprocess ## measured comparisons against baselines -> benchmarks/results/ and README
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) benchmarks/quality.py
 	$(PY) benchmarks/preprocess.py
 	$(PY) benchmarks/loader.py --data $(DATASET)
 	$(PY) benchmarks/train.py --data $(DATASET)

@@ -206,15 +206,18 @@ def input_example(vocab: Any, rows: int) -> dict:
 
     from components.common.dataset import array_specs
 
-    specs = array_specs(vocab.seq_len)
+    specs = array_specs(vocab.seq_len, vocab.neg_len)
     rng = np.random.default_rng(0)
     highs = {"hist_item": vocab.item, "target_item": vocab.item, "hist_cat": vocab.category,
              "target_cat": vocab.category, "user": vocab.user, "hist_gap": vocab.gap,
-             "hist_len": vocab.seq_len + 1}
+             "hist_len": vocab.seq_len + 1, "neg_item": vocab.item, "neg_cat": vocab.category,
+             "neg_gap": vocab.gap, "neg_len": vocab.neg_len + 1}
     example = {}
-    for key in ("hist_item", "hist_cat", "hist_gap", "hist_len", "target_item", "target_cat", "user"):
+    for key, high in highs.items():
         dtype, row_shape = specs[key]
-        example[key] = rng.integers(0, highs[key], size=(rows, *row_shape)).astype(dtype)
+        example[key] = rng.integers(0, high, size=(rows, *row_shape)).astype(dtype)
+    dtype, row_shape = specs["dense"]
+    example["dense"] = rng.standard_normal((rows, *row_shape)).astype(dtype)
     dtype, row_shape = specs["context"]
     example["context"] = np.stack([rng.integers(0, vocab.hour, rows), rng.integers(0, vocab.dow, rows)],
                                   axis=1).astype(dtype)

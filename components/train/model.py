@@ -37,9 +37,9 @@ tables, the ones ``sparse=True`` makes sparse; "dense" = everything else
 (encoder layers, final norm, MLP head).
 
     config  vocab                                                 embedding       sparse       dense        total
-    debug   item 2**18 cat 2**12 user 2**18 gap 16 neg 10 L 20    4,227,852    4,194,304       2,137    4,229,989
-    local   item 2**18 cat 2**12 user 2**18 gap 16 neg 10 L 20   16,910,344   16,777,216      56,961   16,967,305
-    prod    item 2**20 cat 2**14 user 2**19 gap 16 neg 20 L 50  101,718,272  100,663,296   1,221,377  102,939,649
+    debug   item 2**18 cat 2**12 user 2**18 gap 16 neg 10 L 20    4,227,852    4,194,304       7,513    4,235,365
+    local   item 2**18 cat 2**12 user 2**18 gap 16 neg 10 L 20   16,910,344   16,777,216      78,801   16,989,145
+    prod    item 2**20 cat 2**14 user 2**19 gap 16 neg 20 L 50  101,718,272  100,663,296   1,374,929  103,093,201
 
 Sizing: ``local`` is for a 2-core CPU at micro-batch ~1024. Measured on a
 2-core AMD EPYC VM (fp32, ``torch.set_num_threads(2)``, forward + backward +
@@ -77,6 +77,8 @@ __all__ = [
 ]
 
 ACTIVATIONS = ("relu", "gelu")
+DENSE_FREQUENCIES = 8  # per dense feature, in its periodic embedding
+DENSE_FREQUENCY_STD = 0.5  # initial spread of those frequencies (features are standardized)
 EMBEDDING_INIT_STD = 0.02
 BATCH_KEYS = ("hist_item", "hist_cat", "hist_gap", "hist_len", "neg_item", "neg_cat", "neg_gap",
               "neg_len", "dense", "target_item", "target_cat", "user", "context")
@@ -115,6 +117,9 @@ class ModelConfig:
     """relu | gelu, in the encoder's feed-forward blocks and the MLP head."""
     head_dropout: float | None = None
     """Dropout after each hidden layer of the MLP head; None = dropout."""
+    dense_embed: int = 8
+    """Width of each dense feature's periodic embedding (sin/cos of learned frequencies, then a
+    per-feature linear map + ReLU; Gorishniy et al. 2022); 0 = the standardized values as they are."""
     match_dim: int = 4
     """Width of each recency-weighted match feature (target item / category found among the
     clicks / skipped exposures, weighted by a learned function of their time gap); 0 = none."""
@@ -125,8 +130,10 @@ class ModelConfig:
         for name in ("d_model", "layers", "heads", "ffn", "context_dim"):
             if not _positive_int(getattr(self, name)):
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
-        if not (_positive_int(self.match_dim) or self.match_dim == 0) or isinstance(self.match_dim, bool):
-            raise ValueError(f"match_dim must be an integer >= 0, got {self.match_dim!r}")
+        for name in ("match_dim", "dense_embed"):
+            value = getattr(self, name)
+            if not (_positive_int(value) or value == 0) or isinstance(value, bool):
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         if self.user_dim is not None and not _positive_int(self.user_dim):
             raise ValueError(f"user_dim must be None or an integer >= 1, got {self.user_dim!r}")
         if self.d_model % self.heads:
@@ -329,7 +336,14 @@ class BSTModel(nn.Module):
         if vocab.dense:  # standardized with the training split's statistics (set_dense_stats)
             self.register_buffer("dense_mean", torch.zeros(vocab.dense))
             self.register_buffer("dense_scale", torch.ones(vocab.dense))
-            width += vocab.dense
+            if config.dense_embed:
+                self.dense_frequencies = nn.Parameter(
+                    torch.randn(vocab.dense, DENSE_FREQUENCIES) * DENSE_FREQUENCY_STD)
+                self.dense_weight = nn.Parameter(
+                    torch.randn(vocab.dense, 2 * DENSE_FREQUENCIES, config.dense_embed)
+                    / math.sqrt(2 * DENSE_FREQUENCIES))
+                self.dense_bias = nn.Parameter(torch.zeros(vocab.dense, config.dense_embed))
+            width += vocab.dense * (config.dense_embed or 1)
         head: list[nn.Module] = []
         for hidden in config.mlp:
             head += [nn.Linear(width, hidden), _activation(config.activation),
@@ -392,6 +406,16 @@ class BSTModel(nn.Module):
         if self.vocab.dense:
             stats = meta["dense_features"]
             self.set_dense_stats(stats["mean"], stats["std"])
+
+    def _dense(self, dense: torch.Tensor) -> torch.Tensor:
+        """[B, F * (dense_embed or 1)]: the standardized count features, embedded if configured."""
+        x = (dense.float() - self.dense_mean) * self.dense_scale
+        if not self.config.dense_embed:
+            return x
+        angles = 2 * math.pi * x.unsqueeze(-1) * self.dense_frequencies  # [B, F, K]
+        periodic = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+        embedded = torch.einsum("bfk,fkm->bfm", periodic, self.dense_weight) + self.dense_bias
+        return torch.relu(embedded).flatten(1)
 
     def _matches(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """[B, 2 * sequences * match_dim]: for each sequence and for item / category, the sum over
@@ -475,7 +499,7 @@ class BSTModel(nn.Module):
         if self.config.match_dim:
             parts.append(self._matches(batch))
         if self.vocab.dense:
-            parts.append((batch["dense"].float() - self.dense_mean) * self.dense_scale)
+            parts.append(self._dense(batch["dense"]))
         features = torch.cat([part.to(target_out.dtype) for part in parts], dim=1)
         return self.head(features).squeeze(-1).float()
 

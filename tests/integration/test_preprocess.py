@@ -19,11 +19,13 @@ from components.preprocess.config import GAP_EDGES_SECONDS, PreprocessConfig
 from components.preprocess.errors import InputError
 from components.preprocess.stage import SPLITS, preprocess
 from tests.conftest import START, write_day
+from tests.unit.test_counts import brute_force_features
 
 pytestmark = pytest.mark.integration
 
 SEQ_LEN = 4
-SMALL = {"days": 4, "history_days": 2, "seq_len": SEQ_LEN, "rows_per_partition": 250,
+NEG_LEN = 3
+SMALL = {"days": 4, "history_days": 2, "seq_len": SEQ_LEN, "neg_len": NEG_LEN, "rows_per_partition": 250,
          "item_buckets": 1000, "category_buckets": 64, "user_buckets": 128}
 
 
@@ -45,7 +47,8 @@ def all_rows(out: Path) -> dict[str, np.ndarray]:
 
 
 def reference(frames: dict[dt.date, pd.DataFrame], window_start: dt.date) -> pd.DataFrame:
-    """Plain pandas + Python: de-duplicate, then each window row's last clicks before it."""
+    """Plain pandas + Python: de-duplicate, then each window row's last clicks and last skipped
+    exposures before it, and its count features from every earlier row."""
     df = pd.concat([f.assign(day=d) for d, f in frames.items()], ignore_index=True)
     df["user_key"], _ = hash_ids(df["user_id"])
     item_key, _ = hash_ids(df["item_id"])
@@ -55,21 +58,25 @@ def reference(frames: dict[dt.date, pd.DataFrame], window_start: dt.date) -> pd.
     df["item_key"], df["cat_key"] = item_key, cat_key
     df = df.sort_values(["user_key", "timestamp", "item_key", "cat_key", "label"], kind="stable")
     df = df.drop_duplicates(["user_key", "timestamp", "item_key", "cat_key", "label"])
+    df = df.reset_index(drop=True)
+    dense = brute_force_features(df.rename(columns={"timestamp": "ts"}))
     rows = []
     for _, user_rows in df.groupby("user_key", sort=False):
-        clicks = user_rows[user_rows["label"] == 1]
         for row in user_rows.itertuples():
             if row.day < window_start:
                 continue
-            before = clicks[clicks["timestamp"] < row.timestamp].tail(SEQ_LEN)
-            pad = SEQ_LEN - len(before)
-            gaps = np.searchsorted(GAP_EDGES_SECONDS, row.timestamp - before["timestamp"].to_numpy(),
-                                   side="right") + 1
-            rows.append({"user_key": row.user_key, "ts": row.timestamp, "target_item": row.item,
-                         "target_cat": row.cat, "label": row.label,
-                         "hist_item": [0] * pad + before["item"].tolist(),
-                         "hist_cat": [0] * pad + before["cat"].tolist(),
-                         "hist_gap": [0] * pad + gaps.tolist(), "hist_len": len(before)})
+            entry = {"user_key": row.user_key, "ts": row.timestamp, "target_item": row.item,
+                     "target_cat": row.cat, "label": row.label, "dense": dense[row.Index]}
+            for prefix, label, length in (("hist", 1, SEQ_LEN), ("neg", 0, NEG_LEN)):
+                events = user_rows[user_rows["label"] == label]
+                before = events[events["timestamp"] < row.timestamp].tail(length)
+                pad = length - len(before)
+                gaps = np.searchsorted(GAP_EDGES_SECONDS, row.timestamp - before["timestamp"].to_numpy(),
+                                       side="right") + 1
+                entry |= {f"{prefix}_item": [0] * pad + before["item"].tolist(),
+                          f"{prefix}_cat": [0] * pad + before["cat"].tolist(),
+                          f"{prefix}_gap": [0] * pad + gaps.tolist(), f"{prefix}_len": len(before)}
+            rows.append(entry)
     out = pd.DataFrame(rows)
     return out.sort_values(["user_key", "ts", "target_item", "target_cat", "label"]).reset_index(drop=True)
 
@@ -83,10 +90,12 @@ def test_arrays_match_a_plain_python_reference(raw_days, tmp_path):
     np.testing.assert_array_equal(got["user_key"], want["user_key"].to_numpy())
     np.testing.assert_array_equal(got["ts"], want["ts"].to_numpy())
     np.testing.assert_array_equal(got["target_item"], want["target_item"].to_numpy())
-    for name in ("hist_item", "hist_cat", "hist_gap"):
-        np.testing.assert_array_equal(got[name], np.stack(want[name].to_numpy()), err_msg=name)
-    np.testing.assert_array_equal(got["hist_len"], want["hist_len"].to_numpy())
-    assert got["hist_len"].max() == SEQ_LEN  # histories do fill up on this data
+    for prefix in ("hist", "neg"):
+        for name in (f"{prefix}_item", f"{prefix}_cat", f"{prefix}_gap"):
+            np.testing.assert_array_equal(got[name], np.stack(want[name].to_numpy()), err_msg=name)
+        np.testing.assert_array_equal(got[f"{prefix}_len"], want[f"{prefix}_len"].to_numpy())
+    assert got["hist_len"].max() == SEQ_LEN and got["neg_len"].max() == NEG_LEN  # they fill up
+    np.testing.assert_allclose(got["dense"], np.stack(want["dense"].to_numpy()), rtol=1e-5, atol=1e-5)
     # several partitions were used, so the user shuffle really ran
     assert meta["rows"]["read"] == 1800
 

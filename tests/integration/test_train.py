@@ -156,7 +156,10 @@ def test_restarted_workers_get_their_own_store_not_the_agents(tmp_path):
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     seen = {p.name: p.read_text() for p in tmp_path.glob("rank*")}
-    assert seen == {f"rank{r}-restart{n}": "False" for r in (0, 1) for n in (0, 1)}
+    # every restarted worker reported; a first-attempt worker may be stopped before it writes
+    # (its peer's failure ends the attempt), so those are checked only where present
+    assert {f"rank{r}-restart1" for r in (0, 1)} <= set(seen)
+    assert set(seen.values()) == {"False"}
 
 
 def test_launcher_surfaces_each_ranks_error(tiny_dataset, tmp_path):

@@ -29,7 +29,7 @@ def _events(seed: int, n: int = 300) -> pd.DataFrame:
     })
 
 
-def _brute(df: pd.DataFrame) -> np.ndarray:
+def brute_force_features(df: pd.DataFrame) -> np.ndarray:
     """Row by row, straight from the definition: every earlier row, nothing at or after."""
     user = df.user_key.to_numpy()
     keys = {"item": df.item_key.to_numpy(), "user": user, "category": df.cat_key.to_numpy(),
@@ -76,7 +76,7 @@ def _features(df: pd.DataFrame, parts: int = 1) -> np.ndarray:
 @pytest.mark.parametrize("parts", [1, 4, 13])
 def test_counts_equal_brute_force_whatever_the_partitioning(parts):
     df = _events(seed=parts)
-    np.testing.assert_allclose(_features(df, parts), _brute(df), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_features(df, parts), brute_force_features(df), rtol=1e-5, atol=1e-5)
 
 
 def test_rows_sharing_a_timestamp_do_not_see_each_other():
