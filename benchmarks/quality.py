@@ -61,7 +61,7 @@ MARGIN, ORACLE_GAP = 0.005, 0.02
 
 @dataclass(frozen=True)
 class World:
-    """Synthetic logs to generate (``components.datagen`` flags)."""
+    """Synthetic logs to generate (``components.datagen`` flags) and the window trained on."""
 
     name: str
     days: int
@@ -69,16 +69,21 @@ class World:
     items: int
     events_per_day: int
     seed: int
+    window_days: int
+    history_days: int
 
     def flags(self) -> list[str]:
         return ["--days", str(self.days), "--users", str(self.users), "--items", str(self.items),
                 "--events-per-day", str(self.events_per_day), "--seed", str(self.seed)]
 
 
-# make run's sample (the Makefile's defaults), and another seed with 3x the events per day.
-WORLDS = (World("make-run", 14, 20_000, 50_000, 100_000, 7),
-          World("seed-8-3x", 14, 20_000, 50_000, 300_000, 8))
-QUICK = World("quick", 8, 2_000, 3_000, 6_000, 5)
+_LOCAL = json.loads(CONFIG.read_text())
+# make run's sample and window (the Makefile's and configs/local.json's defaults); another seed
+# with 3x the events per day (a shorter window keeps its training rows near the first world's).
+WORLDS = (World("make-run", 14, 20_000, 50_000, 100_000, 7, _LOCAL["window_days"],
+                _LOCAL["history_days"]),
+          World("seed-8-3x", 8, 20_000, 50_000, 300_000, 8, 6, 2))
+QUICK = World("quick", 8, 2_000, 3_000, 6_000, 5, 6, 1)
 
 
 # ----------------------------------------------------------------------------- features
@@ -193,13 +198,11 @@ def train_dailyrec(data: Path, work: Path, epochs: int) -> tuple[np.ndarray, dic
 
 def prepare(world: World, root: Path) -> tuple[Path, Path]:
     raw, data = root / world.name / "raw", root / world.name / "dataset"
-    config = json.loads(CONFIG.read_text())
     if not (raw / "datagen.json").exists():
         run_measured([sys.executable, "-m", "components.datagen", "--out", str(raw), *world.flags()])
-    window = ["--days", str(min(config["window_days"], world.days - 1)),
-              "--history-days", str(min(config["history_days"], 1 if world is QUICK else 99))]
     run_measured([sys.executable, "-m", "components.preprocess", "--raw", str(raw), "--out",
-                  str(data), *window])
+                  str(data), "--days", str(world.window_days), "--history-days",
+                  str(world.history_days)])
     return raw, data
 
 
