@@ -25,6 +25,8 @@ from typing import Any
 TMP_MARKER = ".tmp-"
 OWNER_SUFFIX = ".owner"
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+NO_RETRY_EXIT = 28
+"""Exit code of a process that failed on a full disk (as errno ENOSPC): restarting it cannot help."""
 
 
 class NoSpaceError(OSError):

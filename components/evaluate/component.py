@@ -35,7 +35,7 @@ def evaluate_op(
     for key in ("test_auc", "test_gauc", "test_logloss", "test_ece"):
         if not math.isnan(m[key]):
             metrics.log_metric(key, round(m[key], 6))
-    if m["comparison"]:
+    if m["comparison"] and not math.isnan(m["comparison"]["delta"]):
         metrics.log_metric("auc_delta_vs_champion", round(m["comparison"]["delta"], 6))
     metrics.log_metric("blessed", int(decision["blessed"]))
     points = json.loads((out / "roc.json").read_text())["candidate"]

@@ -72,19 +72,44 @@ class Launcher(Protocol):
 # Workers get their own store per rendezvous round: with the agent's shared store (torch's
 # default), restarted workers can read the dead workers' gloo addresses and hang in
 # init_process_group (pytorch/pytorch#135712; measured here: 2 of 3 restarts hung).
+# A rank that failed on something a restart cannot fix (a full disk) stops the agent with SIGTERM
+# (components.train.trainer.refuse_restart): torchrun then ends without restarting, and so do we,
+# with the rank's exit code, which the cluster's podFailurePolicy also knows.
 _TORCHRUN = """\
 import os
 import sys
 os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import main
+from components.common.storage import NO_RETRY_EXIT
+from components.train.launch import fatal_failure
 try:
     main()
 except ChildFailedError as exc:
     rank, failure = exc.get_first_failure()
     print(f"torchrun: {exc.name} failed: rank {rank} exit code {failure.exitcode}", file=sys.stderr)
-    sys.exit(1)
+    sys.exit(NO_RETRY_EXIT if failure.exitcode == NO_RETRY_EXIT else 1)
+except SignalException as exc:
+    fatal = fatal_failure(sys.argv)
+    print(f"torchrun: stopped without restarting: {fatal}" if fatal else f"torchrun: stopped by {exc.sigval.name}",
+          file=sys.stderr)
+    sys.exit(NO_RETRY_EXIT if fatal else 128 + exc.sigval)
 """
+
+
+def fatal_failure(argv: list[str]) -> str | None:
+    """The first rank error that no restart can fix (``retryable: false``) under the trainer's ``--out``."""
+    out = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--out"), None)
+    errors = Path(out) / "errors" if out else None
+    for path in sorted(errors.glob("rank-*.json")) if errors and errors.is_dir() else []:
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if report.get("retryable") is False:
+            return f"rank {report.get('rank')}: {report.get('error')}"
+    return None
 
 
 def torchrun(nproc: int, max_restarts: int, *target: str) -> list[str]:
