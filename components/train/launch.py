@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from components.common.plan import read_plan
+from components.common.tracking import check_no_credentials
 from components.train.trainer import TrainConfig, read_summary, summary_line
 
 
@@ -37,6 +38,10 @@ class LaunchSpec:
     """Processes on this node; None = the plan's nproc_per_node."""
     max_restarts: int = 0
     """How often torchrun restarts all workers after a failure (they resume from last.pt)."""
+
+    def __post_init__(self) -> None:
+        # the trainer's flags end up on torchrun's command line (ps) and in a TrainJob's args
+        check_no_credentials(self.train.tracking_uri or "", "tracking_uri")
 
     @classmethod
     def of(cls, *, nproc: int | None = None, max_restarts: int = 0, resume: str = "auto",
