@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from components.common.plan import read_plan
+from components.common.storage import error_dirs
 from components.common.tracking import check_no_credentials
 from components.train.trainer import TrainConfig, read_summary, summary_line
 
@@ -79,7 +80,7 @@ class Launcher(Protocol):
 # init_process_group (pytorch/pytorch#135712; measured here: 2 of 3 restarts hung).
 # A rank that failed on something a restart cannot fix (a full disk) stops the agent with SIGTERM
 # (components.train.trainer.refuse_restart): torchrun then ends without restarting, and so do we,
-# with the rank's exit code, which the cluster's podFailurePolicy also knows.
+# with exit code NO_RETRY_EXIT.
 _TORCHRUN = """\
 import os
 import sys
@@ -106,8 +107,7 @@ except SignalException as exc:
 def fatal_failure(argv: list[str]) -> str | None:
     """The first rank error that no restart can fix (``retryable: false``) under the trainer's ``--out``."""
     out = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--out"), None)
-    errors = Path(out) / "errors" if out else None
-    for path in sorted(errors.glob("rank-*.json")) if errors and errors.is_dir() else []:
+    for path in rank_reports(out) if out else []:
         try:
             report = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -131,17 +131,22 @@ class LocalTorchrun:
                         *spec.trainer_args())
 
     def run(self, spec: LaunchSpec) -> dict:
-        errors = Path(spec.out) / "errors"
-        shutil.rmtree(errors, ignore_errors=True)  # only this launch's failures count
+        for errors in error_dirs(spec.out):
+            shutil.rmtree(errors, ignore_errors=True)  # only this launch's failures count
         proc = subprocess.run(self.command(spec), check=False)
         if proc.returncode != 0:
-            raise LaunchError(failure_message(errors, proc.returncode))
+            raise LaunchError(failure_message(spec.out, proc.returncode))
         return read_summary(spec.out)
 
 
-def failure_message(errors: Path, returncode: int) -> str:
+def rank_reports(out: str | Path) -> list[Path]:
+    """The ranks' error reports of a launch into ``out`` (errors/rank-N.json, or their fallback folder)."""
+    return [p for folder in error_dirs(out) if folder.is_dir() for p in sorted(folder.glob("rank-*.json"))]
+
+
+def failure_message(out: str | Path, returncode: int) -> str:
     """One line per failed rank, from the files the trainer leaves; the exit code as a last resort."""
-    reports = sorted(errors.glob("rank-*.json")) if errors.is_dir() else []
+    reports = rank_reports(out)
     lines = []
     for path in reports:
         report = json.loads(path.read_text())

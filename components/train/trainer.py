@@ -31,7 +31,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from components.common.metrics import roc_auc
 from components.common.plan import TrainPlan, read_plan
 from components.common.progress import get_logger
-from components.common.storage import NO_RETRY_EXIT, atomic_write_json, no_space, no_space_message
+from components.common.storage import (
+    NO_RETRY_EXIT,
+    atomic_write_json,
+    error_dirs,
+    no_space,
+    no_space_message,
+)
 from components.train.checkpoint import (
     BEST,
     LAST,
@@ -608,22 +614,27 @@ def warm_start_from(model: BSTModel, path: str, verbose: bool = True) -> dict:
 
 
 def write_error(out: str, exc: BaseException) -> None:
-    """Leave this rank's failure where the launcher finds it (errors/rank-N.json)."""
+    """Leave this rank's failure where the launcher finds it (errors/rank-N.json; a local temp folder
+    when that disk is full: see :func:`components.common.storage.error_dirs`)."""
     rank = int(os.environ.get("RANK", 0))
-    folder = Path(out) / "errors"
-    with contextlib.suppress(OSError):
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(folder / f"rank-{rank}.json", {
-            "rank": rank, "error": (no_space_message(getattr(exc, "path", None) or exc.filename or out, "train")
-                                    if no_space(exc) else f"{type(exc).__name__}: {exc}"),
-            "retryable": not no_space(exc),
-            "traceback": "".join(traceback.format_exception(exc))[-4000:],
-            "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))})
+    report = {
+        "rank": rank, "error": (no_space_message(getattr(exc, "path", None) or getattr(exc, "filename", None)
+                                                 or out, "train") if no_space(exc) else f"{type(exc).__name__}: {exc}"),
+        "retryable": not no_space(exc),
+        "traceback": "".join(traceback.format_exception(exc))[-4000:],
+        "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))}
+    for folder in error_dirs(out):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(folder / f"rank-{rank}.json", report)
+            return
+        except OSError:
+            continue
 
 
 def refuse_restart() -> int:
     """A full disk stays full: stop torchrun (SIGTERM to the agent, our parent) so it does not restart
-    the workers, and exit with :data:`NO_RETRY_EXIT` (the cluster's podFailurePolicy fails the job on it)."""
+    the workers, and exit with :data:`NO_RETRY_EXIT`."""
     if "TORCHELASTIC_RESTART_COUNT" in os.environ:  # started by torchrun's agent
         with contextlib.suppress(OSError):
             os.kill(os.getppid(), signal.SIGTERM)
