@@ -65,10 +65,9 @@ def test_second_run_is_refused_naming_the_holder_and_waits_when_asked(tmp_path, 
         f"    pathlib.Path({str(tmp_path / 'ready')!r}).touch()\n"
         "    time.sleep(120)\n", tmp_path / "ready")
     try:
-        with pytest.raises(LockBusy, match=rf"another run holds the lock on .*runs/\.lock \(run nightly-1, "
-                                           rf"stage local run, pid {holder.pid} on .*, since 20\d\d-"):
-            with storage_lock(tmp_path, "nightly-2"):
-                pass
+        busy = rf"another run holds the lock on .*runs/\.lock \(run nightly-1, stage local run, pid {holder.pid} on "
+        with pytest.raises(LockBusy, match=busy + r".*, since 20\d\d-"), storage_lock(tmp_path, "nightly-2"):
+            pass
         # make run: refused before anything is written, with the same message
         from pipelines.local import main
 

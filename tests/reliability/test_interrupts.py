@@ -102,19 +102,18 @@ def test_full_disk_is_named_with_stage_and_path(tmp_path, monkeypatch, fault_rep
 
     monkeypatch.setattr(os, "fsync", full)
     target = tmp_path / "runs" / "r1" / "plan.json"
-    with pytest.raises(NoSpaceError, match=rf"^estimate: no space left on '{target}' \(\d+ MiB free there "
-                                           r"now\); free some space and rerun$"):
-        with disk_full_as("estimate", target):
-            atomic_write_bytes(target, b"{}")
+    message = rf"^estimate: no space left on '{target}' \(\d+ MiB free there now\); free some space and rerun$"
+    with pytest.raises(NoSpaceError, match=message), disk_full_as("estimate", target):
+        atomic_write_bytes(target, b"{}")
     assert not list(target.parent.iterdir())  # no temp left behind
     # numpy on a full disk says "OSError: N requested and M written", without an errno
     array = tmp_path / "x.npy"
-    with pytest.raises(NoSpaceError, match=rf"^preprocess: no space left on '{array}'"):
-        with disk_full_as("preprocess", array):
-            raise OSError("10800 requested and 7136 written")
-    with pytest.raises(PermissionError, match="denied"):  # other errors pass unchanged
-        with disk_full_as("preprocess", array):
-            raise PermissionError(errno.EACCES, "denied")
+    with pytest.raises(NoSpaceError, match=rf"^preprocess: no space left on '{array}'"), \
+            disk_full_as("preprocess", array):
+        raise OSError("10800 requested and 7136 written")
+    # other errors pass unchanged
+    with pytest.raises(PermissionError, match="denied"), disk_full_as("preprocess", array):
+        raise PermissionError(errno.EACCES, "denied")
     np.save(tmp_path / "ok.npy", np.zeros(3))
     fault_report("interrupts", "a full disk while writing (ENOSPC at fsync; numpy's errno-less short write)",
                  "one line: '<stage>: no space left on <path> (N MiB free)'; no temp file left")
