@@ -214,6 +214,7 @@ def _run_tune(params: dict, run_id: str, folder: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     from components.common.lock import LockBusy
     from components.common.paths import PathError
+    from components.common.proctree import Stopped, stop_tree_on_signals
     from pipelines.local import LocalRunError, load_config
 
     p = argparse.ArgumentParser(
@@ -240,7 +241,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.data:
             overrides["raw_uri"] = args.data
         params = load_config(args.config, overrides, pipeline=tune_pipeline)
-        summary = run_tune_local(params, args.root, args.run_id)
+        with stop_tree_on_signals():
+            summary = run_tune_local(params, args.root, args.run_id)
+    except Stopped as exc:
+        print(f"tune: {exc}: every task process was stopped", file=sys.stderr)
+        return 128 + exc.signum
     except (LocalRunError, PathError, ValueError) as exc:
         print(f"tune: error: {exc}", file=sys.stderr)
         return 2

@@ -22,15 +22,17 @@ def evaluate_op(
     from pathlib import Path
 
     from components.common.runs import record_stage
+    from components.common.storage import disk_full_as
     from components.evaluate import report as reporting
     from components.evaluate.decision import GateRule
     from components.evaluate.stage import EvaluateConfig, evaluate
 
     started = time.perf_counter()
     out = Path(run_dir) / "evaluate"
-    result = evaluate(EvaluateConfig(data=data_dir, checkpoint=checkpoint, out=str(out), model_name=model_name,
-                                     tracking_uri=tracking_uri or None,
-                                     rule=GateRule(min_auc=min_auc, tolerance=tolerance)))
+    with disk_full_as("evaluate", out):
+        result = evaluate(EvaluateConfig(data=data_dir, checkpoint=checkpoint, out=str(out),
+                                         model_name=model_name, tracking_uri=tracking_uri or None,
+                                         rule=GateRule(min_auc=min_auc, tolerance=tolerance)))
     m, decision = result["metrics"], result["decision"]
     for key in ("test_auc", "test_gauc", "test_logloss", "test_ece"):
         if not math.isnan(m[key]):
