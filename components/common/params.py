@@ -78,8 +78,8 @@ def _one_of(*choices: str) -> Callable[[Any], None]:
 def _uri(value: str) -> None:
     try:
         check_no_credentials(value, "")
-    except CredentialError as exc:
-        raise ValueError(str(exc).removeprefix(": ")) from None
+    except CredentialError as exc:  # the redacted value is named once, by check_parameters
+        raise ValueError("carries " + str(exc).split(" carries ", 1)[1]) from None
 
 
 def _tracking_uri(value: str) -> None:

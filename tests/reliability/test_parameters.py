@@ -60,6 +60,17 @@ def test_every_daily_parameter_is_known_to_the_checker():
         check_parameters({"dask_workers": 2, "cluster_target": '{"trainjob": {}}'})
 
 
+@pytest.mark.parametrize("setting", ["run_date=2026-02-30", "tracking_uri=http://u:pw@mlflow:5000"])
+def test_make_trigger_checks_parameters_before_contacting_the_cluster(setting, capsys):
+    from pipelines.deploy import main as deploy_main
+
+    # an unreachable host: the check must refuse before any connection is tried
+    assert deploy_main(["trigger", "--host", "http://127.0.0.1:9", "--set", setting]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"deploy: error: parameter {setting.split('=')[0]}=") and err.count("\n") == 1
+    assert "pw@" not in err
+
+
 def test_run_id_given_twice_must_agree(tmp_path, capsys):
     (tmp_path / "raw").mkdir()
     assert main(["--config", "configs/debug.json", "--data", str(tmp_path / "raw"), "--root", str(tmp_path),
