@@ -50,6 +50,11 @@ def error_dirs(out: str | os.PathLike) -> list[Path]:
     return [Path(out) / "errors", Path(tempfile.gettempdir()) / f"dailyrec-errors-{key}"]
 
 
+def rank_reports(out: str | os.PathLike) -> list[Path]:
+    """The training ranks' error reports for ``out`` (``rank-N.json`` in :func:`error_dirs`)."""
+    return [p for folder in error_dirs(out) if folder.is_dir() for p in sorted(folder.glob("rank-*.json"))]
+
+
 def no_space(exc: BaseException) -> bool:
     """Whether ``exc`` means a full disk: ENOSPC/EDQUOT, or numpy's errno-less short write."""
     if not isinstance(exc, OSError):

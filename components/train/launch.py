@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from components.common.plan import read_plan
-from components.common.storage import error_dirs
+from components.common.storage import error_dirs, rank_reports
 from components.common.tracking import check_no_credentials
 from components.train.trainer import TrainConfig, read_summary, summary_line
 
@@ -73,53 +73,10 @@ class Launcher(Protocol):
     def run(self, spec: LaunchSpec) -> dict: ...
 
 
-# torchrun, but a failed worker ends it with one line instead of a Python traceback of
-# ChildFailedError (which buried the ranks' own one-line errors that LaunchError carries).
-# Workers get their own store per rendezvous round: with the agent's shared store (torch's
-# default), restarted workers can read the dead workers' gloo addresses and hang in
-# init_process_group (pytorch/pytorch#135712; measured here: 2 of 3 restarts hung).
-# A rank that failed on something a restart cannot fix (a full disk) stops the agent with SIGTERM
-# (components.train.trainer.refuse_restart): torchrun then ends without restarting, and so do we,
-# with exit code NO_RETRY_EXIT.
-_TORCHRUN = """\
-import os
-import sys
-os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
-from torch.distributed.elastic.multiprocessing.api import SignalException
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-from torch.distributed.run import main
-from components.common.storage import NO_RETRY_EXIT
-from components.train.launch import fatal_failure
-try:
-    main()
-except ChildFailedError as exc:
-    rank, failure = exc.get_first_failure()
-    print(f"torchrun: {exc.name} failed: rank {rank} exit code {failure.exitcode}", file=sys.stderr)
-    sys.exit(NO_RETRY_EXIT if failure.exitcode == NO_RETRY_EXIT else 1)
-except SignalException as exc:
-    fatal = fatal_failure(sys.argv)
-    print(f"torchrun: stopped without restarting: {fatal}" if fatal else f"torchrun: stopped by {exc.sigval.name}",
-          file=sys.stderr)
-    sys.exit(NO_RETRY_EXIT if fatal else 128 + exc.sigval)
-"""
-
-
-def fatal_failure(argv: list[str]) -> str | None:
-    """The first rank error that no restart can fix (``retryable: false``) under the trainer's ``--out``."""
-    out = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--out"), None)
-    for path in rank_reports(out) if out else []:
-        try:
-            report = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if report.get("retryable") is False:
-            return f"rank {report.get('rank')}: {report.get('error')}"
-    return None
-
-
 def torchrun(nproc: int, max_restarts: int, *target: str) -> list[str]:
-    """``torchrun --standalone`` running ``target`` (a script or ``-m module``, with its args)."""
-    return [sys.executable, "-c", _TORCHRUN, "--standalone", f"--nproc_per_node={nproc}",
+    """``torchrun --standalone`` (our wrapper: :mod:`components.train.torchrun`) running ``target``
+    (a script or ``-m module``, with its args)."""
+    return [sys.executable, "-m", "components.train.torchrun", "--standalone", f"--nproc_per_node={nproc}",
             f"--max-restarts={max_restarts}", *target]
 
 
@@ -137,11 +94,6 @@ class LocalTorchrun:
         if proc.returncode != 0:
             raise LaunchError(failure_message(spec.out, proc.returncode))
         return read_summary(spec.out)
-
-
-def rank_reports(out: str | Path) -> list[Path]:
-    """The ranks' error reports of a launch into ``out`` (errors/rank-N.json, or their fallback folder)."""
-    return [p for folder in error_dirs(out) if folder.is_dir() for p in sorted(folder.glob("rank-*.json"))]
 
 
 def failure_message(out: str | Path, returncode: int) -> str:
