@@ -108,6 +108,27 @@ def _hardware(value: str) -> None:
         raise ValueError(str(exc)) from None
 
 
+_SECRET_KEY = re.compile(r"(?i)password|passwd|secret|token|credential|access_key|private_key|api_key")
+
+
+def _secret_keys(node: Any, path: str = "") -> list[str]:
+    """Paths of the non-empty values whose key names a credential, anywhere in a JSON document."""
+    if isinstance(node, dict):
+        found = []
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else str(key)
+            if _SECRET_KEY.search(str(key)) and isinstance(value, str) and value:
+                found.append(where)
+            # env as a list of {"name": ..., "value": ...}
+            if key == "name" and _SECRET_KEY.search(str(value)) and node.get("value"):
+                found.append(f"{path}.{value}")
+            found += _secret_keys(value, where)
+        return found
+    if isinstance(node, list):
+        return [p for i, value in enumerate(node) for p in _secret_keys(value, f"{path}[{i}]")]
+    return []
+
+
 def _json_object(value: str) -> None:
     if value:
         try:
@@ -116,6 +137,10 @@ def _json_object(value: str) -> None:
             raise ValueError(f"is not valid JSON ({exc})") from None
         if not isinstance(doc, dict):
             raise ValueError("must be a JSON object")
+        secrets = _secret_keys(doc)
+        if secrets:  # it becomes TrainJob and Dask pod specs, readable by anyone who can list them
+            raise ValueError(f"holds credentials ({', '.join(secrets[:3])}); give pods credentials through "
+                             f"Kubernetes Secrets (manifests/README.md), never in the cluster target")
 
 
 RULES: dict[str, Callable[[Any], None]] = {
@@ -135,13 +160,21 @@ def check_parameters(params: dict[str, Any]) -> dict[str, Any]:
     """``params`` unchanged, or :class:`ParameterError` for the first one that cannot work."""
     for key, value in params.items():
         if isinstance(value, str) and _CONTROL.search(value):
-            raise ParameterError(f"parameter {key}: {value!r} contains control characters (newline, tab, ...)")
+            raise ParameterError(f"parameter {key}: {redact(value)!r} contains control characters "
+                                 f"(newline, tab, ...)")
+        if isinstance(value, str) and value != redact(value):  # a URI with credentials, in any parameter
+            raise ParameterError(f"parameter {key}={redact(value)!r}: carries credentials (user:password@ or "
+                                 f"a token in a URI); pass them through the environment (MLflow: "
+                                 f"MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD; object stores: their own "
+                                 f"variables), a Kubernetes Secret on the cluster (see README, Credentials)")
         rule = RULES.get(key)
         if rule is None:
             continue
         try:
             rule(value)
         except (ValueError, TypeError) as exc:
+            if str(exc).startswith("holds credentials"):  # never echo them
+                raise ParameterError(f"parameter {key}: {exc}") from None
             shown = redact(value) if isinstance(value, str) else value
             raise ParameterError(f"parameter {key}={shown!r}: {exc}") from None
     target = json.loads(params.get("cluster_target") or "{}")

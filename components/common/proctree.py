@@ -1,8 +1,8 @@
 """Stop a process and everything it started when it is told to stop (SIGTERM, SIGINT).
 
-A supervisor's ``kill <pid>`` reaches one process: the task shells, torchrun
+A supervisor's ``kill <pid>`` (or a closed terminal's SIGHUP) reaches one process: the task shells, torchrun
 and its workers that a local run started would keep running (and writing
-checkpoints) without it. :func:`stop_tree_on_signals` makes SIGTERM and SIGINT
+checkpoints) without it. :func:`stop_tree_on_signals` makes SIGTERM, SIGINT and SIGHUP
 stop every descendant (SIGTERM, a grace period, then SIGKILL) and then raise
 :class:`Stopped` in the main thread, so the run's own cleanup (``finally``
 blocks: the storage lock, temp files) still runs.
@@ -48,7 +48,7 @@ def stop_descendants(grace_s: float = GRACE_S) -> list[int]:
 
 
 @contextlib.contextmanager
-def stop_tree_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT),
+def stop_tree_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP),
                          grace_s: float = GRACE_S) -> Iterator[None]:
     """Within the block, a signal in ``signals`` stops every descendant, then raises :class:`Stopped`."""
     def handler(signum, frame):

@@ -35,18 +35,23 @@ BAD = [
     ("tracking_uri=ftp://host/x", r"parameter tracking_uri='ftp://host/x': must be an http\(s\)://"),
     ("cluster_target=[1]", r"parameter cluster_target='\[1\]': must be a JSON object"),
     ("model_name=ok\nFAKE LOG LINE", r"parameter model_name: 'ok\\nFAKE LOG LINE' contains control characters"),
+    ("raw_uri=s3://AKIAKEY:s3cretKEY@bucket/raw", r"parameter raw_uri='s3://\*\*\*@bucket/raw': carries credentials"),
+    ("model_config=https://host/c.json?token=s3cretKEY", r"parameter model_config='https://host/c.json\?token=\*\*\*"),
+    ('cluster_target={"trainjob": {"env": {"MLFLOW_TRACKING_PASSWORD": "s3cretKEY"}}}',
+     r"parameter cluster_target: holds credentials \(trainjob.env.MLFLOW_TRACKING_PASSWORD\); give pods"),
 ]
 
 
 @pytest.mark.parametrize("setting,message", BAD, ids=[b[0].split("=")[0] + ":" + b[0][:40] for b in BAD])
 def test_bad_parameters_are_refused_before_anything_runs(setting, message, tmp_path, capsys, fault_report):
     (tmp_path / "raw").mkdir()
-    code = main(["--config", "configs/debug.json", "--data", str(tmp_path / "raw"), "--root", str(tmp_path),
-                 "--set", setting])
+    data = [] if setting.startswith("raw_uri=") else ["--data", str(tmp_path / "raw")]  # --data would win
+    code = main(["--config", "configs/debug.json", *data, "--root", str(tmp_path), "--set", setting])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("run: error: parameter"), err
     assert __import__("re").search(message, err), err
     assert not (tmp_path / "runs").exists()  # nothing started, nothing written
+    assert "s3cretKEY" not in err  # a refused credential is never echoed
     fault_report("parameters", f"make run --set {setting!r}", err.strip()[len("run: error: "):][:160])
 
 
