@@ -104,6 +104,8 @@ def connect(tracking_uri: str, attempts: int = 3, backoff_s: float = 1.0) -> Any
     db = sqlite_path(tracking_uri)
     if db is not None:
         ensure_sqlite(db)
+        if repaired := repair_sqlite(db):
+            log.warning("%s", repaired)
         if problem := sqlite_problem(db):
             raise TrackingError(problem)
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
@@ -166,6 +168,35 @@ def sqlite_problem(db: Path) -> str | None:
         return (f"{db}: MLflow schema at revision {revision}, this MLflow needs {head}: back it up, then run "
                 f"`mlflow db upgrade sqlite:///{db}` (an interrupted migration: restore the backup first)")
     return None
+
+
+def _holds_data(db: Path) -> bool:
+    """Whether a SQLite file holds anything of the registry's (runs, experiments beyond the default,
+    registered models, model versions, logged models); True when it cannot even be read."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+            checks = {"runs": "select count(*) from runs", "registered_models": "select count(*) from registered_models",
+                      "model_versions": "select count(*) from model_versions",
+                      "logged_models": "select count(*) from logged_models",
+                      "experiments": "select count(*) from experiments where experiment_id != 0"}
+            return any(con.execute(query).fetchone()[0] for table, query in checks.items() if table in tables)
+    except sqlite3.DatabaseError:
+        return True
+
+
+def repair_sqlite(db: Path) -> str | None:
+    """An incomplete database that holds nothing (its creation was interrupted) is moved aside as
+    ``<db>.incomplete-<time>`` and created again; returns what was done, None when nothing was."""
+    problem = sqlite_problem(db)
+    if problem is None or "incomplete" not in problem or _holds_data(db):
+        return None
+    aside = db.with_name(f"{db.name}.incomplete-{time.strftime('%Y%m%dT%H%M%S')}")
+    os.replace(db, aside)
+    ensure_sqlite(db)
+    return f"{db} was an incomplete, empty MLflow database (interrupted creation): moved to {aside.name}, created anew"
 
 
 def ensure_sqlite(db: Path) -> None:

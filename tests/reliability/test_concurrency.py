@@ -105,17 +105,26 @@ def test_the_mlflow_database_is_never_left_half_created(tmp_path, fault_report):
         assert not db.exists() or sqlite_problem(db) is None, sqlite_problem(db)
     connect(sqlite_uri(tmp_path / "runs")).search_experiments()
     assert sqlite_problem(db) is None
-    # a database damaged by an older version (created in place, then interrupted) is named, not a traceback
+    # half-created by an older version (in place, then interrupted): repaired when it holds nothing,
+    # named with what to do when it holds something
+    empty = tmp_path / "old-empty" / "mlflow.db"
+    empty.parent.mkdir()
+    with sqlite3.connect(empty) as con:
+        con.execute("create table experiments (experiment_id integer primary key, name text)")
+    connect(sqlite_uri(empty.parent)).search_experiments()
+    assert sqlite_problem(empty) is None and len(list(empty.parent.glob("mlflow.db.incomplete-*"))) == 1
     broken = tmp_path / "old" / "mlflow.db"
     broken.parent.mkdir()
     with sqlite3.connect(broken) as con:
         con.execute("create table experiments (experiment_id integer primary key, name text)")
+        con.execute("insert into experiments values (7, 'ctr-train')")
     with pytest.raises(TrackingError, match=r"old/mlflow.db: an incomplete MLflow database \(1 tables, no "
                                             r"schema version.*move it aside and rerun"):
         connect(sqlite_uri(broken.parent))
+    assert broken.exists()  # never moved when it holds something
     fault_report("concurrency", "SIGTERM during the first run's MLflow database creation (3 moments)",
                  "the database appears complete or not at all (created under a temp name, then linked); "
-                 "a half-created one from before is named with what to do")
+                 "a half-created one from before is recreated when empty, else named with what to do")
 
 
 @pytest.mark.slow
