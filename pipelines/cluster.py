@@ -11,12 +11,16 @@ from pathlib import Path
 
 from kfp import kubernetes
 
+from components.register.integrity import SIGNING_KEY_ENV
+
 PVC = "dailyrec-data"
 MOUNT_PATH = "/mnt/dailyrec"
 MLFLOW_SECRET = "mlflow-pipeline-auth"
 """Secret with keys username/password: the pipeline's MLflow account (manifests/README.md, Secrets)."""
 MLFLOW_CLIENTS = ("train-op", "evaluate-op", "register-op", "tune-op")
 """Tasks that talk to MLflow: only they get its credentials and (NetworkPolicy) its port."""
+SIGNING_SECRET = "dailyrec-model-signing"
+"""Optional Secret with key ``key``: the HMAC key that signs registered models' digests."""
 TASK_LABEL = "dailyrec.io/task"
 MLFLOW_CLIENT_LABEL = "dailyrec.io/mlflow-client"
 CLUSTERS = Path(__file__).with_name("clusters")
@@ -60,4 +64,7 @@ def mlflow_client(task):
     kubernetes.add_pod_label(task, MLFLOW_CLIENT_LABEL, "true")
     kubernetes.use_secret_as_env(task, secret_name=MLFLOW_SECRET, secret_key_to_env={
         "username": "MLFLOW_TRACKING_USERNAME", "password": "MLFLOW_TRACKING_PASSWORD"})
+    # optional: with it, registered models are signed and loaders require the signature
+    kubernetes.use_secret_as_env(task, secret_name=SIGNING_SECRET, secret_key_to_env={"key": SIGNING_KEY_ENV},
+                                 optional=True)
     return task

@@ -15,6 +15,11 @@ code. So, at registration:
   registering run's outputs (``integrity/manifest.json``) and in
   registration.json, to name what changed when a check fails.
 
+With ``$DAILYREC_MODEL_SIGNING_KEY`` set (from a Kubernetes Secret), the digest
+is also signed (HMAC-SHA256, tag ``dailyrec_model_signature``) and loaders with
+the key require a valid signature: then not even someone who can write the
+registry database can swap a model in.
+
 Before loading, :func:`verified_download` downloads a version and refuses it
 (:class:`IntegrityError`) unless the manifest of what arrived has the digest
 in the tags. The pipeline's own stages (evaluate, the warm start) then read
@@ -28,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import hmac
 import json
+import os
 import re
 import sys
 import tempfile
@@ -36,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 DIGEST_TAG = "dailyrec_model_sha256"
+SIGNATURE_TAG = "dailyrec_model_signature"
+SIGNING_KEY_ENV = "DAILYREC_MODEL_SIGNING_KEY"
 WEIGHTS_TAG = "dailyrec_weights_sha256"
 MANIFEST_ARTIFACT = "integrity/manifest.json"
 WEIGHTS = "artifacts/model.pt"
@@ -106,12 +115,19 @@ def check_logged(folder: str | Path, checkpoint: dict, model_code: Path, package
         raise IntegrityError(f"{folder}: the logged weights differ from the checkpoint's")
 
 
+def signature(digest: str, key: str) -> str:
+    return hmac.new(key.encode(), digest.encode(), hashlib.sha256).hexdigest()
+
+
 def seal(folder: str | Path) -> tuple[dict[str, str], dict[str, str]]:
-    """``(version tags, manifest)`` of a checked logged model folder."""
+    """``(version tags, manifest)`` of a checked logged model folder (signed when a key is set)."""
     files = manifest(folder)
     if WEIGHTS not in files:
         raise IntegrityError(f"{folder}: no {WEIGHTS} in the logged model")
-    return {DIGEST_TAG: manifest_digest(files), WEIGHTS_TAG: files[WEIGHTS]}, files
+    tags = {DIGEST_TAG: manifest_digest(files), WEIGHTS_TAG: files[WEIGHTS]}
+    if key := os.environ.get(SIGNING_KEY_ENV):
+        tags[SIGNATURE_TAG] = signature(tags[DIGEST_TAG], key)
+    return tags, files
 
 
 def _stored_manifest(client: Any, run_id: str | None) -> dict[str, str] | None:
@@ -140,6 +156,11 @@ def verified_download(client: Any, name: str, version: int | str, dest: str | Pa
     if not expected:
         raise IntegrityError(f"{where} carries no {DIGEST_TAG} tag (registered before digests were recorded, "
                              f"or not by dailyrec): refusing to load it; register the model again")
+    key = os.environ.get(SIGNING_KEY_ENV)
+    if key and not hmac.compare_digest((mv.tags or {}).get(SIGNATURE_TAG, ""), signature(expected, key)):
+        raise IntegrityError(f"{where}: its {SIGNATURE_TAG} tag is missing or does not match the digest under "
+                             f"${SIGNING_KEY_ENV}: refusing to load it (signed by another key, or the registry "
+                             f"was altered)")
     local = Path(mlflow.artifacts.download_artifacts(artifact_uri=where, dst_path=str(dest)))
     files = manifest(local)
     if manifest_digest(files) != expected:

@@ -39,6 +39,7 @@ from components.common.tracking import code_version, connect, ensure_experiment,
 from components.register.integrity import (
     DIGEST_TAG,
     MANIFEST_ARTIFACT,
+    SIGNATURE_TAG,
     WEIGHTS_TAG,
     check_logged,
     seal,
@@ -152,7 +153,8 @@ def _finish(config: RegisterConfig, result: dict, client: Any, started: float) -
         mv = client.get_model_version(name, str(result["version"]))
         result["aliases"] = sorted(mv.aliases)
         result["model_uri"] = f"models:/{name}/{result['version']}"
-        result.setdefault("integrity", {k: mv.tags.get(k) for k in (DIGEST_TAG, WEIGHTS_TAG)})
+        result.setdefault("integrity", {k: mv.tags.get(k) for k in (DIGEST_TAG, WEIGHTS_TAG, SIGNATURE_TAG)
+                                        if k in mv.tags})
     result["champion_uri"] = model_uri(name, CHAMPION) if champion else None
     result["seconds"] = time.perf_counter() - started
     if config.out:

@@ -245,9 +245,53 @@ def test_secrets_reach_only_what_needs_them(tmp_path, fault_report):
     with_secret = {name for name, spec in executors.items() if spec.get("secretAsEnv")}
     assert with_secret == {"exec-train-op", "exec-evaluate-op", "exec-register-op"}
     for name in with_secret:
-        (ref,) = executors[name]["secretAsEnv"]
-        assert ref["secretName"] == "mlflow-pipeline-auth" and {e["envVar"] for e in ref["keyToEnv"]} == {
-            "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"}
+        account, signing = executors[name]["secretAsEnv"]
+        assert account["secretName"] == "mlflow-pipeline-auth" and not account["optional"]
+        assert {e["envVar"] for e in account["keyToEnv"]} == {"MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"}
+        assert signing["secretName"] == "dailyrec-model-signing" and signing["optional"]
+        assert [e["envVar"] for e in signing["keyToEnv"]] == ["DAILYREC_MODEL_SIGNING_KEY"]
     fault_report("security", "who can read which Secret",
                  "MLflow: its database, bucket and auth settings; training pods: their own MLflow account; "
                  "only the train, evaluate and register tasks: the pipeline's MLflow account; no Role grants secrets")
+
+
+@pytest.mark.integration
+def test_a_signing_key_protects_against_registry_writes_too(tiny_dataset, tmp_path, monkeypatch, fault_report):
+    from mlflow import MlflowClient
+
+    from components.common.tracking import sqlite_uri
+    from components.register.integrity import (
+        DIGEST_TAG,
+        SIGNATURE_TAG,
+        SIGNING_KEY_ENV,
+        IntegrityError,
+        manifest,
+        manifest_digest,
+    )
+    from components.register.registry import champion_checkpoint
+    from components.register.stage import RegisterConfig, register
+    from tests.integration.test_evaluate_register import untrained_checkpoint
+
+    monkeypatch.setenv(SIGNING_KEY_ENV, "k1-from-a-secret")
+    checkpoint = untrained_checkpoint(tmp_path / "model.pt", tiny_dataset, seed=1)
+    (tmp_path / "decision.json").write_text(json.dumps({"blessed": True, "reasons": ["forced"]}))
+    (tmp_path / "metrics.json").write_text("{}")
+    uri = sqlite_uri(tmp_path / "runs")
+    register(RegisterConfig(checkpoint=str(checkpoint), metrics=str(tmp_path / "metrics.json"),
+                            decision=str(tmp_path / "decision.json"), model_name="ctr", tracking_uri=uri))
+    assert champion_checkpoint(connect(uri), "ctr", str(tmp_path / "a"))[0] == 1
+    # someone who can write the artifact store AND the registry: new files, and the digest tag to match
+    (model_dir,) = {p.parent for p in (tmp_path / "runs" / "artifacts").rglob("MLmodel")}
+    with open(model_dir / "model_code.py", "a") as fh:
+        fh.write("\nprint('planted')\n")
+    MlflowClient(uri, registry_uri=uri).set_model_version_tag("ctr", "1", DIGEST_TAG,
+                                                              manifest_digest(manifest(model_dir)))
+    with pytest.raises(IntegrityError, match=rf"models:/ctr/1: its {SIGNATURE_TAG} tag is missing or does not "
+                                             r"match the digest"):
+        champion_checkpoint(connect(uri), "ctr", str(tmp_path / "b"))
+    monkeypatch.setenv(SIGNING_KEY_ENV, "another-key")
+    with pytest.raises(IntegrityError, match=SIGNATURE_TAG):
+        champion_checkpoint(connect(uri), "ctr", str(tmp_path / "c"))
+    fault_report("security", "model files and their digest tag both rewritten (artifact store and registry "
+                             "written), with a signing key set",
+                 "refused: the HMAC signature of the digest does not match")
