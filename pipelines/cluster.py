@@ -11,11 +11,22 @@ from pathlib import Path
 
 from kfp import kubernetes
 
+from components.register.integrity import SIGNING_KEY_ENV
+
 PVC = "dailyrec-data"
 MOUNT_PATH = "/mnt/dailyrec"
+MLFLOW_SECRET = "mlflow-pipeline-auth"
+"""Secret with keys username/password: the pipeline's MLflow account (manifests/README.md, Secrets)."""
+MLFLOW_CLIENTS = ("train-op", "evaluate-op", "register-op", "tune-op")
+"""Tasks that talk to MLflow: only they get its credentials and (NetworkPolicy) its port."""
+SIGNING_SECRET = "dailyrec-model-signing"
+"""Optional Secret with key ``key``: the HMAC key that signs registered models' digests."""
+TASK_LABEL = "dailyrec.io/task"
+MLFLOW_CLIENT_LABEL = "dailyrec.io/mlflow-client"
 CLUSTERS = Path(__file__).with_name("clusters")
 # (cpu request, memory request, memory limit) per task: the launcher only waits on the TrainJob
 RESOURCES = {
+    "check-parameters": ("250m", "512Mi", "1Gi"),
     "resolve-window": ("250m", "512Mi", "1Gi"),
     "preprocess-op": ("4", "16Gi", "24Gi"),
     "estimate-op": ("500m", "2Gi", "4Gi"),
@@ -37,8 +48,23 @@ def target(env: str) -> str:
 
 
 def on_cluster(task, name: str):
-    """Shared volume + resource requests/limits for one task; returns the task."""
+    """Shared volume, resource requests/limits, pod labels (the NetworkPolicies select on them) and, for
+    the tasks that talk to MLflow, its credentials from a Secret (never a parameter); returns the task."""
     kubernetes.mount_pvc(task, pvc_name=PVC, mount_path=MOUNT_PATH)
     cpu, memory, memory_limit = RESOURCES[name]
     task.set_cpu_request(cpu).set_memory_request(memory).set_memory_limit(memory_limit)
+    kubernetes.add_pod_label(task, TASK_LABEL, name)
+    if name in MLFLOW_CLIENTS:
+        mlflow_client(task)
+    return task
+
+
+def mlflow_client(task):
+    """Let a task reach MLflow (pod label for the NetworkPolicy) with the pipeline's credentials."""
+    kubernetes.add_pod_label(task, MLFLOW_CLIENT_LABEL, "true")
+    kubernetes.use_secret_as_env(task, secret_name=MLFLOW_SECRET, secret_key_to_env={
+        "username": "MLFLOW_TRACKING_USERNAME", "password": "MLFLOW_TRACKING_PASSWORD"})
+    # optional: with it, registered models are signed and loaders require the signature
+    kubernetes.use_secret_as_env(task, secret_name=SIGNING_SECRET, secret_key_to_env={"key": SIGNING_KEY_ENV},
+                                 optional=True)
     return task

@@ -29,11 +29,16 @@ def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str
     and a TrainJob of a failed or cancelled run deleted."""
     import json
 
+    from components.common.paths import PathError, inside, safe_name
     from components.common.runs import build_summary, run_dir, summary_text, write_summary
     from components.common.storage import remove_stale_temps
 
-    rid = run_id or kfp_run_id
-    folder = run_dir(storage_root, rid)
+    rid, refused = run_id or kfp_run_id, None
+    try:  # the same check as every other task: a run id never names a folder outside runs/
+        folder = inside(storage_root, run_dir(storage_root, safe_name(rid, "run_id")), "run folder")
+    except PathError as exc:  # the summary still gets written: under the KFP run id, saying why
+        refused, rid = str(exc), safe_name(kfp_run_id, "KFP run id")
+        folder = run_dir(storage_root, rid)
     try:
         run = json.loads((folder / "run.json").read_text())
     except (OSError, ValueError):
@@ -41,6 +46,8 @@ def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str
     for leftover in ("train", "evaluate", "registration.json", "summary.json"):
         remove_stale_temps(folder / leftover)
     error = status.error_message if status.state != "SUCCEEDED" else None
+    if refused:
+        error = f"{refused}; {error or ''}".rstrip("; ")
     if error and launcher == "trainjob":
         from kubernetes import client, config
 
@@ -55,8 +62,22 @@ def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str
     print(summary_text(summary))
 
 
+@dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
+def check_parameters(
+    run_date: str, window_days: int, history_days: int, seq_len: int, model_config: str,
+    hardware_profile: str, global_batch: int, deadline_hours: float, max_epochs: int, min_auc: float,
+    tolerance: float, warm_start: bool, storage_root: str, raw_uri: str, tracking_uri: str, model_name: str,
+    launcher: str, max_restarts: int, cluster_target: str, dask_workers: int, run_id: str,
+) -> None:
+    """Every parameter of the run checked before the first real task: one line naming a bad one."""
+    params = dict(locals())  # the parameters, before any other name is bound here
+    from components.common.params import check_parameters as check
+
+    check(params)
+
+
 def prepare_data(*, raw_uri, storage_root, run_date, window_days, history_days, seq_len, run_id,
-                 dask_workers, cluster_target):
+                 dask_workers, cluster_target, after=None):
     """The resolve-window and preprocess tasks every dailyrec pipeline starts with: ``(window, data)``.
 
     Arguments are pipeline parameters (channels). Only preprocess is cached, keyed on the
@@ -65,6 +86,8 @@ def prepare_data(*, raw_uri, storage_root, run_date, window_days, history_days, 
     window = resolve_window(raw_uri=raw_uri, storage_root=storage_root, run_date=run_date,
                             window_days=window_days, history_days=history_days, seq_len=seq_len,
                             run_id=run_id, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+    if after is not None:
+        window.after(after)
     on_cluster(window, "resolve-window")
     window.set_caching_options(False)  # must see today's files
     window.set_display_name("resolve window")
@@ -130,14 +153,21 @@ def daily(
         dask_workers: 0 = Dask threads in the preprocess task; N = a DaskCluster of N workers on Kubernetes.
         run_id: folder name of this run under storage_root/runs; empty = the KFP run id.
     """
+    # first: the parameters exactly as given (locals() holds only them here)
+    parameters = dict(locals())
     exit_task = finalize(storage_root=storage_root, run_id=run_id, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                          model_name=model_name, launcher=launcher, cluster_target=cluster_target)
     on_cluster(exit_task, "finalize")
     exit_task.set_caching_options(False)
     with dsl.ExitHandler(exit_task, name="daily-run"):
+        checked = check_parameters(**parameters)
+        on_cluster(checked, "check-parameters")
+        checked.set_caching_options(False)
+        checked.set_display_name("check parameters")
         window, data = prepare_data(raw_uri=raw_uri, storage_root=storage_root, run_date=run_date,
                                     window_days=window_days, history_days=history_days, seq_len=seq_len,
-                                    run_id=run_id, dask_workers=dask_workers, cluster_target=cluster_target)
+                                    run_id=run_id, dask_workers=dask_workers, cluster_target=cluster_target,
+                                    after=checked)
         plan = estimate_op(data_dir=data.outputs["data_dir"], run_dir=window.outputs["run_dir"],
                            model_config=model_config, hardware_profile=hardware_profile,
                            global_batch=global_batch, deadline_hours=deadline_hours, max_epochs=max_epochs,

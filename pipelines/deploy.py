@@ -321,7 +321,13 @@ def main(argv: list[str] | None = None) -> int:
             bad = [item for item in args.set if "=" not in item]
             if bad:  # dict() of it would say only "dictionary update sequence element #0 ..."
                 raise DeployError(f"--set {bad[0]!r}: expected KEY=VALUE")
-            params = dict(item.split("=", 1) for item in args.set)
+            from components.common.params import check_parameters
+            from pipelines.local import LocalRunError, load_config
+
+            try:  # typed as the pipeline declares them, and checked before anything is submitted
+                params = check_parameters(load_config(None, dict(item.split("=", 1) for item in args.set)))
+            except LocalRunError as exc:
+                raise DeployError(str(exc)) from None
             run_id = Publisher(_kfp_client(args.host)).trigger(params, args.version)
             print(f"started run {run_id} of {PIPELINE_NAME}")
             return 0

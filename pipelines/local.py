@@ -13,6 +13,7 @@ files stay under the run folder (``runs/<run id>/kfp/``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import inspect
 import json
@@ -22,9 +23,13 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
+from components.common.lock import LockBusy, storage_lock
+from components.common.params import check_parameters
 from components.common.paths import PathError, safe_name
+from components.common.proctree import Stopped, stop_tree_on_signals
 from components.common.runs import SUMMARY, run_dir, summary_text
 from components.common.storage import atomic_write_json
 from components.common.tracking import sqlite_uri
@@ -88,27 +93,59 @@ def run_local(params: dict, root: str | Path = ".", run_id: str | None = None) -
     from pipelines.daily import daily
 
     root = Path(root).resolve()
-    run_id, folder, params = start_local_run(params, root, run_id)
-    started = time.perf_counter()
-    print(f"dailyrec: run {run_id} (folder {folder}); KFP local runner, tasks as subprocesses", flush=True)
-    daily(**params)
-    seconds = time.perf_counter() - started
+    with local_run(params, root, run_id) as (run_id, folder, params):
+        started = time.perf_counter()
+        print(f"dailyrec: run {run_id} (folder {folder}); KFP local runner, tasks as subprocesses", flush=True)
+        try:
+            daily(**params)
+        except Stopped as exc:  # the task tree is stopped already: record why, then let it end the process
+            write_stopped_summary(folder, run_id, str(exc))
+            raise
+        seconds = time.perf_counter() - started
+        try:
+            summary = json.loads((folder / SUMMARY).read_text())
+        except (OSError, ValueError):
+            summary = {"run_id": run_id, "status": "FAILED", "error": "the pipeline wrote no summary"}
+        summary["wall_seconds"] = round(seconds, 1)
+        atomic_write_json(folder / SUMMARY, summary)
+        latest = root / "runs" / "latest"
+        latest.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(folder / SUMMARY, latest / SUMMARY)
+        shutil.rmtree(folder / "kfp" / "tmp", ignore_errors=True)
+        return summary
+
+
+def write_stopped_summary(folder: Path, run_id: str, reason: str) -> None:
+    """The summary of a run stopped by a signal (its exit handler never ran)."""
     try:
         summary = json.loads((folder / SUMMARY).read_text())
     except (OSError, ValueError):
-        summary = {"run_id": run_id, "status": "FAILED", "error": "the pipeline wrote no summary"}
-    summary["wall_seconds"] = round(seconds, 1)
-    atomic_write_json(folder / SUMMARY, summary)
-    latest = root / "runs" / "latest"
-    latest.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(folder / SUMMARY, latest / SUMMARY)
-    shutil.rmtree(folder / "kfp" / "tmp", ignore_errors=True)
-    return summary
+        summary = {"run_id": run_id}
+    atomic_write_json(folder / SUMMARY, {**summary, "status": "CANCELED", "error": reason})
 
 
-def start_local_run(params: dict, root: Path, run_id: str | None = None) -> tuple[str, Path, dict]:
-    """Run folder, KFP's local runner and the storage parameters of a local run of any dailyrec
-    pipeline: returns (run id, run folder, the parameters to call the pipeline with)."""
+def resolve_run_id(params: dict, run_id: str | None) -> str:
+    """The run id: ``--run-id``, else the ``run_id`` parameter, else a new one; the two may not differ."""
+    given = params.get("run_id") or ""
+    if run_id and given and run_id != given:
+        raise LocalRunError(f"--run-id {run_id!r} and parameter run_id={given!r} differ: give one")
+    return run_id or given or new_run_id()
+
+
+@contextlib.contextmanager
+def local_run(params: dict, root: Path, run_id: str | None = None) -> Iterator[tuple[str, Path, dict]]:
+    """A local run of any dailyrec pipeline, for the duration of the block: its parameters checked, the
+    storage root's lock held (another run there: :class:`LockBusy`), its folder and KFP's local runner set
+    up. Yields (run id, run folder, the parameters to call the pipeline with)."""
+    run_id = resolve_run_id(params, run_id)
+    check_parameters({**params, "run_id": run_id})
+    root.mkdir(parents=True, exist_ok=True)
+    with storage_lock(root, run_id, stage="local run"):
+        yield start_local_run(params, root, run_id)
+
+
+def start_local_run(params: dict, root: Path, run_id: str) -> tuple[str, Path, dict]:
+    """Run folder, KFP's local runner and the storage parameters of a local run (under :func:`local_run`)."""
     import warnings
 
     from kfp import local
@@ -117,7 +154,7 @@ def start_local_run(params: dict, root: Path, run_id: str | None = None) -> tupl
     warnings.filterwarnings("ignore", message=".*have no effect in the current local runner")
     warnings.filterwarnings("ignore", message=".*custom or non-Python base image")
 
-    run_id = safe_name(run_id or new_run_id(), "run id")
+    run_id = safe_name(run_id, "run id")
     folder = run_dir(root, run_id)
     kfp_dir = folder / "kfp"
     tmp = kfp_dir / "tmp"
@@ -153,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         params = load_config(args.config, overrides)
         if args.run_id is not None:
             safe_name(args.run_id, "run id")  # (run_local checks it too) before the folder check
+        check_parameters({**params, "run_id": resolve_run_id(params, args.run_id)})
         raw = params.get("raw_uri") or str(Path(args.root) / "raw")
         if "://" not in raw and not Path(raw).is_dir():  # fail now, not minutes into the pipeline
             raise LocalRunError(f"raw events folder {raw} does not exist (--data or raw_uri)")
@@ -160,7 +198,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run: error: {exc}", file=sys.stderr)
         return 2
     try:
-        summary = run_local(params, args.root, args.run_id)
+        with stop_tree_on_signals():
+            summary = run_local(params, args.root, args.run_id)
+    except Stopped as exc:
+        print(f"run: {exc}: every task process was stopped", file=sys.stderr)
+        return 128 + exc.signum
+    except LockBusy as exc:
+        print(f"run: error: {exc}", file=sys.stderr)
+        return 1
     except PathError as exc:
         print(f"run: error: {exc}", file=sys.stderr)
         return 2

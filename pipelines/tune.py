@@ -22,7 +22,7 @@ from pathlib import Path
 from kfp import compiler, dsl, kubernetes
 
 from components.tune.component import tune_op
-from pipelines.cluster import MOUNT_PATH, PVC
+from pipelines.cluster import MOUNT_PATH, PVC, TASK_LABEL, mlflow_client
 from pipelines.daily import prepare_data
 
 PIPELINE_NAME = "dailyrec-tune"
@@ -119,6 +119,8 @@ def tune_pipeline(
         tracking_uri=tracking_uri,
     )
     kubernetes.mount_pvc(tuned, pvc_name=PVC, mount_path=MOUNT_PATH)
+    kubernetes.add_pod_label(tuned, TASK_LABEL, "tune-op")
+    mlflow_client(tuned)
     cpu, memory, memory_limit = TUNE_RESOURCES
     tuned.set_cpu_request(cpu).set_memory_request(memory).set_memory_limit(memory_limit)
     tuned.set_caching_options(False)
@@ -174,13 +176,18 @@ def check_parameters(params: dict) -> None:
 
 def run_tune_local(params: dict, root: str | Path = ".", run_id: str | None = None) -> dict:
     """Run the search pipeline through kfp.local; return its summary (status FAILED on failure)."""
-    from components.common.storage import atomic_write_json
-    from components.tune.study import SUMMARY_FILE
-    from pipelines.local import start_local_run
+    from pipelines.local import local_run
 
     check_parameters(params)
     root = Path(root).resolve()
-    run_id, folder, params = start_local_run(params, root, run_id)
+    with local_run(params, root, run_id) as (run_id, folder, params):
+        return _run_tune(params, run_id, folder)
+
+
+def _run_tune(params: dict, run_id: str, folder: Path) -> dict:
+    from components.common.storage import atomic_write_json
+    from components.tune.study import SUMMARY_FILE
+
     started = time.perf_counter()
     print(
         f"dailyrec: tune run {run_id} (folder {folder}); KFP local runner, tasks as subprocesses",
@@ -205,7 +212,9 @@ def run_tune_local(params: dict, root: str | Path = ".", run_id: str | None = No
 
 
 def main(argv: list[str] | None = None) -> int:
+    from components.common.lock import LockBusy
     from components.common.paths import PathError
+    from components.common.proctree import Stopped, stop_tree_on_signals
     from pipelines.local import LocalRunError, load_config
 
     p = argparse.ArgumentParser(
@@ -232,10 +241,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.data:
             overrides["raw_uri"] = args.data
         params = load_config(args.config, overrides, pipeline=tune_pipeline)
-        summary = run_tune_local(params, args.root, args.run_id)
+        with stop_tree_on_signals():
+            summary = run_tune_local(params, args.root, args.run_id)
+    except Stopped as exc:
+        print(f"tune: {exc}: every task process was stopped", file=sys.stderr)
+        return 128 + exc.signum
     except (LocalRunError, PathError, ValueError) as exc:
         print(f"tune: error: {exc}", file=sys.stderr)
         return 2
+    except LockBusy as exc:
+        print(f"tune: error: {exc}", file=sys.stderr)
+        return 1
     if summary["status"] != "SUCCEEDED":
         print(f"\ntune run {summary['run_id']}: FAILED: {summary['error']}", file=sys.stderr)
         return 1

@@ -4,11 +4,20 @@
   (MLflow's own HTTP retries would otherwise take minutes to give up);
 * a SQLite tracking URI keeps its artifacts beside the database, not in
   ``./mlruns`` of whatever folder the process happens to run in;
-* credentials in a URI never reach a log line or an error message.
+* credentials never travel in a URI: one with ``user:password@`` (or a
+  token in its query) is refused (:func:`check_no_credentials`), and any URI
+  that reaches a log line or an error message is redacted first. MLflow reads
+  ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` (or
+  ``MLFLOW_TRACKING_TOKEN``) from the environment: a Kubernetes Secret on the
+  cluster, the shell locally;
+* a new SQLite database is created and migrated under a temporary name and
+  renamed into place, so an interrupted first run never leaves a half-migrated
+  one; a damaged one is named with what to do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -30,9 +39,29 @@ class TrackingError(RuntimeError):
     """The tracking server or registry cannot be used; the message says which URI and why."""
 
 
-def redact(uri: str) -> str:
-    """``uri`` without a password (``scheme://user:secret@host`` -> ``scheme://user:***@host``)."""
-    return re.sub(r"(://[^/:@]+):[^/@]+@", r"\1:***@", uri)
+class CredentialError(ValueError):
+    """A URI that carries credentials; they belong in the environment."""
+
+
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@?#\s]*)@")
+_SECRET_QUERY = re.compile(r"(?i)([?&](?:[a-z0-9_-]*(?:token|password|passwd|secret|key|signature|"
+                           r"credential)[a-z0-9_-]*)=)[^&#\s]*")
+
+
+def redact(text: str) -> str:
+    """``text`` with the userinfo of every URI and secret-looking query values replaced by ``***``."""
+    return _SECRET_QUERY.sub(r"\1***", _USERINFO.sub(r"\g<scheme>***@", text))
+
+
+def check_no_credentials(uri: str, what: str = "tracking_uri") -> str:
+    """``uri`` unchanged, or :class:`CredentialError` (with the URI redacted) when it carries credentials."""
+    if uri and (_USERINFO.search(uri) or _SECRET_QUERY.search(uri)):
+        raise CredentialError(
+            f"{what}: {redact(uri)} carries credentials; they would be written to parameters, logs and "
+            f"process lists. Pass the URI without them and set MLFLOW_TRACKING_USERNAME and "
+            f"MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) in the environment: a Kubernetes "
+            f"Secret on the cluster (see README, Credentials)")
+    return uri
 
 
 def sqlite_uri(folder: str | Path) -> str:
@@ -64,12 +93,21 @@ def connect(tracking_uri: str, attempts: int = 3, backoff_s: float = 1.0) -> Any
     """
     for key, value in _HTTP_DEFAULTS.items():
         os.environ.setdefault(key, value)
+    try:
+        check_no_credentials(tracking_uri)
+        check_no_credentials(os.environ.get("MLFLOW_TRACKING_URI", ""), "$MLFLOW_TRACKING_URI")
+    except CredentialError as exc:
+        raise TrackingError(str(exc)) from None
     import mlflow
     from mlflow import MlflowClient
 
     db = sqlite_path(tracking_uri)
     if db is not None:
-        db.parent.mkdir(parents=True, exist_ok=True)
+        ensure_sqlite(db)
+        if repaired := repair_sqlite(db):
+            log.warning("%s", repaired)
+        if problem := sqlite_problem(db):
+            raise TrackingError(problem)
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     for attempt in range(1, attempts + 1):
         try:
@@ -80,6 +118,8 @@ def connect(tracking_uri: str, attempts: int = 3, backoff_s: float = 1.0) -> Any
             mlflow.set_registry_uri(tracking_uri)
             return client
         except Exception as exc:  # connection refused, DNS, HTTP 5xx, locked or corrupt database
+            if db is not None and (problem := sqlite_problem(db)):
+                raise TrackingError(problem) from exc
             if attempt == attempts:
                 raise TrackingError(f"MLflow tracking at {redact(tracking_uri)} unusable after "
                                     f"{attempts} attempts: {type(exc).__name__}: "
@@ -89,6 +129,94 @@ def connect(tracking_uri: str, attempts: int = 3, backoff_s: float = 1.0) -> Any
                         redact(tracking_uri), type(exc).__name__, wait)
             time.sleep(wait)
     raise AssertionError("unreachable")
+
+
+def _schema_head() -> str:
+    """The Alembic revision a complete MLflow database of the installed MLflow is at."""
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db.utils import _get_alembic_config
+
+    return ScriptDirectory.from_config(_get_alembic_config("sqlite://")).get_current_head()
+
+
+def _schema_of(db: Path) -> tuple[str | None, int]:
+    """``(alembic revision or None, tables)`` of a SQLite file, read without SQLAlchemy."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+        tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+        if "alembic_version" not in tables:
+            return None, len(tables)
+        row = con.execute("select version_num from alembic_version").fetchone()
+        return (row[0] if row else None), len(tables)
+
+
+def sqlite_problem(db: Path) -> str | None:
+    """What is wrong with an existing MLflow SQLite file, as one line with what to do; None when sound."""
+    import sqlite3
+
+    try:
+        revision, tables = _schema_of(db)
+    except sqlite3.DatabaseError as exc:
+        return (f"{db}: not a usable SQLite database ({exc}); move it aside (it is not the registry any more) "
+                f"and rerun to start a new one, or restore it from a backup")
+    head = _schema_head()
+    if revision is None:
+        return (f"{db}: an incomplete MLflow database ({tables} tables, no schema version: its creation was "
+                f"interrupted); move it aside and rerun to create a new one")
+    if revision != head:
+        return (f"{db}: MLflow schema at revision {revision}, this MLflow needs {head}: back it up, then run "
+                f"`mlflow db upgrade sqlite:///{db}` (an interrupted migration: restore the backup first)")
+    return None
+
+
+def _holds_data(db: Path) -> bool:
+    """Whether a SQLite file holds anything of the registry's (runs, experiments beyond the default,
+    registered models, model versions, logged models); True when it cannot even be read."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+            tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+            checks = {"runs": "select count(*) from runs", "registered_models": "select count(*) from registered_models",
+                      "model_versions": "select count(*) from model_versions",
+                      "logged_models": "select count(*) from logged_models",
+                      "experiments": "select count(*) from experiments where experiment_id != 0"}
+            return any(con.execute(query).fetchone()[0] for table, query in checks.items() if table in tables)
+    except sqlite3.DatabaseError:
+        return True
+
+
+def repair_sqlite(db: Path) -> str | None:
+    """An incomplete database that holds nothing (its creation was interrupted) is moved aside as
+    ``<db>.incomplete-<time>`` and created again; returns what was done, None when nothing was."""
+    problem = sqlite_problem(db)
+    if problem is None or "incomplete" not in problem or _holds_data(db):
+        return None
+    aside = db.with_name(f"{db.name}.incomplete-{time.strftime('%Y%m%dT%H%M%S')}")
+    os.replace(db, aside)
+    ensure_sqlite(db)
+    return f"{db} was an incomplete, empty MLflow database (interrupted creation): moved to {aside.name}, created anew"
+
+
+def ensure_sqlite(db: Path) -> None:
+    """Create the MLflow database at ``db`` atomically when absent: migrated under a temp name, then linked
+    into place (a concurrent creator's database wins; ours is dropped). An existing one is left as is."""
+    db.parent.mkdir(parents=True, exist_ok=True)
+    if db.exists():
+        return
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    from components.common.storage import owned_temp
+
+    with owned_temp(db) as tmp:
+        try:
+            store = SqlAlchemyStore(f"sqlite:///{tmp.as_posix()}", (db.parent / "artifacts").as_uri())
+            store.engine.dispose()
+            with contextlib.suppress(FileExistsError):  # another process got there first: keep theirs
+                os.link(tmp, db)  # unlike rename, never replaces an existing file
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def ensure_experiment(client: Any, name: str, tracking_uri: str) -> str:

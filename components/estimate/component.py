@@ -20,13 +20,15 @@ def estimate_op(
     from pathlib import Path
 
     from components.common.runs import record_stage
+    from components.common.storage import disk_full_as
     from components.estimate.planner import EstimateConfig, table, write
 
     started = time.perf_counter()
     record_stage(run_dir, "preprocess", preprocess_seconds, data_dir=data_dir)
-    path, doc = write(EstimateConfig(data=data_dir, model=model_config, hardware=hardware_profile,
-                                     global_batch=global_batch, deadline_hours=deadline_hours or None,
-                                     max_epochs=max_epochs), Path(run_dir) / "plan.json")
+    with disk_full_as("estimate", run_dir):
+        path, doc = write(EstimateConfig(data=data_dir, model=model_config, hardware=hardware_profile,
+                                         global_batch=global_batch, deadline_hours=deadline_hours or None,
+                                         max_epochs=max_epochs), Path(run_dir) / "plan.json")
     print(table(doc))
     shutil.copyfile(path, plan.path)
     train = dataclasses.asdict(doc["train"])

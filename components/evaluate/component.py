@@ -22,20 +22,22 @@ def evaluate_op(
     from pathlib import Path
 
     from components.common.runs import record_stage
+    from components.common.storage import disk_full_as
     from components.evaluate import report as reporting
     from components.evaluate.decision import GateRule
     from components.evaluate.stage import EvaluateConfig, evaluate
 
     started = time.perf_counter()
     out = Path(run_dir) / "evaluate"
-    result = evaluate(EvaluateConfig(data=data_dir, checkpoint=checkpoint, out=str(out), model_name=model_name,
-                                     tracking_uri=tracking_uri or None,
-                                     rule=GateRule(min_auc=min_auc, tolerance=tolerance)))
+    with disk_full_as("evaluate", out):
+        result = evaluate(EvaluateConfig(data=data_dir, checkpoint=checkpoint, out=str(out),
+                                         model_name=model_name, tracking_uri=tracking_uri or None,
+                                         rule=GateRule(min_auc=min_auc, tolerance=tolerance)))
     m, decision = result["metrics"], result["decision"]
     for key in ("test_auc", "test_gauc", "test_logloss", "test_ece"):
         if not math.isnan(m[key]):
             metrics.log_metric(key, round(m[key], 6))
-    if m["comparison"]:
+    if m["comparison"] and not math.isnan(m["comparison"]["delta"]):
         metrics.log_metric("auc_delta_vs_champion", round(m["comparison"]["delta"], 6))
     metrics.log_metric("blessed", int(decision["blessed"]))
     points = json.loads((out / "roc.json").read_text())["candidate"]

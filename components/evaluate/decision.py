@@ -14,6 +14,12 @@ A champion that cannot be loaded or scored on today's data (e.g. the hash
 buckets changed) is never silently skipped: with ``if_champion_unusable =
 "block"`` (default) the candidate is not blessed until a person looks; with
 ``"ignore"`` it is judged by rule 1 alone, and the reasons say so.
+
+An **undefined** comparison (DeLong's interval is NaN: a test split with a
+single click or a single non-click leaves its variance undefined) is never
+read as "worse" or "as good": the reasons say "undefined", and the same
+``if_champion_unusable`` policy decides (block: not blessed, the champion
+stays; ignore: judged by rule 1 alone).
 """
 
 from __future__ import annotations
@@ -47,6 +53,12 @@ class GateRule:
                              f"got {self.if_champion_unusable!r}")
 
 
+def comparison_defined(comparison: dict | None) -> bool:
+    """Whether a DeLong result has a usable interval (no NaN in delta and bounds)."""
+    return bool(comparison) and all(isinstance(comparison.get(k), int | float) and not math.isnan(comparison[k])
+                                    for k in ("delta", "ci_low", "ci_high"))
+
+
 def decide(candidate_auc: float, champion: dict, comparison: dict | None, rule: GateRule) -> dict:
     """``{"blessed", "reasons", "rule"}`` for a candidate.
 
@@ -61,6 +73,14 @@ def decide(candidate_auc: float, champion: dict, comparison: dict | None, rule: 
     if status == "none":
         gate_ok = True
         reasons.append("no champion registered yet: nothing to compare with")
+    elif status == "scored" and not comparison_defined(comparison):
+        version = champion.get("version")
+        gate_ok = rule.if_champion_unusable == "ignore"
+        reasons.append(
+            f"AUC vs champion v{version}: undefined (DeLong's interval needs at least 2 clicks and 2 non-clicks "
+            f"in the test split; it has {comparison.get('positives')} and {comparison.get('negatives')}); "
+            f"policy if_champion_unusable={rule.if_champion_unusable}: "
+            + ("judged on min_auc alone" if gate_ok else "not blessed, the champion stays"))
     elif status == "scored":
         version = champion.get("version")
         upper, bound = comparison["ci_high"], -rule.tolerance

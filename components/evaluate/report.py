@@ -6,6 +6,8 @@ import base64
 import io
 from pathlib import Path
 
+from components.evaluate.decision import comparison_defined
+
 ROC_PNG, CALIBRATION_PNG, REPORT_MD = "roc.png", "calibration.png", "report.md"
 
 
@@ -85,7 +87,11 @@ def markdown(metrics: dict, decision: dict, images: dict[str, str]) -> str:
         _row("click rate", "positive_rate", candidate, scored), "",
     ]
     comparison = metrics.get("comparison")
-    if comparison:
+    if comparison and not comparison_defined(comparison):
+        lines += [f"AUC delta (candidate − champion, DeLong): undefined: the test split has "
+                  f"{comparison.get('positives')} clicks and {comparison.get('negatives')} non-clicks "
+                  f"(the interval needs at least 2 of each); see the decision above.", ""]
+    elif comparison:
         lines += [f"AUC delta (candidate − champion, DeLong): {comparison['delta']:+.4f}, "
                   f"{100 * comparison['confidence']:.0f}% CI [{comparison['ci_low']:+.4f}, "
                   f"{comparison['ci_high']:+.4f}], p = {comparison['p_value']:.3g}.", ""]

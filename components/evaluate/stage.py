@@ -14,6 +14,7 @@ both, compares their AUCs with DeLong's paired test, applies the gate of
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +27,9 @@ from components.common.storage import atomic_dir, atomic_write_bytes, atomic_wri
 from components.evaluate import report
 from components.evaluate.decision import GateRule, decide
 from components.evaluate.metrics import calibration, delong, roc_points, summarize
-from components.train.data import load_meta
+from components.train.data import DatasetError, load_meta, require_both_labels
 from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
-from components.train.model import BATCH_KEYS, Vocab
+from components.train.model import Vocab
 
 log = get_logger(__name__)
 METRICS, DECISION, ROC = "metrics.json", "decision.json", "roc.json"
@@ -85,10 +86,12 @@ def evaluate(config: EvaluateConfig) -> dict:
         raise EvaluateError(f"{config.checkpoint}: the candidate cannot score {config.data} "
                             f"({'; '.join(problems)})")
     test = meta["splits"]["test"]
-    if test["rows"] == 0 or test.get("positives") in (0, test["rows"]):
-        raise EvaluateError(f"{Path(config.data) / 'meta.json'}: the test split has {test['rows']} "
-                            f"rows and {test.get('positives')} clicks; AUC needs both classes")
-    champion, champion_model = find_champion(config, vocab)
+    try:
+        require_both_labels(meta, "test", config.data, "test AUC")
+    except DatasetError as exc:
+        raise EvaluateError(str(exc)) from None
+    with tempfile.TemporaryDirectory(prefix="dailyrec-champion-") as workdir:
+        champion, champion_model = find_champion(config, vocab, workdir)
 
     log.info("evaluate: scoring %d test rows with the candidate%s", test["rows"],
              f" and champion v{champion['version']}" if champion_model is not None else "")
@@ -99,7 +102,7 @@ def evaluate(config: EvaluateConfig) -> dict:
         candidate_logits.append(predict_logits(candidate.model, [batch]))
         if champion_model is not None:
             try:
-                champion_probs.append(np.asarray(champion_model.predict({k: batch[k] for k in BATCH_KEYS}), dtype=np.float64))
+                champion_probs.append(sigmoid(predict_logits(champion_model.model, [batch])))
             except Exception as exc:  # reported in the decision, never silently dropped
                 champion = {**champion, "status": "unusable",
                             "reason": f"scoring failed: {type(exc).__name__}: {exc}"[:500]}
@@ -138,16 +141,20 @@ def evaluate(config: EvaluateConfig) -> dict:
     return {"metrics": metrics, "decision": decision}
 
 
-def find_champion(config: EvaluateConfig, vocab: Vocab) -> tuple[dict, Any]:
-    """``({"status", "version", "reason"}, pyfunc model or None)`` of ``NAME@champion``.
+def find_champion(config: EvaluateConfig, vocab: Vocab, workdir: str | Path) -> tuple[dict, Any]:
+    """``({"status", "version", "reason"}, Scorer or None)`` of ``NAME@champion``.
 
     An unreachable registry raises (TrackingError): deciding without knowing
-    the champion would be a silent guess. A champion that exists but cannot be
-    loaded, or was built for other hash buckets, is returned as ``unusable``.
+    the champion would be a silent guess. The champion's files are checked
+    against the digest recorded at registration and only its weights are read
+    (``weights_only``), into ``workdir``: no code from the artifact store runs
+    here. A champion that exists but fails the check, cannot be loaded, or was
+    built for other hash buckets is returned as ``unusable``.
     """
     if not config.tracking_uri:
         return {"status": "none", "version": None, "reason": "no tracking URI given"}, None
     from components.common.tracking import connect
+    from components.register.integrity import WEIGHTS, verified_download
     from components.register.registry import CHAMPION, alias_version
 
     client = connect(config.tracking_uri)
@@ -157,19 +164,17 @@ def find_champion(config: EvaluateConfig, vocab: Vocab) -> tuple[dict, Any]:
     info = {"status": "scored", "version": int(found.version), "reason": None,
             "run_id": found.run_id, "tags": dict(found.tags)}
     try:
-        import mlflow.pyfunc
-
         # by version, not alias: the alias could move while we score
-        model = mlflow.pyfunc.load_model(f"models:/{config.model_name}/{found.version}")
-        inner = model.unwrap_python_model()
-        problems = inner.scorer.incompatibilities(vocab) if hasattr(inner, "scorer") else []
-    except Exception as exc:
+        local = verified_download(client, config.model_name, found.version, workdir)
+        scorer = load_scorer(local / WEIGHTS)
+        problems = scorer.incompatibilities(vocab)
+    except Exception as exc:  # IntegrityError, CheckpointError, download errors: reported, never skipped
         return {**info, "status": "unusable",
                 "reason": f"cannot load: {type(exc).__name__}: {exc}"[:500]}, None
     if problems:
         return {**info, "status": "unusable",
                 "reason": "built for other inputs: " + "; ".join(problems)}, None
-    return info, model
+    return info, scorer
 
 
 def write_outputs(out: Path, metrics: dict, decision: dict, curves: dict, bins: dict) -> None:

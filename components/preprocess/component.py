@@ -62,6 +62,8 @@ def preprocess_op(
     import time
     from collections import namedtuple
 
+    from components.common.lock import TASK_WAIT_S, root_of, storage_lock
+    from components.common.storage import disk_full_as
     from components.preprocess.config import PreprocessConfig
     from components.preprocess.stage import format_summary, preprocess
 
@@ -70,9 +72,12 @@ def preprocess_op(
     if dask_workers > 0:
         os.environ["DAILYREC_DASK_CLUSTER"] = json.dumps(json.loads(cluster_target)["dask"])
         scheduler = {"scheduler": "kubernetes", "workers": dask_workers}
-    meta = preprocess(PreprocessConfig(raw=raw_uri, out=data_dir, end_date=dt.date.fromisoformat(end_date),
-                                       days=window_days, history_days=history_days, seq_len=seq_len,
-                                       **scheduler))
+    # datasets/<date> is shared by every run of that window: one writer at a time
+    with storage_lock(root_of(data_dir), end_date, stage="preprocess", wait_s=TASK_WAIT_S), \
+            disk_full_as("preprocess", data_dir):
+        meta = preprocess(PreprocessConfig(raw=raw_uri, out=data_dir, end_date=dt.date.fromisoformat(end_date),
+                                           days=window_days, history_days=history_days, seq_len=seq_len,
+                                           **scheduler))
     if meta["fingerprint"] != input_fingerprint:
         raise RuntimeError(f"{data_dir}: fingerprint {meta['fingerprint'][:12]} differs from the resolved "
                            f"{input_fingerprint[:12]}: the raw files changed during the run")

@@ -57,12 +57,22 @@ def cluster_spec(name: str, workers: int, target: DaskClusterTarget) -> dict:
     mount = {"name": "data", "mountPath": target.mount_path}
     for role in ("scheduler", "worker"):
         pod = spec["spec"][role]["spec"]
-        pod["volumes"] = [volume]
-        pod["securityContext"] = {"runAsNonRoot": True, "runAsUser": 10001, "fsGroup": 10001}
+        # locked down like the trainer pods: no API token (they call no Kubernetes API), no service
+        # links, non-root, the runtime's seccomp profile, no capabilities, a read-only root filesystem
+        # (scratch space is an emptyDir). Who may reach the scheduler's port 8786 is the NetworkPolicy
+        # "dask" (manifests/base/networkpolicies.yaml): this run's pipeline pods and Dask pods only.
+        pod["volumes"] = [volume, {"name": "scratch", "emptyDir": {}}]
+        pod["automountServiceAccountToken"] = False
+        pod["enableServiceLinks"] = False
+        pod["securityContext"] = {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                                  "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
         for container in pod["containers"]:
-            container["volumeMounts"] = [mount]
+            container["volumeMounts"] = [mount, {"name": "scratch", "mountPath": "/tmp"}]
             container.setdefault("resources", copy.deepcopy(resources))
-            container["securityContext"] = {"allowPrivilegeEscalation": False}
+            container["securityContext"] = {"allowPrivilegeEscalation": False, "privileged": False,
+                                            "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}}
+            container.setdefault("env", []).append({"name": "DASK_TEMPORARY_DIRECTORY", "value": "/tmp"})
     return spec
 
 

@@ -7,7 +7,14 @@ import argparse
 import sys
 
 from components.common.tracking import TrackingError
-from components.register.stage import RegisterConfig, default_tracking_uri, register, summary_line
+from components.register.integrity import IntegrityError
+from components.register.stage import (
+    ChampionMoved,
+    RegisterConfig,
+    default_tracking_uri,
+    register,
+    summary_line,
+)
 from components.train.checkpoint import CheckpointError
 
 
@@ -37,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             experiment=args.experiment, register_unblessed=args.register_unblessed,
             pipeline_run_id=args.pipeline_run_id, out=args.out)
         result = register(config)
-    except (CheckpointError, TrackingError, ValueError, OSError) as exc:
+    except (CheckpointError, TrackingError, ChampionMoved, IntegrityError, ValueError, OSError) as exc:
         print(f"register: error: {exc}", file=sys.stderr)
         return 1
     print(summary_line(result))

@@ -16,7 +16,9 @@ def register_op(
     from collections import namedtuple
     from pathlib import Path
 
+    from components.common.lock import TASK_WAIT_S, root_of, storage_lock
     from components.common.runs import record_stage
+    from components.common.storage import disk_full_as
     from components.register.stage import RegisterConfig, register, summary_line
 
     started = time.perf_counter()
@@ -24,7 +26,10 @@ def register_op(
     config = RegisterConfig(checkpoint=checkpoint, metrics=str(evaluated / "metrics.json"),
                             decision=str(evaluated / "decision.json"), model_name=model_name,
                             tracking_uri=tracking_uri, pipeline_run_id=run_id, out=run_dir)
-    result = register(config)
+    # alias moves of runs on one storage root are serialized: register's compare-and-set needs it
+    with storage_lock(root_of(run_dir), run_id, stage="register", wait_s=TASK_WAIT_S), \
+            disk_full_as("register", run_dir):
+        result = register(config)
     print(summary_line(result))
     record_stage(run_dir, "register", time.perf_counter() - started, version=result["version"])
     return namedtuple("Registered", ["version", "champion_version"])(

@@ -38,20 +38,16 @@ def model_uri(name: str, alias: str) -> str:
 
 
 def champion_checkpoint(client: Any, name: str, dest: str) -> tuple[int, str] | None:
-    """``(version, local checkpoint path)`` of ``NAME@champion``, downloaded to ``dest``; None without one.
+    """``(version, local checkpoint path)`` of ``NAME@champion``, downloaded to ``dest`` and checked
+    against its registration digest (IntegrityError otherwise); None without a champion.
 
     The registered model keeps its weights-only checkpoint as the pyfunc
     artifact ``checkpoint``; the trainer warm-starts from it.
     """
+    from components.register.integrity import WEIGHTS, verified_download
+
     found = alias_version(client, name, CHAMPION)
     if found is None:
         return None
-    import mlflow
-
-    local = mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{found.version}", dst_path=dest)
-    from pathlib import Path
-
-    matches = sorted(Path(local).glob("artifacts/*.pt"))
-    if not matches:
-        raise TrackingError(f"{name} version {found.version} holds no checkpoint under artifacts/")
-    return int(found.version), str(matches[0])
+    local = verified_download(client, name, found.version, dest)
+    return int(found.version), str(local / WEIGHTS)

@@ -16,6 +16,7 @@ import numpy as np
 
 from components.common.metrics import roc_auc
 from components.common.tracking import TrackingError, connect
+from components.register.integrity import IntegrityError
 from components.register.stage import default_tracking_uri
 from components.train.data import DatasetError, load_meta
 from components.train.inference import split_rows
@@ -24,12 +25,21 @@ from components.train.model import BATCH_KEYS
 
 def score(model_uri: str, data: str, split: str = "test", rows: int | None = None,
           tracking_uri: str | None = None) -> dict:
-    """Probabilities and AUC of ``model_uri`` on the first ``rows`` rows of a split."""
-    connect(tracking_uri or default_tracking_uri())
+    """Probabilities and AUC of ``model_uri`` (a registered version) on the first ``rows`` rows of a split.
+
+    The model is downloaded and checked against its registration digest before
+    MLflow loads it (and runs its code): a changed artifact is refused."""
+    import tempfile
+
     import mlflow.pyfunc
 
-    model = mlflow.pyfunc.load_model(model_uri)
+    from components.register.integrity import resolve, verified_download
+
+    client = connect(tracking_uri or default_tracking_uri())
+    name, version = resolve(client, model_uri)
     meta = load_meta(data, splits=(split,))
+    with tempfile.TemporaryDirectory(prefix="dailyrec-score-") as tmp:
+        model = mlflow.pyfunc.load_model(str(verified_download(client, name, version, tmp)))
     batch = next(iter(split_rows(data, split, meta, rows or meta["splits"][split]["rows"])))
     prob = model.predict({k: batch[k] for k in BATCH_KEYS})
     return {"model_uri": model_uri, "rows": len(prob), "auc": roc_auc(prob, batch["label"]),
@@ -47,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         result = score(args.model, args.data, args.split, args.rows, args.tracking_uri)
-    except (TrackingError, DatasetError, ValueError, OSError) as exc:
+    except (TrackingError, IntegrityError, DatasetError, ValueError, OSError) as exc:
         print(f"score: error: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # e.g. MlflowException for an unknown model or alias

@@ -8,8 +8,16 @@ point ends in the same state as an uninterrupted run):
    else reuse a logged model tagged with the key (a run that died after
    logging), else log the model (pyfunc, signature, input example, explicit
    pip requirements) in a new run; then create the version with its tags;
-3. aliases: blessed -> ``previous`` on the old champion, ``champion`` on
+3. the logged files are checked against what was meant to be logged and
+   sealed: their manifest's SHA-256 goes into the version's tags (see
+   :mod:`components.register.integrity`: loaders verify it);
+4. aliases: blessed -> ``previous`` on the old champion, ``champion`` on
    this version; not blessed and ``register_unblessed`` -> ``challenger``.
+   A compare-and-set: ``@champion`` must still be the version evaluate compared
+   the candidate with (decision.json's ``champion_version``); if another run
+   moved it since, nothing moves and :class:`ChampionMoved` says so. (The
+   pipeline holds the storage root's lock around this stage, so two runs'
+   check-and-move cannot interleave.)
 
 A not-blessed model is not registered at all unless asked.
 """
@@ -17,7 +25,6 @@ A not-blessed model is not registered at all unless asked.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import tempfile
@@ -29,6 +36,15 @@ from typing import Any
 from components.common.progress import get_logger
 from components.common.storage import atomic_write_json
 from components.common.tracking import code_version, connect, ensure_experiment, sqlite_uri
+from components.register.integrity import (
+    DIGEST_TAG,
+    MANIFEST_ARTIFACT,
+    SIGNATURE_TAG,
+    WEIGHTS_TAG,
+    check_logged,
+    seal,
+)
+from components.register.integrity import sha256_file as file_sha256
 from components.register.registry import (
     CHALLENGER,
     CHAMPION,
@@ -42,6 +58,10 @@ log = get_logger(__name__)
 REGISTRATION = "registration.json"
 TAG_LIMIT = 4000  # MLflow caps tag values at 5000 characters
 EXAMPLE_ROWS = 4
+
+
+class ChampionMoved(RuntimeError):
+    """``@champion`` is no longer the version the candidate was compared with."""
 
 
 def default_tracking_uri() -> str:
@@ -92,6 +112,8 @@ def register(config: RegisterConfig) -> dict:
     result = {"model_name": name, "key": key, "blessed": blessed, "registered": False, "version": None,
               "aliases": [], "reused": False}
     version = find_version(client, name, key)
+    if blessed:
+        check_champion_unmoved(client, name, decision, version)
     if version is None and not (blessed or config.register_unblessed):
         result["reason"] = "not blessed; pass register_unblessed to register it as challenger"
         log.info("register: %s not blessed, nothing registered", config.checkpoint)
@@ -99,9 +121,11 @@ def register(config: RegisterConfig) -> dict:
     if version is None:
         _ensure_registered_model(client, name)
         source, run_id, model_id = _logged_model(client, config, checkpoint, metrics, decision, key)
+        sealed, files = seal_logged(client, source, run_id, checkpoint)
+        result["integrity"] = {**sealed, "manifest": files}
         version = client.create_model_version(
             name, source, run_id=run_id, model_id=model_id,
-            tags=version_tags(key, metrics, decision, checkpoint, config.pipeline_run_id),
+            tags={**version_tags(key, metrics, decision, checkpoint, config.pipeline_run_id), **sealed},
             description=f"test AUC {metrics.get('test_auc', float('nan')):.4f}; "
                         f"{'blessed' if blessed else 'not blessed'}")
         log.info("register: created %s version %s", name, version.version)
@@ -110,7 +134,7 @@ def register(config: RegisterConfig) -> dict:
         log.info("register: %s version %s already holds this model (key %s)", name, version.version, key[:12])
     result.update(registered=True, version=int(version.version))
     if blessed:
-        current = alias_version(client, name, CHAMPION)
+        current = check_champion_unmoved(client, name, decision, version)
         if current is not None and current.version != version.version:
             client.set_registered_model_alias(name, PREVIOUS, current.version)
         client.set_registered_model_alias(name, CHAMPION, version.version)
@@ -129,11 +153,45 @@ def _finish(config: RegisterConfig, result: dict, client: Any, started: float) -
         mv = client.get_model_version(name, str(result["version"]))
         result["aliases"] = sorted(mv.aliases)
         result["model_uri"] = f"models:/{name}/{result['version']}"
+        result.setdefault("integrity", {k: mv.tags.get(k) for k in (DIGEST_TAG, WEIGHTS_TAG, SIGNATURE_TAG)
+                                        if k in mv.tags})
     result["champion_uri"] = model_uri(name, CHAMPION) if champion else None
     result["seconds"] = time.perf_counter() - started
     if config.out:
         atomic_write_json(Path(config.out) / REGISTRATION, result)
     return result
+
+
+def check_champion_unmoved(client: Any, name: str, decision: dict, ours: Any | None) -> Any | None:
+    """The current ``@champion`` (ModelVersion or None) if it is the one the decision was made against
+    (or already ``ours``: a re-run after this registration moved it); :class:`ChampionMoved` otherwise."""
+    current = alias_version(client, name, CHAMPION)
+    now = int(current.version) if current is not None else None
+    compared = decision.get("champion_version")
+    if now == compared or (ours is not None and now == int(ours.version)):
+        return current
+    raise ChampionMoved(
+        f"{name}@champion is v{now} now, but evaluate compared the candidate with "
+        f"{f'v{compared}' if compared is not None else 'no champion'}: another run moved it since. "
+        f"No alias moved; run the pipeline again to compare the candidate with v{now}")
+
+
+def seal_logged(client: Any, source: str, run_id: str | None, checkpoint: dict,
+                ) -> tuple[dict[str, str], dict[str, str]]:
+    """Check the logged model at ``source`` against this code and the checkpoint, then seal it:
+    ``(digest tags, manifest)``; the manifest is also stored with the registering run."""
+    import mlflow
+
+    import components
+
+    with tempfile.TemporaryDirectory(prefix="dailyrec-seal-") as tmp:
+        local = mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp)
+        check_logged(local, checkpoint, Path(__file__).with_name("model_code.py"),
+                     Path(components.__file__).parent)
+        sealed, files = seal(local)
+    if run_id:
+        client.log_dict(run_id, files, MANIFEST_ARTIFACT)
+    return sealed, files
 
 
 def find_version(client: Any, name: str, key: str) -> Any | None:
@@ -249,14 +307,6 @@ def version_tags(key: str, metrics: dict, decision: dict, checkpoint: dict, run_
         if isinstance(metrics.get(k), int | float):
             tags[k] = f"{metrics[k]:.6f}"
     return {k: v[:TAG_LIMIT] for k, v in tags.items()}
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _quote(value: str) -> str:

@@ -114,6 +114,16 @@ def load_meta(data_dir: str | Path, splits: Sequence[str] = SPLITS) -> dict[str,
     return meta
 
 
+def require_both_labels(meta: dict[str, Any], split: str, data_dir: str | Path, why: str) -> None:
+    """DatasetError unless ``split`` holds clicks and non-clicks: AUC is undefined otherwise."""
+    info = meta["splits"][split]
+    rows, positives = info["rows"], info.get("positives")
+    if rows == 0 or positives in (0, rows):
+        raise DatasetError(f"{Path(data_dir) / 'meta.json'}: the {split} split has {rows} rows and {positives} "
+                           f"clicks; {why} needs both clicks and non-clicks (widen the window, or check the "
+                           f"labels of its days)")
+
+
 # ----------------------------------------------------------------------------- arrays
 
 

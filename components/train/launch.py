@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from components.common.plan import read_plan
+from components.common.storage import error_dirs, rank_reports
+from components.common.tracking import check_no_credentials
 from components.train.trainer import TrainConfig, read_summary, summary_line
 
 
@@ -37,6 +39,10 @@ class LaunchSpec:
     """Processes on this node; None = the plan's nproc_per_node."""
     max_restarts: int = 0
     """How often torchrun restarts all workers after a failure (they resume from last.pt)."""
+
+    def __post_init__(self) -> None:
+        # the trainer's flags end up on torchrun's command line (ps) and in a TrainJob's args
+        check_no_credentials(self.train.tracking_uri or "", "tracking_uri")
 
     @classmethod
     def of(cls, *, nproc: int | None = None, max_restarts: int = 0, resume: str = "auto",
@@ -67,29 +73,10 @@ class Launcher(Protocol):
     def run(self, spec: LaunchSpec) -> dict: ...
 
 
-# torchrun, but a failed worker ends it with one line instead of a Python traceback of
-# ChildFailedError (which buried the ranks' own one-line errors that LaunchError carries).
-# Workers get their own store per rendezvous round: with the agent's shared store (torch's
-# default), restarted workers can read the dead workers' gloo addresses and hang in
-# init_process_group (pytorch/pytorch#135712; measured here: 2 of 3 restarts hung).
-_TORCHRUN = """\
-import os
-import sys
-os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-from torch.distributed.run import main
-try:
-    main()
-except ChildFailedError as exc:
-    rank, failure = exc.get_first_failure()
-    print(f"torchrun: {exc.name} failed: rank {rank} exit code {failure.exitcode}", file=sys.stderr)
-    sys.exit(1)
-"""
-
-
 def torchrun(nproc: int, max_restarts: int, *target: str) -> list[str]:
-    """``torchrun --standalone`` running ``target`` (a script or ``-m module``, with its args)."""
-    return [sys.executable, "-c", _TORCHRUN, "--standalone", f"--nproc_per_node={nproc}",
+    """``torchrun --standalone`` (our wrapper: :mod:`components.train.torchrun`) running ``target``
+    (a script or ``-m module``, with its args)."""
+    return [sys.executable, "-m", "components.train.torchrun", "--standalone", f"--nproc_per_node={nproc}",
             f"--max-restarts={max_restarts}", *target]
 
 
@@ -101,17 +88,17 @@ class LocalTorchrun:
                         *spec.trainer_args())
 
     def run(self, spec: LaunchSpec) -> dict:
-        errors = Path(spec.out) / "errors"
-        shutil.rmtree(errors, ignore_errors=True)  # only this launch's failures count
+        for errors in error_dirs(spec.out):
+            shutil.rmtree(errors, ignore_errors=True)  # only this launch's failures count
         proc = subprocess.run(self.command(spec), check=False)
         if proc.returncode != 0:
-            raise LaunchError(failure_message(errors, proc.returncode))
+            raise LaunchError(failure_message(spec.out, proc.returncode))
         return read_summary(spec.out)
 
 
-def failure_message(errors: Path, returncode: int) -> str:
+def failure_message(out: str | Path, returncode: int) -> str:
     """One line per failed rank, from the files the trainer leaves; the exit code as a last resort."""
-    reports = sorted(errors.glob("rank-*.json")) if errors.is_dir() else []
+    reports = rank_reports(out)
     lines = []
     for path in reports:
         report = json.loads(path.read_text())

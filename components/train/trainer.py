@@ -13,6 +13,7 @@ import json
 import math
 import os
 import resource
+import signal
 import sys
 import threading
 import time
@@ -30,7 +31,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from components.common.metrics import roc_auc
 from components.common.plan import TrainPlan, read_plan
 from components.common.progress import get_logger
-from components.common.storage import atomic_write_json
+from components.common.storage import (
+    NO_RETRY_EXIT,
+    atomic_write_json,
+    error_dirs,
+    no_space,
+    no_space_message,
+)
 from components.train.checkpoint import (
     BEST,
     LAST,
@@ -48,6 +55,7 @@ from components.train.data import (
     load_meta,
     make_eval_loader,
     make_loader,
+    require_both_labels,
 )
 from components.train.model import BSTModel, Vocab, build_model, model_config
 from components.train.schedule import EarlyStopping, warmup_cosine
@@ -349,6 +357,8 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
     meta = load_meta(config.data)
     train_set = BatchDataset(config.data, "train", meta)
     val_set = BatchDataset(config.data, "val", meta)
+    # else every epoch's val AUC is NaN and epoch 1 silently stays "best"
+    require_both_labels(meta, "val", config.data, "validation AUC (early stopping, the best epoch)")
     vocab = Vocab.from_meta(meta)
     if runtime.device.type == "cpu":
         torch.set_num_threads(plan.cpu_threads)
@@ -604,15 +614,31 @@ def warm_start_from(model: BSTModel, path: str, verbose: bool = True) -> dict:
 
 
 def write_error(out: str, exc: BaseException) -> None:
-    """Leave this rank's failure where the launcher finds it (errors/rank-N.json)."""
+    """Leave this rank's failure where the launcher finds it (errors/rank-N.json; a local temp folder
+    when that disk is full: see :func:`components.common.storage.error_dirs`)."""
     rank = int(os.environ.get("RANK", 0))
-    folder = Path(out) / "errors"
-    with contextlib.suppress(OSError):
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(folder / f"rank-{rank}.json", {
-            "rank": rank, "error": f"{type(exc).__name__}: {exc}",
-            "traceback": "".join(traceback.format_exception(exc))[-4000:],
-            "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))})
+    report = {
+        "rank": rank, "error": (no_space_message(getattr(exc, "path", None) or getattr(exc, "filename", None)
+                                                 or out, "train") if no_space(exc) else f"{type(exc).__name__}: {exc}"),
+        "retryable": not no_space(exc),
+        "traceback": "".join(traceback.format_exception(exc))[-4000:],
+        "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))}
+    for folder in error_dirs(out):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(folder / f"rank-{rank}.json", report)
+            return
+        except OSError:
+            continue
+
+
+def refuse_restart() -> int:
+    """A full disk stays full: stop torchrun (SIGTERM to the agent, our parent) so it does not restart
+    the workers, and exit with :data:`NO_RETRY_EXIT`."""
+    if "TORCHELASTIC_RESTART_COUNT" in os.environ:  # started by torchrun's agent
+        with contextlib.suppress(OSError):
+            os.kill(os.getppid(), signal.SIGTERM)
+    return NO_RETRY_EXIT
 
 
 def main_with_errors(config: TrainConfig) -> int:
@@ -621,6 +647,8 @@ def main_with_errors(config: TrainConfig) -> int:
     except Exception as exc:
         write_error(config.out, exc)
         print(f"train: error (rank {os.environ.get('RANK', 0)}): {type(exc).__name__}: {exc}", file=sys.stderr)
+        if no_space(exc):
+            return refuse_restart()
         return 1
     finally:
         if dist.is_initialized():

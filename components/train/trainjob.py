@@ -38,6 +38,9 @@ TRAINER_CONTAINER = "node"
 """The TrainingRuntime's replicated job and container name (Kubeflow Trainer's torch convention)."""
 MANAGER = "dailyrec.io/launcher"
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+# torchrun through our wrapper: a rank failing on a full disk makes the pod exit with NO_RETRY_EXIT,
+# which the TrainingRuntime's podFailurePolicy turns into a failed JobSet instead of a restart
+TRAINER_COMMAND = ["python", "-m", "components.train.torchrun", "--module", "components.train"]
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ def build_trainjob(spec: LaunchSpec, plan: TrainPlan, target: ClusterTarget,
             trainer=m.TrainerV1alpha1Trainer(
                 image=target.image, num_nodes=plan.nnodes, num_proc_per_node=plan.nproc_per_node,
                 resources_per_node=_quantities(m, resources),
-                command=["torchrun", "--module", "components.train"], args=spec.trainer_args(),
+                command=TRAINER_COMMAND, args=spec.trainer_args(),
                 env=[{"name": k, "value": v} for k, v in sorted(env.items())]),
             runtime_patches=patches,
         ),

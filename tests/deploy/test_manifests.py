@@ -316,7 +316,7 @@ def test_trainer_service_account_has_no_token(overlay: str) -> None:
 
 
 @pytest.mark.parametrize("overlay", TARGETS)
-def test_networkpolicy_admits_only_namespace_dailyrec_on_5000(overlay: str) -> None:
+def test_mlflow_admits_only_its_clients_on_5000(overlay: str) -> None:
     policy = one(overlay, "NetworkPolicy", "mlflow")["spec"]
     pod_labels = one(overlay, "Deployment", "mlflow")["spec"]["template"]["metadata"]["labels"]
     selector = policy["podSelector"]["matchLabels"]
@@ -326,9 +326,9 @@ def test_networkpolicy_admits_only_namespace_dailyrec_on_5000(overlay: str) -> N
     for rule in policy["ingress"]:
         # an empty or missing "from" would admit every source
         assert rule.get("from"), "ingress rule without sources admits everyone"
-        for peer in rule["from"]:
-            assert peer == {"namespaceSelector": {
-                "matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}}, peer
+        assert [peer for peer in rule["from"]] == [
+            {"podSelector": {"matchLabels": {"dailyrec.io/mlflow-client": "true"}}},
+            {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "dailyrec-trainer"}}}]
         assert rule.get("ports") == [{"protocol": "TCP", "port": 5000}]
 
 
@@ -342,7 +342,7 @@ def test_mlflow_server_and_service(overlay: str) -> None:
     c = mlflow_container(overlay)
     assert c["image"].startswith("ghcr.io/mlflow/mlflow:v3.")
     assert c["command"] == [
-        "mlflow", "server", "--backend-store-uri", "$(MLFLOW_BACKEND_STORE_URI)",
+        "mlflow", "server", "--app-name", "basic-auth", "--backend-store-uri", "$(MLFLOW_BACKEND_STORE_URI)",
         "--serve-artifacts", "--artifacts-destination", "$(MLFLOW_ARTIFACTS_DESTINATION)",
         "--host", "0.0.0.0", "--port", "5000"]
     env_names = [e["name"] for e in c["env"]]
@@ -437,9 +437,12 @@ def test_local_has_no_gpu() -> None:
     assert "nodeSelector" not in runtime_pod("local")
 
 
-def test_local_mlflow_needs_no_secrets() -> None:
+def test_local_mlflow_needs_only_the_auth_secret() -> None:
     deployment = one("local", "Deployment", "mlflow")
-    assert "secret" not in yaml.safe_dump(deployment).lower()
+    assert "secretkeyref" not in yaml.safe_dump(deployment).lower()
+    assert "secretRef" not in mlflow_container("local") and [
+        v["secret"]["secretName"] for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v
+    ] == ["mlflow-auth-config"]
     c = mlflow_container("local")
     env = {e["name"]: e for e in c["env"]}
     assert env["MLFLOW_BACKEND_STORE_URI"] == {"name": "MLFLOW_BACKEND_STORE_URI",

@@ -76,6 +76,7 @@ def test_compiled_pipeline_tasks_edges_condition_and_caching(spec):
     inner = dags[root_tasks[handler]["componentRef"]["name"]]["dag"]["tasks"]
     assert {"resolve-window", "preprocess-op", "estimate-op", "train-op", "evaluate-op"} < set(inner)
     edges = {name: set(task.get("dependentTasks", [])) for name, task in inner.items()}
+    assert edges["resolve-window"] == {"check-parameters"}  # every parameter checked before the first task
     assert edges["preprocess-op"] == {"resolve-window"}
     assert edges["estimate-op"] == {"preprocess-op", "resolve-window"}
     assert edges["train-op"] == {"estimate-op", "preprocess-op", "resolve-window"}
@@ -95,7 +96,7 @@ def test_compiled_pipeline_tasks_edges_condition_and_caching(spec):
 
 def test_compiled_components_use_the_project_image_without_pip(spec):
     executors = spec["deploymentSpec"]["executors"]
-    assert len(executors) == 7
+    assert len(executors) == 8  # check-parameters, resolve, preprocess, estimate, train, evaluate, register, finalize
     for name, executor in executors.items():
         container = executor["container"]
         assert container["image"] == RUNTIME_IMAGE, name

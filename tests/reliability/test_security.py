@@ -104,16 +104,16 @@ def test_every_torch_load_is_weights_only(fault_report):
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed: renders the manifests")
-def test_mlflow_is_reachable_only_from_the_namespace(fault_report):
+def test_mlflow_is_reachable_only_by_its_clients(fault_report):
     from tests.deploy.conftest import render
 
     for overlay in ("local", "a100"):
-        (policy,) = [o for o in render(overlay) if o["kind"] == "NetworkPolicy"]
-        (rule,) = policy["spec"]["ingress"]
-        assert policy["spec"]["policyTypes"] == ["Ingress"]
-        assert [p["namespaceSelector"]["matchLabels"] for p in rule["from"]] == \
-            [{"kubernetes.io/metadata.name": "dailyrec"}]
-    fault_report("security", "who may reach the MLflow server (NetworkPolicy)", "only pods in namespace dailyrec")
+        policies = {o["metadata"]["name"]: o["spec"] for o in render(overlay) if o["kind"] == "NetworkPolicy"}
+        (rule,) = policies["mlflow"]["ingress"]
+        assert [p["podSelector"]["matchLabels"] for p in rule["from"]] == \
+            [{"dailyrec.io/mlflow-client": "true"}, {"app.kubernetes.io/name": "dailyrec-trainer"}]
+    fault_report("security", "who may reach the MLflow server (NetworkPolicy)",
+                 "only pipeline tasks labelled as MLflow clients and training pods, on 5000")
 
 
 def test_user_given_names_cannot_escape_the_storage_root(tmp_path, fault_report):

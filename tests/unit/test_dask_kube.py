@@ -20,10 +20,10 @@ def test_cluster_spec_is_sized_mounted_and_valid():
     assert spec["spec"]["worker"]["replicas"] == 6 and spec["spec"]["idleTimeout"] == 600
     for role in ("scheduler", "worker"):
         pod = spec["spec"][role]["spec"]
-        assert pod["volumes"] == [{"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}]
+        assert pod["volumes"][0] == {"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}
         assert pod["securityContext"]["runAsNonRoot"] is True
         (container,) = pod["containers"]
-        assert container["volumeMounts"] == [{"name": "data", "mountPath": "/mnt/x"}]
+        assert container["volumeMounts"][0] == {"name": "data", "mountPath": "/mnt/x"}
         assert container["image"] == target.image
     worker = spec["spec"]["worker"]["spec"]["containers"][0]
     assert worker["resources"]["requests"] == {"cpu": "4", "memory": "16Gi"}

@@ -39,7 +39,7 @@ def test_trainjob_from_plan_and_target(tmp_path):
     trainer = job["spec"]["trainer"]
     assert trainer["numNodes"] == 2 and trainer["numProcPerNode"] == 8
     assert trainer["resourcesPerNode"]["limits"] == {"nvidia.com/gpu": "8"}
-    assert trainer["command"] == ["torchrun", "--module", "components.train"]
+    assert trainer["command"] == ["python", "-m", "components.train.torchrun", "--module", "components.train"]
     assert trainer["args"] == spec.trainer_args() and "--resume" in trainer["args"]
     # restarts on the cluster are the JobSet's (TrainingRuntime failurePolicy), never torchrun's
     assert {"name": "PET_MAX_RESTARTS", "value": "0"} in trainer["env"]

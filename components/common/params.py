@@ -1,0 +1,187 @@
+"""Pipeline parameters checked before the first task runs: one line naming the parameter and why.
+
+``check_parameters(params)`` knows every parameter of the dailyrec pipelines by
+name (the daily and the tune pipeline share most); a value that a stage would
+only refuse minutes later (a run date that is no date, a run id that names a
+folder outside the storage root, a tracking URI that carries a password) is
+refused here. ``make run`` calls it before anything is written, the cluster
+pipeline in its first task, ``make trigger`` before submitting.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from components.common.paths import PathError, safe_name
+from components.common.tracking import CredentialError, check_no_credentials, redact
+
+
+class ParameterError(ValueError):
+    """A pipeline parameter that cannot work; the message names it."""
+
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+LAUNCHERS = ("local", "trainjob")
+
+
+def _date(value: str) -> None:
+    if value == "":
+        return
+    if not _DATE.fullmatch(value):
+        raise ValueError("must be a date YYYY-MM-DD (or empty for the latest day present)")
+    try:
+        dt.date.fromisoformat(value)
+    except ValueError as exc:
+        raise ValueError(f"is not a calendar date ({exc})") from None
+
+
+def _run_id(value: str) -> None:
+    if value:
+        try:
+            safe_name(value, "run id")
+        except PathError:
+            raise ValueError("must be 1-128 characters of letters, digits, '.', '_', '-' (it names the run's "
+                             "folder under storage_root/runs; '/' and '..' would leave it)") from None
+
+
+def _at_least(low: float) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        if value < low:
+            raise ValueError(f"must be >= {low}")
+    return check
+
+
+def _within(low: float, high: float, high_open: bool = False) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if not (isinstance(value, int | float) and math.isfinite(value) and low <= value
+                and (value < high if high_open else value <= high)):
+            raise ValueError(f"must be in [{low}, {high}{')' if high_open else ']'}")
+    return check
+
+
+def _one_of(*choices: str) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+    return check
+
+
+def _uri(value: str) -> None:
+    try:
+        check_no_credentials(value, "")
+    except CredentialError as exc:  # the redacted value is named once, by check_parameters
+        raise ValueError("carries " + str(exc).split(" carries ", 1)[1]) from None
+
+
+def _tracking_uri(value: str) -> None:
+    _uri(value)
+    if value and not re.match(r"(https?|sqlite|databricks|file)://", value):
+        raise ValueError("must be an http(s)://, sqlite:/// or databricks:// URI (or empty: no registry)")
+
+
+def _model_name(value: str) -> None:
+    if not _MODEL_NAME.fullmatch(value):
+        raise ValueError("must be 1-128 characters of letters, digits, '.', '_', '-'")
+
+
+def _model_config(value: str) -> None:
+    from components.train.model import model_config
+
+    model_config(value)
+
+
+def _hardware(value: str) -> None:
+    from components.estimate.hardware import load_profile
+
+    try:
+        load_profile(value)
+    except Exception as exc:  # HardwareError: unknown name, unreadable file
+        raise ValueError(str(exc)) from None
+
+
+_SECRET_KEY = re.compile(r"(?i)password|passwd|secret|token|credential|access_key|private_key|api_key")
+
+
+def _secret_keys(node: Any, path: str = "") -> list[str]:
+    """Paths of the non-empty values whose key names a credential, anywhere in a JSON document."""
+    if isinstance(node, dict):
+        found = []
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else str(key)
+            if _SECRET_KEY.search(str(key)) and isinstance(value, str) and value:
+                found.append(where)
+            # env as a list of {"name": ..., "value": ...}
+            if key == "name" and _SECRET_KEY.search(str(value)) and node.get("value"):
+                found.append(f"{path}.{value}")
+            found += _secret_keys(value, where)
+        return found
+    if isinstance(node, list):
+        return [p for i, value in enumerate(node) for p in _secret_keys(value, f"{path}[{i}]")]
+    return []
+
+
+def _json_object(value: str) -> None:
+    if value:
+        try:
+            doc = json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"is not valid JSON ({exc})") from None
+        if not isinstance(doc, dict):
+            raise ValueError("must be a JSON object")
+        secrets = _secret_keys(doc)
+        if secrets:  # it becomes TrainJob and Dask pod specs, readable by anyone who can list them
+            raise ValueError(f"holds credentials ({', '.join(secrets[:3])}); give pods credentials through "
+                             f"Kubernetes Secrets (manifests/README.md), never in the cluster target")
+
+
+RULES: dict[str, Callable[[Any], None]] = {
+    "run_id": _run_id, "run_date": _date,
+    "window_days": _at_least(3), "history_days": _at_least(0), "seq_len": _at_least(1),
+    "global_batch": _at_least(1), "max_epochs": _at_least(1), "max_restarts": _at_least(0),
+    "dask_workers": _at_least(0), "deadline_hours": _at_least(0), "timeout_hours": _at_least(0),
+    "trials": _at_least(1), "min_epochs": _at_least(1), "reduction_factor": _at_least(2),
+    "min_auc": _within(0, 1), "tolerance": _within(0, 1, high_open=True),
+    "launcher": _one_of(*LAUNCHERS), "tracking_uri": _tracking_uri, "raw_uri": _uri, "storage_root": _uri,
+    "model_name": _model_name, "model_config": _model_config, "base_model": _model_config,
+    "hardware_profile": _hardware, "cluster_target": _json_object,
+}
+
+
+def check_parameters(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` unchanged, or :class:`ParameterError` for the first one that cannot work."""
+    for key, value in params.items():
+        if isinstance(value, str) and _CONTROL.search(value):
+            raise ParameterError(f"parameter {key}: {redact(value)!r} contains control characters "
+                                 f"(newline, tab, ...)")
+        if isinstance(value, str) and value != redact(value):  # a URI with credentials, in any parameter
+            raise ParameterError(f"parameter {key}={redact(value)!r}: carries credentials (user:password@ or "
+                                 f"a token in a URI); pass them through the environment (MLflow: "
+                                 f"MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD; object stores: their own "
+                                 f"variables), a Kubernetes Secret on the cluster (see README, Credentials)")
+        rule = RULES.get(key)
+        if rule is None:
+            continue
+        try:
+            rule(value)
+        except (ValueError, TypeError) as exc:
+            if str(exc).startswith("holds credentials"):  # never echo them
+                raise ParameterError(f"parameter {key}: {exc}") from None
+            shown = redact(value) if isinstance(value, str) else value
+            raise ParameterError(f"parameter {key}={shown!r}: {exc}") from None
+    target = json.loads(params.get("cluster_target") or "{}")
+    if params.get("launcher") == "trainjob" and "trainjob" not in target:
+        raise ParameterError("parameter cluster_target: launcher=trainjob needs its \"trainjob\" block "
+                             "(make deploy sets it from pipelines/clusters/<env>.json)")
+    if params.get("dask_workers", 0) > 0 and "dask" not in target:
+        raise ParameterError("parameter cluster_target: dask_workers > 0 needs its \"dask\" block "
+                             "(make deploy sets it from pipelines/clusters/<env>.json)")
+    return params

@@ -1,0 +1,167 @@
+"""A local run told to stop (SIGTERM / SIGINT) stops its whole process tree; a full disk is named
+with stage and path and never retried. Real processes and signals; the full disk is simulated in
+the trainer's own process (``os.fsync`` answering ENOSPC, as NFS does when the server is full)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from components.common.storage import NoSpaceError, atomic_write_bytes, disk_full_as
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def wait_for(condition, timeout: float, what: str, poll: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def assert_all_gone(pids: list[int], timeout: float) -> float:
+    started = time.monotonic()
+    wait_for(lambda: not [p for p in pids if psutil.pid_exists(p) and
+                          psutil.Process(p).status() != psutil.STATUS_ZOMBIE], timeout,
+             f"processes {pids} to end")
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_every_descendant(tmp_path, signum, fault_report):
+    # a shell task whose children are a sleeping shell job and a Python process ignoring SIGTERM
+    code = ("import subprocess, sys\n"
+            "from components.common.proctree import Stopped, stop_tree_on_signals\n"
+            "try:\n"
+            "    with stop_tree_on_signals(grace_s=2):\n"
+            "        subprocess.run(['sh', '-c', 'sleep 300 & " + sys.executable + " -c \"import signal, time; "
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)\" & wait'])\n"
+            "except Stopped as exc:\n"
+            "    print(exc, flush=True)\n"
+            "    sys.exit(128 + exc.signum)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=subprocess.PIPE, text=True)
+    tree = wait_for(lambda: (lambda c: c if len(c) >= 3 else None)(psutil.Process(proc.pid).children(recursive=True)),
+                    30, "the task tree")
+    time.sleep(0.5)  # the stubborn child has set its handler
+    proc.send_signal(signum)
+    assert proc.wait(timeout=30) == 128 + signum
+    seconds = assert_all_gone([p.pid for p in tree], 10)
+    assert f"stopped by {signal.Signals(signum).name}" in proc.stdout.read()
+    fault_report("interrupts", f"{signal.Signals(signum).name} to a process whose task tree ignores SIGTERM",
+                 f"every descendant gone {seconds:.1f}s later (SIGTERM, 2 s grace, then SIGKILL)")
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_sigterm_to_make_run_stops_torchrun_and_its_workers(tmp_path, fault_report):
+    from components.datagen import DatagenConfig, generate
+
+    raw = tmp_path / "raw"
+    generate(DatagenConfig(out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5))
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.local", "--config", "configs/debug.json",
+                             "--data", str(raw), "--root", str(tmp_path / "store"), "--run-id", "r1",
+                             "--set", "window_days=4", "--set", "history_days=1", "--set", "max_epochs=50"],
+                            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        workers = wait_for(lambda: [p for p in psutil.Process(proc.pid).children(recursive=True)
+                                    if "components.train" in " ".join(p.cmdline())], 300, "training workers")
+        tree = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+        seconds = assert_all_gone([p.pid for p in tree], 15)
+    finally:
+        for child in psutil.Process().children(recursive=True):
+            child.kill()
+    summary = json.loads((tmp_path / "store" / "runs" / "r1" / "summary.json").read_text())
+    assert summary["status"] == "CANCELED" and "SIGTERM" in summary["error"]
+    assert "stopped by SIGTERM" in proc.stderr.read()
+    assert json.loads((tmp_path / "store" / "runs" / ".lock").read_text() or "{}") == {}  # lock released
+    fault_report("interrupts", f"SIGTERM to python -m pipelines.local during training ({len(workers)} ranks)",
+                 f"runner, task shell, torchrun and ranks all gone {seconds:.1f}s later; summary CANCELED; "
+                 "lock released")
+
+
+def test_full_disk_is_named_with_stage_and_path(tmp_path, monkeypatch, fault_report):
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    target = tmp_path / "runs" / "r1" / "plan.json"
+    message = rf"^estimate: no space left on '{target}' \(\d+ MiB free there now\); free some space and rerun$"
+    with pytest.raises(NoSpaceError, match=message), disk_full_as("estimate", target):
+        atomic_write_bytes(target, b"{}")
+    assert not list(target.parent.iterdir())  # no temp left behind
+    # numpy on a full disk says "OSError: N requested and M written", without an errno
+    array = tmp_path / "x.npy"
+    with pytest.raises(NoSpaceError, match=rf"^preprocess: no space left on '{array}'"), \
+            disk_full_as("preprocess", array):
+        raise OSError("10800 requested and 7136 written")
+    # other errors pass unchanged
+    with pytest.raises(PermissionError, match="denied"), disk_full_as("preprocess", array):
+        raise PermissionError(errno.EACCES, "denied")
+    np.save(tmp_path / "ok.npy", np.zeros(3))
+    fault_report("interrupts", "a full disk while writing (ENOSPC at fsync; numpy's errno-less short write)",
+                 "one line: '<stage>: no space left on <path> (N MiB free)'; no temp file left")
+
+
+SITE = """\
+import errno, os
+_fsync = os.fsync
+def fsync(fd):
+    if os.readlink(f"/proc/self/fd/{fd}").startswith(os.environ["DAILYREC_TEST_FULL_DIR"]):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return _fsync(fd)
+os.fsync = fsync
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_training_on_a_full_disk_is_not_restarted(tiny_dataset, tmp_path, fault_report):
+    from components.common.plan import TrainPlan, write_plan
+    from components.common.storage import error_dirs
+    from components.train.launch import LaunchError, LaunchSpec, LocalTorchrun, rank_reports
+
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(SITE)
+    out = tmp_path / "train"
+    plan = write_plan(tmp_path / "plan.json", TrainPlan(model="debug", micro_batch=256, num_workers=0,
+                                                        max_epochs=2, eval_batch=4096))
+    spec = LaunchSpec.of(data=str(tiny_dataset), out=str(out), plan=str(plan), max_restarts=3, nproc=1)
+    env = {"PYTHONPATH": f"{tmp_path / 'site'}:{ROOT}", "DAILYREC_TEST_FULL_DIR": str(out)}
+    started = time.monotonic()
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        with pytest.raises(LaunchError, match=rf"rank 0: train: no space left on '{out}/.*'"):
+            LocalTorchrun().run(spec)
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    (report,) = [json.loads(p.read_text()) for p in rank_reports(out)]  # its disk is full: the local fallback
+    assert report["retryable"] is False and report["restart_count"] == 0
+    for folder in error_dirs(out):
+        shutil.rmtree(folder, ignore_errors=True)
+    proc = subprocess.run(LocalTorchrun().command(spec), env={**os.environ, **env}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 28 and "torchrun: stopped without restarting: rank 0: train: no space left" \
+        in proc.stderr
+    assert "Traceback" not in proc.stderr.split("train: error")[-1]
+    fault_report("interrupts", "training on a full disk, torchrun allowed 3 restarts",
+                 f"stopped after the first attempt ({time.monotonic() - started:.0f}s, restart_count 0), "
+                 "'train: no space left on <path>', exit 28")
