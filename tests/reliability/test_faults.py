@@ -22,6 +22,7 @@ from components.datagen import DatagenConfig, generate
 from components.train.checkpoint import LAST, PREVIOUS, CheckpointError
 from components.train.launch import LaunchSpec, LocalTorchrun
 from components.train.trainer import TrainConfig, read_summary, train
+from tests.reliability.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,16 +31,6 @@ FAST = {"model": "debug", "num_workers": 0, "lr": 3e-3, "eval_batch": 4096, "pat
 
 def plan_file(path: Path, **overrides) -> str:
     return str(write_plan(path, TrainPlan(**(FAST | overrides))))
-
-
-def wait_for(condition, timeout: float, what: str, poll: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def run_ok(command: list[str], **kwargs) -> subprocess.CompletedProcess:

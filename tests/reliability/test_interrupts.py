@@ -19,19 +19,10 @@ import psutil
 import pytest
 
 from components.common.storage import NoSpaceError, atomic_write_bytes, disk_full_as
+from tests.reliability.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-
-
-def wait_for(condition, timeout: float, what: str, poll: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def assert_all_gone(pids: list[int], timeout: float) -> float:

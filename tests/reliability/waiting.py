@@ -1,0 +1,16 @@
+"""Polling helper shared by the fault-injection tests."""
+
+from __future__ import annotations
+
+import time
+
+
+def wait_for(condition, timeout: float, what: str, poll: float = 0.02):
+    """``condition()``'s first truthy value, polled every ``poll`` s; AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
