@@ -14,6 +14,13 @@ sample (slope) and the batch-independent bytes (intercept).
 
 Batches are synthetic full histories (hist_len = L, no padding), the worst case
 for the sparse gradients (padding rows are dropped from them).
+
+Speed (:func:`probe_speed`) is measured differently: the trainer's own epoch
+loop (components/train/trainer.py ``run_epoch``: its loader, loss, L2 penalty,
+optimizers) times real micro-batches of the plan's size on the first rows of
+the dataset's train split, and its ``evaluate`` times validation on the first
+rows of the val split, so the measured rate includes everything a real step
+does on this machine.
 """
 
 from __future__ import annotations
@@ -202,3 +209,74 @@ def probe(config: ModelConfig, vocab: Vocab, *, sparse: bool, precision: str = "
         result["gradient_bytes_per_sample"] = fit_linear(
             micro_batches, (points[0]["gradients"], points[1]["gradients"]))[0]
     return result
+
+
+class Head(torch.utils.data.Dataset):
+    """The first ``rows`` rows of a batch dataset (what the trainer's loaders index)."""
+
+    def __init__(self, base, rows: int) -> None:
+        self.base, self.rows = base, min(rows, len(base))
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, indices: np.ndarray) -> dict[str, torch.Tensor]:
+        return self.base[indices]
+
+
+def probe_speed(data: str, plan: TrainPlan, *, device: str = "cpu", steps: int = 8, warmup: int = 2,
+                eval_rows: int = 4096) -> dict[str, Any]:
+    """Time the trainer's real steps of ``plan``'s model on the first rows of ``data``.
+
+    One process, ``plan.micro_batch`` rows per micro-step (accumulation 1: every micro-step
+    pays an optimizer step, which slightly over-counts plans that accumulate). ``warmup``
+    untimed micro-steps, then ``steps`` timed ones through ``run_epoch``; validation through
+    ``evaluate`` on ``eval_rows`` rows; ``setup_seconds`` times what the trainer does once per
+    run in proportion to the data (the L2 penalty's id frequencies over the whole train split).
+    """
+    from components.train import trainer as T
+    from components.train.data import BatchDataset, ShardedBatchSampler, load_meta, make_loader
+
+    torch_device = torch.device(device)
+    runtime = T.Runtime(0, 1, 0, torch_device, "nccl" if torch_device.type == "cuda" else "gloo")
+    meta = load_meta(data)
+    vocab = Vocab.from_meta(meta)
+    train_set, val_set = BatchDataset(data, "train", meta), BatchDataset(data, "val", meta)
+    rows = min(len(train_set), (warmup + steps) * plan.micro_batch)
+    if rows < 2 * plan.micro_batch or len(val_set) == 0:
+        raise ValueError(f"{data}: too few rows to time steps of micro-batch {plan.micro_batch} "
+                         f"({len(train_set)} train, {len(val_set)} val)")
+    plan = plan.replace(grad_accum=1, checkpoint_every_steps=0, max_epochs=1, progress_seconds=0)
+    torch.manual_seed(plan.seed)
+    sparse = T.use_sparse(plan, runtime)
+    model = build_model(plan.model, vocab, sparse=sparse,
+                        activation_checkpointing=plan.activation_checkpointing).to(torch_device)
+    start = time.perf_counter()
+    penalty = T.IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
+    setup = time.perf_counter() - start
+    optim = T.Optimizers(model, plan, total_steps=warmup + steps)
+    scaler = torch.amp.GradScaler("cuda") if plan.precision == "fp16" else None
+
+    def epoch(n_rows: int, index: int) -> dict:
+        sampler = ShardedBatchSampler(n_rows, plan.micro_batch, 1, 0, seed=plan.seed)
+        state = {"epoch": index, "micro_step": 0, "global_step": 0, "history": [], "partial": {}}
+        loader = make_loader(train_set, sampler, plan, torch_device.type)
+        return T.run_epoch(model, model, loader, sampler, optim, scaler, plan, runtime, state,
+                           lambda: None, penalty)
+
+    epoch(min(rows, max(warmup, 1) * plan.micro_batch), 0)
+    timed_rows = min(len(train_set), steps * plan.micro_batch)
+    timed = epoch(timed_rows, 1)
+    start = time.perf_counter()
+    T.evaluate(model, Head(val_set, eval_rows), plan, runtime)
+    eval_seconds = time.perf_counter() - start
+    if torch_device.type == "cuda":
+        torch.cuda.synchronize(torch_device)
+    evaluated = min(eval_rows, len(val_set))
+    return {"device": str(torch_device), "micro_batch": plan.micro_batch, "steps": steps,
+            "samples": int(timed["samples"]), "seconds": timed["seconds"],
+            "samples_per_s": timed["samples"] / max(timed["seconds"], 1e-9),
+            "step_seconds": timed["seconds"] / max(1, -(-timed_rows // plan.micro_batch)),
+            "eval_rows": evaluated, "eval_seconds": eval_seconds,
+            "eval_samples_per_s": evaluated / max(eval_seconds, 1e-9), "setup_seconds": setup,
+            "method": "trainer run_epoch + evaluate on the dataset's first rows"}
