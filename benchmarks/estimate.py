@@ -164,7 +164,7 @@ def memory_rows(data: Path, batches: dict[str, tuple[int, ...]], work: Path) -> 
             plan_path = write_plan(run / "plan.json", plan, doc["rationale"], doc["estimate"])
             _, summary = train_wall(data, plan_path, run / "train")
             measured = summary["peak_memory_bytes"]
-            predicted = memory["total"]["total"]
+            predicted = memory["resident"]["total"]
             rows.append({"model": model, "micro_batch": micro, "measured_peak_rss_bytes": measured,
                          "predicted_bytes": predicted, "error": (predicted - measured) / measured,
                          "terms": {k: v["total"] for k, v in memory["terms"].items()},

@@ -177,9 +177,9 @@ def plan_vs_actual(estimate: dict[str, Any] | None, summary: dict[str, Any]) -> 
       really ran: early stopping is not an error of the estimate) against the training
       process's lifetime (``process_seconds``); not compared after a resume.
     * ``samples_per_s``: the plan's training rate against the epochs' measured rate.
-    * ``peak_memory_bytes``: the plan's peak per process against rank 0's peak RSS (CPU) or
-      ``max_memory_reserved`` (CUDA, compared with the plan less the CUDA context, which the
-      allocator does not see).
+    * ``peak_memory_bytes``: the plan's resident peak per process (with the mapped dataset
+      pages) against rank 0's peak RSS (CPU), or its peak less the CUDA context (which the
+      allocator does not see) against ``max_memory_reserved`` (CUDA).
 
     ``drift`` lists the measures more than :data:`DRIFT_FACTOR` off.
     """
@@ -196,11 +196,12 @@ def plan_vs_actual(estimate: dict[str, Any] | None, summary: dict[str, Any]) -> 
     throughput = (estimate or {}).get("throughput") or {}
     out["samples_per_s"] = _compare(throughput.get("samples_per_s"), summary.get("samples_per_s"))
     memory = (estimate or {}).get("memory") or {}
-    predicted = (memory.get("total") or {}).get("total")
+    predicted = (memory.get("resident") or memory.get("total") or {}).get("total")
     measured = summary.get("peak_memory_bytes")
     if summary.get("device") == "cuda" and predicted:
         runtime = ((memory.get("terms") or {}).get("runtime") or {}).get("total", 0)
-        predicted, measured = predicted - runtime, summary.get("peak_memory_reserved_bytes", measured)
+        predicted = (memory.get("total") or {}).get("total", predicted) - runtime
+        measured = summary.get("peak_memory_reserved_bytes", measured)
     out["peak_memory_bytes"] = _compare(predicted, measured)
     out["drift"] = [k for k in ("seconds", "samples_per_s", "peak_memory_bytes") if (out[k] or {}).get("drift")]
     return out

@@ -240,7 +240,7 @@ def checkpoint_interval(epoch_train_seconds: float, step_seconds: float, max_los
     ``max_lost_seconds``; 0 when an epoch is that short (the per-epoch checkpoint suffices)."""
     if epoch_train_seconds <= max_lost_seconds:
         return 0
-    return max(1, int(max_lost_seconds // max(step_seconds, 1e-9)))
+    return max(1, int(max_lost_seconds / max(step_seconds, 1e-9) * (1 + 1e-12)))
 
 
 def choose_patience(max_epochs: int) -> int:
@@ -308,8 +308,9 @@ def apply_probe(breakdown: dict, setup: MemorySetup, probe: dict | None) -> dict
     modelled = breakdown["terms"]["activations"]["total"]
     delta = int(measured - modelled)
     out = {**breakdown, "probe_adjustment_bytes": delta}
-    out["total"] = {**breakdown["total"], "dense": breakdown["total"]["dense"] + delta,
-                    "total": breakdown["total"]["total"] + delta}
+    for key in ("total", "resident"):
+        out[key] = {**breakdown[key], "dense": breakdown[key]["dense"] + delta,
+                    "total": breakdown[key]["total"] + delta}
     return out
 
 

@@ -338,7 +338,7 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
     there: a hyperparameter search prunes a trial this way. The decision is
     broadcast, so every rank stops together.
     """
-    started = time.perf_counter()
+    started, started_wall = time.perf_counter(), time.time()
     runtime = init_runtime()
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -452,7 +452,7 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
     summary["tracking_error"] = mlf.error
     if runtime.device.type == "cuda":
         summary["peak_memory_reserved_bytes"] = torch.cuda.max_memory_reserved(runtime.device)
-    summary["process_seconds"] = process_seconds()
+    summary["process_seconds"] = process_seconds(started_wall)
     summary["plan_vs_actual"] = plan_vs_actual((plan_doc or {}).get("estimate"), summary)
     if runtime.is_main:
         atomic_write_json(out / SUMMARY, summary)
@@ -466,11 +466,16 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
     return summary
 
 
-def process_seconds() -> float:
-    """Seconds since this process started (interpreter start-up and imports included)."""
+def process_seconds(train_started: float) -> float:
+    """Wall seconds of this training: since the process started (interpreter start-up and imports
+    included) when it was launched to train (torchrun, ``python -m components.train``), else since
+    ``train_started`` (a ``time.time()``; train() called inside a longer-lived process)."""
     import psutil
 
-    return time.time() - psutil.Process(os.getpid()).create_time()
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    launched = "TORCHELASTIC_RUN_ID" in os.environ or getattr(main_spec, "name", "") == "components.train.__main__"
+    start = psutil.Process(os.getpid()).create_time() if launched else train_started
+    return time.time() - start
 
 
 def _callback_stops(on_epoch: Callable[[dict], bool | None], record: dict, runtime: Runtime) -> bool:
