@@ -24,7 +24,7 @@ and after. Writes benchmarks/results/estimate.json and the README block
 between ``<!-- bench:estimate:start/end -->``.
 
     python benchmarks/estimate.py                      # the real benchmark (~10 min)
-    python benchmarks/estimate.py --quick --no-readme  # debug only, tiny data: a smoke test
+    python benchmarks/estimate.py --quick --no-readme [--data DIR]  # debug, 1 process: a smoke test
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ MEMORY_SIZE = (4, 2000, 3000, 3000)
 BUCKETS = {"item_buckets": 1 << 16, "category_buckets": 1 << 10, "user_buckets": 1 << 15}
 TIME_MODELS = ("debug", "local")
 MEMORY_BATCHES = {"debug": (64, 256, 1024), "local": (64, 256, 1024), "prod": (32, 128, 512)}
-QUICK_MEMORY = {"debug": (64, 256)}
+QUICK_MEMORY = {"debug": (256,)}
 
 
 def make_dataset(root: Path, days: int, users: int, items: int, events: int, seed: int = 7) -> Path:
@@ -213,7 +213,9 @@ def readme_table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks/estimate.py", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="debug model, one tiny dataset, 1 process (a smoke test)")
-    p.add_argument("--epochs", type=int, default=2, help="epochs of every timed training run")
+    p.add_argument("--epochs", type=int, default=None, help="epochs of every timed training run (default 2, "
+                                                              "--quick 1)")
+    p.add_argument("--data", default=None, help="an existing dataset for every size (default: generate them)")
     p.add_argument("--work", default=None, help="folder for datasets and runs (default: a temp folder)")
     p.add_argument("--no-readme", action="store_true")
     p.add_argument("--results", default=None, help="where to write the JSON (default benchmarks/results)")
@@ -224,12 +226,15 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     sizes = QUICK_SIZES if args.quick else SIZES
-    datasets = {name: make_dataset(work / f"data-{name}", *spec) for name, spec in sizes.items()}
+    epochs = args.epochs or (1 if args.quick else 2)
+    datasets = {name: Path(args.data) if args.data else make_dataset(work / f"data-{name}", *spec)
+                for name, spec in sizes.items()}
     models = ("debug",) if args.quick else TIME_MODELS
     procs = (1,) if args.quick else (1, 2)
-    time_results = time_rows(datasets, models, procs, args.epochs, work)
+    time_results = time_rows(datasets, models, procs, epochs, work)
     impossible = impossible_deadline(next(iter(datasets.values())))
-    memory_data = datasets["small"] if args.quick else make_dataset(work / "data-memory", *MEMORY_SIZE)
+    memory_data = (datasets["small"] if args.quick or args.data
+                   else make_dataset(work / "data-memory", *MEMORY_SIZE))
     memory_results = memory_rows(memory_data, QUICK_MEMORY if args.quick else MEMORY_BATCHES, work)
     fraction = EstimateConfig.memory_fraction
     summary = {
@@ -244,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["time_target_met"] = (summary["calibrated_max_abs_error"] <= TARGET
                                   and summary["calibrated_max_abs_error"] < summary["uncalibrated_max_abs_error"])
     summary["memory_margin_covers_error"] = 1 / fraction - 1 >= max(0.0, -summary["memory_min_error"])
-    result = {"benchmark": NAME, "quick": args.quick, "machine": machine(), "epochs": args.epochs,
+    result = {"benchmark": NAME, "quick": args.quick, "machine": machine(), "epochs": epochs,
               "load_before": load_before, "load_after": os.getloadavg()[0],
               "seconds": round(time.perf_counter() - started, 1), "time": time_results,
               "impossible_deadline": impossible, "memory": memory_results, "summary": summary}
