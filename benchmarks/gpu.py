@@ -201,7 +201,6 @@ def measure(precision: str, vocab: Vocab, batch: int, steps: int, warmup: int, d
     else:
         seconds = time.perf_counter() - t0
         peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process_max_rss"
-    del model, optim, batches
     return {"precision": precision, "batch": batch, "steps": steps, "warmup_steps": warmup,
             "seconds": round(seconds, 6), "step_ms": 1000 * seconds / steps,
             "samples_per_s": rate(batch * steps, seconds), "peak_memory_bytes": int(peak),

@@ -19,9 +19,9 @@ only as good as those numbers, so a reader must be able to check them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
