@@ -46,6 +46,7 @@ FIELDS: dict[str, str] = {
     "memory_efficiency": "share of hbm_bandwidth_bytes_per_s embedding gathers and optimizer updates achieve",
     "step_latency_seconds": "floor of one micro-step (kernel launches, Python, loader hand-off)",
     "parallel_efficiency": "per-process throughput with several processes / alone (beyond the all-reduce term)",
+    "allreduce_latency_seconds": "fixed cost of one optimizer step's gradient synchronization (world > 1)",
     "eval_speedup": "validation samples/s / training samples/s of one process (forward only, bigger batches)",
     "startup_seconds": "launch to first step: process start, imports, dataset open, model build, DDP init",
     "pod_startup_seconds": "scheduling and starting the training pods (0 off a cluster)",
@@ -55,12 +56,13 @@ FIELDS: dict[str, str] = {
                               "libraries on CPU; CUDA context on a GPU)",
     "sources": "where each time-model constant comes from: {field: measurement or publication}",
 }
-TIME_FIELDS = ("mfu", "memory_efficiency", "step_latency_seconds", "parallel_efficiency", "eval_speedup",
+TIME_FIELDS = ("mfu", "memory_efficiency", "step_latency_seconds", "parallel_efficiency",
+               "allreduce_latency_seconds", "eval_speedup",
                "startup_seconds", "pod_startup_seconds", "image_pull_seconds",
                "checkpoint_write_bytes_per_s", "process_baseline_bytes")
 """The calibrated constants: each needs an entry in ``sources``."""
 FRACTIONS = ("mfu", "memory_efficiency", "parallel_efficiency")
-NON_NEGATIVE = ("step_latency_seconds", "startup_seconds", "pod_startup_seconds", "image_pull_seconds",
+NON_NEGATIVE = ("step_latency_seconds", "allreduce_latency_seconds", "startup_seconds", "pod_startup_seconds", "image_pull_seconds",
                 "process_baseline_bytes")
 NUMBERS = ("memory_bytes", "bf16_flops", "hbm_bandwidth_bytes_per_s",
            "intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s", "eval_speedup",
@@ -92,6 +94,7 @@ class HardwareProfile:
     memory_efficiency: float = 0.5
     step_latency_seconds: float = 0.0
     parallel_efficiency: float = 1.0
+    allreduce_latency_seconds: float = 0.0
     eval_speedup: float = 3.0
     startup_seconds: float = 0.0
     pod_startup_seconds: float = 0.0

@@ -167,13 +167,14 @@ def flops_per_sample(config: ModelConfig, vocab: Vocab, checkpointing: bool = Fa
 
 
 def allreduce_seconds(grad_bytes: float, profile: HardwareProfile, nproc: int, nnodes: int) -> float:
-    """Ring all-reduce of the gradients once per optimizer step (2·(W-1)/W of the bytes)."""
+    """Ring all-reduce of the gradients once per optimizer step (2·(W-1)/W of the bytes) plus the
+    profile's fixed synchronization latency."""
     world = nproc * nnodes
     if world <= 1:
         return 0.0
     bandwidth = (profile.inter_node_bandwidth_bytes_per_s if nnodes > 1
                  else profile.intra_node_bandwidth_bytes_per_s)
-    return 2 * (world - 1) / world * grad_bytes / bandwidth
+    return 2 * (world - 1) / world * grad_bytes / bandwidth + profile.allreduce_latency_seconds
 
 
 def embedding_bytes_per_sample(config: ModelConfig, vocab: Vocab, sparse: bool) -> float:
@@ -276,7 +277,14 @@ def setup_for(config: ModelConfig, vocab: Vocab, profile: HardwareProfile, *, mi
                        sparse=not profile.is_gpu, device="cuda" if profile.is_gpu else "cpu",
                        num_workers=num_workers, prefetch_factor=prefetch,
                        runtime_bytes=profile.process_baseline_bytes,
-                       mapped_bytes=0 if profile.is_gpu else mapped_bytes)
+                       mapped_bytes=0 if profile.is_gpu else mapped_bytes,
+                       checkpoint_bytes=0 if profile.is_gpu else checkpoint_buffer_bytes(config, vocab))
+
+
+def checkpoint_buffer_bytes(config: ModelConfig, vocab: Vocab) -> int:
+    """Host bytes a checkpoint write holds at once: the serialized snapshot and its copy
+    (save_checkpoint serializes to memory, then writes the buffer's bytes)."""
+    return 2 * CHECKPOINT_BYTES_PER_PARAM * parameter_split(config, vocab)["total"]
 
 
 def largest_micro_batch(config: ModelConfig, vocab: Vocab, profile: HardwareProfile, cap: float,

@@ -42,6 +42,7 @@ PROFILE = dataclasses.replace(
     image_pull_seconds=20.0,
     checkpoint_write_bytes_per_s=1e8,
     intra_node_bandwidth_bytes_per_s=1e9,
+    allreduce_latency_seconds=1e-3,
 )
 CASE = dict(
     flops=1e6,
@@ -77,16 +78,16 @@ def test_time_model_terms_by_hand():
     )  # 2.28e-4
     assert t["latency_floor_seconds"] == 1e-3 and t["bound"] == "latency"
     assert t["micro_step_seconds"] == pytest.approx(1e-3)  # max of the three
-    assert t["allreduce_seconds"] == pytest.approx(2 * (1 / 2) * 4e6 / 1e9)  # ring: 4e-3
-    assert t["step_seconds"] == pytest.approx(2 * 1e-3 / 0.8 + 4e-3)  # 6.5e-3
+    assert t["allreduce_seconds"] == pytest.approx(2 * (1 / 2) * 4e6 / 1e9 + 1e-3)  # ring 4e-3 + latency
+    assert t["step_seconds"] == pytest.approx(2 * 1e-3 / 0.8 + 5e-3)  # 7.5e-3
     assert t["validation_seconds"] == pytest.approx(500 * (1e-3 / 100) / 4)  # 1.25e-3
     assert t["checkpoint_write_seconds"] == pytest.approx(1.0)
     assert t["checkpoint_every_steps"] == 0 and t["checkpoint_seconds"] == pytest.approx(
         2.0
     )  # last + best
-    assert t["epoch_seconds"] == pytest.approx(10 * 6.5e-3 + 1.25e-3 + 2.0)
+    assert t["epoch_seconds"] == pytest.approx(10 * 7.5e-3 + 1.25e-3 + 2.0)
     assert t["startup_seconds"] == pytest.approx(35.0)  # process + pods + image
-    assert t["total_seconds"] == pytest.approx(35.0 + 3 * (0.065 + 0.00125 + 2.0))
+    assert t["total_seconds"] == pytest.approx(35.0 + 3 * (0.075 + 0.00125 + 2.0))
 
 
 def test_time_model_compute_and_memory_bounds():
@@ -105,12 +106,12 @@ def test_time_model_with_measured_rates_and_mid_epoch_checkpoints():
     measured = {"samples_per_s": 1000.0, "eval_samples_per_s": 4000.0, "setup_seconds": 2.0}
     t = time_model(profile=PROFILE, **{**CASE, "steps_per_epoch": 10_000}, measured=measured)
     assert t["bound"] == "measured" and t["micro_step_seconds"] == pytest.approx(0.1)
-    assert t["step_seconds"] == pytest.approx(2 * 0.1 / 0.8 + 4e-3)  # 0.254
+    assert t["step_seconds"] == pytest.approx(2 * 0.1 / 0.8 + 5e-3)  # 0.255
     assert t["validation_seconds"] == pytest.approx(500 / 4000)
     assert t["startup_seconds"] == pytest.approx(37.0)  # + the probe's setup
-    # 10,000 steps x 0.254 s = 2,540 s > 600 s: a checkpoint every 600 // 0.254 = 2362 steps
-    assert t["checkpoint_every_steps"] == 2362
-    assert t["checkpoint_seconds"] == pytest.approx((2 + 10_000 // 2362) * 1.0)
+    # 10,000 steps x 0.255 s = 2,550 s > 600 s: a checkpoint every 600 // 0.255 = 2352 steps
+    assert t["checkpoint_every_steps"] == 2352
+    assert t["checkpoint_seconds"] == pytest.approx((2 + 10_000 // 2352) * 1.0)
 
 
 def test_checkpoint_interval_bounds_the_lost_work():
