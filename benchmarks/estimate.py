@@ -3,7 +3,7 @@
 (a) Time. For the ``debug`` and ``local`` models, two dataset sizes and 1 and 2
     training processes: the plan of ``python -m components.estimate`` without the
     probe (the profile's constants only) and with it (real steps of the model on
-    the dataset's first rows, timed here), then the real training run of that plan
+    rows sampled across the dataset, timed here), then the real training run of that plan
     (``components.train.launch``: torchrun, ``--epochs`` epochs). Predicted =
     the plan's start-up + epochs run x its epoch seconds; measured = the launch's
     wall time (torchrun start to exit). Target: every probe-calibrated prediction
@@ -181,7 +181,7 @@ def readme_table(result: dict) -> str:
              f"{result['load_before']:.1f} before, {result['load_after']:.1f} after: timings are noisy). "
              f"Training wall time of the real launch (torchrun, {result['epochs']} epochs) against the "
              "plan's prediction without the probe (the cpu-local profile's constants) and with it (real "
-             "steps timed on the dataset's first rows).",
+             "steps timed on rows sampled across the dataset).",
              "",
              "| data | model | processes | train rows | measured | uncalibrated | error | calibrated | error "
              f"| deadline {DEADLINE_FACTOR:g}x measured |",

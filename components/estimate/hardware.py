@@ -49,6 +49,7 @@ FIELDS: dict[str, str] = {
     "allreduce_latency_seconds": "fixed cost of one optimizer step's gradient synchronization (world > 1)",
     "eval_speedup": "validation samples/s / training samples/s of one process (forward only, bigger batches)",
     "startup_seconds": "launch to first step: process start, imports, dataset open, model build, DDP init",
+    "startup_seconds_per_process": "start-up added by each further process on a node (they share its cores)",
     "pod_startup_seconds": "scheduling and starting the training pods (0 off a cluster)",
     "image_pull_seconds": "pulling the training image onto a fresh node (0 off a cluster)",
     "checkpoint_write_bytes_per_s": "write bandwidth of the checkpoint storage",
@@ -58,11 +59,12 @@ FIELDS: dict[str, str] = {
 }
 TIME_FIELDS = ("mfu", "memory_efficiency", "step_latency_seconds", "parallel_efficiency",
                "allreduce_latency_seconds", "eval_speedup",
-               "startup_seconds", "pod_startup_seconds", "image_pull_seconds",
+               "startup_seconds", "startup_seconds_per_process", "pod_startup_seconds", "image_pull_seconds",
                "checkpoint_write_bytes_per_s", "process_baseline_bytes")
 """The calibrated constants: each needs an entry in ``sources``."""
 FRACTIONS = ("mfu", "memory_efficiency", "parallel_efficiency")
-NON_NEGATIVE = ("step_latency_seconds", "allreduce_latency_seconds", "startup_seconds", "pod_startup_seconds", "image_pull_seconds",
+NON_NEGATIVE = ("step_latency_seconds", "allreduce_latency_seconds", "startup_seconds",
+                "startup_seconds_per_process", "pod_startup_seconds", "image_pull_seconds",
                 "process_baseline_bytes")
 NUMBERS = ("memory_bytes", "bf16_flops", "hbm_bandwidth_bytes_per_s",
            "intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s", "eval_speedup",
@@ -97,6 +99,7 @@ class HardwareProfile:
     allreduce_latency_seconds: float = 0.0
     eval_speedup: float = 3.0
     startup_seconds: float = 0.0
+    startup_seconds_per_process: float = 0.0
     pod_startup_seconds: float = 0.0
     image_pull_seconds: float = 0.0
     checkpoint_write_bytes_per_s: float = 1e9

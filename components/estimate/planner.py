@@ -202,7 +202,7 @@ def time_model(*, profile: HardwareProfile, flops: float, micro_batch: int, grad
     step = grad_accum micro-steps / parallel efficiency (world > 1) + all-reduce;
     epoch = steps x step + validation (forward only, every process its share) + checkpoint
     writes (the end-of-epoch ``last`` and ``best`` + the mid-epoch ones);
-    total = start-up (process, pods, image pull, the probe's per-run setup) + epochs x epoch.
+    total = start-up (processes, pods, image pull, the probe's per-run setup) + epochs x epoch.
     """
     world = nproc * nnodes
     compute = micro_batch * flops / (profile.bf16_flops * mfu)
@@ -224,7 +224,8 @@ def time_model(*, profile: HardwareProfile, flops: float, micro_batch: int, grad
     mid_epoch_writes = steps_per_epoch // every if every else 0
     checkpoints = (2 + mid_epoch_writes) * write
     epoch = steps_per_epoch * step + validation + checkpoints
-    startup = (profile.startup_seconds + profile.pod_startup_seconds + profile.image_pull_seconds
+    startup = (profile.startup_seconds + (nproc - 1) * profile.startup_seconds_per_process
+               + profile.pod_startup_seconds + profile.image_pull_seconds
                + (measured.get("setup_seconds", 0.0) if measured else 0.0))
     return {"compute_seconds": compute, "memory_seconds": memory, "latency_floor_seconds": floor,
             "micro_step_seconds": micro, "bound": ("measured" if measured else
@@ -356,7 +357,7 @@ def run_probe(config: ModelConfig, vocab: Vocab, profile: HardwareProfile, preci
 
 
 def run_speed_probe(data: str, plan: TrainPlan, profile: HardwareProfile) -> dict:
-    """The trainer's real steps and validation on the dataset's first rows, on this machine."""
+    """The trainer's real steps and validation on rows sampled across the dataset, on this machine."""
     import torch
 
     from components.estimate.probe import probe_speed

@@ -17,10 +17,10 @@ for the sparse gradients (padding rows are dropped from them).
 
 Speed (:func:`probe_speed`) is measured differently: the trainer's own epoch
 loop (components/train/trainer.py ``run_epoch``: its loader, loss, L2 penalty,
-optimizers) times real micro-batches of the plan's size on the first rows of
-the dataset's train split, and its ``evaluate`` times validation on the first
-rows of the val split, so the measured rate includes everything a real step
-does on this machine.
+optimizers) times real micro-batches of the plan's size on rows of
+the dataset's train split (sampled across it), and its ``evaluate`` times
+validation on sampled rows of the val split, so the measured rate includes
+everything a real step does on this machine.
 """
 
 from __future__ import annotations
@@ -211,27 +211,33 @@ def probe(config: ModelConfig, vocab: Vocab, *, sparse: bool, precision: str = "
     return result
 
 
-class Head(torch.utils.data.Dataset):
-    """The first ``rows`` rows of a batch dataset (what the trainer's loaders index)."""
+class Rows(torch.utils.data.Dataset):
+    """Some rows of a batch dataset (sorted ``rows``), indexed 0..len-1 as the trainer's loaders do."""
 
-    def __init__(self, base, rows: int) -> None:
-        self.base, self.rows = base, min(rows, len(base))
+    def __init__(self, base, rows: np.ndarray) -> None:
+        self.base, self.rows = base, np.sort(rows)
 
     def __len__(self) -> int:
-        return self.rows
+        return len(self.rows)
 
     def __getitem__(self, indices: np.ndarray) -> dict[str, torch.Tensor]:
-        return self.base[indices]
+        return self.base[self.rows[indices]]
 
 
-def probe_speed(data: str, plan: TrainPlan, *, device: str = "cpu", steps: int = 8, warmup: int = 2,
+def sample_rows(n_rows: int, count: int, seed: int) -> np.ndarray:
+    """``count`` distinct rows spread over the split: the first rows alone would touch few items
+    and users and keep their embedding and optimizer rows in cache, which real epochs do not."""
+    return np.random.default_rng(seed).choice(n_rows, size=min(count, n_rows), replace=False)
+
+
+def probe_speed(data: str, plan: TrainPlan, *, device: str = "cpu", steps: int = 16, warmup: int = 2,
                 eval_rows: int = 4096) -> dict[str, Any]:
-    """Time the trainer's real steps of ``plan``'s model on the first rows of ``data``.
+    """Time the trainer's real steps of ``plan``'s model on rows sampled across ``data``.
 
     One process, ``plan.micro_batch`` rows per micro-step (accumulation 1: every micro-step
     pays an optimizer step, which slightly over-counts plans that accumulate). ``warmup``
-    untimed micro-steps, then ``steps`` timed ones through ``run_epoch``; validation through
-    ``evaluate`` on ``eval_rows`` rows; ``setup_seconds`` times what the trainer does once per
+    untimed micro-steps, then ``steps`` timed ones through ``run_epoch``, on distinct rows
+    sampled across the split; validation through ``evaluate`` on ``eval_rows`` sampled rows; ``setup_seconds`` times what the trainer does once per
     run in proportion to the data (the L2 penalty's id frequencies over the whole train split).
     """
     from components.train import trainer as T
@@ -258,9 +264,10 @@ def probe_speed(data: str, plan: TrainPlan, *, device: str = "cpu", steps: int =
     scaler = torch.amp.GradScaler("cuda") if plan.precision == "fp16" else None
 
     def epoch(n_rows: int, index: int) -> dict:
-        sampler = ShardedBatchSampler(n_rows, plan.micro_batch, 1, 0, seed=plan.seed)
+        subset = Rows(train_set, sample_rows(len(train_set), n_rows, plan.seed + index))
+        sampler = ShardedBatchSampler(len(subset), plan.micro_batch, 1, 0, seed=plan.seed)
         state = {"epoch": index, "micro_step": 0, "global_step": 0, "history": [], "partial": {}}
-        loader = make_loader(train_set, sampler, plan, torch_device.type)
+        loader = make_loader(subset, sampler, plan, torch_device.type)
         return T.run_epoch(model, model, loader, sampler, optim, scaler, plan, runtime, state,
                            lambda: None, penalty)
 
@@ -268,7 +275,7 @@ def probe_speed(data: str, plan: TrainPlan, *, device: str = "cpu", steps: int =
     timed_rows = min(len(train_set), steps * plan.micro_batch)
     timed = epoch(timed_rows, 1)
     start = time.perf_counter()
-    T.evaluate(model, Head(val_set, eval_rows), plan, runtime)
+    T.evaluate(model, Rows(val_set, sample_rows(len(val_set), eval_rows, plan.seed)), plan, runtime)
     eval_seconds = time.perf_counter() - start
     if torch_device.type == "cuda":
         torch.cuda.synchronize(torch_device)
@@ -279,4 +286,4 @@ def probe_speed(data: str, plan: TrainPlan, *, device: str = "cpu", steps: int =
             "step_seconds": timed["seconds"] / max(1, -(-timed_rows // plan.micro_batch)),
             "eval_rows": evaluated, "eval_seconds": eval_seconds,
             "eval_samples_per_s": evaluated / max(eval_seconds, 1e-9), "setup_seconds": setup,
-            "method": "trainer run_epoch + evaluate on the dataset's first rows"}
+            "method": "trainer run_epoch + evaluate on rows sampled across the dataset"}

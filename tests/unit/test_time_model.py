@@ -38,6 +38,7 @@ PROFILE = dataclasses.replace(
     parallel_efficiency=0.8,
     eval_speedup=4.0,
     startup_seconds=10.0,
+    startup_seconds_per_process=3.0,
     pod_startup_seconds=5.0,
     image_pull_seconds=20.0,
     checkpoint_write_bytes_per_s=1e8,
@@ -86,8 +87,8 @@ def test_time_model_terms_by_hand():
         2.0
     )  # last + best
     assert t["epoch_seconds"] == pytest.approx(10 * 7.5e-3 + 1.25e-3 + 2.0)
-    assert t["startup_seconds"] == pytest.approx(35.0)  # process + pods + image
-    assert t["total_seconds"] == pytest.approx(35.0 + 3 * (0.075 + 0.00125 + 2.0))
+    assert t["startup_seconds"] == pytest.approx(38.0)  # 2 processes + pods + image
+    assert t["total_seconds"] == pytest.approx(38.0 + 3 * (0.075 + 0.00125 + 2.0))
 
 
 def test_time_model_compute_and_memory_bounds():
@@ -108,7 +109,7 @@ def test_time_model_with_measured_rates_and_mid_epoch_checkpoints():
     assert t["bound"] == "measured" and t["micro_step_seconds"] == pytest.approx(0.1)
     assert t["step_seconds"] == pytest.approx(2 * 0.1 / 0.8 + 5e-3)  # 0.255
     assert t["validation_seconds"] == pytest.approx(500 / 4000)
-    assert t["startup_seconds"] == pytest.approx(37.0)  # + the probe's setup
+    assert t["startup_seconds"] == pytest.approx(40.0)  # + the probe's setup
     # 10,000 steps x 0.255 s = 2,550 s > 600 s: a checkpoint every 600 // 0.255 = 2352 steps
     assert t["checkpoint_every_steps"] == 2352
     assert t["checkpoint_seconds"] == pytest.approx((2 + 10_000 // 2352) * 1.0)
