@@ -419,6 +419,7 @@ def estimate(config: EstimateConfig) -> dict[str, Any]:
             max_lost_minutes=config.max_lost_minutes)
 
     speed = None
+    unprobed = None if hardware_present(profile) else "no such device here"
     chosen = fastest = None
     tried = []
     for nproc, nnodes in world_candidates(profile):
@@ -451,7 +452,12 @@ def estimate(config: EstimateConfig) -> dict[str, Any]:
                          checkpointing=checkpointing, flops=flops,
                          times={"checkpoint_every_steps": 0})
         if probe_on and speed is None:  # one process's rate: the same for every candidate
-            speed = run_speed_probe(config.data, make_plan(candidate), profile)
+            try:
+                speed = run_speed_probe(config.data, make_plan(candidate), profile)
+            except EstimateError as exc:
+                if config.probe:  # asked for: say why it cannot be done
+                    raise
+                probe_on, unprobed = False, str(exc).removeprefix("--probe: ")
         times = time_model(
             profile=profile, flops=flops, micro_batch=micro, grad_accum=accum, nproc=nproc, nnodes=nnodes,
             reduced_bytes=reduced, optimizer_params=params["total"] if gpu else params["other_tables"]
@@ -491,7 +497,7 @@ def estimate(config: EstimateConfig) -> dict[str, Any]:
         rate_note = (f"modelled: micro-step bound by {t['bound']} ({c['flops'] / 1e6:.2f} MFLOP/sample at MFU "
                      f"{mfu:.3g} of {profile.bf16_flops / 1e12:g} TFLOP/s; latency floor "
                      f"{profile.step_latency_seconds * 1e3:g} ms)"
-                     + ("" if hardware_present(profile) else "; not probed: no such device here"))
+                     + (f"; not probed: {unprobed}" if unprobed else ""))
     rationale = {
         "model": f"{config.model}: {params['total']:,} parameters ({params['embedding']:,} embedding, "
                  f"{params['dense']:,} dense) at the dataset's vocab",

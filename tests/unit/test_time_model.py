@@ -15,6 +15,7 @@ from components.common.plan import DRIFT_FACTOR, drift_lines, plan_vs_actual, wr
 from components.common.runs import summary_text
 from components.estimate import (
     EstimateConfig,
+    EstimateError,
     HardwareError,
     InfeasibleError,
     estimate,
@@ -79,7 +80,9 @@ def test_time_model_terms_by_hand():
     )  # 2.28e-4
     assert t["latency_floor_seconds"] == 1e-3 and t["bound"] == "latency"
     assert t["micro_step_seconds"] == pytest.approx(1e-3)  # max of the three
-    assert t["allreduce_seconds"] == pytest.approx(2 * (1 / 2) * 4e6 / 1e9 + 1e-3)  # ring 4e-3 + latency
+    assert t["allreduce_seconds"] == pytest.approx(
+        2 * (1 / 2) * 4e6 / 1e9 + 1e-3
+    )  # ring 4e-3 + latency
     assert t["step_seconds"] == pytest.approx(2 * 1e-3 / 0.8 + 5e-3)  # 7.5e-3
     assert t["validation_seconds"] == pytest.approx(500 * (1e-3 / 100) / 4)  # 1.25e-3
     assert t["checkpoint_write_seconds"] == pytest.approx(1.0)
@@ -412,3 +415,22 @@ def test_run_summary_and_evaluate_report_show_plan_vs_reality():
     assert "## Training: plan vs reality" in report
     assert "| seconds | 60.00 s | 200.00 s | x3.33 **DRIFT** |" in report
     assert "| peak memory bytes | 4.00 GiB | 3.00 GiB | x0.75 |" in report
+
+
+def test_auto_probe_falls_back_to_the_model_on_too_little_data(tiny_dataset):
+    config = {
+        "data": str(tiny_dataset),
+        "model": "debug",
+        "hardware": "cpu-local",
+        "global_batch": 8192,
+    }
+    doc = estimate(EstimateConfig(**config))  # auto: the tiny split has fewer than 2 micro-batches
+    assert doc["estimate"]["throughput"]["source"] == "modelled"
+    assert (
+        "not probed: " in doc["rationale"]["throughput"]
+        and "too few rows" in doc["rationale"]["throughput"]
+    )
+    with pytest.raises(
+        EstimateError, match=r"--probe: .*too few rows to time steps of micro-batch \d+"
+    ):
+        estimate(EstimateConfig(**config, probe=True))
