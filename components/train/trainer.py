@@ -508,7 +508,6 @@ class Progress:
         self.max_epochs = plan.max_epochs
         self.clock = clock
         self.validation_seconds = 0.0
-        self.lines = 0
         self._start = self._last = 0.0
         self._first_step = 0
 
@@ -529,7 +528,6 @@ class Progress:
         epoch_left = (total - step) * per_step
         run_left = epoch_left + self.validation_seconds + (self.max_epochs - epoch - 1) * (
             total * per_step + self.validation_seconds)
-        self.lines += 1
         log.info("epoch %d/%d  step %d/%d (%.0f%%)  %s samples/s  loss %.4f  ETA epoch %s, run <= %s",
                  epoch + 1, self.max_epochs, step, total, 100 * step / total, f"{samples / elapsed:,.0f}",
                  loss, duration(epoch_left), duration(run_left))
