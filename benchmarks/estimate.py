@@ -198,15 +198,20 @@ def readme_table(result: dict) -> str:
               f"{'refused' if result['impossible_deadline']['refused'] else 'ACCEPTED'}"
               + (f" (\"{result['impossible_deadline']['message'][:160]}...\")"
                  if result['impossible_deadline']['refused'] else ""),
-              "", "Peak memory of a 1-process training run (rank 0's peak RSS) against the plan's peak per "
-                  "process (tensors, loader, workspace, process baseline, mapped train split):", "",
+              f"- deadlines at {DEADLINE_FACTOR:g}x the measured time refused: {s['deadlines_refused']} of "
+              f"{s['deadlines_tried']} (an accepted one is a run the plan under-predicted by more than "
+              f"{1 - DEADLINE_FACTOR:.0%})",
+              "", "Peak memory of a 1-process, 1-epoch training run (rank 0's peak RSS) against the plan's "
+                  "resident peak per process (tensors, loader, workspace, checkpoint buffer, process baseline, "
+                  "mapped train split; the cpu-local process baseline was fitted to the debug / 64 row):", "",
               "| model | micro-batch | measured peak RSS | predicted | error |", "|---|---:|---:|---:|---:|"]
     for r in result["memory"]:
         lines.append(f"| {r['model']} | {r['micro_batch']} | {r['measured_peak_rss_bytes'] / 2**20:,.0f} MiB | "
                      f"{r['predicted_bytes'] / 2**20:,.0f} MiB | {r['error']:+.1%} |")
     lines += ["", f"- memory error: {s['memory_min_error']:+.1%} .. {s['memory_max_error']:+.1%}; the cap "
-                  f"(`memory_fraction` {s['memory_fraction']:.2f}) leaves {1 - s['memory_fraction']:.0%} "
-                  f"headroom against the largest under-prediction."]
+                  f"(`memory_fraction` {s['memory_fraction']:.2f}) allows {1 / s['memory_fraction'] - 1:.1%} "
+                  f"of under-prediction: {'covers' if s['memory_margin_covers_error'] else 'does NOT cover'} "
+                  "the largest measured one."]
     return "\n".join(lines)
 
 
