@@ -71,7 +71,7 @@ def test_train_benchmark_quick(tiny_dataset, tmp_path):
 
 def test_gpu_benchmark_dry(tmp_path):
     out = tmp_path / "gpu.json"
-    run_ok("gpu", "--dry", "--peak-flops", "1e12", "--no-readme", "--results", str(out))
+    run_ok("gpu", "--dry", "--peak-flops", "1e12", "--profile", "h200-141gb", "--no-readme", "--results", str(out))
     result = json.loads(out.read_text())
     assert result["benchmark"] == "gpu" and result["dry"] is True and result["model"] == "prod"
     assert result["device"]["type"] == "cpu" and result["sparse_embeddings"] is False
@@ -84,6 +84,7 @@ def test_gpu_benchmark_dry(tmp_path):
     assert [r["batch"] for r in result["sweep"]] == [8, 32]
     for r in result["sweep"]:
         assert r["precision"] == "bf16" and positive(r["estimate"]["predicted_bytes"], r["mfu"])
+        assert r["estimate"]["profile"] == "h200-141gb" and positive(r["estimate"]["predicted_step_ms"])
     c = result["constants"]
     assert c["step_latency_batch"] == 8 and c["step_latency_seconds"] == result["sweep"][0]["step_ms"] / 1000
     assert c["mfu"] == max(r["mfu"] for r in result["sweep"])
