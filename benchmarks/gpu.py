@@ -1,4 +1,4 @@
-"""Benchmark: the ``prod`` model on one CUDA GPU: bf16 autocast vs fp32 samples/s, peak memory, MFU.
+"""Benchmark: the ``prod`` model on one CUDA GPU: bf16 vs fp32 samples/s, MFU, memory and time vs the estimate.
 
 Synthetic random batches made on the device (no dataset, no loader: this is
 the model's own speed), the ``prod`` config at its reference vocab
@@ -16,6 +16,16 @@ with ``torch.utils.flop_counter.FlopCounterMode`` over one forward + backward
 against the analytic count (``analytic_flops``). Peaks come from a small
 table by device name (vendor datasheets, dense, no sparsity) or
 ``--peak-flops``.
+
+A bf16 sweep over micro-batch sizes (``--batches``) then compares, per size, the
+estimate's memory model (``memory_breakdown``: tensors + workspace, the batches
+on the device) with ``torch.cuda.max_memory_allocated`` and
+``max_memory_reserved``, and the estimate's modelled step time (``time_model``
+with the device's hardware profile) with the measured one. From the sweep it
+derives the constants the hardware profile's time model needs (``constants``:
+MFU at each size, the step-time floor at the smallest, samples/s), to replace
+the cited ones in ``components/estimate/hardware/<profile>.json`` (each with
+this file as its source). One run takes a few minutes on an H200.
 
     python benchmarks/gpu.py               # needs CUDA; writes benchmarks/results/gpu.json
     python benchmarks/gpu.py --dry         # CPU, tiny vocab, 2 steps: proves the script runs
@@ -39,6 +49,14 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from benchmarks.measure import machine  # noqa: E402
 from benchmarks.readme import publish, rate  # noqa: E402
 from components.common.plan import TrainPlan  # noqa: E402
+from components.estimate.hardware import HardwareError, load_profile  # noqa: E402
+from components.estimate.memory import MemorySetup, batch_bytes_per_sample, memory_breakdown  # noqa: E402
+from components.estimate.planner import (  # noqa: E402
+    OPTIMIZER_BYTES_PER_PARAM,
+    embedding_bytes_per_sample,
+    flops_per_sample,
+    time_model,
+)
 from components.train.model import (  # noqa: E402
     REFERENCE_VOCAB,
     ModelConfig,
@@ -69,8 +87,21 @@ PEAK_BF16_FLOPS: list[tuple[str, float]] = [
 ]
 
 
+PROFILES: list[tuple[str, str]] = [
+    # (substring of the device name, hardware profile); first match wins
+    ("H200", "h200-141gb"), ("H100", "h100-80gb"), ("A100-SXM4-80GB", "a100-80gb"),
+    ("A100 80GB", "a100-80gb"), ("A100", "a100-40gb"),
+]
+BATCHES = "256,1024,4096,16384"
+SYNTHETIC_BATCHES = 4  # measure() keeps this many batches on the device
+
+
 def peak_for(name: str) -> float | None:
     return next((peak for key, peak in PEAK_BF16_FLOPS if key in name), None)
+
+
+def profile_for(name: str, given: str | None) -> str | None:
+    return given or next((profile for key, profile in PROFILES if key in name), None)
 
 
 def synthetic_batches(vocab: Vocab, rows: int, count: int, device: torch.device, seed: int = 0) -> list[dict]:
@@ -160,18 +191,67 @@ def measure(precision: str, vocab: Vocab, batch: int, steps: int, warmup: int, d
     t0 = time.perf_counter()
     for i in range(steps):
         step(batches[i % len(batches)])
+    reserved = None
     if cuda:
         end.record()
         torch.cuda.synchronize(device)
         seconds = start.elapsed_time(end) / 1000
         peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_memory_allocated"
+        reserved = int(torch.cuda.max_memory_reserved(device))
     else:
         seconds = time.perf_counter() - t0
         peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process_max_rss"
     return {"precision": precision, "batch": batch, "steps": steps, "warmup_steps": warmup,
             "seconds": round(seconds, 6), "step_ms": 1000 * seconds / steps,
             "samples_per_s": rate(batch * steps, seconds), "peak_memory_bytes": int(peak),
-            "peak_memory_kind": kind}
+            "peak_memory_reserved_bytes": reserved, "peak_memory_kind": kind}
+
+
+def against_estimate(run: dict, vocab: Vocab, profile_name: str | None) -> dict:
+    """The estimate's memory and step time for this run's setup next to the measured ones."""
+    config = model_config(MODEL)
+    setup = MemorySetup(config=config, vocab=vocab, micro_batch=run["batch"], precision=run["precision"],
+                        sparse=False, device="cuda")
+    terms = memory_breakdown(setup)["terms"]
+    # what the caching allocator holds here: model state, activations, workspace and the batches made on
+    # the device (no loader, no CUDA context: neither is in the allocator's statistics)
+    predicted = (sum(terms[k]["total"] for k in ("weights", "gradients", "optimizer", "autocast_copies",
+                                                  "ddp_buckets", "activations", "workspace"))
+                 + SYNTHETIC_BATCHES * run["batch"] * batch_bytes_per_sample(vocab))
+    out = {"predicted_bytes": predicted,
+           "allocated_error": (predicted - run["peak_memory_bytes"]) / run["peak_memory_bytes"]}
+    if run.get("peak_memory_reserved_bytes"):
+        out["reserved_error"] = (predicted - run["peak_memory_reserved_bytes"]) / run["peak_memory_reserved_bytes"]
+    if profile_name:
+        try:
+            profile = load_profile(profile_name)
+        except HardwareError:
+            return out
+        params = count_parameters(MODEL, vocab)
+        t = time_model(profile=profile, flops=flops_per_sample(config, vocab), micro_batch=run["batch"],
+                       grad_accum=1, nproc=1, nnodes=1, reduced_bytes=0, optimizer_params=params["total"],
+                       embedding_bytes=embedding_bytes_per_sample(config, vocab, sparse=False),
+                       steps_per_epoch=1, val_rows=0, checkpoint_bytes=0, max_epochs=1,
+                       max_lost_seconds=600, mfu=profile.mfu)
+        out |= {"profile": profile_name, "predicted_step_ms": 1000 * t["step_seconds"], "bound": t["bound"],
+                "step_error": (t["step_seconds"] * 1000 - run["step_ms"]) / run["step_ms"],
+                "optimizer_bytes_per_step": params["total"] * OPTIMIZER_BYTES_PER_PARAM}
+    return out
+
+
+def constants(sweep: list[dict], peak: float | None, flops: float) -> dict:
+    """What the hardware profile's time model needs, measured: MFU per size, the step floor."""
+    smallest = min(sweep, key=lambda r: r["batch"])
+    best = max(sweep, key=lambda r: r["samples_per_s"])
+    return {
+        "mfu_by_batch": {str(r["batch"]): (flops * r["samples_per_s"] / peak if peak else None) for r in sweep},
+        "mfu": flops * best["samples_per_s"] / peak if peak else None,
+        "samples_per_s": best["samples_per_s"], "at_batch": best["batch"],
+        "step_latency_seconds": smallest["step_ms"] / 1000, "step_latency_batch": smallest["batch"],
+        "note": "mfu and samples_per_s at the fastest micro-batch; step_latency_seconds = the step at the "
+                "smallest (an upper bound on the floor). Put them in the device's hardware profile with "
+                "benchmarks/results/gpu.json as their source.",
+    }
 
 
 def readme_table(result: dict) -> str:
@@ -194,6 +274,27 @@ def readme_table(result: dict) -> str:
                      f"{r['achieved_flops'] / 1e12:.2f} | {mfu} | {r['peak_memory_bytes'] / 2**30:.2f} |")
     if result.get("bf16_speedup"):
         lines += ["", f"- bf16 autocast / fp32: **{result['bf16_speedup']:.2f}x** samples/s"]
+    lines += ["", "bf16 micro-batch sweep against the estimate (memory: tensors + workspace + on-device "
+                  "batches; step: the hardware profile's time model):", "",
+              "| micro-batch | samples/s | step (ms) | predicted step (ms) | MFU | allocated (GiB) | "
+              "reserved (GiB) | predicted (GiB) | error vs reserved |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in result["sweep"]:
+        e = r["estimate"]
+        reserved = r.get("peak_memory_reserved_bytes")
+        lines.append(
+            f"| {r['batch']:,} | {r['samples_per_s']:,.0f} | {r['step_ms']:.2f} | "
+            + (f"{e['predicted_step_ms']:.2f} | " if "predicted_step_ms" in e else "— | ")
+            + (f"{100 * r['mfu']:.2f}% | " if r["mfu"] is not None else "n/a | ")
+            + f"{r['peak_memory_bytes'] / 2**30:.2f} | "
+            + (f"{reserved / 2**30:.2f} | " if reserved else "— | ")
+            + f"{e['predicted_bytes'] / 2**30:.2f} | "
+            + (f"{e['reserved_error']:+.1%} |" if "reserved_error" in e else "— |"))
+    c = result["constants"]
+    if c.get("mfu") is not None:
+        lines += ["", f"- measured constants for the `{result.get('profile')}` profile: MFU {c['mfu']:.3f} at "
+                      f"micro-batch {c['at_batch']:,} ({c['samples_per_s']:,.0f} samples/s); step floor "
+                      f"<= {1000 * c['step_latency_seconds']:.2f} ms (micro-batch {c['step_latency_batch']})"]
     return "\n".join(lines)
 
 
@@ -205,7 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=None, help="samples per step (default 4096, --dry 32)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per precision (default 50, --dry 2)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 10, --dry 1)")
-    p.add_argument("--precisions", default="fp32,bf16")
+    p.add_argument("--precisions", default="fp32,bf16",
+                   help="precisions compared at --batch (default fp32,bf16)")
+    p.add_argument("--batches", default=None,
+                   help=f"bf16 micro-batch sweep against the estimate (default {BATCHES}; --dry 8,32)")
+    p.add_argument("--profile", default=None,
+                   help="hardware profile of the estimate (default: by device name, e.g. h200-141gb)")
     p.add_argument("--peak-flops", type=float, default=None, help="peak dense bf16 FLOP/s of the GPU")
     p.add_argument("--results", default=None,
                    help="JSON output (default: benchmarks/results/gpu.json; --dry: a temp file)")
@@ -244,6 +350,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {precision:5s} {r['samples_per_s']:12,.0f} samples/s  {r['step_ms']:8.2f} ms/step  "
               f"peak {r['peak_memory_bytes'] / 2**30:6.2f} GiB"
               + (f"  MFU {100 * r['mfu']:.2f}%" if r["mfu"] is not None else ""), flush=True)
+    sweep = []
+    sizes = [int(b) for b in (args.batches or ("8,32" if args.dry else BATCHES)).split(",") if b.strip()]
+    profile_name = profile_for(name, args.profile) if not args.dry else args.profile
+    for size in sizes:
+        r = measure("bf16", vocab, size, steps, warmup, device)
+        r["achieved_flops"] = flops * r["samples_per_s"]
+        r["mfu"] = r["achieved_flops"] / peak if peak else None
+        r["estimate"] = against_estimate(r, vocab, profile_name)
+        sweep.append(r)
+        e = r["estimate"]
+        print(f"  bf16 x{size:6d} {r['samples_per_s']:12,.0f} samples/s  {r['step_ms']:8.2f} ms/step"
+              + (f" (model {e['predicted_step_ms']:.2f})" if "predicted_step_ms" in e else "")
+              + f"  allocated {r['peak_memory_bytes'] / 2**30:6.2f} GiB vs predicted "
+              f"{e['predicted_bytes'] / 2**30:6.2f} GiB", flush=True)
     by = {r["precision"]: r for r in runs}
     result = {
         "benchmark": NAME, "dry": args.dry, "machine": machine(),
@@ -252,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         "model": MODEL, "vocab": dataclasses.asdict(vocab), "parameters": count_parameters(MODEL, vocab),
         "sparse_embeddings": False, "optimizer": "AdamW(fused=True)", "batch": batch, "steps": steps,
         "warmup_steps": warmup, "flops_per_sample": flops, "analytic_flops_per_sample": analytic,
-        "peak_flops": peak, "peak_flops_source": source, "runs": runs,
+        "peak_flops": peak, "peak_flops_source": source, "runs": runs, "sweep": sweep,
+        "profile": profile_name, "constants": constants(sweep, peak, flops) if sweep else {},
         "bf16_speedup": (rate(by["bf16"]["samples_per_s"], by["fp32"]["samples_per_s"])
                          if "bf16" in by and "fp32" in by else None),
     }

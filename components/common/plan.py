@@ -67,7 +67,14 @@ class TrainPlan:
     persistent_workers: bool = True
     """Keep loader workers alive between epochs."""
     checkpoint_every_steps: int = 0
-    """Also write the ``last`` checkpoint every N optimizer steps (0 = per epoch only)."""
+    """Also write the ``last`` checkpoint every N optimizer steps (0 = per epoch only); the
+    estimate sizes it so a preemption loses at most ``max_lost_minutes`` of training."""
+    max_lost_minutes: float = 10.0
+    """Most minutes of training a preemption may lose: besides ``checkpoint_every_steps``, rank 0
+    writes ``last`` mid-epoch once this long has passed since the previous write (0 = off)."""
+    progress_seconds: float = 20.0
+    """Rank 0 logs a progress line (step/total, samples/s, loss, ETA) this often within an
+    epoch (0 = only the per-epoch lines)."""
     cpu_threads: int = 1
     """Intra-op threads per process on CPU. Scale CPU training with processes: on the 2-vCPU
     development VM, 2 intra-op threads made small training steps ~60x slower (measured)."""
@@ -96,7 +103,8 @@ class TrainPlan:
             raise ValueError(f"plan.train.lr must be in (0, 1), got {self.lr!r}")
         if not 0 <= self.warmup_fraction < 1:
             raise ValueError(f"plan.train.warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
-        for name in ("weight_decay", "grad_clip", "min_delta", "embedding_l2"):
+        for name in ("weight_decay", "grad_clip", "min_delta", "embedding_l2", "max_lost_minutes",
+                     "progress_seconds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"plan.train.{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -146,3 +154,73 @@ def read_plan(path: str | Path) -> tuple[TrainPlan, dict[str, Any]]:
         return TrainPlan(**train), doc
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
+
+
+# ----------------------------------------------------------------------------- plan vs reality
+
+DRIFT_FACTOR = 2.0
+"""A measurement more than this factor above or below the plan's prediction is flagged."""
+
+
+def _compare(predicted: float | None, measured: float | None) -> dict[str, Any] | None:
+    if not predicted or measured is None:
+        return None
+    ratio = measured / predicted
+    return {"predicted": predicted, "measured": measured, "ratio": ratio,
+            "drift": not 1 / DRIFT_FACTOR <= ratio <= DRIFT_FACTOR}
+
+
+def plan_vs_actual(estimate: dict[str, Any] | None, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan's predictions next to a training run's measurements (None without a plan estimate).
+
+    * ``seconds``: the plan's start-up + ``epochs_run`` x its epoch seconds (the epochs that
+      really ran: early stopping is not an error of the estimate) against the training
+      process's lifetime (``process_seconds``); not compared after a resume.
+    * ``samples_per_s``: the plan's training rate against the epochs' measured rate.
+    * ``peak_memory_bytes``: the plan's resident peak per process (with the mapped dataset
+      pages) against rank 0's peak RSS (CPU), or its peak less the CUDA context (which the
+      allocator does not see) against ``max_memory_reserved`` (CUDA).
+
+    ``drift`` lists the measures more than :data:`DRIFT_FACTOR` off.
+    """
+    times = (estimate or {}).get("times") or {}
+    if "epoch_seconds" not in times:
+        return None
+    epochs = summary.get("epochs_run") or 0
+    out: dict[str, Any] = {"epochs_run": epochs, "epochs_planned": times.get("epochs_assumed")}
+    resumed = summary.get("resumed_from")
+    out["seconds"] = None if resumed else _compare(
+        times.get("startup_seconds", 0.0) + epochs * times["epoch_seconds"], summary.get("process_seconds"))
+    if resumed:
+        out["seconds_note"] = "resumed run: this process did not run every epoch"
+    throughput = (estimate or {}).get("throughput") or {}
+    out["samples_per_s"] = _compare(throughput.get("samples_per_s"), summary.get("samples_per_s"))
+    memory = (estimate or {}).get("memory") or {}
+    predicted = (memory.get("resident") or memory.get("total") or {}).get("total")
+    measured = summary.get("peak_memory_bytes")
+    if summary.get("device") == "cuda" and predicted:
+        runtime = ((memory.get("terms") or {}).get("runtime") or {}).get("total", 0)
+        predicted = (memory.get("total") or {}).get("total", predicted) - runtime
+        measured = summary.get("peak_memory_reserved_bytes", measured)
+    out["peak_memory_bytes"] = _compare(predicted, measured)
+    out["drift"] = [k for k in ("seconds", "samples_per_s", "peak_memory_bytes") if (out[k] or {}).get("drift")]
+    return out
+
+
+def drift_lines(pva: dict[str, Any] | None) -> list[str]:
+    """Readable lines of :func:`plan_vs_actual`; the first says 'DRIFT' when a measure is flagged."""
+    if not pva:
+        return []
+
+    def show(key: str, fmt) -> str | None:
+        c = pva.get(key)
+        return None if not c else f"{key.replace('_', ' ')} {fmt(c['measured'])} measured vs " \
+                                  f"{fmt(c['predicted'])} planned (x{c['ratio']:.2f})"
+
+    parts = [show("seconds", lambda v: f"{v:,.0f}"), show("samples_per_s", lambda v: f"{v:,.0f}"),
+             show("peak_memory_bytes", lambda v: f"{v / 2**30:.2f} GiB")]
+    lines = [f"plan vs actual ({pva['epochs_run']} epoch(s)): " + "; ".join(p for p in parts if p)]
+    if pva["drift"]:
+        lines.insert(0, f"DRIFT: {', '.join(pva['drift'])} more than {DRIFT_FACTOR:g}x off the plan: "
+                        "recalibrate the hardware profile (python -m components.estimate --probe)")
+    return lines

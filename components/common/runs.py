@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components.common.plan import drift_lines
 from components.common.storage import atomic_write_json
 
 STAGES = ("preprocess", "estimate", "train", "evaluate", "register")
@@ -86,7 +87,9 @@ def build_summary(folder: str | Path, data_dir: str | Path, raw_uri: str, model_
         "stage_seconds": stages,
         "total_seconds": round(sum(v for v in stages.values() if v), 3),
         "plan": {k: plan.get(k) for k in ("model", "nproc_per_node", "nnodes", "micro_batch", "grad_accum",
-                                           "precision", "lr", "max_epochs", "num_workers")},
+                                           "precision", "lr", "max_epochs", "patience",
+                                           "checkpoint_every_steps", "num_workers")},
+        "plan_vs_actual": train.get("plan_vs_actual"),
         "run_folder": str(folder),
     }
 
@@ -132,4 +135,5 @@ def summary_text(summary: dict) -> str:
         + (f", previous = v{summary['previous_version']}" if summary.get("previous_version") else ""),
         "  seconds  " + ", ".join(f"{k} {f(summary['stage_seconds'].get(k), '.1f')}" for k in STAGES),
     ]
+    lines += [f"  estimate {line}" for line in drift_lines(summary.get("plan_vs_actual"))]
     return "\n".join(lines)

@@ -9,10 +9,17 @@ fields (:data:`FIELDS`); every error names the file and the field.
 usable cores (one training process per core, one intra-op thread each: the
 measured best on the 2-vCPU development VM), and each process's "device memory"
 is its share of the RAM (total RAM / cores).
+
+The time model's constants (:data:`TIME_FIELDS`: efficiency, per-step floor,
+start-up, validation and checkpoint costs) are fields too, and every one of
+them must name where its value comes from in the profile's ``sources`` object
+(a measurement on a named machine, or a published figure): a plan's time is
+only as good as those numbers, so a reader must be able to check them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -21,10 +28,6 @@ from typing import Any
 
 PROFILE_DIR = Path(__file__).resolve().parent / "hardware"
 KINDS = ("gpu", "cpu")
-CPU_FLOPS_PER_CORE = 4e9
-"""Assumed effective fp32 FLOP/s of one core running this model's small kernels (not a peak:
-the documented ~7 k samples/s of ``local`` on 2 cores is ~4-5 GFLOP/s per core). ``--probe``
-replaces it with a measurement."""
 
 FIELDS: dict[str, str] = {
     "name": "profile name",
@@ -39,9 +42,33 @@ FIELDS: dict[str, str] = {
     "intra_node_bandwidth_bytes_per_s": "all-reduce bus bandwidth inside a node",
     "inter_node_bandwidth_bytes_per_s": "all-reduce bus bandwidth between nodes (per node)",
     "cpu_cores_per_gpu": "host CPU cores per device (for data-loader workers)",
+    "mfu": "share of bf16_flops a training step achieves (model FLOPs utilization)",
+    "memory_efficiency": "share of hbm_bandwidth_bytes_per_s embedding gathers and optimizer updates achieve",
+    "step_latency_seconds": "floor of one micro-step (kernel launches, Python, loader hand-off)",
+    "parallel_efficiency": "per-process throughput with several processes / alone (beyond the all-reduce term)",
+    "allreduce_latency_seconds": "fixed cost of one optimizer step's gradient synchronization (world > 1)",
+    "eval_speedup": "validation samples/s / training samples/s of one process (forward only, bigger batches)",
+    "startup_seconds": "launch to first step: process start, imports, dataset open, model build, DDP init",
+    "startup_seconds_per_process": "start-up added by each further process on a node (they share its cores)",
+    "pod_startup_seconds": "scheduling and starting the training pods (0 off a cluster)",
+    "image_pull_seconds": "pulling the training image onto a fresh node (0 off a cluster)",
+    "checkpoint_write_bytes_per_s": "write bandwidth of the checkpoint storage",
+    "process_baseline_bytes": "memory of a training process before its tensors (interpreter and "
+                              "libraries on CPU; CUDA context on a GPU)",
+    "sources": "where each time-model constant comes from: {field: measurement or publication}",
 }
+TIME_FIELDS = ("mfu", "memory_efficiency", "step_latency_seconds", "parallel_efficiency",
+               "allreduce_latency_seconds", "eval_speedup",
+               "startup_seconds", "startup_seconds_per_process", "pod_startup_seconds", "image_pull_seconds",
+               "checkpoint_write_bytes_per_s", "process_baseline_bytes")
+"""The calibrated constants: each needs an entry in ``sources``."""
+FRACTIONS = ("mfu", "memory_efficiency", "parallel_efficiency")
+NON_NEGATIVE = ("step_latency_seconds", "allreduce_latency_seconds", "startup_seconds",
+                "startup_seconds_per_process", "pod_startup_seconds", "image_pull_seconds",
+                "process_baseline_bytes")
 NUMBERS = ("memory_bytes", "bf16_flops", "hbm_bandwidth_bytes_per_s",
-           "intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s")
+           "intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s", "eval_speedup",
+           "checkpoint_write_bytes_per_s")
 INTEGERS = ("gpus_per_node", "max_nodes", "cpu_cores_per_gpu")
 
 
@@ -65,6 +92,20 @@ class HardwareProfile:
     intra_node_bandwidth_bytes_per_s: float
     inter_node_bandwidth_bytes_per_s: float
     cpu_cores_per_gpu: int
+    mfu: float = 0.05
+    memory_efficiency: float = 0.5
+    step_latency_seconds: float = 0.0
+    parallel_efficiency: float = 1.0
+    allreduce_latency_seconds: float = 0.0
+    eval_speedup: float = 3.0
+    startup_seconds: float = 0.0
+    startup_seconds_per_process: float = 0.0
+    pod_startup_seconds: float = 0.0
+    image_pull_seconds: float = 0.0
+    checkpoint_write_bytes_per_s: float = 1e9
+    process_baseline_bytes: int = 0
+    sources: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Where each of :data:`TIME_FIELDS` comes from."""
     description: str = ""
     source: str = ""
     """The file it was read from."""
@@ -111,8 +152,6 @@ def _detect(doc: dict[str, Any]) -> dict[str, Any]:
     procs = doc["gpus_per_node"] if isinstance(doc["gpus_per_node"], int) else cores
     if doc.get("memory_bytes") == "detect":
         doc["memory_bytes"] = total_ram() // max(1, procs)  # each process's share of the RAM
-    if doc.get("bf16_flops") == "detect":
-        doc["bf16_flops"] = CPU_FLOPS_PER_CORE
     return doc
 
 
@@ -131,10 +170,26 @@ def validate_profile(doc: Any, source: str) -> HardwareProfile:
         raise HardwareError(f"{source}: unknown field {unknown[0]!r}; known: {', '.join(FIELDS)}")
     if doc["kind"] not in KINDS:
         raise HardwareError(f"{source}: field 'kind' must be one of {KINDS}, got {doc['kind']!r}")
+    def number(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
     for name in NUMBERS:
         value = doc[name]
-        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+        if not number(value) or not value > 0:
             raise HardwareError(f"{source}: field {name!r} must be a number > 0, got {value!r}")
+    for name in FRACTIONS:
+        if not number(doc[name]) or not 0 < doc[name] <= 1:
+            raise HardwareError(f"{source}: field {name!r} must be a number in (0, 1], got {doc[name]!r}")
+    for name in NON_NEGATIVE:
+        if not number(doc[name]) or doc[name] < 0:
+            raise HardwareError(f"{source}: field {name!r} must be a number >= 0, got {doc[name]!r}")
+    sources = doc["sources"]
+    if not isinstance(sources, dict):
+        raise HardwareError(f"{source}: field 'sources' must be an object {{field: source}}")
+    unsourced = [f for f in TIME_FIELDS if not isinstance(sources.get(f), str) or not sources[f].strip()]
+    if unsourced:
+        raise HardwareError(f"{source}: field 'sources' does not say where {unsourced[0]!r} comes from "
+                            f"(a measurement or a publication)")
     for name in INTEGERS:
         value = doc[name]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -152,7 +207,10 @@ def validate_profile(doc: Any, source: str) -> HardwareProfile:
         interconnect=doc["interconnect"],
         intra_node_bandwidth_bytes_per_s=float(doc["intra_node_bandwidth_bytes_per_s"]),
         inter_node_bandwidth_bytes_per_s=float(doc["inter_node_bandwidth_bytes_per_s"]),
-        cpu_cores_per_gpu=doc["cpu_cores_per_gpu"], description=str(doc.get("description", "")),
+        cpu_cores_per_gpu=doc["cpu_cores_per_gpu"],
+        **{name: float(doc[name]) for name in TIME_FIELDS if name != "process_baseline_bytes"},
+        process_baseline_bytes=int(doc["process_baseline_bytes"]), sources=dict(sources),
+        description=str(doc.get("description", "")),
         source=source, detected=detected)
 
 

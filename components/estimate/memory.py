@@ -26,6 +26,15 @@ What is modelled (what the trainer does, components/train/trainer.py):
 * loader: the batches in flight (one in the step + workers × prefetch_factor);
   workspace: allocator slack and kernel scratch (10% of activations, plus
   256 MiB of CUDA workspace on GPUs).
+* checkpoint buffer: on CPU a checkpoint write serializes the snapshot in memory
+  and copies the bytes once (2 x weights and optimizer state) while training
+  state is alive;
+* runtime: what the process holds before any tensor (the hardware profile's
+  measured ``process_baseline_bytes``: interpreter and libraries on CPU, the
+  CUDA context on a GPU);
+* mapped data: on CPU the dataset's memory-mapped training arrays, which an
+  epoch reads whole and which then count in the process's resident memory
+  (reported as ``resident``; not in the cap's ``total``: the kernel can drop them).
 """
 
 from __future__ import annotations
@@ -61,6 +70,12 @@ class MemorySetup:
     """cpu | cuda: which attention and dropout kernels run (see activation_bytes_per_sample)."""
     num_workers: int = 0
     prefetch_factor: int = 4
+    runtime_bytes: int = 0
+    """The process before its tensors (hardware profile's process_baseline_bytes)."""
+    mapped_bytes: int = 0
+    """Memory-mapped dataset bytes resident in this process (CPU training: the train split)."""
+    checkpoint_bytes: int = 0
+    """Host bytes of a checkpoint write in the same memory (CPU training: serialized snapshot)."""
 
     def __post_init__(self) -> None:
         for name in ("micro_batch", "grad_accum", "world_size", "prefetch_factor"):
@@ -266,7 +281,10 @@ def memory_breakdown(setup: MemorySetup) -> dict[str, Any]:
 
     ``model_state`` = weights + gradients + optimizer + autocast copies + DDP buckets;
     ``tensors`` = model_state + activations (what the probe measures on CPU);
-    ``total`` = tensors + loader + workspace (what the plan must fit under the cap).
+    ``total`` = tensors + loader + workspace + runtime + checkpoint buffer (what the plan must fit
+    under the cap);
+    ``resident`` = total + the mapped dataset pages, what a CPU process's peak RSS shows (the
+    kernel can drop those pages under pressure, so they do not count against the cap).
     """
     params = parameter_split(setup.config, setup.vocab)
     per_sample = activation_bytes_per_sample(setup.config, setup.vocab, setup.precision,
@@ -282,18 +300,23 @@ def memory_breakdown(setup: MemorySetup) -> dict[str, Any]:
     activations = sum(terms["activations"].values())
     terms["loader"] = {"embedding": loader_bytes(setup), "dense": 0}
     terms["workspace"] = {"embedding": 0, "dense": workspace_bytes(setup, activations)}
+    terms["runtime"] = {"embedding": 0, "dense": setup.runtime_bytes}
+    terms["checkpoint_buffer"] = {"embedding": setup.checkpoint_bytes, "dense": 0}
+    terms["mapped_data"] = {"embedding": setup.mapped_bytes, "dense": 0}
     for part in terms.values():
         part["total"] = part["embedding"] + part["dense"]
     state = _add(*(terms[k] for k in ("weights", "gradients", "optimizer", "autocast_copies",
                                        "ddp_buckets")))
     tensors = _add(state, terms["activations"])
-    total = _add(tensors, terms["loader"], terms["workspace"])
+    total = _add(tensors, terms["loader"], terms["workspace"], terms["runtime"], terms["checkpoint_buffer"])
+    resident = _add(total, terms["mapped_data"])
     return {
         "terms": terms,
         "activation_bytes_per_sample": {**per_sample, "total": sum(per_sample.values())},
         "model_state": {**state, "total": state["embedding"] + state["dense"]},
         "tensors": {**tensors, "total": tensors["embedding"] + tensors["dense"]},
         "total": {**total, "total": total["embedding"] + total["dense"]},
+        "resident": {**resident, "total": resident["embedding"] + resident["dense"]},
         "parameters": params,
     }
 

@@ -20,10 +20,18 @@ Choices (each gets a one-line ``rationale`` entry in the plan):
 * lr = base_lr × global_batch / base_batch (linear scaling), 5% warmup; when ``model`` is a
   tuned config file (components/tune), its ``train`` block replaces base_lr / base_batch /
   warmup_fraction and sets weight_decay;
-* step and epoch times from a throughput model: FLOPs per sample at an assumed
-  MFU (GPU 0.35; CPU: an assumed effective FLOP/s per core) or the probe's
-  measured samples/s, plus the optimizer's memory traffic and the gradient
-  all-reduce, not overlapped (conservative).
+* time (:func:`time_model`): start-up + epochs x (steps x step time + validation +
+  checkpoint writes). A micro-step takes the longest of its compute (FLOPs at the
+  profile's ``mfu``), its memory traffic (embedding rows gathered, written back and
+  updated; the dense optimizer's reads and writes) at ``memory_efficiency`` of the
+  memory bandwidth, and the profile's per-step latency floor; several processes
+  run at ``parallel_efficiency`` and add a ring all-reduce per optimizer step. Where
+  the hardware is present (``probe`` None = auto: cpu-local here, a GPU profile on a
+  CUDA machine) the probe's measured step and validation rates replace the modelled
+  ones. Every constant names its source in the profile;
+* patience (:func:`choose_patience`) so early stopping can act within ``max_epochs``;
+  checkpoint_every_steps (:func:`checkpoint_interval`) so a preemption loses at most
+  ``max_lost_minutes`` of training.
 
 Infeasible requests raise :class:`InfeasibleError` with the numbers.
 """
@@ -37,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common.plan import TrainPlan, write_plan
-from components.estimate.hardware import HardwareProfile, load_profile
+from components.estimate.hardware import TIME_FIELDS, HardwareProfile, load_profile
 from components.estimate.memory import (
     FP32,
     MemorySetup,
@@ -48,10 +56,12 @@ from components.train.data import load_meta
 from components.train.model import ModelConfig, Vocab, model_config
 from components.tune.tuned import TunedTraining, tuned_training
 
-GPU_MFU = 0.35
-CPU_SCALING_EFFICIENCY = 0.9
-GPU_OPTIMIZER_BYTES_PER_PARAM = 28  # AdamW: read param, grad, m, v; write param, m, v (fp32)
+OPTIMIZER_BYTES_PER_PARAM = 28  # AdamW: read param, grad, m, v; write param, m, v (fp32)
+SPARSE_ROW_PASSES = 9  # gather, gradient write, SparseAdam: read grad, param, m, v; write param, m, v
+DENSE_ROW_PASSES = 2   # gather, gradient scatter (the table's optimizer is in the dense update)
+CHECKPOINT_BYTES_PER_PARAM = 12  # fp32 weight + AdamW/SparseAdam's two fp32 moments
 MAX_MICRO_BATCH = 1 << 16
+MAX_PATIENCE = 3
 
 
 class EstimateError(ValueError):
@@ -77,12 +87,14 @@ class EstimateConfig:
     """Samples per optimizer step across all processes (= micro × accum × world)."""
     deadline_hours: float | None = None
     """Wall-clock hours the training may take; None = no deadline (fewest devices)."""
-    probe: bool = False
-    """Run a few real training steps on this machine to measure memory and speed."""
+    probe: bool | None = None
+    """Time real training steps on this machine's slice of the data (and measure memory):
+    None = where the profile's hardware is present (cpu-local; a GPU profile with CUDA)."""
     max_epochs: int = 3
     """Epochs the plan allows and the time estimate assumes (early stopping may end sooner)."""
     memory_fraction: float = 0.88
-    """Share of the device memory the plan may use, in (0, 1]."""
+    """Share of the device memory the plan may use, in (0, 1]. 0.88 tolerates a peak 13.6% above the
+    memory model's; benchmarks/estimate.py measured -8.0% .. +1.6% against real peak RSS on CPU."""
     base_lr: float = 2e-3
     """Learning rate at ``base_batch`` (scaled linearly to global_batch)."""
     base_batch: int = 1024
@@ -90,7 +102,11 @@ class EstimateConfig:
     warmup_fraction: float = 0.05
     """Share of optimizer steps in linear warmup."""
     mfu: float | None = None
-    """Assumed model FLOPs utilization on GPUs; None = 0.35."""
+    """Model FLOPs utilization; None = the profile's (measured or cited) ``mfu``."""
+    patience: int | None = None
+    """Epochs without a validation gain before stopping; None = :func:`choose_patience`."""
+    max_lost_minutes: float = 10.0
+    """Most minutes of training a preemption may lose (sizes checkpoint_every_steps)."""
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "max_epochs", "base_batch"):
@@ -108,6 +124,10 @@ class EstimateConfig:
             raise EstimateError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
         if self.mfu is not None and not 0 < self.mfu <= 1:
             raise EstimateError(f"mfu must be in (0, 1], got {self.mfu!r}")
+        if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 0):
+            raise EstimateError(f"patience must be an integer >= 0, got {self.patience!r}")
+        if not (isinstance(self.max_lost_minutes, int | float) and self.max_lost_minutes > 0):
+            raise EstimateError(f"max_lost_minutes must be > 0, got {self.max_lost_minutes!r}")
         try:
             model_config(self.model)
             tuned = tuned_training(self.model)
@@ -148,34 +168,90 @@ def flops_per_sample(config: ModelConfig, vocab: Vocab, checkpointing: bool = Fa
 
 
 def allreduce_seconds(grad_bytes: float, profile: HardwareProfile, nproc: int, nnodes: int) -> float:
-    """Ring all-reduce of the gradients once per optimizer step (2·(W-1)/W of the bytes)."""
+    """Ring all-reduce of the gradients once per optimizer step (2·(W-1)/W of the bytes) plus the
+    profile's fixed synchronization latency."""
     world = nproc * nnodes
     if world <= 1:
         return 0.0
     bandwidth = (profile.inter_node_bandwidth_bytes_per_s if nnodes > 1
                  else profile.intra_node_bandwidth_bytes_per_s)
-    return 2 * (world - 1) / world * grad_bytes / bandwidth
+    return 2 * (world - 1) / world * grad_bytes / bandwidth + profile.allreduce_latency_seconds
 
 
-def step_time(*, profile: HardwareProfile, flops: float, micro_batch: int, grad_accum: int,
-              nproc: int, nnodes: int, reduced_bytes: float, optimizer_params: int,
-              mfu: float, measured_samples_per_s: float | None) -> dict[str, float]:
-    """Seconds of one optimizer step: compute of every micro-batch + optimizer + all-reduce."""
-    samples = micro_batch * grad_accum
-    if measured_samples_per_s:
-        compute = samples / measured_samples_per_s
+def embedding_bytes_per_sample(config: ModelConfig, vocab: Vocab, sparse: bool) -> float:
+    """Memory traffic of one sample's embedding rows: every row looked up (item, category and gap
+    per history token and target, user, the context pair) is gathered and its gradient written;
+    sparse tables' rows are also updated in place by SparseAdam (param, m, v read and written)."""
+    t = vocab.seq_len + 1
+    rows = {"item": (t, config.d_model), "category": (t, config.d_model), "gap": (vocab.seq_len, config.d_model),
+            "user": (1, config.user_width), "context": (2, config.context_dim)}
+    total = 0.0
+    for name, (count, width) in rows.items():
+        passes = SPARSE_ROW_PASSES if sparse and name in ("item", "user") else DENSE_ROW_PASSES
+        total += count * width * FP32 * passes
+    return total
+
+
+def time_model(*, profile: HardwareProfile, flops: float, micro_batch: int, grad_accum: int,
+               nproc: int, nnodes: int, reduced_bytes: float, optimizer_params: int,
+               embedding_bytes: float, steps_per_epoch: int, val_rows: int, checkpoint_bytes: float,
+               max_epochs: int, max_lost_seconds: float, mfu: float,
+               measured: dict | None = None) -> dict[str, float]:
+    """Seconds of the whole training run, term by term.
+
+    micro-step = max(compute, memory traffic, latency floor), or the probe's measured micro-step;
+    step = grad_accum micro-steps / parallel efficiency (world > 1) + all-reduce;
+    epoch = steps x step + validation (forward only, every process its share) + checkpoint
+    writes (the end-of-epoch ``last`` and ``best`` + the mid-epoch ones);
+    total = start-up (processes, pods, image pull, the probe's per-run setup) + epochs x epoch.
+    """
+    world = nproc * nnodes
+    compute = micro_batch * flops / (profile.bf16_flops * mfu)
+    bandwidth = profile.hbm_bandwidth_bytes_per_s * profile.memory_efficiency
+    memory = (micro_batch * embedding_bytes + optimizer_params * OPTIMIZER_BYTES_PER_PARAM / grad_accum) / bandwidth
+    floor = profile.step_latency_seconds
+    modelled = max(compute, memory, floor)
+    micro = micro_batch / measured["samples_per_s"] if measured else modelled
+    parallel = profile.parallel_efficiency if world > 1 else 1.0
+    comm = allreduce_seconds(reduced_bytes, profile, nproc, nnodes)
+    step = grad_accum * micro / parallel + comm
+    per_process_val = math.ceil(val_rows / world)
+    if measured:
+        validation = per_process_val / measured["eval_samples_per_s"]
     else:
-        compute = samples * flops / (profile.bf16_flops * mfu)
-    if profile.is_gpu:
-        optimizer = optimizer_params * GPU_OPTIMIZER_BYTES_PER_PARAM / profile.hbm_bandwidth_bytes_per_s
-        comm = allreduce_seconds(reduced_bytes, profile, nproc, nnodes)
-        seconds = compute + optimizer + comm
-    else:
-        optimizer = comm = 0.0  # in the measured / assumed per-process rate
-        world = nproc * nnodes
-        seconds = compute / (CPU_SCALING_EFFICIENCY if world > 1 else 1.0)
-    return {"step_seconds": seconds, "compute_seconds": compute, "optimizer_seconds": optimizer,
-            "allreduce_seconds": comm}
+        validation = per_process_val * (modelled / micro_batch) / profile.eval_speedup
+    write = checkpoint_bytes / profile.checkpoint_write_bytes_per_s
+    every = checkpoint_interval(steps_per_epoch * step, step, max_lost_seconds)
+    mid_epoch_writes = steps_per_epoch // every if every else 0
+    checkpoints = (2 + mid_epoch_writes) * write
+    epoch = steps_per_epoch * step + validation + checkpoints
+    startup = (profile.startup_seconds + (nproc - 1) * profile.startup_seconds_per_process
+               + profile.pod_startup_seconds + profile.image_pull_seconds
+               + (measured.get("setup_seconds", 0.0) if measured else 0.0))
+    return {"compute_seconds": compute, "memory_seconds": memory, "latency_floor_seconds": floor,
+            "micro_step_seconds": micro, "bound": ("measured" if measured else
+                                                   max((compute, "compute"), (memory, "memory"),
+                                                       (floor, "latency"))[1]),
+            "allreduce_seconds": comm, "step_seconds": step, "validation_seconds": validation,
+            "checkpoint_write_seconds": write, "checkpoint_every_steps": every,
+            "checkpoint_seconds": checkpoints, "epoch_seconds": epoch, "startup_seconds": startup,
+            "total_seconds": startup + max_epochs * epoch, "steps_per_epoch": steps_per_epoch}
+
+
+def checkpoint_interval(epoch_train_seconds: float, step_seconds: float, max_lost_seconds: float) -> int:
+    """Optimizer steps between mid-epoch ``last`` checkpoints so a preemption loses at most
+    ``max_lost_seconds``; 0 when an epoch is that short (the per-epoch checkpoint suffices)."""
+    if epoch_train_seconds <= max_lost_seconds:
+        return 0
+    return max(1, int(max_lost_seconds / max(step_seconds, 1e-9) * (1 + 1e-12)))
+
+
+def choose_patience(max_epochs: int) -> int:
+    """Epochs without a gain before stopping, so early stopping can act: a run whose best epoch is
+    the first stops before ``max_epochs`` whenever max_epochs >= 3 (patience <= max_epochs - 2);
+    1 for short daily schedules (click models tend to peak after one or two epochs and then
+    overfit their ID embeddings), up to 3 for long ones."""
+    return max(1, min(MAX_PATIENCE, (max_epochs - 1) // 2))
 
 
 # ----------------------------------------------------------------------------- choices
@@ -197,17 +273,26 @@ def world_candidates(profile: HardwareProfile) -> list[tuple[int, int]]:
 
 def setup_for(config: ModelConfig, vocab: Vocab, profile: HardwareProfile, *, micro: int, accum: int,
               world: int, precision: str, checkpointing: bool, num_workers: int,
-              prefetch: int) -> MemorySetup:
+              prefetch: int, mapped_bytes: int = 0) -> MemorySetup:
     return MemorySetup(config=config, vocab=vocab, micro_batch=micro, grad_accum=accum, world_size=world,
                        precision=precision, activation_checkpointing=checkpointing,
                        sparse=not profile.is_gpu, device="cuda" if profile.is_gpu else "cpu",
-                       num_workers=num_workers, prefetch_factor=prefetch)
+                       num_workers=num_workers, prefetch_factor=prefetch,
+                       runtime_bytes=profile.process_baseline_bytes,
+                       mapped_bytes=0 if profile.is_gpu else mapped_bytes,
+                       checkpoint_bytes=0 if profile.is_gpu else checkpoint_buffer_bytes(config, vocab))
+
+
+def checkpoint_buffer_bytes(config: ModelConfig, vocab: Vocab) -> int:
+    """Host bytes a checkpoint write holds at once: the serialized snapshot and its copy
+    (save_checkpoint serializes to memory, then writes the buffer's bytes)."""
+    return 2 * CHECKPOINT_BYTES_PER_PARAM * parameter_split(config, vocab)["total"]
 
 
 def largest_micro_batch(config: ModelConfig, vocab: Vocab, profile: HardwareProfile, cap: float,
                         per_process: int, world: int, precision: str, checkpointing: bool,
-                        num_workers: int, prefetch: int, probe: dict | None = None
-                        ) -> tuple[int, dict] | None:
+                        num_workers: int, prefetch: int, probe: dict | None = None,
+                        mapped_bytes: int = 0) -> tuple[int, dict] | None:
     """The largest power-of-two micro-batch dividing ``per_process`` whose peak fits under
     ``cap``, with its memory breakdown; None when not even 1 fits."""
     micro = 1
@@ -217,7 +302,7 @@ def largest_micro_batch(config: ModelConfig, vocab: Vocab, profile: HardwareProf
         accum = per_process // micro
         setup = setup_for(config, vocab, profile, micro=micro, accum=accum, world=world,
                           precision=precision, checkpointing=checkpointing,
-                          num_workers=num_workers, prefetch=prefetch)
+                          num_workers=num_workers, prefetch=prefetch, mapped_bytes=mapped_bytes)
         breakdown = apply_probe(memory_breakdown(setup), setup, probe)
         if breakdown["total"]["total"] <= cap:
             return micro, breakdown
@@ -233,8 +318,9 @@ def apply_probe(breakdown: dict, setup: MemorySetup, probe: dict | None) -> dict
     modelled = breakdown["terms"]["activations"]["total"]
     delta = int(measured - modelled)
     out = {**breakdown, "probe_adjustment_bytes": delta}
-    out["total"] = {**breakdown["total"], "dense": breakdown["total"]["dense"] + delta,
-                    "total": breakdown["total"]["total"] + delta}
+    for key in ("total", "resident"):
+        out[key] = {**breakdown[key], "dense": breakdown[key]["dense"] + delta,
+                    "total": breakdown[key]["total"] + delta}
     return out
 
 
@@ -242,22 +328,61 @@ def gb(value: float) -> str:
     return f"{value / 2**30:.2f} GiB"
 
 
+def hardware_present(profile: HardwareProfile) -> bool:
+    """Whether this machine has the profile's device: a CPU profile always, a GPU one with CUDA."""
+    if not profile.is_gpu:
+        return True
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def run_probe(config: ModelConfig, vocab: Vocab, profile: HardwareProfile, precision: str) -> dict:
+    """Memory of real steps at two micro-batch sizes (synthetic full histories)."""
     import torch
 
     from components.estimate.probe import probe
 
-    if profile.is_gpu and not torch.cuda.is_available():
+    if not hardware_present(profile):
         raise EstimateError(f"--probe measures this machine's device, but profile {profile.name} is a "
                             f"GPU and no CUDA device is visible here; drop --probe or run it on the GPU")
     torch.set_num_threads(1)
     device = "cuda" if profile.is_gpu else "cpu"
-    result = probe(config, vocab, sparse=not profile.is_gpu, precision=precision, device=device)
+    result = probe(config, vocab, sparse=not profile.is_gpu, precision=precision, device=device,
+                   timing_steps=0)
     if device == "cpu":
         result["activation_bytes_per_sample"] = result["saved_bytes_per_sample"]
     else:  # the slope also holds the per-sample sparse/dense gradient bytes: none on CUDA (dense)
         result["activation_bytes_per_sample"] = result["bytes_per_sample"]
     return result
+
+
+def run_speed_probe(data: str, plan: TrainPlan, profile: HardwareProfile) -> dict:
+    """The trainer's real steps and validation on rows sampled across the dataset, on this machine."""
+    import torch
+
+    from components.estimate.probe import probe_speed
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(plan.cpu_threads)
+    try:
+        return probe_speed(data, plan, device="cuda" if profile.is_gpu else "cpu")
+    except ValueError as exc:
+        raise EstimateError(f"--probe: {exc}") from None
+    finally:
+        torch.set_num_threads(threads)
+
+
+def mapped_train_bytes(meta: dict) -> int:
+    """Bytes of the train split's memory-mapped arrays (an epoch reads them all)."""
+    import numpy as np
+
+    rows = int(meta["splits"]["train"]["rows"])
+    total = 0
+    for spec in (meta.get("arrays") or {}).values():
+        width = int(np.prod(spec.get("row_shape") or [1]))
+        total += rows * width * np.dtype(spec["dtype"]).itemsize
+    return total
 
 
 def estimate(config: EstimateConfig) -> dict[str, Any]:
@@ -267,17 +392,35 @@ def estimate(config: EstimateConfig) -> dict[str, Any]:
     vocab = Vocab.from_meta(meta)
     mconf = model_config(config.model)
     train_rows = int(meta["splits"]["train"]["rows"])
+    val_rows = int(meta["splits"]["val"]["rows"])
     params = parameter_split(mconf, vocab)
     precision = "bf16" if profile.bf16 else "fp32"
     gpu = profile.is_gpu
     num_workers = min(profile.cpu_cores_per_gpu - 1, 8) if gpu else 0
     prefetch = 4
     cap = config.memory_fraction * profile.memory_bytes
-    mfu = (config.mfu or GPU_MFU) if gpu else 1.0
+    mfu = config.mfu or profile.mfu
+    probe_on = hardware_present(profile) if config.probe is None else config.probe
     probed = run_probe(mconf, vocab, profile, precision) if config.probe else None
-    measured_rate = probed.get("samples_per_s") if probed else None
+    mapped = mapped_train_bytes(meta)
     deadline_s = config.deadline_hours * 3600 if config.deadline_hours else None
+    max_lost_s = 60 * config.max_lost_minutes
+    training, from_file = config.training()
+    patience = choose_patience(config.max_epochs) if config.patience is None else config.patience
 
+    def make_plan(c: dict) -> TrainPlan:
+        return TrainPlan(
+            model=config.model, micro_batch=c["micro"], grad_accum=c["accum"], nproc_per_node=c["nproc"],
+            nnodes=c["nnodes"], precision=precision, activation_checkpointing=c["checkpointing"],
+            sparse_embeddings="auto", lr=training.lr * config.global_batch / training.global_batch,
+            warmup_fraction=training.warmup_fraction, weight_decay=training.weight_decay,
+            max_epochs=config.max_epochs, patience=patience, num_workers=num_workers,
+            prefetch_factor=prefetch, pin_memory=gpu, persistent_workers=num_workers > 0, cpu_threads=1,
+            checkpoint_every_steps=c["times"]["checkpoint_every_steps"],
+            max_lost_minutes=config.max_lost_minutes)
+
+    speed = None
+    unprobed = None if hardware_present(profile) else "no such device here"
     chosen = fastest = None
     tried = []
     for nproc, nnodes in world_candidates(profile):
@@ -289,14 +432,14 @@ def estimate(config: EstimateConfig) -> dict[str, Any]:
         fit = None
         for checkpointing in (False, True):
             found = largest_micro_batch(mconf, vocab, profile, cap, per_process, world, precision,
-                                        checkpointing, num_workers, prefetch, probed)
+                                        checkpointing, num_workers, prefetch, probed, mapped)
             if found:
                 fit = (found[0], found[1], checkpointing)
                 break
         if fit is None:
             setup = setup_for(mconf, vocab, profile, micro=1, accum=per_process, world=world,
                               precision=precision, checkpointing=True, num_workers=num_workers,
-                              prefetch=prefetch)
+                              prefetch=prefetch, mapped_bytes=mapped)
             need = apply_probe(memory_breakdown(setup), setup, probed)["total"]["total"]
             raise InfeasibleError(
                 f"{config.model} does not fit on {profile.name}: even micro-batch 1 with activation "
@@ -306,54 +449,56 @@ def estimate(config: EstimateConfig) -> dict[str, Any]:
         accum = per_process // micro
         reduced = FP32 * (params["total"] if gpu else params["other_tables"] + params["dense"])
         flops = flops_per_sample(mconf, vocab, checkpointing)
-        times = step_time(profile=profile, flops=flops, micro_batch=micro, grad_accum=accum,
-                          nproc=nproc, nnodes=nnodes, reduced_bytes=reduced,
-                          optimizer_params=params["total"], mfu=mfu,
-                          measured_samples_per_s=measured_rate)
-        steps_per_epoch = math.ceil(train_rows / config.global_batch)
-        epoch_s = steps_per_epoch * times["step_seconds"]
-        total_s = epoch_s * config.max_epochs
-        chosen = dict(nproc=nproc, nnodes=nnodes, micro=micro, accum=accum, breakdown=breakdown,
-                      checkpointing=checkpointing, times=times, flops=flops, epoch_s=epoch_s,
-                      total_s=total_s, steps_per_epoch=steps_per_epoch)
-        tried.append(f"{world} x {profile.name}: {total_s / 3600:.2f} h")
-        if fastest is None or total_s < fastest["total_s"]:
+        candidate = dict(nproc=nproc, nnodes=nnodes, micro=micro, accum=accum, breakdown=breakdown,
+                         checkpointing=checkpointing, flops=flops,
+                         times={"checkpoint_every_steps": 0})
+        if probe_on and speed is None:  # one process's rate: the same for every candidate
+            try:
+                speed = run_speed_probe(config.data, make_plan(candidate), profile)
+            except EstimateError as exc:
+                if config.probe:  # asked for: say why it cannot be done
+                    raise
+                probe_on, unprobed = False, str(exc).removeprefix("--probe: ")
+        times = time_model(
+            profile=profile, flops=flops, micro_batch=micro, grad_accum=accum, nproc=nproc, nnodes=nnodes,
+            reduced_bytes=reduced, optimizer_params=params["total"] if gpu else params["other_tables"]
+            + params["dense"], embedding_bytes=embedding_bytes_per_sample(mconf, vocab, sparse=not gpu),
+            steps_per_epoch=math.ceil(train_rows / config.global_batch), val_rows=val_rows,
+            checkpoint_bytes=CHECKPOINT_BYTES_PER_PARAM * params["total"], max_epochs=config.max_epochs,
+            max_lost_seconds=max_lost_s, mfu=mfu, measured=speed)
+        chosen = {**candidate, "times": times}
+        tried.append(f"{world} x {profile.name}: {times['total_seconds'] / 3600:.2f} h")
+        if fastest is None or times["total_seconds"] < fastest["times"]["total_seconds"]:
             fastest = chosen
-        if deadline_s is None or total_s <= deadline_s or not gpu:  # CPU: the first is the fastest
+        if deadline_s is None or times["total_seconds"] <= deadline_s or not gpu:  # CPU: the first is fastest
             break
-    else:
-        if fastest is None:  # pragma: no cover - CPU candidates end at 1 process, GPUs at 1 device
-            raise InfeasibleError(f"no world size of {profile.name} divides global batch "
-                                  f"{config.global_batch}: {'; '.join(tried)}")
+    if fastest is None:  # pragma: no cover - CPU candidates end at 1 process, GPUs at 1 device
+        raise InfeasibleError(f"no world size of {profile.name} divides global batch "
+                              f"{config.global_batch}: {'; '.join(tried)}")
+    if deadline_s is not None and fastest["times"]["total_seconds"] > deadline_s:
+        t = fastest["times"]
         raise InfeasibleError(
-            f"deadline {config.deadline_hours:g} h cannot be met on {profile.name} (at most "
-            f"{profile.max_world} devices): {config.max_epochs} epochs of {train_rows:,} rows take "
-            f"{fastest['total_s'] / 3600:.2f} h at best ({fastest['nproc']} per node x "
-            f"{fastest['nnodes']} nodes); tried {'; '.join(tried)}")
-
-    if deadline_s is not None and chosen["total_s"] > deadline_s:
-        raise InfeasibleError(
-            f"deadline {config.deadline_hours:g} h cannot be met on {profile.name} (at most "
-            f"{profile.max_world} processes): {config.max_epochs} epochs of {train_rows:,} rows take "
-            f"{chosen['total_s'] / 3600:.2f} h at best ({chosen['nproc']} processes)")
+            f"deadline {config.deadline_hours:g} h ({deadline_s:.3g} s) cannot be met on {profile.name} "
+            f"(at most {profile.max_world} {'devices' if gpu else 'processes'}): {config.max_epochs} "
+            f"epochs of {train_rows:,} rows take {t['total_seconds'] / 3600:.2f} h "
+            f"({t['total_seconds']:,.0f} s) at best ({fastest['nproc']} per node x {fastest['nnodes']} "
+            f"nodes): start-up {t['startup_seconds']:,.0f} s + {config.max_epochs} x "
+            f"{t['epoch_seconds']:,.1f} s per epoch; tried {'; '.join(tried)}")
     c = chosen
     world = c["nproc"] * c["nnodes"]
-    training, from_file = config.training()
-    lr = training.lr * config.global_batch / training.global_batch
-    plan = TrainPlan(
-        model=config.model, micro_batch=c["micro"], grad_accum=c["accum"], nproc_per_node=c["nproc"],
-        nnodes=c["nnodes"], precision=precision, activation_checkpointing=c["checkpointing"],
-        sparse_embeddings="auto", lr=lr, warmup_fraction=training.warmup_fraction,
-        weight_decay=training.weight_decay,
-        max_epochs=config.max_epochs, num_workers=num_workers, prefetch_factor=prefetch,
-        pin_memory=gpu, persistent_workers=num_workers > 0, cpu_threads=1,
-    )
+    t = c["times"]
+    plan = make_plan(c)
     total_mem = c["breakdown"]["total"]["total"]
-    rate_note = (f"probe-measured {measured_rate:,.0f} samples/s per process" if measured_rate else
-                 (f"{c['flops'] / 1e6:.1f} MFLOP/sample at an assumed MFU {mfu:.2f} of "
-                  f"{profile.bf16_flops / 1e12:g} TFLOP/s" if gpu else
-                  f"{c['flops'] / 1e6:.1f} MFLOP/sample at an assumed effective "
-                  f"{profile.bf16_flops / 1e9:g} GFLOP/s per process (use --probe to measure)"))
+    rate = config.global_batch / t["step_seconds"]
+    if speed:
+        rate_note = (f"probe-measured on this machine: {speed['samples_per_s']:,.0f} samples/s per process "
+                     f"(micro-batch {speed['micro_batch']}, real rows), validation "
+                     f"{speed['eval_samples_per_s']:,.0f} rows/s")
+    else:
+        rate_note = (f"modelled: micro-step bound by {t['bound']} ({c['flops'] / 1e6:.2f} MFLOP/sample at MFU "
+                     f"{mfu:.3g} of {profile.bf16_flops / 1e12:g} TFLOP/s; latency floor "
+                     f"{profile.step_latency_seconds * 1e3:g} ms)"
+                     + (f"; not probed: {unprobed}" if unprobed else ""))
     rationale = {
         "model": f"{config.model}: {params['total']:,} parameters ({params['embedding']:,} embedding, "
                  f"{params['dense']:,} dense) at the dataset's vocab",
@@ -380,32 +525,48 @@ def estimate(config: EstimateConfig) -> dict[str, Any]:
               f"{training.warmup_fraction:.0%} warmup"
               + (f", weight decay {training.weight_decay:g}: tuned settings of {config.model}"
                  if from_file else ""),
-        "max_epochs": f"{config.max_epochs} epochs assumed by the time estimate (early stopping may end sooner)",
+        "max_epochs": f"{config.max_epochs} epochs at most; the time estimate assumes all of them",
+        "patience": (f"{patience}: " + (f"early stopping can end the run after epoch {patience + 1} of "
+                                        f"{config.max_epochs} when the first epoch stays the best"
+                                        if 0 < patience <= config.max_epochs - 2 else
+                                        "early stopping cannot end this run before max_epochs")
+                     + (" (given)" if config.patience is not None else
+                        " (1 for short schedules: click models tend to peak after one or two epochs)")),
+        "checkpoint_every_steps": (
+            f"{t['checkpoint_every_steps']}: at most {config.max_lost_minutes:g} min of training lost to a "
+            f"preemption ({t['step_seconds']:.3g} s per step; each write ~{t['checkpoint_write_seconds']:.2g} s)"
+            if t["checkpoint_every_steps"] else
+            f"0: an epoch's training ({t['steps_per_epoch'] * t['step_seconds']:,.0f} s) is under "
+            f"{config.max_lost_minutes:g} min, the per-epoch checkpoint bounds the loss"),
         "num_workers": (f"{num_workers} loader workers: {profile.cpu_cores_per_gpu} CPU cores per GPU, "
                         f"one left for the training process" if gpu else
                         "0 loader workers: on CPU the cores train (measured best on the 2-vCPU VM)"),
         "cpu_threads": "1 intra-op thread per process (2 threads were ~60x slower on the 2-vCPU VM)",
         "throughput": rate_note,
+        "time": (f"start-up {t['startup_seconds']:,.0f} s + {config.max_epochs} x ({t['steps_per_epoch']:,} steps "
+                 f"x {t['step_seconds']:.3g} s + validation {t['validation_seconds']:,.1f} s + checkpoints "
+                 f"{t['checkpoint_seconds']:,.1f} s) = {duration(t['total_seconds'])}; constants from "
+                 f"{profile.source}"),
     }
     estimate_doc = {
         "hardware": profile.as_dict(),
-        "dataset": {"path": str(config.data), "train_rows": train_rows,
-                    "fingerprint": meta.get("fingerprint"), "vocab": dataclasses.asdict(vocab)},
+        "dataset": {"path": str(config.data), "train_rows": train_rows, "val_rows": val_rows,
+                    "fingerprint": meta.get("fingerprint"), "vocab": dataclasses.asdict(vocab),
+                    "mapped_train_bytes": mapped},
         "parameters": params,
         "memory": {**c["breakdown"], "cap_bytes": cap, "device_memory_bytes": profile.memory_bytes,
                    "memory_fraction": config.memory_fraction},
         "throughput": {
-            "flops_per_sample": c["flops"], "mfu_assumed": mfu if not measured_rate else None,
-            "device_flops": profile.bf16_flops, "measured_samples_per_s": measured_rate,
-            "source": "probe" if measured_rate else "assumed", "note": rate_note,
-            "samples_per_s": config.global_batch / c["times"]["step_seconds"],
-            **c["times"],
+            "flops_per_sample": c["flops"], "mfu": None if speed else mfu,
+            "device_flops": profile.bf16_flops, "measured_samples_per_s": speed["samples_per_s"] if speed else None,
+            "source": "probe" if speed else "modelled", "note": rate_note, "samples_per_s": rate,
         },
-        "times": {"steps_per_epoch": c["steps_per_epoch"], "step_seconds": c["times"]["step_seconds"],
-                  "epoch_seconds": c["epoch_s"], "total_seconds": c["total_s"],
-                  "epochs_assumed": config.max_epochs, "deadline_hours": config.deadline_hours},
+        "times": {**t, "epochs_assumed": config.max_epochs, "deadline_hours": config.deadline_hours,
+                  "max_lost_minutes": config.max_lost_minutes,
+                  "sources": {k: profile.sources.get(k) for k in TIME_FIELDS}},
         "candidates": tried,
         "probe": probed,
+        "speed_probe": speed,
         "config": dataclasses.asdict(config),
     }
     return {"train": plan, "rationale": rationale, "estimate": estimate_doc}
@@ -439,6 +600,9 @@ def table(doc: dict[str, Any]) -> str:
         ("sparse_embeddings", plan.sparse_embeddings),
         ("lr / warmup", f"{plan.lr:g} / {plan.warmup_fraction:.0%}"),
         ("loader workers", str(plan.num_workers)),
+        ("max_epochs / patience", f"{plan.max_epochs} / {plan.patience}"),
+        ("checkpoint every", f"{plan.checkpoint_every_steps} steps" if plan.checkpoint_every_steps
+         else "epoch"),
         ("peak memory", f"{gb(mem['total']['total'])} of cap {gb(mem['cap_bytes'])}"),
     ]
     for term, part in mem["terms"].items():
@@ -446,7 +610,10 @@ def table(doc: dict[str, Any]) -> str:
                                   f"dense {gb(part['dense'])})"))
     t = est["times"]
     rows += [("samples/s", f"{est['throughput']['samples_per_s']:,.0f} ({est['throughput']['source']})"),
-             ("step / epoch", f"{t['step_seconds'] * 1000:.2f} ms / {duration(t['epoch_seconds'])}"),
+             ("step / epoch", f"{t['step_seconds'] * 1000:.2f} ms / {duration(t['epoch_seconds'])} "
+                              f"(validation {duration(t['validation_seconds'])}, checkpoints "
+                              f"{duration(t['checkpoint_seconds'])})"),
+             ("start-up", duration(t["startup_seconds"])),
              (f"{t['epochs_assumed']} epochs", duration(t["total_seconds"]))]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]

@@ -14,6 +14,13 @@ sample (slope) and the batch-independent bytes (intercept).
 
 Batches are synthetic full histories (hist_len = L, no padding), the worst case
 for the sparse gradients (padding rows are dropped from them).
+
+Speed (:func:`probe_speed`) is measured differently: the trainer's own epoch
+loop (components/train/trainer.py ``run_epoch``: its loader, loss, L2 penalty,
+optimizers) times real micro-batches of the plan's size on rows of
+the dataset's train split (sampled across it), and its ``evaluate`` times
+validation on sampled rows of the val split, so the measured rate includes
+everything a real step does on this machine.
 """
 
 from __future__ import annotations
@@ -202,3 +209,81 @@ def probe(config: ModelConfig, vocab: Vocab, *, sparse: bool, precision: str = "
         result["gradient_bytes_per_sample"] = fit_linear(
             micro_batches, (points[0]["gradients"], points[1]["gradients"]))[0]
     return result
+
+
+class Rows(torch.utils.data.Dataset):
+    """Some rows of a batch dataset (sorted ``rows``), indexed 0..len-1 as the trainer's loaders do."""
+
+    def __init__(self, base, rows: np.ndarray) -> None:
+        self.base, self.rows = base, np.sort(rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, indices: np.ndarray) -> dict[str, torch.Tensor]:
+        return self.base[self.rows[indices]]
+
+
+def sample_rows(n_rows: int, count: int, seed: int) -> np.ndarray:
+    """``count`` distinct rows spread over the split: the first rows alone would touch few items
+    and users and keep their embedding and optimizer rows in cache, which real epochs do not."""
+    return np.random.default_rng(seed).choice(n_rows, size=min(count, n_rows), replace=False)
+
+
+def probe_speed(data: str, plan: TrainPlan, *, device: str = "cpu", steps: int = 16, warmup: int = 2,
+                eval_rows: int = 4096) -> dict[str, Any]:
+    """Time the trainer's real steps of ``plan``'s model on rows sampled across ``data``.
+
+    One process, ``plan.micro_batch`` rows per micro-step (accumulation 1: every micro-step
+    pays an optimizer step, which slightly over-counts plans that accumulate). ``warmup``
+    untimed micro-steps, then ``steps`` timed ones through ``run_epoch``, on distinct rows
+    sampled across the split; validation through ``evaluate`` on ``eval_rows`` sampled rows; ``setup_seconds`` times what the trainer does once per
+    run in proportion to the data (the L2 penalty's id frequencies over the whole train split).
+    """
+    from components.train import trainer as T
+    from components.train.data import BatchDataset, ShardedBatchSampler, load_meta, make_loader
+
+    torch_device = torch.device(device)
+    runtime = T.Runtime(0, 1, 0, torch_device, "nccl" if torch_device.type == "cuda" else "gloo")
+    meta = load_meta(data)
+    vocab = Vocab.from_meta(meta)
+    train_set, val_set = BatchDataset(data, "train", meta), BatchDataset(data, "val", meta)
+    rows = min(len(train_set), (warmup + steps) * plan.micro_batch)
+    if rows < 2 * plan.micro_batch or len(val_set) == 0:
+        raise ValueError(f"{data}: too few rows to time steps of micro-batch {plan.micro_batch} "
+                         f"({len(train_set)} train, {len(val_set)} val)")
+    plan = plan.replace(grad_accum=1, checkpoint_every_steps=0, max_epochs=1, progress_seconds=0)
+    torch.manual_seed(plan.seed)
+    sparse = T.use_sparse(plan, runtime)
+    model = build_model(plan.model, vocab, sparse=sparse,
+                        activation_checkpointing=plan.activation_checkpointing).to(torch_device)
+    start = time.perf_counter()
+    penalty = T.IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
+    setup = time.perf_counter() - start
+    optim = T.Optimizers(model, plan, total_steps=warmup + steps)
+    scaler = torch.amp.GradScaler("cuda") if plan.precision == "fp16" else None
+
+    def epoch(n_rows: int, index: int) -> dict:
+        subset = Rows(train_set, sample_rows(len(train_set), n_rows, plan.seed + index))
+        sampler = ShardedBatchSampler(len(subset), plan.micro_batch, 1, 0, seed=plan.seed)
+        state = {"epoch": index, "micro_step": 0, "global_step": 0, "history": [], "partial": {}}
+        loader = make_loader(subset, sampler, plan, torch_device.type)
+        return T.run_epoch(model, model, loader, sampler, optim, scaler, plan, runtime, state,
+                           lambda: None, penalty)
+
+    epoch(min(rows, max(warmup, 1) * plan.micro_batch), 0)
+    timed_rows = min(len(train_set), steps * plan.micro_batch)
+    timed = epoch(timed_rows, 1)
+    start = time.perf_counter()
+    T.evaluate(model, Rows(val_set, sample_rows(len(val_set), eval_rows, plan.seed)), plan, runtime)
+    eval_seconds = time.perf_counter() - start
+    if torch_device.type == "cuda":
+        torch.cuda.synchronize(torch_device)
+    evaluated = min(eval_rows, len(val_set))
+    return {"device": str(torch_device), "micro_batch": plan.micro_batch, "steps": steps,
+            "samples": int(timed["samples"]), "seconds": timed["seconds"],
+            "samples_per_s": timed["samples"] / max(timed["seconds"], 1e-9),
+            "step_seconds": timed["seconds"] / max(1, -(-timed_rows // plan.micro_batch)),
+            "eval_rows": evaluated, "eval_seconds": eval_seconds,
+            "eval_samples_per_s": evaluated / max(eval_seconds, 1e-9), "setup_seconds": setup,
+            "method": "trainer run_epoch + evaluate on rows sampled across the dataset"}

@@ -95,6 +95,20 @@ def markdown(metrics: dict, decision: dict, images: dict[str, str]) -> str:
         lines += [f"AUC delta (candidate − champion, DeLong): {comparison['delta']:+.4f}, "
                   f"{100 * comparison['confidence']:.0f}% CI [{comparison['ci_low']:+.4f}, "
                   f"{comparison['ci_high']:+.4f}], p = {comparison['p_value']:.3g}.", ""]
+    pva = metrics.get("plan_vs_actual")
+    if pva:
+        from components.common.plan import drift_lines
+
+        lines += ["## Training: plan vs reality", "", "| measure | planned | measured | ratio |",
+                  "|---|---:|---:|---:|"]
+        for key, unit, scale in (("seconds", "s", 1), ("samples_per_s", "/s", 1),
+                                 ("peak_memory_bytes", "GiB", 2**30)):
+            c = pva.get(key)
+            if c:
+                flag = " **DRIFT**" if c["drift"] else ""
+                lines.append(f"| {key.replace('_', ' ')} | {c['predicted'] / scale:,.2f} {unit} | "
+                             f"{c['measured'] / scale:,.2f} {unit} | x{c['ratio']:.2f}{flag} |")
+        lines += ["", *drift_lines(pva)[:1 if pva["drift"] else 0], ""]
     lines += [f"![{title}]({src})" for title, src in images.items()]
     return "\n".join(lines) + "\n"
 

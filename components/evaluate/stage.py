@@ -135,10 +135,24 @@ def evaluate(config: EvaluateConfig) -> dict:
     decision = {**verdict, "model_name": config.model_name, "test_auc": candidate_metrics["auc"],
                 "champion_version": champion.get("version"), "champion_status": champion["status"],
                 "comparison": comparison, "candidate_checkpoint": str(config.checkpoint)}
+    metrics["plan_vs_actual"] = training_plan_vs_actual(config.checkpoint)
     metrics["seconds"] = time.perf_counter() - started
     write_outputs(Path(config.out), metrics, decision, curves, bins)
     log.info("evaluate: %s", summary_line(metrics, decision))
     return {"metrics": metrics, "decision": decision}
+
+
+def training_plan_vs_actual(checkpoint: str) -> dict | None:
+    """The training run's plan vs reality, from the train_summary.json next to the checkpoint
+    (None when there is none, e.g. a checkpoint copied elsewhere)."""
+    import json
+
+    from components.train.trainer import SUMMARY
+
+    try:
+        return json.loads((Path(checkpoint).parent / SUMMARY).read_text()).get("plan_vs_actual")
+    except (OSError, ValueError):
+        return None
 
 
 def find_champion(config: EvaluateConfig, vocab: Vocab, workdir: str | Path) -> tuple[dict, Any]:

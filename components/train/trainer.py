@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from components.common.metrics import roc_auc
-from components.common.plan import TrainPlan, read_plan
+from components.common.plan import TrainPlan, drift_lines, plan_vs_actual, read_plan
 from components.common.progress import get_logger
 from components.common.storage import (
     NO_RETRY_EXIT,
@@ -346,7 +346,7 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
     there: a hyperparameter search prunes a trial this way. The decision is
     broadcast, so every rank stops together.
     """
-    started = time.perf_counter()
+    started, started_wall = time.perf_counter(), time.time()
     runtime = init_runtime()
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -413,20 +413,23 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
     train_seconds = wait_seconds = samples = 0.0
     early_stopped = stopper.should_stop  # a resumed run that had already stopped stays stopped
     stopped_by_callback = False
+    progress = Progress(plan, runtime)
     while state["epoch"] < plan.max_epochs and not early_stopped:
         epoch = state["epoch"]
         epoch_stats = run_epoch(wrapped, model, loader, sampler, optim, scaler, plan, runtime, state, save_last,
-                                penalty)
+                                penalty, progress)
         train_seconds += epoch_stats["seconds"]
         wait_seconds += epoch_stats["wait_seconds"]
         samples += epoch_stats["samples"]
+        validation_started = time.perf_counter()
         metrics = evaluate(model, val_set, plan, runtime)
+        progress.validation_seconds = time.perf_counter() - validation_started
         improved = stopper.update(metrics["val_auc"], epoch)
         early_stopped = stopper.should_stop
         record = {"epoch": epoch, "train_loss": epoch_stats["loss"], **metrics, "lr": optim.lr,
                   "samples_per_s": epoch_stats["samples"] / max(epoch_stats["seconds"], 1e-9),
                   "data_wait_fraction": epoch_stats["wait_seconds"] / max(epoch_stats["seconds"], 1e-9),
-                  "seconds": epoch_stats["seconds"]}
+                  "seconds": epoch_stats["seconds"], "validation_seconds": progress.validation_seconds}
         state["history"].append(record)
         state["epoch"], state["micro_step"], state["partial"] = epoch + 1, 0, {}
         if runtime.is_main:
@@ -434,6 +437,7 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
             if improved:
                 save_checkpoint(out / BEST, snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra))
             save_rotating(out, snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra))
+            state["saved_at"] = time.perf_counter()
             log.info("epoch %d/%d  loss %.4f  val_auc %.4f (best %.4f @%d)  lr %.2e  %.0f samples/s  "
                      "data-wait %.1f%%  %.1fs%s", epoch + 1, plan.max_epochs, record["train_loss"],
                      metrics["val_auc"], stopper.best, stopper.best_epoch + 1, record["lr"],
@@ -456,14 +460,32 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
     }
     summary["flags"] = diagnose(summary["data_wait_fraction"], gpu_util, peak, capacity)
     summary["tracking_error"] = mlf.error
+    if runtime.device.type == "cuda":
+        summary["peak_memory_reserved_bytes"] = torch.cuda.max_memory_reserved(runtime.device)
+    summary["process_seconds"] = process_seconds(started_wall)
+    summary["plan_vs_actual"] = plan_vs_actual((plan_doc or {}).get("estimate"), summary)
     if runtime.is_main:
         atomic_write_json(out / SUMMARY, summary)
         for flag in summary["flags"]:
             log.warning("%s (%s): %s", flag["flag"], flag["value"], flag["recommendation"])
+        for line in drift_lines(summary["plan_vs_actual"]):
+            log.info("%s", line)
         mlf.finish(summary)
     if runtime.distributed:
         dist.barrier()
     return summary
+
+
+def process_seconds(train_started: float) -> float:
+    """Wall seconds of this training: since the process started (interpreter start-up and imports
+    included) when it was launched to train (torchrun, ``python -m components.train``), else since
+    ``train_started`` (a ``time.time()``; train() called inside a longer-lived process)."""
+    import psutil
+
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    launched = "TORCHELASTIC_RUN_ID" in os.environ or getattr(main_spec, "name", "") == "components.train.__main__"
+    start = psutil.Process(os.getpid()).create_time() if launched else train_started
+    return time.time() - start
 
 
 def _callback_stops(on_epoch: Callable[[dict], bool | None], record: dict, runtime: Runtime) -> bool:
@@ -475,9 +497,59 @@ def _callback_stops(on_epoch: Callable[[dict], bool | None], record: dict, runti
     return bool(stop.item())
 
 
+def duration(seconds: float) -> str:
+    """``1h02m``, ``3m05s`` or ``42s``."""
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class Progress:
+    """Rank 0's progress lines inside an epoch, every ``plan.progress_seconds`` (0 = none).
+
+    A line: ``epoch 2/4  step 120/480 (25%)  3,950 samples/s  loss 0.2712  ETA epoch 1m32s,
+    run <= 6m10s``. The run's ETA assumes every remaining epoch runs (early stopping may end
+    sooner) at this epoch's pace plus the last validation's seconds.
+    """
+
+    def __init__(self, plan: TrainPlan, runtime: Runtime, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.every = plan.progress_seconds if runtime.is_main else 0.0
+        self.max_epochs = plan.max_epochs
+        self.clock = clock
+        self.validation_seconds = 0.0
+        self._start = self._last = 0.0
+        self._first_step = 0
+
+    def start(self, first_step: int) -> None:
+        self._start = self._last = self.clock()
+        self._first_step = first_step
+
+    def step(self, epoch: int, step: int, total: int, samples: float, loss: float) -> None:
+        """After optimizer step ``step`` (1-based) of ``total``; ``samples`` since start()."""
+        if not self.every:
+            return
+        now = self.clock()
+        if now - self._last < self.every or step >= total:
+            return
+        self._last = now
+        elapsed = max(now - self._start, 1e-9)
+        per_step = elapsed / max(step - self._first_step, 1)
+        epoch_left = (total - step) * per_step
+        run_left = epoch_left + self.validation_seconds + (self.max_epochs - epoch - 1) * (
+            total * per_step + self.validation_seconds)
+        log.info("epoch %d/%d  step %d/%d (%.0f%%)  %s samples/s  loss %.4f  ETA epoch %s, run <= %s",
+                 epoch + 1, self.max_epochs, step, total, 100 * step / total, f"{samples / elapsed:,.0f}",
+                 loss, duration(epoch_left), duration(run_left))
+
+
 def run_epoch(wrapped, model, loader, sampler, optim, scaler, plan: TrainPlan, runtime: Runtime,
-              state: dict, save, penalty: IdPenalty | None = None) -> dict:
-    """One epoch (or its rest, after a resume): accumulation with no_sync, exact loss scaling."""
+              state: dict, save, penalty: IdPenalty | None = None, progress: Progress | None = None) -> dict:
+    """One epoch (or its rest, after a resume): accumulation with no_sync, exact loss scaling.
+
+    Writes ``last`` (through ``save``) every ``plan.checkpoint_every_steps`` optimizer steps and
+    whenever ``plan.max_lost_minutes`` have passed since the previous write
+    (``state["saved_at"]``, a ``time.perf_counter`` value)."""
     epoch, skip = state["epoch"], state["micro_step"]
     sampler.set_epoch(epoch, skip=skip)
     # rows of every optimizer step across all ranks: each micro-batch's loss is a sum over its
@@ -493,6 +565,10 @@ def run_epoch(wrapped, model, loader, sampler, optim, scaler, plan: TrainPlan, r
     iterator = iter(loader)
     micro = skip
     t_start = time.perf_counter()
+    state.setdefault("saved_at", t_start)
+    total_steps = len(step_rows)
+    if progress is not None:
+        progress.start(skip // plan.grad_accum)
     while True:
         t0 = time.perf_counter()
         try:
@@ -527,8 +603,14 @@ def run_epoch(wrapped, model, loader, sampler, optim, scaler, plan: TrainPlan, r
             state["global_step"] += 1
             state["micro_step"] = micro
             state["partial"] = {"loss_sum": loss_sum, "loss_rows": loss_rows}
-            if plan.checkpoint_every_steps and state["global_step"] % plan.checkpoint_every_steps == 0:
+            due = plan.checkpoint_every_steps and state["global_step"] % plan.checkpoint_every_steps == 0
+            overdue = plan.max_lost_minutes and (
+                time.perf_counter() - state["saved_at"] >= 60 * plan.max_lost_minutes)
+            if due or overdue:
                 save()
+                state["saved_at"] = time.perf_counter()
+            if progress is not None:
+                progress.step(epoch, step + 1, total_steps, samples, loss_sum / max(loss_rows, 1))
     seconds = time.perf_counter() - t_start
     return {"loss": loss_sum / max(loss_rows, 1), "seconds": seconds, "wait_seconds": wait, "samples": samples}
 

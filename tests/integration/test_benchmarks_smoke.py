@@ -71,7 +71,7 @@ def test_train_benchmark_quick(tiny_dataset, tmp_path):
 
 def test_gpu_benchmark_dry(tmp_path):
     out = tmp_path / "gpu.json"
-    run_ok("gpu", "--dry", "--peak-flops", "1e12", "--no-readme", "--results", str(out))
+    run_ok("gpu", "--dry", "--peak-flops", "1e12", "--profile", "h200-141gb", "--no-readme", "--results", str(out))
     result = json.loads(out.read_text())
     assert result["benchmark"] == "gpu" and result["dry"] is True and result["model"] == "prod"
     assert result["device"]["type"] == "cpu" and result["sparse_embeddings"] is False
@@ -81,6 +81,13 @@ def test_gpu_benchmark_dry(tmp_path):
     for r in result["runs"]:
         assert positive(r["samples_per_s"], r["step_ms"], r["peak_memory_bytes"], r["achieved_flops"], r["mfu"])
     assert positive(result["bf16_speedup"])
+    assert [r["batch"] for r in result["sweep"]] == [8, 32]
+    for r in result["sweep"]:
+        assert r["precision"] == "bf16" and positive(r["estimate"]["predicted_bytes"], r["mfu"])
+        assert r["estimate"]["profile"] == "h200-141gb" and positive(r["estimate"]["predicted_step_ms"])
+    c = result["constants"]
+    assert c["step_latency_batch"] == 8 and c["step_latency_seconds"] == result["sweep"][0]["step_ms"] / 1000
+    assert c["mfu"] == max(r["mfu"] for r in result["sweep"])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
@@ -91,14 +98,24 @@ def test_gpu_benchmark_without_cuda_fails_in_one_line(tmp_path):
     assert not (tmp_path / "gpu.json").exists()
 
 
-def test_estimate_benchmark_quick(tmp_path):
+def test_estimate_benchmark_quick(tiny_dataset, tmp_path):
     out = tmp_path / "estimate.json"
-    run_ok("estimate", "--quick", "--no-readme", "--results", str(out))
+    run_ok("estimate", "--quick", "--data", str(tiny_dataset), "--no-readme", "--results", str(out),
+           "--work", str(tmp_path / "work"))
     result = json.loads(out.read_text())
-    assert result["benchmark"] == "estimate" and result["rows"]
-    for row in result["rows"]:
-        assert positive(row["measured_bytes"], row["dailyrec_bytes"], row["rule_of_thumb_bytes"])
-    assert result["summary"]["dailyrec_max_abs_error"] <= result["summary"]["target_abs_error"]
+    assert result["benchmark"] == "estimate" and result["quick"] is True and result["epochs"] == 1
+    for row in result["time"]:
+        assert positive(row["measured_seconds"], row["calibrated_seconds"], row["uncalibrated_seconds"])
+        assert row["calibrated_error"] == pytest.approx(
+            (row["calibrated_seconds"] - row["measured_seconds"]) / row["measured_seconds"], abs=1e-3)
+        assert isinstance(row["deadline_refused"], bool)
+    assert result["impossible_deadline"]["refused"] is True
+    assert "cannot be met on a100-80gb" in result["impossible_deadline"]["message"]
+    for row in result["memory"]:
+        assert positive(row["measured_peak_rss_bytes"], row["predicted_bytes"])
+    s = result["summary"]
+    assert s["calibrated_max_abs_error"] == max(abs(r["calibrated_error"]) for r in result["time"])
+    assert isinstance(s["time_target_met"], bool)
 
 
 def test_benchmark_results_hold_no_machine_paths():

@@ -218,17 +218,17 @@ def test_user_profile_errors_name_file_and_field(tmp_path):
 
 def test_estimate_config_validates(dataset):
     with pytest.raises(EstimateError, match="global_batch"):
-        EstimateConfig(data=str(dataset), global_batch=0)
+        EstimateConfig(data=str(dataset), probe=False, global_batch=0)
     with pytest.raises(EstimateError, match="unknown model config"):
-        EstimateConfig(data=str(dataset), model="huge")
+        EstimateConfig(data=str(dataset), probe=False, model="huge")
     with pytest.raises(EstimateError, match="memory_fraction"):
-        EstimateConfig(data=str(dataset), memory_fraction=1.5)
+        EstimateConfig(data=str(dataset), probe=False, memory_fraction=1.5)
     with pytest.raises(EstimateError, match="deadline_hours"):
-        EstimateConfig(data=str(dataset), deadline_hours=0)
+        EstimateConfig(data=str(dataset), probe=False, deadline_hours=0)
 
 
 def test_plan_for_a100_prod(dataset, tmp_path):
-    path, doc = write(EstimateConfig(data=str(dataset), model="prod", hardware="a100-80gb"),
+    path, doc = write(EstimateConfig(data=str(dataset), probe=False, model="prod", hardware="a100-80gb"),
                       tmp_path / "plan.json")
     plan, on_disk = read_plan(path)
     assert plan == doc["train"]
@@ -240,22 +240,22 @@ def test_plan_for_a100_prod(dataset, tmp_path):
         assert field in on_disk["rationale"]
     est = on_disk["estimate"]
     assert est["memory"]["total"]["total"] <= est["memory"]["cap_bytes"]
-    assert est["throughput"]["mfu_assumed"] == 0.35
+    assert est["throughput"]["mfu"] == load_profile("a100-80gb").mfu == 0.05  # cited, not probed
     assert est["times"]["epoch_seconds"] > 0 and est["parameters"]["total"] > 0
 
 
 def test_plan_for_cpu_local(dataset):
-    doc = estimate(EstimateConfig(data=str(dataset), model="local", hardware="cpu-local"))
+    doc = estimate(EstimateConfig(data=str(dataset), probe=False, model="local", hardware="cpu-local"))
     plan = doc["train"]
     profile = load_profile("cpu-local")
     assert plan.precision == "fp32" and plan.num_workers == 0 and plan.cpu_threads == 1
     assert plan.nproc_per_node == profile.gpus_per_node and plan.nnodes == 1
-    assert "assumed" in doc["rationale"]["throughput"]
-    odd = estimate(EstimateConfig(data=str(dataset), model="debug", hardware="cpu-local",
+    assert "modelled" in doc["rationale"]["throughput"]
+    odd = estimate(EstimateConfig(data=str(dataset), probe=False, model="debug", hardware="cpu-local",
                                   global_batch=profile.gpus_per_node * 8 + 1))["train"]
     assert odd.global_batch == profile.gpus_per_node * 8 + 1  # fewer processes when cores don't divide
-    with pytest.raises(InfeasibleError, match=r"deadline 1e-09 h cannot be met on cpu-local"):
-        estimate(EstimateConfig(data=str(dataset), model="debug", hardware="cpu-local",
+    with pytest.raises(InfeasibleError, match=r"deadline 1e-09 h \(3.6e-06 s\) cannot be met on cpu-local.*start-up"):
+        estimate(EstimateConfig(data=str(dataset), probe=False, model="debug", hardware="cpu-local",
                                 deadline_hours=1e-9))
 
 
@@ -265,7 +265,7 @@ def test_plan_for_cpu_local(dataset):
        st.sampled_from(["debug", "local", "prod"]))
 def test_accumulation_times_micro_times_world_is_global_batch(dataset, batch, hardware, model):
     try:
-        plan = estimate(EstimateConfig(data=str(dataset), model=model, hardware=hardware,
+        plan = estimate(EstimateConfig(data=str(dataset), probe=False, model=model, hardware=hardware,
                                        global_batch=batch))["train"]
     except InfeasibleError:  # e.g. a world size that does not divide the batch
         return
@@ -291,19 +291,20 @@ def test_more_device_memory_never_gives_a_smaller_micro_batch(gib, factor, model
 def test_infeasible_memory(dataset, tmp_path):
     tiny = profile_file(tmp_path, "tiny", memory_bytes=10 * 2**20, max_nodes=1)
     with pytest.raises(InfeasibleError, match=r"does not fit.*micro-batch 1.*GiB.*cap"):
-        estimate(EstimateConfig(data=str(dataset), model="prod", hardware=tiny))
+        estimate(EstimateConfig(data=str(dataset), probe=False, model="prod", hardware=tiny))
 
 
 def test_infeasible_deadline(dataset):
-    with pytest.raises(InfeasibleError, match=r"deadline 1e-06 h cannot be met on a100-40gb \(at most 32 devices\).*h at best"):
-        estimate(EstimateConfig(data=str(dataset), model="prod", hardware="a100-40gb",
+    with pytest.raises(InfeasibleError, match=r"deadline 1e-06 h \(0.0036 s\) cannot be met on a100-40gb \(at most 32 devices\).*h .*s\) at best"):
+        estimate(EstimateConfig(data=str(dataset), probe=False, model="prod", hardware="a100-40gb",
                                 deadline_hours=1e-6))
 
 
 def test_deadline_adds_devices(tmp_path):
     # a compute-bound request (big global batch): more GPUs finish sooner
     data = fake_dataset(tmp_path / "big", rows=2_000_000_000)
-    config = {"data": str(data), "model": "prod", "hardware": "h100-80gb", "global_batch": 65536}
+    config = {"data": str(data), "model": "prod", "hardware": "h100-80gb", "global_batch": 65536,
+              "probe": False}
     free = estimate(EstimateConfig(**config))
     hours = free["estimate"]["times"]["total_seconds"] / 3600
     tight = estimate(EstimateConfig(**config, deadline_hours=hours / 1.5))
@@ -313,7 +314,7 @@ def test_deadline_adds_devices(tmp_path):
 
 
 def test_checkpointing_only_when_needed(dataset, tmp_path):
-    doc = estimate(EstimateConfig(data=str(dataset), model="prod", hardware="a100-40gb"))
+    doc = estimate(EstimateConfig(data=str(dataset), probe=False, model="prod", hardware="a100-40gb"))
     assert not doc["train"].activation_checkpointing
     # a device where micro-batch 1 fits only with checkpointing
     vocab = Vocab.from_meta(json.loads((dataset / "meta.json").read_text()))
@@ -327,7 +328,7 @@ def test_checkpointing_only_when_needed(dataset, tmp_path):
     assert need(True) < need(False)
     cap = (need(True) + need(False)) / 2
     tight = profile_file(tmp_path, "tight", memory_bytes=int(cap / 0.88), max_nodes=1)
-    doc = estimate(EstimateConfig(data=str(dataset), model="prod", hardware=tight, global_batch=8))
+    doc = estimate(EstimateConfig(data=str(dataset), probe=False, model="prod", hardware=tight, global_batch=8))
     assert doc["train"].activation_checkpointing and doc["train"].micro_batch == 1
     assert doc["rationale"]["activation_checkpointing"].startswith("on")
 
@@ -339,11 +340,11 @@ def test_flops_per_sample_counts_checkpoint_recompute():
 
 def test_cli_prints_one_line_on_error(dataset, tmp_path, capsys):
     assert cli_main(["--data", str(dataset), "--model", "prod", "--hardware", "a100-40gb",
-                     "--deadline-hours", "0.000001", "--out", str(tmp_path / "p.json")]) == 1
+                     "--deadline-hours", "0.000001", "--no-probe", "--out", str(tmp_path / "p.json")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("estimate: error: deadline")
     assert not (tmp_path / "p.json").exists()
-    assert cli_main(["--data", str(dataset), "--model", "debug", "--hardware", "h200-141gb",
+    assert cli_main(["--data", str(dataset), "--model", "debug", "--hardware", "h200-141gb", "--no-probe",
                      "--out", str(tmp_path / "p.json")]) == 0
     assert "micro_batch" in capsys.readouterr().out and (tmp_path / "p.json").is_file()
 
@@ -392,18 +393,25 @@ def test_probe_runner_uses_the_trainers_optimizers():
     assert sum(p.numel() for p in model.parameters()) == count_parameters(DEBUG, SMALL)["total"]
 
 
-def test_estimate_with_probe_uses_measurements(dataset):
-    doc = estimate(EstimateConfig(data=str(dataset), model="debug", hardware="cpu-local", probe=True))
+def test_estimate_with_probe_uses_measurements(tiny_dataset):
+    doc = estimate(EstimateConfig(data=str(tiny_dataset), model="debug", hardware="cpu-local", probe=True))
     est = doc["estimate"]
     assert est["throughput"]["source"] == "probe" and est["throughput"]["measured_samples_per_s"] > 0
+    assert est["speed_probe"]["samples"] > 0 and est["speed_probe"]["eval_samples_per_s"] > 0
     assert "probe-measured" in doc["rationale"]["throughput"]
     modelled = est["memory"]["terms"]["activations"]["total"]
     assert abs(est["memory"]["probe_adjustment_bytes"]) <= 0.05 * modelled  # the model agrees
-    with pytest.raises(EstimateError, match="no CUDA device"):
-        if not torch.cuda.is_available():
-            estimate(EstimateConfig(data=str(dataset), model="debug", hardware="a100-40gb", probe=True))
-        else:  # pragma: no cover - on a GPU machine the probe would run
-            raise EstimateError("no CUDA device (skipped: CUDA present)")
+
+
+def test_probe_of_a_gpu_profile_needs_a_visible_gpu(dataset, monkeypatch):
+    """Asking to probe a GPU profile where no CUDA device is visible is refused, on any machine."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(EstimateError, match="no CUDA device is visible here"):
+        estimate(EstimateConfig(data=str(dataset), model="debug", hardware="a100-40gb", probe=True))
+    # auto (probe=None) plans from the profile's cited constants instead
+    doc = estimate(EstimateConfig(data=str(dataset), model="debug", hardware="a100-40gb"))
+    assert doc["estimate"]["throughput"]["source"] == "modelled"
+    assert "not probed: no such device here" in doc["rationale"]["throughput"]
 
 
 def test_checkpointed_activations_match_what_autograd_keeps():
