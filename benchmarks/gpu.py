@@ -69,7 +69,7 @@ from components.train.trainer import Optimizers, autocast_for  # noqa: E402
 
 NAME = "gpu"
 MODEL = "prod"
-DRY_VOCAB = Vocab(item=4096, category=256, user=4096, gap=16, seq_len=REFERENCE_VOCAB[MODEL].seq_len)
+DRY_VOCAB = dataclasses.replace(REFERENCE_VOCAB[MODEL], item=4096, category=256, user=4096)
 
 PEAK_BF16_FLOPS: list[tuple[str, float]] = [
     # (substring of torch.cuda.get_device_name(), dense bf16 FLOP/s); first match wins
@@ -117,11 +117,18 @@ def synthetic_batches(vocab: Vocab, rows: int, count: int, device: torch.device,
     for _ in range(count):
         hist_len = ints(length + 1, (rows,))
         valid = torch.arange(length, device=device) >= (length - hist_len).unsqueeze(1)
+        neg_len = ints(vocab.neg_len + 1, (rows,), 0)
+        neg_valid = torch.arange(vocab.neg_len, device=device) >= (vocab.neg_len - neg_len).unsqueeze(1)
         batches.append({
             "hist_item": ints(vocab.item, (rows, length)) * valid,
             "hist_cat": ints(vocab.category, (rows, length)) * valid,
             "hist_gap": ints(vocab.gap, (rows, length)) * valid,
             "hist_len": hist_len,
+            "neg_item": ints(vocab.item, (rows, vocab.neg_len)) * neg_valid,
+            "neg_cat": ints(vocab.category, (rows, vocab.neg_len)) * neg_valid,
+            "neg_gap": ints(vocab.gap, (rows, vocab.neg_len)) * neg_valid,
+            "neg_len": neg_len,
+            "dense": torch.randn(rows, vocab.dense, generator=g, device=device),
             "target_item": ints(vocab.item, (rows,)),
             "target_cat": ints(vocab.category, (rows,)),
             "user": ints(vocab.user, (rows,)),
@@ -132,18 +139,8 @@ def synthetic_batches(vocab: Vocab, rows: int, count: int, device: torch.device,
 
 
 def analytic_flops(config: ModelConfig, seq_len: int) -> int:
-    """Forward + backward FLOPs of one sample: 3 x the forward's matrix products (2 per multiply-add)."""
-    tokens, d = seq_len + 1, config.d_model
-    per_layer = (2 * tokens * d * 3 * d        # q, k, v projections
-                 + 2 * tokens * d * d          # attention output projection
-                 + 2 * 2 * tokens * tokens * d  # scores and weighted values
-                 + 2 * 2 * tokens * d * config.ffn)  # feed-forward block
-    forward = config.layers * per_layer
-    width = 3 * d + config.user_width + 2 * config.context_dim
-    for hidden in (*config.mlp, 1):
-        forward += 2 * width * hidden
-        width = hidden
-    return 3 * forward
+    """Forward + backward FLOPs of one sample: the estimate's own count (``flops_per_sample``)."""
+    return int(flops_per_sample(config, dataclasses.replace(DRY_VOCAB, seq_len=seq_len)))
 
 
 def counted_flops(config: ModelConfig, seq_len: int, rows: int = 8) -> float:

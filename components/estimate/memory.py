@@ -43,7 +43,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from components.train.model import ModelConfig, Vocab, count_parameters
+from components.train.model import (
+    DENSE_FREQUENCIES,
+    ModelConfig,
+    Vocab,
+    count_parameters,
+    head_width,
+)
 
 INDEX_BYTES = 8  # int64 indices
 FP32 = 4
@@ -110,8 +116,8 @@ def weight_bytes(params: dict[str, int]) -> dict[str, int]:
 
 
 def sparse_rows_per_sample(vocab: Vocab) -> tuple[int, int]:
-    """(item rows, user rows) one sample touches: L history + 1 target item, 1 user."""
-    return vocab.seq_len + 1, 1
+    """(item rows, user rows) one sample touches: L history + Ln skipped + 1 target item, 1 user."""
+    return vocab.seq_len + vocab.neg_len + 1, 1
 
 
 def sparse_gradient_bytes(config: ModelConfig, vocab: Vocab, micro_batch: int, grad_accum: int = 1) -> int:
@@ -215,23 +221,35 @@ def checkpointed_layer_bytes(config: ModelConfig, tokens: int) -> int:
 
 def embedding_activation_bytes(config: ModelConfig, vocab: Vocab, precision: str = "fp32",
                                device: str = "cpu") -> int:
-    """Per sample: the int64 indices the lookups keep (item, category, gap per token; user;
-    the context pair), the padding mask (T bools) and the token-dropout mask."""
+    """Per sample: the int64 indices the lookups keep (item, category, gap per token and per
+    skipped exposure; user; the context pair; the match lookups' gap ids), the padding mask (T
+    bools) and the token-dropout mask."""
     t = vocab.seq_len + 1
-    total = INDEX_BYTES * (3 * t + 1 + 2) + t
+    sequences = vocab.seq_len + vocab.neg_len
+    total = INDEX_BYTES * (3 * t + 3 * vocab.neg_len + 1 + 2 + 1) + t  # +1: target category
+    if config.match_dim:
+        total += INDEX_BYTES * 2 * sequences
     if config.dropout > 0:
         total += _mask_bytes(precision, device) * t * config.d_model
     return total
 
 
-def head_activation_bytes(config: ModelConfig, tokens: int, precision: str = "fp32",
+def head_activation_bytes(config: ModelConfig, vocab: Vocab, precision: str = "fp32",
                           device: str = "cpu") -> int:
     """Per sample: the final norm (fp32 input + mean/rstd), the MLP inputs, GELU inputs and
-    dropout masks, the history count, the logit and the label."""
+    dropout masks, the history count, the logit and the label; the dot products' operands; the
+    skipped exposures' tokens, scores and weights; the match vectors and masks; the dense
+    features' periodic embedding."""
     a, m = _act_bytes(precision), _mask_bytes(precision, device)
-    width = 3 * config.d_model + config.user_width + 2 * config.context_dim
-    total = FP32 * tokens * config.d_model + 8 * tokens + FP32  # final norm; the count
-    total += a * width
+    tokens, d, negatives = vocab.seq_len + 1, config.d_model, vocab.neg_len
+    total = FP32 * tokens * d + 8 * tokens + FP32  # final norm; the count
+    total += a * head_width(config, vocab) + a * 5 * d  # MLP input; dot-product operands
+    if negatives:  # tokens, scores and weights; the valid mask
+        total += a * (negatives * d + 2 * negatives) + 2 * negatives
+    if config.match_dim:  # one match mask per position, for item and for category
+        total += 2 * (vocab.seq_len + negatives)
+    if vocab.dense and config.dense_embed:  # standardized input, angles (sin, cos), periodic
+        total += a * vocab.dense * (1 + 4 * DENSE_FREQUENCIES)
     for hidden in config.mlp:
         total += 2 * a * hidden  # activation input; next linear's input
         if config.head_dropout_rate > 0:
@@ -253,12 +271,13 @@ def activation_bytes_per_sample(config: ModelConfig, vocab: Vocab, precision: st
     else:
         encoder = config.layers * layer
     return {"embedding": embedding_activation_bytes(config, vocab, precision, device),
-            "dense": encoder + head_activation_bytes(config, t, precision, device)}
+            "dense": encoder + head_activation_bytes(config, vocab, precision, device)}
 
 
 def batch_bytes_per_sample(vocab: Vocab) -> int:
-    """One training row as the loader delivers it (int64 inputs, fp32 label)."""
-    return INDEX_BYTES * (3 * vocab.seq_len + 4 + 2) + FP32
+    """One training row as the loader delivers it (int64 ids, fp32 count features and label)."""
+    ids = 3 * vocab.seq_len + 3 * vocab.neg_len + 2 + 4 + 2  # sequences, lengths, target, user, context
+    return INDEX_BYTES * ids + FP32 * (vocab.dense + 1)
 
 
 def loader_bytes(setup: MemorySetup) -> int:

@@ -53,7 +53,7 @@ from components.estimate.memory import (
     parameter_split,
 )
 from components.train.data import load_meta
-from components.train.model import ModelConfig, Vocab, model_config
+from components.train.model import DENSE_FREQUENCIES, ModelConfig, Vocab, head_width, model_config
 from components.tune.tuned import TunedTraining, tuned_training
 
 OPTIMIZER_BYTES_PER_PARAM = 28  # AdamW: read param, grad, m, v; write param, m, v (fp32)
@@ -159,10 +159,14 @@ def flops_per_sample(config: ModelConfig, vocab: Vocab, checkpointing: bool = Fa
     × 4 with activation checkpointing (the encoder's forward runs again)."""
     t, d, f = vocab.seq_len + 1, config.d_model, config.ffn
     layer = t * 2 * (4 * d * d + 2 * d * f) + 2 * 2 * t * t * d  # projections + attention
-    width, head = 3 * d + config.user_width + 2 * config.context_dim, 0
+    width, head = head_width(config, vocab), 0
     for hidden in (*config.mlp, 1):
         head += 2 * width * hidden
         width = hidden
+    # the target's attention over the skipped exposures; the dense features' periodic embedding
+    head += 2 * vocab.neg_len * d
+    if vocab.dense and config.dense_embed:
+        head += 2 * vocab.dense * 2 * DENSE_FREQUENCIES * config.dense_embed
     encoder = config.layers * layer
     return 3 * (encoder + head) + (encoder if checkpointing else 0)
 

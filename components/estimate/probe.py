@@ -41,16 +41,22 @@ WARM_BATCH = 8
 
 def synthetic_batch(vocab: Vocab, batch: int, seed: int = 0, device: str | torch.device = "cpu"
                     ) -> dict[str, torch.Tensor]:
-    """A batch of the trainer's batch contract with full histories and random ids."""
+    """A batch of the trainer's batch contract with full histories (clicks and skipped exposures),
+    random ids and standard-normal count features."""
     g = np.random.default_rng(seed)
     length = vocab.seq_len
 
     def ids(high: int, shape) -> torch.Tensor:
         return torch.from_numpy(g.integers(1, max(high, 2), size=shape, dtype=np.int64))
 
+    negatives = vocab.neg_len
     out = {
         "hist_item": ids(vocab.item, (batch, length)), "hist_cat": ids(vocab.category, (batch, length)),
         "hist_gap": ids(vocab.gap, (batch, length)), "hist_len": torch.full((batch,), length, dtype=torch.int64),
+        "neg_item": ids(vocab.item, (batch, negatives)), "neg_cat": ids(vocab.category, (batch, negatives)),
+        "neg_gap": ids(vocab.gap, (batch, negatives)),
+        "neg_len": torch.full((batch,), negatives, dtype=torch.int64),
+        "dense": torch.from_numpy(g.standard_normal((batch, vocab.dense)).astype(np.float32)),
         "target_item": ids(vocab.item, (batch,)), "target_cat": ids(vocab.category, (batch,)),
         "user": ids(vocab.user, (batch,)),
         "context": torch.stack([torch.from_numpy(g.integers(0, vocab.hour, batch, dtype=np.int64)),

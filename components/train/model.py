@@ -74,6 +74,7 @@ __all__ = [
     "Vocab",
     "build_model",
     "count_parameters",
+    "head_width",
     "model_config",
 ]
 
@@ -285,6 +286,21 @@ REFERENCE_VOCAB: dict[str, Vocab] = {
 }
 
 
+def head_width(config: ModelConfig, vocab: Vocab) -> int:
+    """Inputs of the MLP head: target output, history mean, target item, user, hour, weekday,
+    the dot products, and the skipped-exposure, match and dense-feature parts where present."""
+    d = config.d_model
+    width = 3 * d + config.user_width + 2 * config.context_dim
+    width += 3 if config.user_width == d else 1
+    sequences = 2 if vocab.neg_len else 1
+    if vocab.neg_len:
+        width += 2 * d
+    width += 2 * sequences * config.match_dim
+    if vocab.dense:
+        width += vocab.dense * (config.dense_embed or 1)
+    return width
+
+
 def _activation(name: str) -> nn.Module:
     return nn.GELU() if name == "gelu" else nn.ReLU()
 
@@ -324,19 +340,15 @@ class BSTModel(nn.Module):
             for _ in range(config.layers)
         )
         self.final_norm = nn.LayerNorm(d)
-        width = 3 * d + config.user_width + 2 * config.context_dim
         # Explicit dot products (factorization-machine style): an MLP learns them poorly.
         self.user_dots = config.user_width == d
-        width += 3 if self.user_dots else 1
         if vocab.neg_len:  # skipped exposures: pooled by the target's attention and by their mean
             self.neg_position = nn.Parameter(torch.empty(vocab.neg_len, d))
-            width += 2 * d
         # Which sequences the target is matched in: the clicks, and the skipped exposures if any.
         self.match_sequences = ("hist", "neg") if vocab.neg_len else ("hist",)
         if config.match_dim:  # one learned recency weighting per (sequence, item | category)
             self.match_emb = nn.Embedding(2 * len(self.match_sequences) * (vocab.gap + 1),
                                           config.match_dim)
-            width += 2 * len(self.match_sequences) * config.match_dim
         if vocab.dense:  # standardized with the training split's statistics (set_dense_stats)
             self.register_buffer("dense_mean", torch.zeros(vocab.dense))
             self.register_buffer("dense_scale", torch.ones(vocab.dense))
@@ -347,7 +359,7 @@ class BSTModel(nn.Module):
                     torch.randn(vocab.dense, 2 * DENSE_FREQUENCIES, config.dense_embed)
                     / math.sqrt(2 * DENSE_FREQUENCIES))
                 self.dense_bias = nn.Parameter(torch.zeros(vocab.dense, config.dense_embed))
-            width += vocab.dense * (config.dense_embed or 1)
+        width = head_width(config, vocab)
         head: list[nn.Module] = []
         for hidden in config.mlp:
             head += [nn.Linear(width, hidden), _activation(config.activation),
@@ -489,7 +501,9 @@ class BSTModel(nn.Module):
                 x = layer(x, src_key_padding_mask=mask)
         x = self.final_norm(x)
 
-        target_out = x[:, -1]
+        # Copies, not views: the dot products below would keep the whole [B, L+1, d] alive.
+        target_out = x[:, -1].contiguous()
+        target_vector = item_vectors[:, -1].contiguous()
         history = x[:, :length].masked_fill(padded[:, :length].unsqueeze(-1), 0.0)
         count = hist_len.clamp(min=1).unsqueeze(1).to(history.dtype)
         history_mean = history.sum(dim=1) / count
@@ -499,14 +513,14 @@ class BSTModel(nn.Module):
         scale = 1.0 / math.sqrt(x.shape[-1])
         dots = [(target_out * history_mean).sum(dim=1, keepdim=True) * scale]
         if self.user_dots:
-            dots += [(user * item_vectors[:, -1]).sum(dim=1, keepdim=True) * scale,
+            dots += [(user * target_vector).sum(dim=1, keepdim=True) * scale,
                      (user * target_cat).sum(dim=1, keepdim=True) * scale]
         parts = [
-            target_out, history_mean, item_vectors[:, -1], user,
+            target_out, history_mean, target_vector, user,
             self.hour_emb(context[:, 0]), self.dow_emb(context[:, 1]), *dots,
         ]
         if self.vocab.neg_len:
-            parts.append(self._skipped(batch, item_vectors[:, -1] + target_cat))
+            parts.append(self._skipped(batch, target_vector + target_cat))
         if self.config.match_dim:
             parts.append(self._matches(batch))
         if self.vocab.dense:

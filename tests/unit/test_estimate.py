@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.common.dataset import SCHEMA_VERSION, SPLITS, array_specs
+from components.common.dataset import DENSE_FEATURES, SCHEMA_VERSION, SPLITS, array_specs
 from components.common.plan import read_plan
 from components.estimate import (
     EstimateConfig,
@@ -48,11 +48,15 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+NEG_LEN = 10
+
+
 def fake_dataset(root, rows: int = 100_000, seq_len: int = 20, item: int = 1 << 18, user: int = 1 << 18):
     """A folder load_meta accepts (meta.json + empty array files): enough for the planner."""
     root.mkdir(parents=True, exist_ok=True)
-    specs = array_specs(seq_len)
-    meta = {"schema_version": SCHEMA_VERSION, "seq_len": seq_len,
+    specs = array_specs(seq_len, NEG_LEN)
+    meta = {"schema_version": SCHEMA_VERSION, "seq_len": seq_len, "neg_len": NEG_LEN,
+            "dense_features": {"names": list(DENSE_FEATURES)},
             "arrays": {k: {"dtype": d, "row_shape": list(s)} for k, (d, s) in specs.items()},
             "splits": {s: {"rows": rows if s == "train" else rows // 10, "positive_rate": 0.08}
                        for s in SPLITS},
