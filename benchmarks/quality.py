@@ -121,7 +121,7 @@ def lightgbm_scores(train, val, test) -> tuple[np.ndarray, dict]:
     model = lgb.LGBMClassifier(n_estimators=2000, learning_rate=0.05, num_leaves=63,
                                min_child_samples=100, subsample=0.8, subsample_freq=1,
                                colsample_bytree=0.8, verbose=-1, n_jobs=2)
-    model.fit(x_tr, y_tr, eval_set=[(x_va, y_va)], eval_metric="auc",
+    model.fit(x_tr, y_tr, eval_X=(x_va,), eval_y=(y_va,), eval_metric="auc",
               callbacks=[lgb.early_stopping(50, verbose=False)])
     return model.predict_proba(x_te)[:, 1], {"trees": int(model.best_iteration_)}
 
