@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,8 +19,8 @@ from pipelines.deploy import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None,
-                                   reason="kubectl not installed: it renders the kustomize overlays")
+needs_kubectl = pytest.mark.usefixtures("kubectl")
+"""The dry run renders the kustomize overlays with kubectl (tests/deploy/conftest.py)."""
 
 
 @pytest.fixture(scope="module")
