@@ -1,0 +1,241 @@
+"""Mutation testing of the critical modules (`make mutation`): how many small bugs the tests catch.
+
+For each module below, mutmut (pip extra ``mutation``) makes many one-token bugs in it
+(``>=`` -> ``>``, ``+ 1`` -> ``+ 2``, a string changed, an argument dropped, ...) and runs only
+the fast test files that cover that module against each; a bug the tests miss "survives".
+Each module runs in its own scratch folder ``build/mutation/<name>/`` with its own mutmut
+settings (what to mutate, which tests), so the selection is per module and runs never share
+state. Results: ``benchmarks/results/mutation.json`` and the README's Mutation testing block.
+
+A surviving mutant is listed with its diff; the few that cannot change behaviour
+(equivalent mutants) are named in ``EQUIVALENT`` with the reason, and the kill rate is
+reported both raw and over the non-equivalent mutants (the target: >= 90% per module).
+
+    python benchmarks/mutation.py                      # every module (tens of minutes on 2 cores)
+    python benchmarks/mutation.py --only decision      # one or more modules, by name
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.readme import RESULTS, ROOT, update_readme
+
+SCRATCH = ROOT / "build" / "mutation"
+TARGET = 0.90
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    path: str
+    tests: tuple[str, ...]
+    functions: tuple[str, ...] = ()
+    """Only these functions (all of the module when empty)."""
+    what: str = ""
+
+    @property
+    def dotted(self) -> str:
+        return self.path.removesuffix(".py").replace("/", ".")
+
+    def patterns(self) -> list[str]:
+        """mutmut's mutant-name globs (``pkg.mod.x_func__mutmut_3``; methods ``xǁClassǁm__mutmut_3``)."""
+        return [f"{self.dotted}.x_{f}__mutmut_*" for f in self.functions]
+
+
+MODULES = (
+    Module("sequences", "components/preprocess/sequences.py", ("tests/unit/test_sequences.py",),
+           what="history building, canonical order, duplicates"),
+    Module("clean", "components/preprocess/clean.py", ("tests/unit/test_clean.py",),
+           what="row validation and quarantine accounting"),
+    Module("hashing", "components/common/hashing.py", ("tests/unit/test_hashing.py",),
+           what="stable id hashing and buckets"),
+    Module("delong", "components/evaluate/metrics.py", ("tests/unit/test_evaluate_metrics.py",),
+           functions=("_vectors", "_structural_components", "_sample_cov", "delong"),
+           what="DeLong AUC-difference test (the gate's interval)"),
+    Module("decision", "components/evaluate/decision.py", ("tests/unit/test_decision.py",),
+           what="champion/challenger gate"),
+    Module("checkpoint", "components/train/checkpoint.py", ("tests/unit/test_checkpoint.py",),
+           what="atomic checkpoints, rotation, safe loads"),
+    Module("registry", "components/register/registry.py", ("tests/unit/test_registry.py",),
+           what="champion lookup and alias reads"),
+    Module("memory", "components/estimate/memory.py", ("tests/unit/test_estimate.py",),
+           what="the plan's memory and time model"),
+)
+
+EQUIVALENT: dict[tuple[str, str], str] = {}
+"""(module name, mutated line as mutmut shows it, stripped) -> why the mutant cannot change
+behaviour. Keyed by text, not by mutant number, so the list survives renumbering."""
+
+
+def mutmut_settings(module: Module) -> str:
+    """The ``[tool.mutmut]`` table of one module's scratch pyproject.toml."""
+    def toml_list(items) -> str:
+        return "[" + ", ".join(json.dumps(str(i)) for i in items) + "]"
+
+    return "\n".join([
+        "", "[tool.mutmut]",
+        'source_paths = ["components"]',
+        f"only_mutate = {toml_list([module.path])}",
+        f"pytest_add_cli_args_test_selection = {toml_list(module.tests)}",
+        # quiet, no cache folder, no warnings-as-errors surprises from a mutant's import
+        'pytest_add_cli_args = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly"]',
+        'also_copy = ["pipelines", "configs", "benchmarks", "manifests", "images", "README.md"]',
+        # torch and Dask are not fork-safe once initialised: fork workers from a clean server
+        'process_isolation = "forkserver"',
+        "use_git_change_detection = false",
+        "timeout_multiplier = 10.0",
+        "",
+    ])
+
+
+def prepare(module: Module) -> Path:
+    """A fresh scratch folder: links to the sources, a pyproject.toml with this module's settings."""
+    folder = SCRATCH / module.name
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for name in ("components", "tests", "pipelines", "configs", "benchmarks", "manifests", "images",
+                 "README.md"):
+        (folder / name).symlink_to(ROOT / name)
+    text = (ROOT / "pyproject.toml").read_text()
+    (folder / "pyproject.toml").write_text(text + mutmut_settings(module))
+    # exists before Python starts: a PYTHONPATH entry missing at start-up is cached as "no such
+    # folder" and the tests would import the unmutated sources
+    (folder / "mutants").mkdir()
+    return folder
+
+
+def mutmut(folder: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CI")}
+    # the mutated copy under mutants/ must be what the tests (and their subprocesses) import
+    env["PYTHONPATH"] = str(folder / "mutants")
+    env["MLFLOW_DISABLE_TELEMETRY"] = "true"
+    return subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def results(folder: Path, module: Module) -> dict[str, str]:
+    """{mutant name: status} from mutmut's per-file record (mutants/<path>.meta)."""
+    from mutmut.stats import status_by_exit_code
+
+    meta = json.loads((folder / "mutants" / (module.path + ".meta")).read_text())
+    names = meta["exit_code_by_key"]
+    wanted = [re.compile(p.replace(".", r"\.").replace("*", ".*") + "$") for p in module.patterns()]
+    return {name: status_by_exit_code[code] for name, code in sorted(names.items())
+            if code is not None and (not wanted or any(w.match(name) for w in wanted))}
+
+
+DIFFS = """
+import json, sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+path, names = sys.argv[1], json.loads(sys.argv[2])
+print(json.dumps({name: get_diff_for_mutant(name, path=path) for name in names}))
+"""
+
+
+def diffs(folder: Path, path: str, names: list[str]) -> dict[str, str]:
+    """{mutant name: unified diff of its function} (what ``mutmut show`` prints), in one process."""
+    if not names:
+        return {}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", DIFFS, path, json.dumps(names)], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=600, check=True)
+    return json.loads(done.stdout)
+
+
+def mutated_line(diff: str) -> str:
+    added = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    return added[0] if added else ""
+
+
+def run_module(module: Module, workers: int) -> dict:
+    folder = prepare(module)
+    started = time.perf_counter()
+    done = mutmut(folder, "run", "--max-children", str(workers), *module.patterns())
+    seconds = time.perf_counter() - started
+    if not (folder / "mutants" / (module.path + ".meta")).is_file():
+        sys.exit(f"mutation: mutmut did not run for {module.name} (exit {done.returncode}):\n"
+                 + (done.stdout + done.stderr)[-3000:])
+    statuses = results(folder, module)
+    counts: dict[str, int] = {}
+    for status in statuses.values():
+        counts[status] = counts.get(status, 0) + 1
+    survivors = []
+    missed = [name for name, status in statuses.items() if status not in ("killed", "timeout", "segfault")]
+    for name, diff in diffs(folder, module.path, missed).items():
+        status, line = statuses[name], mutated_line(diff)
+        why = EQUIVALENT.get((module.name, line))
+        survivors.append({"mutant": name.removeprefix(module.dotted + "."), "status": status,
+                          "line": line, "equivalent": why, "diff": diff})
+    total = len(statuses)
+    killed = sum(counts.get(s, 0) for s in ("killed", "timeout", "segfault"))
+    equivalent = sum(1 for s in survivors if s["equivalent"])
+    rate = killed / total if total else 0.0
+    effective = killed / (total - equivalent) if total > equivalent else 0.0
+    return {"module": module.name, "path": module.path, "functions": list(module.functions) or "all",
+            "what": module.what, "tests": list(module.tests), "mutants": total, "killed": killed,
+            "equivalent": equivalent, "counts": counts, "kill_rate": round(rate, 4),
+            "kill_rate_non_equivalent": round(effective, 4), "meets_target": effective >= TARGET,
+            "seconds": round(seconds, 1), "survivors": survivors}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| module | what | mutants | killed | equivalent | kill rate (non-equivalent) | tests | time |",
+             "|---|---|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        lines.append(f"| `{r['path']}`{'' if r['functions'] == 'all' else ' (' + ', '.join(r['functions']) + ')'} "
+                     f"| {r['what']} | {r['mutants']} | {r['killed']} | {r['equivalent']} "
+                     f"| {100 * r['kill_rate_non_equivalent']:.1f}% | {', '.join(f'`{t}`' for t in r['tests'])} "
+                     f"| {r['seconds']:.0f} s |")
+    met = sum(r["meets_target"] for r in rows)
+    return "\n".join(lines) + (f"\n\n{met} of {len(rows)} modules at >= {TARGET:.0%} of non-equivalent "
+                               "mutants killed (`make mutation`; survivors and equivalents with reasons "
+                               "in benchmarks/results/mutation.json).")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks/mutation.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", metavar="NAME", choices=[m.name for m in MODULES],
+                        help="run these modules only (default: all); earlier results of the others are kept")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2,
+                        help="mutants tested in parallel (default: the CPU count)")
+    parser.add_argument("--results", default=str(RESULTS / "mutation.json"), help="where the JSON goes")
+    args = parser.parse_args(argv)
+    try:
+        import mutmut  # noqa: F401
+    except ImportError:
+        sys.exit("mutation: mutmut is not installed: pip install -e '.[mutation]'")
+    out = Path(args.results)
+    previous = json.loads(out.read_text())["modules"] if out.is_file() else []
+    rows = {r["module"]: r for r in previous if r["module"] in {m.name for m in MODULES}}
+    for module in MODULES:
+        if args.only and module.name not in args.only:
+            continue
+        print(f"mutation: {module.name} ({module.path}) against {', '.join(module.tests)} ...", flush=True)
+        row = run_module(module, args.workers)
+        rows[module.name] = row
+        print(f"mutation: {module.name}: {row['killed']}/{row['mutants']} killed, {row['equivalent']} "
+              f"equivalent, {100 * row['kill_rate_non_equivalent']:.1f}% in {row['seconds']:.0f} s", flush=True)
+    ordered = [rows[m.name] for m in MODULES if m.name in rows]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"tool": "mutmut 3.8.1", "target": TARGET, "modules": ordered}, indent=2) + "\n")
+    update_readme("mutation", table(ordered))
+    print(f"mutation: wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    return 0 if all(r["meets_target"] for r in ordered) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
