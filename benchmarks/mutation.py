@@ -75,7 +75,22 @@ MODULES = (
            what="the plan's memory and time model"),
 )
 
-EQUIVALENT: dict[tuple[str, str], str] = {}
+_CENTRED = ("sum((a + mean a)(b - mean b)) = sum(a (b - mean b)) + mean a * sum(b - mean b), and "
+            "sum(b - mean b) = 0: the same covariance up to rounding (1e-16)")
+_V01_SHIFT = ("V01 enters only through variances and covariances, which do not change when every "
+              "V01 is shifted by a constant or (both models alike) negated")
+EQUIVALENT: dict[tuple[str, str], str] = {
+    ("delong", "return float(np.sum((a + a.mean()) * (b - b.mean())) / (len(a) - 1))"): _CENTRED,
+    ("delong", "return float(np.sum((a - a.mean()) * (b + b.mean())) / (len(a) - 1))"): _CENTRED,
+    ("delong", "v01 = 1.0 + (tz_y - average_ranks(y)) / m"): _V01_SHIFT,
+    ("delong", "v01 = 2.0 - (tz_y - average_ranks(y)) / m"): _V01_SHIFT,
+    ("delong", "auc_a, v10_a, v01_a = _structural_components(scores_a.astype(None), y)"):
+        "numpy's astype(None) is astype(float64)",
+    ("delong", "auc_b, v10_b, v01_b = _structural_components(scores_b.astype(None), y)"):
+        "numpy's astype(None) is astype(float64)",
+    ("delong", "se = math.sqrt(max(var_delta, 0.0)) if (not math.isnan(var_delta)) or True else math.nan"):
+        "a NaN variance gives max(nan, 0.0) = nan and sqrt(nan) = nan: the guard only documents intent",
+}
 """(module name, mutated line as mutmut shows it, stripped) -> why the mutant cannot change
 behaviour. Keyed by text, not by mutant number, so the list survives renumbering."""
 

@@ -188,7 +188,7 @@ def test_interrupted_registration_completes_on_rerun(registry, trained, monkeypa
 
     _, out = registry.evaluate(trained)
     monkeypatch.setattr(MlflowClient, crash_in, crash)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="^killed$"):
         registry.register(trained, out)
     monkeypatch.setattr(MlflowClient, crash_in, original)
     reg = registry.register(trained, out)

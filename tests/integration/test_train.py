@@ -78,7 +78,7 @@ def test_resumed_run_reaches_the_same_weights(tiny_dataset, tmp_path, monkeypatc
         original(self, scaler)
 
     monkeypatch.setattr(Optimizers, "step", crash_on_step_20)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="simulated preemption"):
         run(tiny_dataset, tmp_path, "resumed", **settings)
     interrupted = load_checkpoint(tmp_path / "resumed" / "last.pt")
     assert interrupted["epoch"] == 1 and interrupted["global_step"] == 19

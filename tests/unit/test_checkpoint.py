@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -167,3 +168,27 @@ def test_shape_mismatches_in_order_and_none_when_compatible():
     assert shape_mismatches(model, target) == [
         "d: missing in checkpoint", "b: not in this model", "a: checkpoint (2, 3) vs model (3, 3)"]
     assert shape_mismatches(model, dict(model)) == []
+
+
+def test_weights_only_is_explicit_so_the_environment_cannot_relax_it(tmp_path, monkeypatch):
+    """torch lets $TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD turn full unpickling back on for calls that
+    leave weights_only unset: the loader must pass it explicitly."""
+    marker = tmp_path / "code-ran"
+
+    class Code:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    torch.save({"format": CHECKPOINT_FORMAT, "x": Code()}, tmp_path / "code.pt")
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    with pytest.raises(CheckpointError, match=r"code\.pt: unreadable or corrupt checkpoint \(UnpicklingError"):
+        load_checkpoint(tmp_path / "code.pt")
+    assert not marker.exists()
+
+
+def test_map_location_is_honoured_by_load_and_resume(tmp_path):
+    save_rotating(tmp_path, state(1))
+    assert load_checkpoint(tmp_path / LAST, map_location="meta")["model"]["w"].device.type == "meta"
+    loaded, _, _ = load_resumable(tmp_path, map_location="meta")
+    assert loaded["model"]["w"].device.type == "meta"
+    assert load_checkpoint(tmp_path / LAST)["model"]["w"].device.type == "cpu"  # the default

@@ -174,7 +174,7 @@ def test_roc_points_thinning_keeps_ends_and_order() -> None:
 
 
 def test_roc_points_needs_both_classes() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="roc_points needs both positive and negative labels"):
         roc_points(np.array([0.1, 0.2]), np.array([1, 1]))
 
 
@@ -251,9 +251,9 @@ def test_delong_confidence_controls_width() -> None:
 
 def test_delong_errors() -> None:
     scores = np.array([0.1, 0.4, 0.3])
-    with pytest.raises(ValueError, match="delong needs both positive and negative labels"):
+    with pytest.raises(ValueError, match="^delong needs both positive and negative labels$"):
         delong(scores, scores, np.array([1, 1, 1]))
-    with pytest.raises(ValueError, match="delong needs both positive and negative labels"):
+    with pytest.raises(ValueError, match="^delong needs both positive and negative labels$"):
         delong(scores, scores, np.array([0, 0, 0]))
     with pytest.raises(ValueError, match=r"arrays differ in length: \[3, 2, 3\]"):
         delong(scores, scores[:2], np.array([0, 1, 0]))
