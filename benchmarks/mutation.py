@@ -90,6 +90,28 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "numpy's astype(None) is astype(float64)",
     ("delong", "se = math.sqrt(max(var_delta, 0.0)) if (not math.isnan(var_delta)) or True else math.nan"):
         "a NaN variance gives max(nan, 0.0) = nan and sqrt(nan) = nan: the guard only documents intent",
+    ("sequences", 'first = np.searchsorted(click_key, group.astype(np.int64) * span, )'):
+        'side="left" is searchsorted\'s default',
+    ("sequences", "end = np.searchsorted(click_key, row_key, )  # first click not strictly before"):
+        'side="left" is searchsorted\'s default',
+    ("sequences", "offsets = np.arange(-seq_len, 0, dtype=None)"): "numpy 2's default integer is int64",
+    ("sequences", "offsets = np.arange(-seq_len, 0, )"): "numpy 2's default integer is int64",
+    ("sequences", "for lo in range(0, n, ):"): "chunks of one row: the same histories, only slower",
+    ("sequences", "for lo in range(1, n, GATHER_CHUNK):"):
+        "row 0 is the first row of its user in time order, so its history is empty, which is what "
+        "the zero-filled output already holds; the chunks from row 1 still cover every other row",
+    ("sequences", "hi = None"): "every chunk then runs to the end: the same values are written again "
+                                "(more memory and time, same result)",
+    ("sequences", "break"): "the loop body only reaches this when there are no clicks at all, for "
+                            "every chunk alike: stopping or skipping leaves the same zeros",
+    ("sequences", "new_user = np.empty(n, None)"): "float 0/1 flags give the same cumulative group numbers",
+    ("sequences", "new_user = np.empty(n, )"): "float 0/1 flags give the same cumulative group numbers",
+    ("sequences", "return np.stack([seconds_of_day / 3600, (days + 3) % 7], axis=1).astype(np.uint8)"):
+        "seconds_of_day is in [0, 86400): the uint8 cast truncates the float hour to the floor",
+    ("sequences", "days = ts / 86_400"):
+        "(k + f + 3) % 7 with 0 <= f < 1 is ((k + 3) % 7) + f, which the uint8 cast truncates to "
+        "the integer weekday (also for negative times: Python's % is non-negative)",
+    ("sequences", "if n >= 1:"): "with one row there is no pair of neighbours to compare",
 }
 """(module name, mutated line as mutmut shows it, stripped) -> why the mutant cannot change
 behaviour. Keyed by text, not by mutant number, so the list survives renumbering."""
