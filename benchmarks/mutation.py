@@ -112,6 +112,36 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "(k + f + 3) % 7 with 0 <= f < 1 is ((k + 3) % 7) + f, which the uint8 cast truncates to "
         "the integer weekday (also for negative times: Python's % is non-negative)",
     ("sequences", "if n >= 1:"): "with one row there is no pair of neighbours to compare",
+    ("hashing", 'return value.decode(errors="backslashreplace")'): "UTF-8 is bytes.decode's default",
+    ("hashing", 'return value.decode("UTF-8", errors="backslashreplace")'): "codec names ignore case",
+    ("hashing", "out = (keys.view(np.uint64) % np.uint64(buckets - 1)).astype(None) + 1"):
+        "the remainder is below buckets - 1 (< 2**31), exact in float64, and cast to int32 at the end",
+    ("hashing", 'if values.dtype.kind in "XXiuXX":'): "the kinds i and u are still substrings",
+    ("hashing", 'if values.dtype.kind in "IU":'):
+        "integer arrays then take the per-value path, where str(numpy integer) is the same decimal text",
+    ("hashing", 'if uniques.dtype.kind in "XXOUTXX":'): "the kinds O, U and T are still substrings",
+    ("hashing", 'if uniques.dtype.kind in "out":'):
+        "factorize returns text ids as an object array already; a numpy unicode array takes the "
+        "per-value path with the same text",
+    ("hashing", "text = canonical_id_strings(uniques) if (len(uniques)) or True else np.empty(0, dtype=object)"):
+        "the canonical text of no ids is an empty object array too",
+    ("hashing", "text = canonical_id_strings(uniques) if len(uniques) else np.empty(0, dtype=None)"):
+        "hashing no values gives no keys whatever the empty array's type",
+    ("hashing", "text = canonical_id_strings(uniques) if len(uniques) else np.empty(0, )"):
+        "hashing no values gives no keys whatever the empty array's type",
+    ("hashing", "text = canonical_id_strings(uniques) if len(uniques) else np.empty(1, dtype=object)"):
+        "with no distinct ids every row is null and gets key 0; the extra key is never read",
+    ("hashing", "keys = hash_array(text, hash_key=HASH_KEY, categorize=None).view(np.int64)"):
+        "categorize only de-duplicates before hashing (pandas: same hashes, faster with repeats)",
+    ("hashing", "keys = hash_array(text, hash_key=HASH_KEY, ).view(np.int64)"):
+        "categorize only de-duplicates before hashing (pandas: same hashes, faster with repeats)",
+    ("hashing", "keys = hash_array(text, hash_key=HASH_KEY, categorize=True).view(np.int64)"):
+        "categorize only de-duplicates before hashing (pandas: same hashes, faster with repeats)",
+    ("hashing", 'empty = np.fromiter((t == "" for t in text), dtype=bool, )'):
+        "count only preallocates; the array is the same",
+    ("hashing", "codes, uniques = pd.factorize(pd.Series(values), )"): "use_na_sentinel=True is the default",
+    ("hashing", "out = np.where(null, 0, keys[np.maximum(codes, 0)] if len(keys) else 1).astype(np.int64)"):
+        "no keys means no non-null id: every row is null and gets 0, the fallback is never chosen",
 }
 """(module name, mutated line as mutmut shows it, stripped) -> why the mutant cannot change
 behaviour. Keyed by text, not by mutant number, so the list survives renumbering."""

@@ -1,9 +1,10 @@
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from components.common.hashing import HASH_KEY, bucketize, hash_ids
+from components.common.hashing import HASH_KEY, bucketize, canonical_id_strings, hash_ids
 
 
 def _rotl(x, b):
@@ -95,3 +96,53 @@ def test_same_id_same_bucket_across_calls_and_orders():
     a, _ = hash_ids(pd.Series(["x", "y", "z"]))
     b, _ = hash_ids(pd.Series(["z", "x", "q", "y"]))
     assert bucketize(a, 1000).tolist() == bucketize(b, 1000)[[1, 3, 0]].tolist()
+
+
+def text_keys(*ids: str) -> list[int]:
+    keys, null = hash_ids(pd.Series(list(ids), dtype=object))
+    assert not null.any()
+    return keys.tolist()
+
+
+def test_bytes_ids_hash_as_their_utf8_text_and_bad_bytes_stay_distinct():
+    keys, null = hash_ids(pd.Series([b"caf\xc3\xa9", b"ab\xff"], dtype=object))
+    assert not null.any()
+    # invalid UTF-8 keeps its bytes visible (backslash escapes), so it neither fails nor merges
+    assert keys.tolist() == text_keys("café", "ab\\xff")
+
+
+def test_canonical_text_of_numeric_and_boolean_ids():
+    assert canonical_id_strings(np.array([2.0, 1.5, -0.0, np.inf, -np.inf])).tolist() == [
+        "2", "1.5", "0", "inf", "-inf"]
+    assert canonical_id_strings(np.array([2.0, 1.5], np.float32)).tolist() == ["2", "1.5"]
+    assert canonical_id_strings(np.array([True, False])).tolist() == ["1", "0"]
+    assert canonical_id_strings(np.array([7, -3], np.int32)).tolist() == ["7", "-3"]
+    for values in (np.array([2.0]), np.array([True]), np.array([7])):
+        assert canonical_id_strings(values).dtype == object
+
+
+def test_float32_and_boolean_id_columns_hash_like_their_integer_text():
+    as_float32, _ = hash_ids(np.array([2.0, 40.0], np.float32))
+    as_bool, _ = hash_ids(np.array([True, False]))
+    assert as_float32.tolist() == text_keys("2", "40")
+    assert as_bool.tolist() == text_keys("1", "0")
+
+
+def test_all_null_and_empty_first_ids():
+    keys, null = hash_ids(pd.Series([None, None], dtype=object))
+    assert (keys.dtype, keys.tolist(), null.tolist()) == (np.int64, [0, 0], [True, True])
+    keys, null = hash_ids(pd.Series(["", "a", ""], dtype=object))
+    assert null.tolist() == [True, False, True] and keys.tolist() == [0, *text_keys("a"), 0]
+    keys, null = hash_ids(pd.Series([], dtype=object))
+    assert (keys.dtype, keys.tolist(), null.tolist()) == (np.int64, [], [])
+
+
+def test_bucketize_smallest_table_and_types():
+    keys = np.array([-1, 0, 1, 2**62], np.int64)
+    two = bucketize(keys, 2)
+    assert (two.dtype, two.tolist()) == (np.int32, [1, 1, 1, 1])
+    # unsigned modulo: -1 is 2**64 - 1
+    assert bucketize(keys, 11, np.array([False, False, True, False])).tolist() == [
+        (2**64 - 1) % 10 + 1, 1, 0, 2**62 % 10 + 1]
+    with pytest.raises(ValueError, match=r"^buckets must be >= 2 \(one is reserved for padding\), got 1$"):
+        bucketize(keys, 1)
