@@ -79,6 +79,13 @@ _CENTRED = ("sum((a + mean a)(b - mean b)) = sum(a (b - mean b)) + mean a * sum(
             "sum(b - mean b) = 0: the same covariance up to rounding (1e-16)")
 _V01_SHIFT = ("V01 enters only through variances and covariances, which do not change when every "
               "V01 is shifted by a constant or (both models alike) negated")
+_NAT = ("both callers overwrite the NaT rows (with 0 where invalid, or NaN before the validity "
+        "check), so the value put there is never read")
+_TO_NUMPY = ("pandas 3 gives the same float64 array with NaN for missing values either way, nullable "
+             "Int64/boolean columns included (an int64 array for a column without missing values "
+             "compares and converts the same)")
+_LABEL_FILL = ('a missing label becomes "none", "nan" or "xxxx" instead of "": none is a label word, '
+               "so the row stays invalid")
 EQUIVALENT: dict[tuple[str, str], str] = {
     ("delong", "return float(np.sum((a + a.mean()) * (b - b.mean())) / (len(a) - 1))"): _CENTRED,
     ("delong", "return float(np.sum((a - a.mean()) * (b + b.mean())) / (len(a) - 1))"): _CENTRED,
@@ -140,11 +147,50 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("hashing", 'empty = np.fromiter((t == "" for t in text), dtype=bool, )'):
         "count only preallocates; the array is the same",
     ("hashing", "codes, uniques = pd.factorize(pd.Series(values), )"): "use_na_sentinel=True is the default",
+    ("clean", 'naive = values.dt.tz_convert(None).dt.tz_localize(None).to_numpy()'):
+        "tz_convert(None) converts to UTC and drops the zone: what the next call does anyway",
+    ("clean", 'naive = values.dt.tz_convert("utc").dt.tz_localize(None).to_numpy()'): '"utc" is UTC',
+    ("clean", 'values = column.dt.tz_localize("utc") if column.dt.tz is None else column.dt.tz_convert("UTC")'):
+        '"utc" is UTC',
+    ("clean", 'values = column.dt.tz_localize("UTC") if column.dt.tz is None else column.dt.tz_convert("utc")'):
+        '"utc" is UTC',
+    ("clean", "return np.where(None, 0, naive.view(np.int64) // per_second)"): _NAT,
+    ("clean", "return np.where(values.isna().to_numpy(), 1, naive.view(np.int64) // per_second)"): _NAT,
+    ("clean", "parse_labels: if pd.api.types.is_bool_dtype(None):"):
+        "booleans then take the numeric path: pandas counts bool and boolean as numeric, True/False "
+        "become 1.0/0.0 and NA NaN: the same labels and validity",
+    ("clean", "values = column.to_numpy(dtype=None, na_value=np.nan)"): _TO_NUMPY,
+    ("clean", "values = column.to_numpy(dtype=np.float64, na_value=None)"): _TO_NUMPY,
+    ("clean", "values = column.to_numpy(na_value=np.nan)"): _TO_NUMPY,
+    ("clean", "values = column.to_numpy(dtype=np.float64, )"): _TO_NUMPY,
+    ("clean", "seconds = numeric.to_numpy(dtype=None, na_value=np.nan).copy()"): _TO_NUMPY,
+    ("clean", "seconds = numeric.to_numpy(dtype=np.float64, na_value=None).copy()"): _TO_NUMPY,
+    ("clean", "seconds = numeric.to_numpy(na_value=np.nan).copy()"): _TO_NUMPY,
+    ("clean", "seconds = numeric.to_numpy(dtype=np.float64, ).copy()"): _TO_NUMPY,
+    ("clean", "text = column.astype(object).where(column.notna(), None).astype(str).str.strip().str.lower()"):
+        _LABEL_FILL,
+    ("clean", "text = column.astype(object).where(column.notna(), ).astype(str).str.strip().str.lower()"):
+        _LABEL_FILL,
+    ("clean", 'text = column.astype(object).where(column.notna(), "XXXX").astype(str).str.strip().str.lower()'):
+        _LABEL_FILL,
+    ("clean", "if not pd.api.types.is_numeric_dtype(None):"):
+        "in a numeric column the only NaN are missing values, which are not text rows: the text "
+        "branch then finds nothing to parse",
+    ("clean", "seconds[text_rows] = _datetime_seconds(parsed).astype(None)"): "numpy's astype(None) is astype(float64)",
+    ("clean", "seconds[np.flatnonzero(text_rows)[parsed.isna().to_numpy()]] = None"):
+        "None stored into a float64 array is NaN",
+    ("clean", "valid = np.isfinite(seconds) & (np.abs(seconds) < 1e+17)  # beyond: cannot be a time at all"):
+        "1e+17 and 1e17 are the same number",
+    ("clean", "return np.where(valid, np.floor(np.where(valid, seconds, 1)), 0).astype(np.int64), valid"):
+        "the inner fill value is replaced by the outer where's 0 at the same rows",
+    ("clean", "rows = np.arange(row_offset, row_offset + n, dtype=None)"): "numpy 2's default integer is int64",
+    ("clean", "rows = np.arange(row_offset, row_offset + n, )"): "numpy 2's default integer is int64",
     ("hashing", "out = np.where(null, 0, keys[np.maximum(codes, 0)] if len(keys) else 1).astype(np.int64)"):
         "no keys means no non-null id: every row is null and gets 0, the fallback is never chosen",
 }
 """(module name, mutated line as mutmut shows it, stripped) -> why the mutant cannot change
-behaviour. Keyed by text, not by mutant number, so the list survives renumbering."""
+behaviour; ``"function: line"`` where the same line occurs in two functions. Keyed by text, not
+by mutant number, so the list survives renumbering."""
 
 
 def mutmut_settings(module: Module) -> str:
@@ -244,7 +290,8 @@ def run_module(module: Module, workers: int) -> dict:
     missed = [name for name, status in statuses.items() if status not in ("killed", "timeout", "segfault")]
     for name, diff in diffs(folder, module.path, missed).items():
         status, line = statuses[name], mutated_line(diff)
-        why = EQUIVALENT.get((module.name, line))
+        function = re.sub(r"__mutmut_\d+$", "", name.removeprefix(module.dotted + ".")).removeprefix("x_")
+        why = EQUIVALENT.get((module.name, f"{function}: {line}")) or EQUIVALENT.get((module.name, line))
         survivors.append({"mutant": name.removeprefix(module.dotted + "."), "status": status,
                           "line": line, "equivalent": why, "diff": diff})
     total = len(statuses)
