@@ -18,6 +18,7 @@ reported both raw and over the non-equivalent mutants (the target: >= 90% per mo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -282,6 +283,14 @@ def run_module(module: Module, workers: int) -> dict:
     if not (folder / "mutants" / (module.path + ".meta")).is_file():
         sys.exit(f"mutation: mutmut did not run for {module.name} (exit {done.returncode}):\n"
                  + (done.stdout + done.stderr)[-3000:])
+    (folder / "seconds.txt").write_text(f"{seconds:.1f}\n")
+    return collect(module, folder)
+
+
+def collect(module: Module, folder: Path) -> dict:
+    """The result row of a finished run in ``folder`` (also used to re-read one: ``--collect``)."""
+    timing = folder / "seconds.txt"
+    seconds = float(timing.read_text()) if timing.is_file() else float("nan")
     statuses = results(folder, module)
     counts: dict[str, int] = {}
     for status in statuses.values():
@@ -327,28 +336,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2,
                         help="mutants tested in parallel (default: the CPU count)")
     parser.add_argument("--results", default=str(RESULTS / "mutation.json"), help="where the JSON goes")
+    parser.add_argument("--functions", nargs="+", metavar="NAME",
+                        help="with one --only module: mutate only these functions (a partial run, "
+                             "recorded as such)")
+    parser.add_argument("--collect", action="store_true",
+                        help="run nothing: re-read the finished runs under build/mutation/ into the results")
     args = parser.parse_args(argv)
+    modules = {m.name: m for m in MODULES}
+    if args.functions:
+        if not args.only or len(args.only) != 1:
+            parser.error("--functions needs exactly one module in --only")
+        modules[args.only[0]] = dataclasses.replace(modules[args.only[0]], functions=tuple(args.functions))
     try:
         import mutmut  # noqa: F401
     except ImportError:
         sys.exit("mutation: mutmut is not installed: pip install -e '.[mutation]'")
     out = Path(args.results)
-    previous = json.loads(out.read_text())["modules"] if out.is_file() else []
-    rows = {r["module"]: r for r in previous if r["module"] in {m.name for m in MODULES}}
-    for module in MODULES:
+    for module in modules.values():
         if args.only and module.name not in args.only:
+            continue
+        if args.collect:
+            if (SCRATCH / module.name / "mutants" / (module.path + ".meta")).is_file():
+                save(out, collect(module, SCRATCH / module.name))
             continue
         print(f"mutation: {module.name} ({module.path}) against {', '.join(module.tests)} ...", flush=True)
         row = run_module(module, args.workers)
-        rows[module.name] = row
+        ordered = save(out, row)  # after each module: a long run interrupted keeps what it measured
         print(f"mutation: {module.name}: {row['killed']}/{row['mutants']} killed, {row['equivalent']} "
               f"equivalent, {100 * row['kill_rate_non_equivalent']:.1f}% in {row['seconds']:.0f} s", flush=True)
+    ordered = save(out)
+    print(f"mutation: wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    return 0 if all(r["meets_target"] for r in ordered) else 1
+
+
+def save(out: Path, row: dict | None = None) -> list[dict]:
+    """Merge ``row`` into the results file (other modules' rows are kept) and rewrite the README block."""
+    previous = json.loads(out.read_text())["modules"] if out.is_file() else []
+    rows = {r["module"]: r for r in previous if r["module"] in {m.name for m in MODULES}}
+    if row is not None:
+        rows[row["module"]] = row
     ordered = [rows[m.name] for m in MODULES if m.name in rows]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"tool": "mutmut 3.8.1", "target": TARGET, "modules": ordered}, indent=2) + "\n")
     update_readme("mutation", table(ordered))
-    print(f"mutation: wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
-    return 0 if all(r["meets_target"] for r in ordered) else 1
+    return ordered
 
 
 if __name__ == "__main__":
