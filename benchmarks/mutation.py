@@ -52,8 +52,10 @@ class Module:
         return self.path.removesuffix(".py").replace("/", ".")
 
     def patterns(self) -> list[str]:
-        """mutmut's mutant-name globs (``pkg.mod.x_func__mutmut_3``; methods ``xǁClassǁm__mutmut_3``)."""
-        return [f"{self.dotted}.x_{f}__mutmut_*" for f in self.functions]
+        """mutmut's mutant-name globs (``pkg.mod.x_func__mutmut_3``; a method ``Class.m`` is
+        ``pkg.mod.xǁClassǁm__mutmut_3``)."""
+        return [f"{self.dotted}.x{'ǁ'.join(['', *f.split('.')])}__mutmut_*" if "." in f
+                else f"{self.dotted}.x_{f}__mutmut_*" for f in self.functions]
 
 
 MODULES = (
