@@ -439,6 +439,9 @@ def test_ddp_buckets_round_up_to_whole_buckets_on_the_bigger_part():
     # tables bigger (one bucket plus 4 bytes in all): two buckets, the rounding on the tables
     params = {"embedding": bucket // 4, "other_tables": 10, "dense": 1}
     assert mem.ddp_bucket_bytes(setup, params) == {"embedding": 2 * bucket - 4, "dense": 4}
+    # a tie: the rounding goes to the tables
+    params = {"embedding": 1, "other_tables": 1, "dense": 1}
+    assert mem.ddp_bucket_bytes(setup, params) == {"embedding": bucket - 4, "dense": 4}
     # exactly whole buckets: nothing added
     params = {"embedding": bucket // 4, "other_tables": bucket // 8, "dense": bucket // 4}
     assert mem.ddp_bucket_bytes(setup, params) == {"embedding": bucket, "dense": bucket}
