@@ -292,7 +292,7 @@ def run_module(module: Module, workers: int) -> dict:
 def collect(module: Module, folder: Path) -> dict:
     """The result row of a finished run in ``folder`` (also used to re-read one: ``--collect``)."""
     timing = folder / "seconds.txt"
-    seconds = float(timing.read_text()) if timing.is_file() else float("nan")
+    seconds = float(timing.read_text()) if timing.is_file() else None  # JSON null: not timed
     statuses = results(folder, module)
     counts: dict[str, int] = {}
     for status in statuses.values():
@@ -314,7 +314,7 @@ def collect(module: Module, folder: Path) -> dict:
             "what": module.what, "tests": list(module.tests), "mutants": total, "killed": killed,
             "equivalent": equivalent, "counts": counts, "kill_rate": round(rate, 4),
             "kill_rate_non_equivalent": round(effective, 4), "meets_target": effective >= TARGET,
-            "seconds": round(seconds, 1), "survivors": survivors}
+            "seconds": None if seconds is None else round(seconds, 1), "survivors": survivors}
 
 
 def table(rows: list[dict]) -> str:
@@ -324,7 +324,7 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| `{r['path']}`{'' if r['functions'] == 'all' else ' (' + ', '.join(r['functions']) + ')'} "
                      f"| {r['what']} | {r['mutants']} | {r['killed']} | {r['equivalent']} "
                      f"| {100 * r['kill_rate_non_equivalent']:.1f}% | {', '.join(f'`{t}`' for t in r['tests'])} "
-                     f"| {r['seconds']:.0f} s |")
+                     f"| {'?' if r['seconds'] is None else format(r['seconds'], '.0f')} s |")
     met = sum(r["meets_target"] for r in rows)
     return "\n".join(lines) + (f"\n\n{met} of {len(rows)} modules at >= {TARGET:.0%} of non-equivalent "
                                "mutants killed (`make mutation`; survivors and equivalents with reasons "
