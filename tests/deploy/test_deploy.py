@@ -37,6 +37,9 @@ def test_dry_run_writes_and_validates_everything(dry_run):
                  "upload.json", "deploy.json", "katib-experiment.yaml"):
         assert (out / name).stat().st_size > 0, name
     assert record["validation"]["problems"] == []
+    # every object was checked, the Trainer kinds against the CRDs shipped in manifests/schemas
+    assert record["validation"]["unchecked"] == []
+    assert record["validation"]["crd_schemas"] == ["ClusterTrainingRuntime", "TrainJob", "TrainingRuntime"]
     assert [s["step"] for s in record["steps"]] == ["images", "manifests"]  # nothing applied or sent
     assert record["steps"][0]["skipped"] and record["steps"][0]["command"][-3:] == ["reg.example/ml", "abc123",
                                                                                     "--push"]
