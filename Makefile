@@ -27,6 +27,8 @@ HISTORY_DAYS ?= 3
 DATASET ?= data/dataset
 TUNE_CONFIG ?= configs/tune.json
 PYTEST_ARGS ?=
+# Modules of `make mutation` (names in benchmarks/mutation.py; empty = all): `make mutation MODULES=decision`.
+MODULES ?=
 # Cluster deploy: `make deploy ENV=a100 KFP_HOST=https://… REGISTRY=…` (DRY_RUN=1: no cluster needed).
 ENV ?= a100
 KFP_HOST ?=
@@ -36,7 +38,7 @@ DRY_RUN ?=
 PUSH ?=
 SKIP_IMAGES ?=
 
-.PHONY: help install run data next-day preprocess tune compile ui images lock deploy trigger test test-reliability bench lint clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess tune compile ui images lock deploy trigger test test-reliability mutation bench lint clean clean-data clean-runs
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -95,6 +97,13 @@ test: install ## run the test suite (unit, integration, deploy, fast reliability
 test-reliability: install ## every fault-injection, bad-input and security test; writes README's Reliability table
 	DAILYREC_RELIABILITY_REPORT=benchmarks/results/reliability.json $(PY) -m pytest -q tests/reliability $(PYTEST_ARGS)
 	$(PY) -m tests.reliability.report benchmarks/results/reliability.json
+
+mutation: $(VENV)/.mutation ## mutation testing (mutmut) of the critical modules [MODULES=…] -> benchmarks/results/mutation.json, README
+	$(PY) benchmarks/mutation.py $(if $(MODULES),--only $(MODULES))
+
+$(VENV)/.mutation: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,mutation]'
+	@touch $@
 
 bench: install data preprocess ## measured comparisons against baselines -> benchmarks/results/ and README
 	$(PY) -m pip install --quiet -e '.[test,bench]'

@@ -60,7 +60,7 @@ class DeployConfig:
     out: str = "build/deploy"
     schedule: str = SCHEDULE
     crds: str | None = None
-    """Folder of CRD files for offline validation; default: ../shared/schemas/crds when present."""
+    """Folder of CRD files for offline validation; default: manifests/schemas/crds (Kubeflow Trainer v2.3.0)."""
 
     def __post_init__(self) -> None:
         if not (ROOT / "manifests" / "overlays" / self.env).is_dir():

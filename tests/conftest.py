@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,12 @@ from components.common import schema
 
 START = dt.date(2026, 3, 1)
 MLFLOW_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+
+# Tools the test extras install next to the interpreter (kubectl, hadolint) are found by the
+# code under test too, as in an activated venv: `make test` runs .venv/bin/python directly.
+_BIN = str(Path(sys.executable).parent)
+if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
 
 
 @pytest.fixture(autouse=True)

@@ -276,7 +276,7 @@ def activation_bytes_per_sample(config: ModelConfig, vocab: Vocab, precision: st
 
 def batch_bytes_per_sample(vocab: Vocab) -> int:
     """One training row as the loader delivers it (int64 ids, fp32 count features and label)."""
-    ids = 3 * vocab.seq_len + 3 * vocab.neg_len + 2 + 4 + 2  # sequences, lengths, target, user, context
+    ids = 3 * vocab.seq_len + 3 * vocab.neg_len + 2 + 3 + 2  # sequences, lengths, target, user, context
     return INDEX_BYTES * ids + FP32 * (vocab.dense + 1)
 
 

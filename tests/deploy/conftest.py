@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import copy
 import functools
-import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
+
+from tests.tools import KUBECTL_HOW, require_tool, tool
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
-KUBECTL = shutil.which("kubectl")
+KUBECTL = tool("kubectl")
 TARGETS = ("base", "local", "a100")
 """Every kustomization the repo ships: the base and each overlay."""
 
@@ -31,10 +33,16 @@ def target_dir(overlay: str) -> Path:
     raise FileNotFoundError(f"no kustomization for {overlay!r} under {MANIFESTS}")
 
 
+@pytest.fixture
+def kubectl() -> str:
+    """kubectl's path: it renders the kustomize overlays (skips, or fails under CI, without it)."""
+    return require_tool("kubectl", KUBECTL_HOW)
+
+
 @functools.cache
 def _build(folder: str) -> str:
     if KUBECTL is None:
-        raise RuntimeError("kubectl is not on PATH: `kubectl kustomize` renders the manifests")
+        raise RuntimeError(f"kubectl is not installed: `kubectl kustomize` renders the manifests ({KUBECTL_HOW})")
     done = subprocess.run([KUBECTL, "kustomize", folder], capture_output=True, text=True,
                           timeout=60, check=False)
     if done.returncode != 0:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
-from types import SimpleNamespace
+from unittest.mock import create_autospec
 
 import pytest
 import yaml
@@ -20,8 +19,8 @@ from pipelines.deploy import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None,
-                                   reason="kubectl not installed: it renders the kustomize overlays")
+needs_kubectl = pytest.mark.usefixtures("kubectl")
+"""The dry run renders the kustomize overlays with kubectl (tests/deploy/conftest.py)."""
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +37,9 @@ def test_dry_run_writes_and_validates_everything(dry_run):
                  "upload.json", "deploy.json", "katib-experiment.yaml"):
         assert (out / name).stat().st_size > 0, name
     assert record["validation"]["problems"] == []
+    # every object was checked, the Trainer kinds against the CRDs shipped in manifests/schemas
+    assert record["validation"]["unchecked"] == []
+    assert record["validation"]["crd_schemas"] == ["ClusterTrainingRuntime", "TrainJob", "TrainingRuntime"]
     assert [s["step"] for s in record["steps"]] == ["images", "manifests"]  # nothing applied or sent
     assert record["steps"][0]["skipped"] and record["steps"][0]["command"][-3:] == ["reg.example/ml", "abc123",
                                                                                     "--push"]
@@ -93,64 +95,71 @@ def test_config_errors_are_clear():
         DeployConfig(env="a100", registry="r", dry_run=True, schedule="0 2 * * *")
 
 
-class RecordingClient:
-    """Stands in for kfp.Client (no server here): records every call, answers like the API."""
+def recording_client(versions=(), recurring=()):
+    """kfp.Client as the real class specifies it (no server here): an unknown method, a wrong
+    argument name or count fails as it would against the real client; answers are the API's
+    own response models."""
+    import kfp
+    import kfp_server_api as api
 
-    def __init__(self, versions=(), recurring=()):
-        self.calls = []
-        self.versions = list(versions)
-        self.recurring = list(recurring)
+    client = create_autospec(kfp.Client, instance=True)
+    client.get_pipeline_id.return_value = "pid"
+    client.list_pipeline_versions.return_value = api.V2beta1ListPipelineVersionsResponse(pipeline_versions=[
+        api.V2beta1PipelineVersion(display_name=v, pipeline_version_id=f"vid-{v}") for v in versions])
+    client.upload_pipeline_version.return_value = api.V2beta1PipelineVersion(pipeline_version_id="vid-new")
+    client.get_experiment.return_value = api.V2beta1Experiment(experiment_id="eid")
+    client.list_recurring_runs.return_value = api.V2beta1ListRecurringRunsResponse(recurring_runs=[
+        api.V2beta1RecurringRun(display_name=n, recurring_run_id=f"rid-{n}") for n in recurring])
+    client.create_recurring_run.return_value = api.V2beta1RecurringRun(recurring_run_id="rid-created")
+    client.run_pipeline.return_value = api.V2beta1Run(run_id="run-1")
+    return client
 
-    def __getattr__(self, name):
-        def call(*args, **kwargs):
-            self.calls.append((name, args, kwargs))
-            return self.answer(name, args, kwargs)
-        return call
 
-    def answer(self, name, args, kwargs):
-        ns = SimpleNamespace
-        return {
-            "get_pipeline_id": "pid",
-            "list_pipeline_versions": ns(pipeline_versions=[ns(display_name=v, pipeline_version_id=f"vid-{v}")
-                                                            for v in self.versions]),
-            "upload_pipeline_version": ns(pipeline_version_id="vid-new"),
-            "get_experiment": ns(experiment_id="eid"),
-            "list_recurring_runs": ns(recurring_runs=[ns(display_name=n, recurring_run_id=f"rid-{n}")
-                                                      for n in self.recurring]),
-            "create_recurring_run": ns(recurring_run_id="rid-created"),
-            "run_pipeline": ns(run_id="run-1"),
-        }.get(name)
+def calls(client, name: str) -> list[tuple[tuple, dict]]:
+    return [(args, kwargs) for called, args, kwargs in client.method_calls if called == name]
 
-    def names(self):
-        return [c[0] for c in self.calls]
+
+def names(client) -> list[str]:
+    return [called for called, _, _ in client.method_calls]
+
+
+def test_the_recording_client_refuses_what_kfp_client_would():
+    """Negative control: the stand-in really checks names and arguments against kfp.Client."""
+    client = recording_client()
+    with pytest.raises(AttributeError, match="upload_pipeline_versions"):
+        client.upload_pipeline_versions("p.yaml", "v1")
+    with pytest.raises(TypeError, match="got an unexpected keyword argument 'version_name'"):
+        client.upload_pipeline_version("p.yaml", "v1", version_name="v1")
+    with pytest.raises(TypeError, match="missing a required argument: 'job_name'"):
+        client.run_pipeline("eid", params={})
 
 
 def test_publisher_uploads_a_version_once(tmp_path):
-    fresh = RecordingClient(versions=["old"])
+    fresh = recording_client(versions=["old"])
     assert Publisher(fresh).pipeline_version(tmp_path / "p.yaml", "abc") == ("pid", "vid-new", True)
-    (_, args, kwargs), = [c for c in fresh.calls if c[0] == "upload_pipeline_version"]
+    ((args, kwargs),) = calls(fresh, "upload_pipeline_version")
+    assert args == (str(tmp_path / "p.yaml"),)
     assert kwargs == {"pipeline_version_name": "abc", "pipeline_id": "pid"}
-    again = RecordingClient(versions=["abc"])
+    again = recording_client(versions=["abc"])
     assert Publisher(again).pipeline_version(tmp_path / "p.yaml", "abc") == ("pid", "vid-abc", False)
-    assert "upload_pipeline_version" not in again.names()
+    assert "upload_pipeline_version" not in names(again)
 
 
 def test_publisher_replaces_the_recurring_run(tmp_path):
-    client = RecordingClient(recurring=["dailyrec-daily", "someone-elses"])
+    client = recording_client(recurring=["dailyrec-daily", "someone-elses"])
     rid = Publisher(client).replace_recurring_run(recurring_run_request("abc", "0 0 2 * * *"), "pid", "vid")
     assert rid == "rid-created"
-    deletes = [c[1] for c in client.calls if c[0] == "delete_recurring_run"]
-    assert deletes == [("rid-dailyrec-daily",)]
-    (_, _, kwargs), = [c for c in client.calls if c[0] == "create_recurring_run"]
+    assert calls(client, "delete_recurring_run") == [(("rid-dailyrec-daily",), {})]
+    ((_, kwargs),) = calls(client, "create_recurring_run")
     assert kwargs["cron_expression"] == "0 0 2 * * *" and kwargs["max_concurrency"] == 1
     assert kwargs["no_catchup"] is True and kwargs["pipeline_id"] == "pid" and kwargs["version_id"] == "vid"
     assert kwargs["experiment_id"] == "eid" and kwargs["job_name"] == "dailyrec-daily"
-    assert client.names().index("delete_recurring_run") < client.names().index("create_recurring_run")
+    assert names(client).index("delete_recurring_run") < names(client).index("create_recurring_run")
 
 
 def test_trigger_starts_the_newest_version_with_parameters():
-    client = RecordingClient(versions=["newest", "older"])
+    client = recording_client(versions=["newest", "older"])
     assert Publisher(client).trigger({"run_date": "2026-01-14"}) == "run-1"
-    (_, args, kwargs), = [c for c in client.calls if c[0] == "run_pipeline"]
+    ((args, kwargs),) = calls(client, "run_pipeline")
     assert args[0] == "eid" and args[1].startswith("dailyrec-daily-")
     assert kwargs == {"params": {"run_date": "2026-01-14"}, "pipeline_id": "pid", "version_id": "vid-newest"}

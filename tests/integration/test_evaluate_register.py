@@ -188,7 +188,7 @@ def test_interrupted_registration_completes_on_rerun(registry, trained, monkeypa
 
     _, out = registry.evaluate(trained)
     monkeypatch.setattr(MlflowClient, crash_in, crash)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="^killed$"):
         registry.register(trained, out)
     monkeypatch.setattr(MlflowClient, crash_in, original)
     reg = registry.register(trained, out)
@@ -269,3 +269,21 @@ def test_clis_exit_codes(registry, trained, tiny_dataset, tmp_path, capsys):
                           "--out", str(tmp_path / "x")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("evaluate: error:") and "missing.pt" in err and err.strip().count("\n") == 0
+
+
+def test_a_registry_read_error_after_connecting_fails_the_evaluation(registry, tiny_dataset, tmp_path,
+                                                                    monkeypatch):
+    """The registry answers the connection check, then fails reading @champion: no verdict at all
+    (a "no champion" verdict here would bless any candidate above the floor)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INTERNAL_ERROR
+
+    candidate = untrained_checkpoint(tmp_path / "c.pt", tiny_dataset, seed=1)
+
+    def locked(self, name):
+        raise MlflowException("(sqlite3.OperationalError) database is locked", error_code=INTERNAL_ERROR)
+
+    monkeypatch.setattr(MlflowClient, "get_registered_model", locked)
+    with pytest.raises(TrackingError, match=r"cannot read alias ctr@champion: MlflowException: .*database is locked"):
+        registry.evaluate(candidate)
+    assert not (registry.root / f"eval-{registry.n}").exists()  # no metrics, no decision.json

@@ -192,6 +192,37 @@ def test_duplicates_and_bad_rows_are_counted_and_quarantined(raw_days, tmp_path)
     ]
 
 
+def test_quarantined_rows_in_later_row_groups_keep_their_file_row_numbers(raw_days, tmp_path):
+    """Row numbers count from the file's first row, not from each row group's (the rows Dask reads
+    per piece restart at 0 in every group)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    raw, frames = raw_days(days=6, rows=300)
+    day = START + dt.timedelta(days=4)
+    frame = frames[day].astype({"user_id": "Int64", "label": "Int64"})
+    frame.loc[30, "label"] = 7          # row group 0
+    frame.loc[120, "user_id"] = pd.NA   # row group 1
+    frame.loc[250, "label"] = 2         # row group 2
+    frame.loc[299, "user_id"] = pd.NA   # the very last row
+    path = raw / schema.day_folder_name(day) / "part-00000.parquet"
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path, row_group_size=100)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 3
+    meta = run(raw, tmp_path / "ds")
+    assert meta["rows"]["quarantined"] == {"bad_label": 2, "null_user_id": 2}
+    quarantine = pd.read_parquet(tmp_path / "ds" / "quarantine")
+    assert sorted(quarantine[["file", "row", "reason", "column"]].values.tolist()) == [
+        ["dt=2026-03-05/part-00000.parquet", 30, "bad_label", "label"],
+        ["dt=2026-03-05/part-00000.parquet", 120, "null_user_id", "user_id"],
+        ["dt=2026-03-05/part-00000.parquet", 250, "bad_label", "label"],
+        ["dt=2026-03-05/part-00000.parquet", 299, "null_user_id", "user_id"],
+    ]
+    # the reported row is the row: its original values come back with it
+    by_row = quarantine.set_index("row")
+    assert by_row.loc[250, "label"] == "2" and by_row.loc[250, "item_id"] == str(frame.loc[250, "item_id"])
+    assert pd.isna(by_row.loc[120, "user_id"]) and by_row.loc[120, "item_id"] == str(frame.loc[120, "item_id"])
+
+
 def test_schedulers_give_identical_bytes(raw_days, tmp_path):
     raw, _ = raw_days(days=6, rows=300)
     run(raw, tmp_path / "threads")

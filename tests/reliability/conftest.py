@@ -30,10 +30,24 @@ def fault_report(request):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     report = (yield).get_result()
-    if report.when == "call" or (report.when == "setup" and report.failed):
-        for row in ROWS:
-            if row["test"] == item.nodeid and row["result"] is None:
-                row["result"] = "passed" if report.passed else ("skipped" if report.skipped else "FAILED")
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        result = "passed" if report.passed else ("skipped" if report.skipped else "FAILED")
+        rows = [row for row in ROWS if row["test"] == item.nodeid and row["result"] is None]
+        if not rows and result != "passed":
+            # skipped (or failed) before it could say what it checks: still a row, never a gap
+            rows = [skipped_row(item, report)]
+            ROWS.append(rows[0])
+        for row in rows:
+            row["result"] = result
+
+
+def skipped_row(item, report) -> dict:
+    """A row for a test that ended before calling ``fault_report``: its module, docstring, why."""
+    doc = (getattr(item.function, "__doc__", None) or "").strip().splitlines()
+    reason = report.longrepr[2] if report.skipped and isinstance(report.longrepr, tuple) else "error"
+    return {"test": item.nodeid, "category": item.module.__name__.rpartition(".")[2].removeprefix("test_"),
+            "fault": doc[0] if doc else item.name, "outcome": str(reason).removeprefix("Skipped: "),
+            "result": None}
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -15,7 +15,9 @@ def table(rows: list[dict]) -> str:
         cells = [row["category"], row["fault"], row["outcome"], row["result"] or "not run"]
         lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
     passed = sum(r["result"] == "passed" for r in rows)
-    return "\n".join(lines) + f"\n\n{passed} of {len(rows)} checks passed in the last `make test-reliability`.\n"
+    skipped = sum(r["result"] == "skipped" for r in rows)
+    return ("\n".join(lines) + f"\n\n{passed} of {len(rows)} checks passed"
+            + (f" ({skipped} skipped)" if skipped else "") + " in the last `make test-reliability`.\n")
 
 
 def main(argv: list[str] | None = None) -> int:

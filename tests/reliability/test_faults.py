@@ -236,7 +236,7 @@ def test_registration_interrupted_between_logging_and_aliasing(tiny_dataset, tmp
             raise KeyboardInterrupt(f"killed in {step}")
 
         monkeypatch.setattr(MlflowClient, step, die)
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt, match=f"killed in {step}"):
             register(config)
         monkeypatch.setattr(MlflowClient, step, original)
     result = register(config)

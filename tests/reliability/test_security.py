@@ -5,19 +5,20 @@ user-given names that cannot escape the storage root."""
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
 from components.common.paths import PathError, inside, safe_name
+from tests.tools import KUBECTL_HOW, require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [*ROOT.glob("components/**/*.py"), *ROOT.glob("pipelines/**/*.py"), *ROOT.glob("benchmarks/**/*.py")]
 CREDENTIALS = [
     (re.compile(r"AKIA[0-9A-Z]{16}"), "AWS access key id"),
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), "private key"),
-    (re.compile(r"(?i)(?:password|passwd|secret|token|aws_secret_access_key)\s*[:=]\s*['\"]?"
+    # the value on the same line: a YAML key ending its line ("secret:") opens a mapping
+    (re.compile(r"(?i)(?:password|passwd|secret|token|aws_secret_access_key)[ \t]*[:=][ \t]*['\"]?"
                 r"(?P<value>[A-Za-z0-9/+_-]{8,})"), "literal secret value"),
     (re.compile(r"(?i)postgres(?:ql)?(?:\+\w+)?://[^:\s/]+:(?P<value>[^@\s$]+)@"), "database URI with a password"),
     (re.compile(r"ghp_[A-Za-z0-9]{30,}|xox[bp]-[A-Za-z0-9-]{10,}"), "API token"),
@@ -78,9 +79,10 @@ DASK_CLIENT = {
 }
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed: renders the manifests")
 def test_role_grants_exactly_what_the_code_calls(fault_report):
     from tests.deploy.conftest import render
+
+    require_tool("kubectl", KUBECTL_HOW)
 
     (role,) = [o for o in render("base") if o["kind"] == "Role"]
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
@@ -103,9 +105,10 @@ def test_every_torch_load_is_weights_only(fault_report):
     fault_report("security", f"torch.load calls ({len(loads)})", "all weights_only=True: no code runs from a checkpoint")
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed: renders the manifests")
 def test_mlflow_is_reachable_only_by_its_clients(fault_report):
     from tests.deploy.conftest import render
+
+    require_tool("kubectl", KUBECTL_HOW)
 
     for overlay in ("local", "a100"):
         policies = {o["metadata"]["name"]: o["spec"] for o in render(overlay) if o["kind"] == "NetworkPolicy"}
@@ -144,3 +147,6 @@ def test_the_credential_scan_catches_planted_secrets():
     assert findings("uri: postgresql+psycopg2://u:s3cretpw@db/mlflow") and findings("AKIAABCDEFGHIJKLMNOP")
     assert not findings("--from-literal=uri='postgresql+psycopg2://MLFLOW_USER:PASSWORD@HOST/DB'")
     assert not findings("secretKeyRef: {name: mlflow-s3, key: AWS_SECRET_ACCESS_KEY}")
+    # a schema's "secret:" key opens a mapping; the next line is not its value
+    assert not findings("secret:\n  description: secret information")
+    assert findings('token: "abcdefgh12345678"') and findings("password =  hunter2hunter2")

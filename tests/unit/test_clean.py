@@ -6,7 +6,13 @@ import pyarrow as pa
 import pytest
 
 from components.common import schema
-from components.preprocess.clean import DayWindow, clean_table, parse_labels, parse_timestamps
+from components.preprocess.clean import (
+    DayWindow,
+    clean_table,
+    empty_clean_frame,
+    parse_labels,
+    parse_timestamps,
+)
 
 DAY = dt.date(2026, 3, 1)
 T0 = schema.day_start_epoch(DAY)
@@ -143,3 +149,100 @@ def test_bad_ids_are_quarantined_with_their_own_reason():
     _, quarantine, _ = clean_table(table, 0, 0, WINDOW)
     assert quarantine[["row", "reason", "column", "category_id"]].values.tolist() == [
         [2, "bad_category_id", "category_id", "3.5"]]
+
+
+# ----------------------------------------------------------------------------- exact contracts
+
+
+def test_day_window_bounds_are_exact():
+    day = schema.epoch_day(DAY)
+    assert DayWindow.for_day(day, 2.0) == DayWindow(day, T0 - 7_200, T0 + 86_400 + 7_200)
+    assert DayWindow.for_day(day, 0.0) == DayWindow(day, T0, T0 + 86_400)
+    # hours become whole seconds, rounded: 1/3600 h is 1 s, 0.4 s rounds away
+    assert DayWindow.for_day(3, 1 / 3600) == DayWindow(3, 3 * 86_400 - 1, 4 * 86_400 + 1)
+    assert DayWindow.for_day(3, 0.4 / 3600) == DayWindow(3, 3 * 86_400, 4 * 86_400)
+
+
+def test_window_edges_min_inclusive_max_exclusive():
+    window = DayWindow.for_day(schema.epoch_day(DAY), 0.0)
+    ts = [window.min_ts - 1, window.min_ts, window.max_ts - 1, window.max_ts]
+    table = pa.table({"user_id": [1, 2, 3, 4], "item_id": [5, 6, 7, 8], "timestamp": ts, "label": [0, 1, 0, 1]})
+    clean, quarantine, counts = clean_table(table, 0, 0, window)
+    assert clean["ts"].tolist() == [window.min_ts, window.max_ts - 1]
+    assert quarantine["row"].tolist() == [0, 3] and set(quarantine["reason"]) == {"timestamp_out_of_range"}
+    assert counts["timestamp_out_of_range"] == 2
+
+
+def test_timestamp_types_and_invalid_values_exactly():
+    seconds, valid = parse_timestamps(pd.Series([True, False]))
+    assert (seconds.dtype, seconds.tolist(), valid.dtype, valid.tolist()) == (np.int64, [0, 0], np.bool_, [False, False])
+    seconds, valid = parse_timestamps(pd.Series([1.7, -1.5, np.inf, 1e17, -1e17, 99_999_999_999_999_984.0, np.nan]))
+    assert seconds.dtype == np.int64 and valid.dtype == np.bool_
+    assert valid.tolist() == [True, True, False, False, False, True, False]
+    assert seconds.tolist() == [1, -2, 0, 0, 0, 99_999_999_999_999_984, 0]  # floor; 0 where invalid
+    seconds, valid = parse_timestamps(pd.Series([T0, None], dtype="Int64"))
+    assert seconds.tolist() == [T0, 0] and valid.tolist() == [True, False]
+    seconds, valid = parse_timestamps(pd.Series(["nonsense", "1e18", str(T0)], dtype=object))
+    assert seconds.tolist() == [0, 0, T0] and valid.tolist() == [False, False, True]
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+def test_datetimes_in_every_unit_give_whole_epoch_seconds(unit):
+    values = np.array(["2026-03-01T10:00:00.750", "NaT"], dtype=f"datetime64[{unit}]")
+    seconds, valid = parse_timestamps(pd.Series(values))
+    assert (seconds.dtype, seconds.tolist(), valid.tolist()) == (np.int64, [T0 + 36_000, 0], [True, False])
+    aware = pd.Series(values).dt.tz_localize("Europe/Paris")  # 10:00 in Paris is 09:00 UTC
+    seconds, valid = parse_timestamps(aware)
+    assert (seconds.dtype, seconds.tolist(), valid.tolist()) == (np.int64, [T0 + 32_400, 0], [True, False])
+
+
+def test_far_datetimes_do_not_overflow():
+    seconds, valid = parse_timestamps(pd.Series(["9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z"], dtype=object))
+    assert seconds.tolist() == [253_402_300_799, -62_135_596_800] and valid.tolist() == [True, True]
+
+
+def test_label_types_and_invalid_values_exactly():
+    values, valid = parse_labels(pd.Series([True, False, None], dtype="boolean"))
+    assert (values.dtype, values.tolist(), valid.tolist()) == (np.int8, [1, 0, 0], [True, True, False])
+    values, valid = parse_labels(pd.Series([0, 1, 2, 0.5, np.nan, -1, -0.0]))
+    assert (values.dtype, values.tolist()) == (np.int8, [0, 1, 0, 0, 0, 0, 0])
+    assert valid.tolist() == [True, True, False, False, False, False, True]
+    values, valid = parse_labels(pd.Series([1, None, 0], dtype="Int64"))
+    assert (values.dtype, values.tolist(), valid.tolist()) == (np.int8, [1, 0, 0], [True, False, True])
+    values, valid = parse_labels(pd.Series([" 1 ", "TRUE", "false", "0.0", "yes", None, ""], dtype=object))
+    assert (values.dtype, values.tolist()) == (np.int8, [1, 1, 0, 0, 0, 0, 0])
+    assert valid.tolist() == [True, True, True, True, False, False, False]
+
+
+def test_clean_and_quarantine_frames_have_the_contract_columns_and_types():
+    table = pa.table({"user_id": ["u1", None, "u3"], "item_id": ["i1", "i2", "i3"],
+                      "timestamp": [T0 + 10, T0 + 20, T0 + 30], "label": [1, 0, 7]})
+    clean, quarantine, counts = clean_table(table, 4, 1000, WINDOW)
+    assert {c: str(t) for c, t in clean.dtypes.items()} == {
+        "user_key": "int64", "item_key": "int64", "cat_key": "int64", "ts": "int64", "label": "int8",
+        "day": "int32"}
+    assert clean.to_dict("list") | {"user_key": None, "item_key": None} == {
+        "user_key": None, "item_key": None, "cat_key": [0], "ts": [T0 + 10], "label": [1],
+        "day": [WINDOW.day_number]}
+    assert clean["user_key"].tolist() != [0] and clean["item_key"].tolist() != [0]
+    assert list(quarantine.columns) == ["file", "row", "reason", "column", "user_id", "item_id",
+                                        "category_id", "timestamp", "label"]
+    assert (str(quarantine["file"].dtype), str(quarantine["row"].dtype)) == ("int32", "int64")
+    records = [{k: None if v is None or v != v else v for k, v in r.items()}  # NaN and None: null
+               for r in quarantine.to_dict("records")]
+    assert records == [
+        {"file": 4, "row": 1001, "reason": "null_user_id", "column": "user_id", "user_id": None,
+         "item_id": "i2", "category_id": None, "timestamp": str(T0 + 20), "label": "0"},
+        {"file": 4, "row": 1002, "reason": "bad_label", "column": "label", "user_id": "u3",
+         "item_id": "i3", "category_id": None, "timestamp": str(T0 + 30), "label": "7"}]
+    assert counts == {"null_user_id": 1, "null_item_id": 0, "bad_user_id": 0, "bad_item_id": 0,
+                      "bad_category_id": 0, "bad_timestamp": 0, "timestamp_out_of_range": 0,
+                      "bad_label": 1}
+
+
+def test_empty_clean_frame_has_the_clean_columns():
+    empty = empty_clean_frame()
+    assert len(empty) == 0
+    assert {c: str(t) for c, t in empty.dtypes.items()} == {
+        "user_key": "int64", "item_key": "int64", "cat_key": "int64", "ts": "int64", "label": "int8",
+        "day": "int32"}

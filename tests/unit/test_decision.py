@@ -55,3 +55,72 @@ def test_unusable_champion_blocks_unless_policy_says_ignore():
 def test_rule_rejects_nonsense(field, value):
     with pytest.raises(ValueError, match=field):
         GateRule(**{field: value})
+
+
+# ----------------------------------------------------------------------------- exact boundaries
+
+
+def test_min_auc_floor_is_inclusive():
+    """A candidate exactly at the floor passes; the next float below it does not."""
+    at_floor = decide(0.6, {"status": "none"}, None, RULE)
+    assert at_floor["blessed"]
+    assert at_floor["reasons"] == ["test AUC 0.6000 >= min_auc 0.6000",
+                                   "no champion registered yet: nothing to compare with"]
+    below = decide(math.nextafter(0.6, 0.0), {"status": "none"}, None, RULE)
+    assert not below["blessed"] and below["reasons"][0] == "test AUC 0.6000 < min_auc 0.6000"
+    assert decide(0.0, {"status": "none"}, None, GateRule(min_auc=0.0))["blessed"]
+
+
+def test_champion_bound_is_inclusive_at_exactly_minus_tolerance():
+    champion, comparison = scored(-0.004, -0.006, -RULE.tolerance)
+    assert decide(0.7, champion, comparison, RULE)["blessed"]
+    comparison["ci_high"] = math.nextafter(-RULE.tolerance, -1.0)
+    assert not decide(0.7, champion, comparison, RULE)["blessed"]
+
+
+def test_reasons_spell_out_the_comparison():
+    champion, comparison = scored(-0.003, -0.006, -0.0015)
+    assert decide(0.7, champion, comparison, RULE)["reasons"][1] == (
+        "AUC vs champion v3: -0.0030 (95% CI -0.0060 .. -0.0015); "
+        "upper bound >= -tolerance -0.0020: not significantly worse")
+    rule90 = GateRule(min_auc=0.6, tolerance=0.001, confidence=0.9)
+    champion, comparison = scored(-0.02, -0.03, -0.01, version=7)
+    assert decide(0.7, champion, comparison, rule90)["reasons"][1] == (
+        "AUC vs champion v7: -0.0200 (90% CI -0.0300 .. -0.0100); "
+        "upper bound < -tolerance -0.0010: significantly worse than the champion")
+
+
+def test_unusable_champion_reasons_name_version_cause_and_policy():
+    champion = {"status": "unusable", "version": 2, "reason": "cannot load: OSError: gone"}
+    blocked = decide(0.7, champion, None, RULE)
+    assert blocked["reasons"][1] == (
+        "champion v2 could not be scored on today's data (cannot load: OSError: gone); "
+        "policy if_champion_unusable=block: not blessed until resolved")
+    ignored = decide(0.7, champion, None, GateRule(min_auc=0.6, if_champion_unusable="ignore"))
+    assert ignored["blessed"] and ignored["reasons"][1].endswith(
+        "policy if_champion_unusable=ignore: judged on min_auc alone")
+    # the floor still rules when the champion is ignored
+    assert not decide(0.5, champion, None, GateRule(min_auc=0.6, if_champion_unusable="ignore"))["blessed"]
+
+
+def test_unknown_champion_status_is_an_error():
+    with pytest.raises(ValueError, match="unknown champion status 'stale'"):
+        decide(0.7, {"status": "stale"}, None, RULE)
+
+
+def test_verdict_carries_the_rule():
+    assert decide(0.7, {"status": "none"}, None, RULE)["rule"] == {
+        "min_auc": 0.6, "tolerance": 0.002, "confidence": 0.95, "if_champion_unusable": "block"}
+
+
+@pytest.mark.parametrize("field, value", [("min_auc", 0.0), ("min_auc", 1.0), ("tolerance", 0.0),
+                                          ("tolerance", 0.999), ("confidence", 0.5), ("confidence", 0.999)])
+def test_rule_accepts_its_documented_bounds(field, value):
+    assert getattr(GateRule(**{field: value}), field) == value
+
+
+@pytest.mark.parametrize("field, value", [("min_auc", -0.01), ("min_auc", 1.01), ("tolerance", 1.0),
+                                          ("confidence", 0.4999), ("confidence", 1.0)])
+def test_rule_rejects_just_outside_its_bounds(field, value):
+    with pytest.raises(ValueError, match=f"{field} must be in .*got {value!r}"):
+        GateRule(**{field: value})

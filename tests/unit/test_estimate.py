@@ -367,7 +367,7 @@ def test_saved_tensor_counter_counts_unique_storages():
 
 def test_fit_linear():
     assert fit_linear((2, 6), (10.0, 30.0)) == (5.0, 0.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="the probe needs two different micro-batch sizes"):
         fit_linear((2, 2), (1.0, 1.0))
 
 
@@ -426,3 +426,89 @@ def test_checkpointed_activations_match_what_autograd_keeps():
     model = mem.activation_bytes_per_sample(DEBUG, SMALL, checkpointing=True)
     layer = mem.encoder_layer_activation_bytes(DEBUG, SMALL.seq_len + 1)
     assert (b - a) / 192 == pytest.approx(sum(model.values()) - layer, rel=0.05)
+
+
+# ----------------------------------------------------------------------------- exact memory terms
+
+
+def test_sparse_gradients_grow_with_accumulation_inside_the_breakdown():
+    params = mem.parameter_split(DEBUG, SMALL)
+    setup = mem.MemorySetup(DEBUG, SMALL, micro_batch=64, grad_accum=3, sparse=True)
+    rows = 64 * 3 * ((SMALL.seq_len + 1) * (8 + 4 * DEBUG.d_model) + (8 + 4 * DEBUG.user_width))
+    assert mem.gradient_bytes(setup, params) == {"embedding": 4 * params["other_tables"] + rows,
+                                                 "dense": 4 * params["dense"]}
+
+
+def test_ddp_buckets_round_up_to_whole_buckets_on_the_bigger_part():
+    bucket = mem.DDP_BUCKET_BYTES
+    assert bucket == 25 * 1024 * 1024
+    setup = mem.MemorySetup(DEBUG, SMALL, 64, world_size=2, sparse=False)
+    # dense part bigger: the rounding goes to it
+    params = {"embedding": 1000, "other_tables": 10, "dense": 3000}
+    assert mem.ddp_bucket_bytes(setup, params) == {"embedding": 4000, "dense": bucket - 4000}
+    # tables bigger (one bucket plus 4 bytes in all): two buckets, the rounding on the tables
+    params = {"embedding": bucket // 4, "other_tables": 10, "dense": 1}
+    assert mem.ddp_bucket_bytes(setup, params) == {"embedding": 2 * bucket - 4, "dense": 4}
+    # a tie: the rounding goes to the tables
+    params = {"embedding": 1, "other_tables": 1, "dense": 1}
+    assert mem.ddp_bucket_bytes(setup, params) == {"embedding": bucket - 4, "dense": 4}
+    # exactly whole buckets: nothing added
+    params = {"embedding": bucket // 4, "other_tables": bucket // 8, "dense": bucket // 4}
+    assert mem.ddp_bucket_bytes(setup, params) == {"embedding": bucket, "dense": bucket}
+    # sparse tables are not bucketed: only the other tables are reduced densely (half a bucket here)
+    sparse = mem.MemorySetup(DEBUG, SMALL, 64, world_size=2, sparse=True)
+    assert mem.ddp_bucket_bytes(sparse, params) == {"embedding": bucket // 2, "dense": bucket + bucket // 2}
+
+
+def test_loader_workspace_and_batch_bytes_exactly():
+    # one row: 3 ids per click and per skipped exposure, 2 lengths, target item and category, user,
+    # 2 context ids (int64); the fp32 count features and label
+    assert mem.batch_bytes_per_sample(SMALL) == 8 * (3 * SMALL.seq_len + 7) + 4
+    wide = dataclasses.replace(SMALL, neg_len=5, dense=21)
+    assert mem.batch_bytes_per_sample(wide) == 8 * (3 * 20 + 3 * 5 + 7) + 4 * 22
+    assert mem.loader_bytes(mem.MemorySetup(DEBUG, SMALL, 10)) == 10 * mem.batch_bytes_per_sample(SMALL)
+    assert mem.loader_bytes(mem.MemorySetup(DEBUG, SMALL, 10, num_workers=3, prefetch_factor=2)) == \
+        7 * 10 * mem.batch_bytes_per_sample(SMALL)
+    cpu = mem.MemorySetup(DEBUG, SMALL, 10)
+    assert mem.workspace_bytes(cpu, 1009) == 100  # 10%, rounded down
+    assert mem.workspace_bytes(mem.MemorySetup(DEBUG, SMALL, 10, device="cuda"), 1009) == 100 + 256 * 1024 * 1024
+
+
+def test_optimizer_weights_and_autocast_exactly():
+    params = {"embedding": 7, "dense": 11, "other_tables": 0}
+    assert mem.weight_bytes(params) == {"embedding": 28, "dense": 44}
+    assert mem.optimizer_bytes(params) == {"embedding": 56, "dense": 88}
+    assert [mem.autocast_copy_bytes(p, params) for p in ("fp32", "bf16", "fp16")] == [
+        {"embedding": 0, "dense": 0}, {"embedding": 0, "dense": 22}, {"embedding": 0, "dense": 22}]
+
+
+def test_rule_of_thumb_is_the_published_formula():
+    assert mem.rule_of_thumb_bytes(1000, 10, 4, 2) == 1000 * 4 * 3.5 + 10 * 4 * 2 * 4
+
+
+def test_sparse_rows_and_parameter_split():
+    assert mem.sparse_rows_per_sample(SMALL) == (SMALL.seq_len + 1, 1)
+    split = mem.parameter_split(DEBUG, SMALL)
+    counts = count_parameters(DEBUG, SMALL)
+    assert split == {"sparse_tables": counts["sparse"], "other_tables": counts["embedding"] - counts["sparse"],
+                     "dense": counts["dense"], "embedding": counts["embedding"], "total": counts["total"]}
+    assert split["embedding"] + split["dense"] == split["total"]
+
+
+@pytest.mark.parametrize("field", ["micro_batch", "grad_accum", "world_size", "prefetch_factor"])
+@pytest.mark.parametrize("value", [0, -1, True, 1.0, "2"])
+def test_memory_setup_counts_are_integers_from_one(field, value):
+    base = {"micro_batch": 1, "grad_accum": 1, "world_size": 1, "prefetch_factor": 1}
+    assert mem.MemorySetup(DEBUG, SMALL, **base).micro_batch == 1  # 1 is allowed everywhere
+    with pytest.raises(ValueError, match=rf"^{field} must be an integer >= 1, got {value!r}$"):
+        mem.MemorySetup(DEBUG, SMALL, **(base | {field: value}))
+
+
+def test_memory_setup_precision_and_device_choices():
+    for precision in ("fp32", "bf16", "fp16"):
+        assert mem.MemorySetup(DEBUG, SMALL, 1, precision=precision).precision == precision
+    assert mem.MemorySetup(DEBUG, SMALL, 1, device="cuda").device == "cuda"
+    with pytest.raises(ValueError, match=r"^precision must be fp32, bf16 or fp16, got 'int8'$"):
+        mem.MemorySetup(DEBUG, SMALL, 1, precision="int8")
+    with pytest.raises(ValueError, match=r"^device must be cpu or cuda, got 'tpu'$"):
+        mem.MemorySetup(DEBUG, SMALL, 1, device="tpu")

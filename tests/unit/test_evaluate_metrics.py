@@ -174,7 +174,7 @@ def test_roc_points_thinning_keeps_ends_and_order() -> None:
 
 
 def test_roc_points_needs_both_classes() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="roc_points needs both positive and negative labels"):
         roc_points(np.array([0.1, 0.2]), np.array([1, 1]))
 
 
@@ -251,14 +251,84 @@ def test_delong_confidence_controls_width() -> None:
 
 def test_delong_errors() -> None:
     scores = np.array([0.1, 0.4, 0.3])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^delong needs both positive and negative labels$"):
         delong(scores, scores, np.array([1, 1, 1]))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^delong needs both positive and negative labels$"):
         delong(scores, scores, np.array([0, 0, 0]))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"arrays differ in length: \[3, 2, 3\]"):
         delong(scores, scores[:2], np.array([0, 1, 0]))
-    with pytest.raises(ValueError):
-        delong(scores, scores, np.array([0, 1, 0]), confidence=1.0)
+    with pytest.raises(ValueError, match=r"expected 1-D arrays, got shape \(1, 3\)"):
+        delong(scores[None, :], scores, np.array([0, 1, 0]))
+    for bad in (1.0, 0.0, -0.5):
+        with pytest.raises(ValueError, match=rf"confidence must be in \(0, 1\), got {bad}"):
+            delong(scores, scores, np.array([0, 1, 0]), confidence=bad)
+
+
+# Hand-computed (DeLong et al. 1988, eqs. for V10/V01 and S10/S01), 3 positives and 2 negatives:
+#   A: positives 0.9 0.8 0.4 | negatives 0.5 0.3 -> V10 = (1, 1, 1/2), V01 = (2/3, 1), AUC 5/6
+#   B: positives 0.6 0.2 0.7 | negatives 0.4 0.65 -> V10 = (1/2, 0, 1), V01 = (2/3, 1/3), AUC 1/2
+#   S10: var A 1/12, var B 1/4, cov -1/8 -> (1/12 + 1/4 + 1/4) / 3 = 7/36
+#   S01: var A 1/18, var B 1/18, cov -1/18 -> (4/18) / 2 = 1/9
+#   var(delta) = 11/36, se = sqrt(11)/6, delta = 1/3, z = 2/sqrt(11)
+HAND_A = np.array([0.9, 0.8, 0.4, 0.5, 0.3])
+HAND_B = np.array([0.6, 0.2, 0.7, 0.4, 0.65])
+HAND_LABELS = np.array([1, 1, 1, 0, 0])
+Z_975 = 1.959963984540054
+"""The 97.5% standard normal quantile (tables: 1.95996...), the half-width of a 95% interval in se."""
+
+
+def test_delong_matches_a_hand_computed_example() -> None:
+    result = delong(HAND_A, HAND_B, HAND_LABELS)
+    assert result["auc_a"] == pytest.approx(5 / 6, abs=1e-15)
+    assert result["auc_b"] == pytest.approx(0.5, abs=1e-15)
+    assert result["delta"] == pytest.approx(1 / 3, abs=1e-15)
+    assert result["se"] == pytest.approx(math.sqrt(11) / 6, rel=1e-12)
+    assert result["z"] == pytest.approx(2 / math.sqrt(11), rel=1e-12)
+    # two-sided p of z = 0.603023: 2 * (1 - Phi(0.603023)) = 0.546494 (normal tables)
+    assert result["p_value"] == pytest.approx(0.5464936, abs=1e-6)
+    assert result["ci_low"] == pytest.approx(1 / 3 - Z_975 * math.sqrt(11) / 6, rel=1e-12)
+    assert result["ci_high"] == pytest.approx(1 / 3 + Z_975 * math.sqrt(11) / 6, rel=1e-12)
+    assert (result["positives"], result["negatives"], result["confidence"]) == (3, 2, 0.95)
+    # the same rows in another order, and the models swapped, give the same (mirrored) answer
+    order = np.array([4, 0, 3, 2, 1])
+    assert delong(HAND_A[order], HAND_B[order], HAND_LABELS[order]) == pytest.approx(result)
+    swapped = delong(HAND_B, HAND_A, HAND_LABELS)
+    assert swapped["delta"] == pytest.approx(-1 / 3) and swapped["se"] == pytest.approx(result["se"])
+    assert swapped["z"] == pytest.approx(-result["z"]) and swapped["p_value"] == pytest.approx(result["p_value"])
+
+
+@pytest.mark.parametrize("confidence, z", [(0.95, Z_975), (0.90, 1.6448536269514722), (0.99, 2.5758293035489004)])
+def test_delong_interval_is_delta_plus_minus_z_times_se(confidence: float, z: float) -> None:
+    """Width = 2 * z(1 - alpha/2) * se: a 95% interval that quietly became a 90% one fails here."""
+    rng = np.random.default_rng(8)
+    labels = rng.integers(0, 2, 400)
+    a, b = labels + rng.normal(0, 1, 400), labels + rng.normal(0, 1, 400)
+    result = delong(a, b, labels, confidence=confidence)
+    assert result["se"] > 0
+    assert result["ci_high"] - result["ci_low"] == pytest.approx(2 * z * result["se"], rel=1e-12)
+    assert (result["ci_low"] + result["ci_high"]) / 2 == pytest.approx(result["delta"], rel=1e-12)
+    assert result["p_value"] == pytest.approx(math.erfc(abs(result["z"]) / math.sqrt(2)), rel=1e-12)
+    assert result["confidence"] == confidence
+
+
+def test_delong_zero_variance_with_a_difference_is_certain() -> None:
+    """Both models' components constant (A separates perfectly, B scores all alike): se is 0."""
+    labels = np.array([1, 1, 0, 0, 0])
+    perfect, flat = np.array([0.9, 0.8, 0.2, 0.1, 0.3]), np.full(5, 0.5)
+    result = delong(perfect, flat, labels)
+    assert (result["auc_a"], result["auc_b"], result["se"]) == (1.0, 0.5, 0.0)
+    assert result["z"] == math.inf and result["p_value"] == 0.0
+    assert result["ci_low"] == result["ci_high"] == 0.5
+    reverse = delong(flat, perfect, labels)
+    assert reverse["z"] == -math.inf and reverse["p_value"] == 0.0
+
+
+def test_delong_integer_scores_and_boolean_labels() -> None:
+    ints = delong(np.array([3, 2, 1, 2, 0]), np.array([1, 1, 1, 1, 1]), np.array([True, True, True, False, False]))
+    floats = delong(np.array([3.0, 2.0, 1.0, 2.0, 0.0]), np.ones(5), np.array([1, 1, 1, 0, 0]))
+    assert ints == pytest.approx(floats)
+    # per positive, the share of negatives (2, 0) beaten, ties half: 3 -> 1, 2 -> 3/4, 1 -> 1/2
+    assert ints["auc_a"] == pytest.approx((1 + 0.75 + 0.5) / 3)
 
 
 def test_delong_single_positive_gives_nan_interval() -> None:

@@ -1,5 +1,6 @@
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -176,3 +177,36 @@ def test_any_id_type_with_any_nulls_gives_the_decimal_texts_key(ids, null_at, na
                 for v in values]
     assert keys.tolist() == expected
     assert null.tolist() == [v is None for v in values] and not invalid.any()
+
+
+def text_keys(*ids: str) -> list[int]:
+    keys, null = hash_ids(pd.Series(list(ids), dtype=object))
+    assert not null.any()
+    return keys.tolist()
+
+
+def test_float32_and_boolean_id_columns_hash_like_their_integer_text():
+    as_float32, _ = hash_ids(np.array([2.0, 40.0], np.float32))
+    as_bool, _ = hash_ids(np.array([True, False]))
+    assert as_float32.tolist() == text_keys("2", "40")
+    assert as_bool.tolist() == text_keys("1", "0")
+
+
+def test_all_null_and_empty_first_ids():
+    keys, null = hash_ids(pd.Series([None, None], dtype=object))
+    assert (keys.dtype, keys.tolist(), null.tolist()) == (np.int64, [0, 0], [True, True])
+    keys, null = hash_ids(pd.Series(["", "a", ""], dtype=object))
+    assert null.tolist() == [True, False, True] and keys.tolist() == [0, *text_keys("a"), 0]
+    keys, null = hash_ids(pd.Series([], dtype=object))
+    assert (keys.dtype, keys.tolist(), null.tolist()) == (np.int64, [], [])
+
+
+def test_bucketize_smallest_table_and_types():
+    keys = np.array([-1, 0, 1, 2**62], np.int64)
+    two = bucketize(keys, 2)
+    assert (two.dtype, two.tolist()) == (np.int32, [1, 1, 1, 1])
+    # unsigned modulo: -1 is 2**64 - 1
+    assert bucketize(keys, 11, np.array([False, False, True, False])).tolist() == [
+        (2**64 - 1) % 10 + 1, 1, 0, 2**62 % 10 + 1]
+    with pytest.raises(ValueError, match=r"^buckets must be >= 2 \(one is reserved for padding\), got 1$"):
+        bucketize(keys, 1)

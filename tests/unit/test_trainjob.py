@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -55,13 +54,16 @@ def test_trainjob_from_plan_and_target(tmp_path):
 
 
 def test_trainjob_validates_against_the_trainer_crd(tmp_path):
-    schemas = crd_schemas()
-    if not schemas:
-        pytest.skip("Kubeflow Trainer CRD schemas (../shared/schemas/crds) are not shipped with the repo")
+    schemas = crd_schemas()  # manifests/schemas/crds: shipped with the repo
     job = build_trainjob(spec_for(tmp_path), TrainPlan(nproc_per_node=8), A100)
     assert validate_objects([job], schemas) == ([], [])
     job["spec"]["trainer"]["numNodes"] = "two"
-    assert validate_objects([job], schemas)[0]
+    (problem,) = validate_objects([job], schemas)[0]
+    assert "'two' is not of type 'integer'" in problem and "spec/trainer/numNodes" in problem
+    job = build_trainjob(spec_for(tmp_path), TrainPlan(nproc_per_node=8), A100)
+    job["spec"]["podTemplateOverrides"] = []  # not a field of the Trainer 2.3 TrainJob
+    (problem,) = validate_objects([job], schemas)[0]
+    assert "'podTemplateOverrides' was unexpected" in problem
 
 
 def test_cluster_target_from_json_refuses_unknown_keys():
@@ -133,12 +135,15 @@ class FakeCore:
         self.phase = phase
 
     def list_namespaced_pod(self, namespace, label_selector):
-        pod = SimpleNamespace(metadata=SimpleNamespace(name="p-0"),
-                              to_dict=lambda: {"status": {"phase": self.phase, "container_statuses": None}})
-        return SimpleNamespace(items=[pod])
+        from kubernetes import client as k8s
+
+        return k8s.V1PodList(items=[k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="p-0"),
+                                              status=k8s.V1PodStatus(phase=self.phase))])
 
     def list_namespaced_event(self, namespace, field_selector):
-        return SimpleNamespace(items=[])
+        from kubernetes import client as k8s
+
+        return k8s.CoreV1EventList(items=[])
 
     def read_namespaced_pod_log(self, name, namespace, container, tail_lines):
         return "Traceback ...\nRuntimeError: boom"
@@ -171,3 +176,81 @@ def test_launcher_adopts_its_own_job_after_a_task_retry_and_times_out_when_unsch
     with pytest.raises(LaunchError, match="timeout: no pod running"):
         launcher.run(spec_for(tmp_path))
     assert custom.created == [] and len(custom.deleted) == 1
+
+
+# ----------------------------------------------------------------------------- real client models
+# What the Kubernetes Python client really returns: model objects whose to_dict() is snake_case
+# (container_statuses, exit_code). The APIs are autospecced from the real classes, so a call with
+# a wrong name or argument fails here as it would against the cluster.
+
+
+def real_apis(trainjob_statuses, pod_status, events=()):
+    from unittest.mock import create_autospec
+
+    from kubernetes import client as k8s
+
+    custom = create_autospec(k8s.CustomObjectsApi, instance=True)
+    custom.get_namespaced_custom_object.side_effect = (
+        [{"status": s} for s in trainjob_statuses[:-1]] + [{"status": trainjob_statuses[-1]}] * 1000)
+    core = create_autospec(k8s.CoreV1Api, instance=True)
+    pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="dailyrec-node-0-0"), status=pod_status)
+    core.list_namespaced_pod.return_value = k8s.V1PodList(items=[pod])
+    core.list_namespaced_event.return_value = k8s.CoreV1EventList(items=[
+        k8s.CoreV1Event(metadata=k8s.V1ObjectMeta(name=f"e{i}"), involved_object=k8s.V1ObjectReference(),
+                        type=kind, reason=reason, message=message)
+        for i, (kind, reason, message) in enumerate(events)])
+    core.read_namespaced_pod_log.return_value = "Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory"
+    return custom, core
+
+
+def container(name="node", **state):
+    from kubernetes import client as k8s
+
+    return k8s.V1ContainerStatus(name=name, image="reg/dailyrec-trainer:abc", image_id="", ready=False,
+                                 restart_count=0, state=k8s.V1ContainerState(**state))
+
+
+def test_a_failed_pod_from_the_real_client_names_its_exit_code(tmp_path):
+    from kubernetes import client as k8s
+
+    oom = k8s.V1PodStatus(phase="Failed", container_statuses=[
+        container(terminated=k8s.V1ContainerStateTerminated(exit_code=137, reason="OOMKilled"))])
+    custom, core = real_apis([{}, {"conditions": [cond("Failed", "JobFailed", "backoff limit")]}], oom)
+    launcher = TrainJobLauncher(ClusterTarget(poll_s=0.01, namespace="ns"), apis=(custom, core))
+    with pytest.raises(LaunchError, match=r"failed: JobFailed: backoff limit \(container node exited 137 "
+                                          r"\(OOMKilled\)\)\nlast log lines:\n[\s\S]*CUDA out of memory"):
+        launcher.run(spec_for(tmp_path))
+    name = trainjob_name(str(tmp_path / "train"))
+    core.list_namespaced_pod.assert_called_with("ns", label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
+    core.list_namespaced_event.assert_called_with("ns", field_selector=f"involvedObject.name={name}")
+    custom.delete_namespaced_custom_object.assert_called_once_with(
+        "trainer.kubeflow.org", "v1alpha1", "ns", "trainjobs", name, propagation_policy="Foreground")
+
+
+def test_a_pod_stuck_pulling_its_image_from_the_real_client_is_named(tmp_path):
+    from kubernetes import client as k8s
+
+    pulling = k8s.V1PodStatus(phase="Pending", container_statuses=[
+        container(waiting=k8s.V1ContainerStateWaiting(reason="ImagePullBackOff",
+                                                      message='Back-off pulling image "reg/x"'))])
+    custom, core = real_apis([{}], pulling, events=[("Normal", "Scheduled", "assigned")])
+    launcher = TrainJobLauncher(ClusterTarget(poll_s=0.01, pending_timeout_s=0.05, namespace="ns"),
+                                apis=(custom, core))
+    with pytest.raises(LaunchError, match=r"timeout: no pod running after \d+s: ImagePullBackOff: "
+                                          r"Back-off pulling image \"reg/x\""):
+        launcher.run(spec_for(tmp_path))
+
+
+def test_a_running_pod_from_the_real_client_counts_as_running(tmp_path):
+    from kubernetes import client as k8s
+
+    running = k8s.V1PodStatus(phase="Running", container_statuses=[
+        container(running=k8s.V1ContainerStateRunning())])
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "train_summary.json").write_text(json.dumps({"best_val_auc": 0.71}))
+    custom, core = real_apis([{}, {}, {"conditions": [cond("Complete")]}], running,
+                             events=[("Warning", "FailedScheduling", "0/3 nodes available")])
+    launcher = TrainJobLauncher(ClusterTarget(poll_s=0.01, pending_timeout_s=0.001, namespace="ns"),
+                                apis=(custom, core))
+    assert launcher.run(spec_for(tmp_path)) == {"best_val_auc": 0.71}
+    custom.delete_namespaced_custom_object.assert_not_called()

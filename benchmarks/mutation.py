@@ -1,0 +1,388 @@
+"""Mutation testing of the critical modules (`make mutation`): how many small bugs the tests catch.
+
+For each module below, mutmut (pip extra ``mutation``) makes many one-token bugs in it
+(``>=`` -> ``>``, ``+ 1`` -> ``+ 2``, a string changed, an argument dropped, ...) and runs only
+the fast test files that cover that module against each; a bug the tests miss "survives".
+Each module runs in its own scratch folder ``build/mutation/<name>/`` with its own mutmut
+settings (what to mutate, which tests), so the selection is per module and runs never share
+state. Results: ``benchmarks/results/mutation.json`` and the README's Mutation testing block.
+
+A surviving mutant is listed with its diff; the few that cannot change behaviour
+(equivalent mutants) are named in ``EQUIVALENT`` with the reason, and the kill rate is
+reported both raw and over the non-equivalent mutants (the target: >= 90% per module).
+
+    python benchmarks/mutation.py                      # every module (tens of minutes on 2 cores)
+    python benchmarks/mutation.py --only decision      # one or more modules, by name
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.readme import RESULTS, ROOT, update_readme
+
+SCRATCH = ROOT / "build" / "mutation"
+TARGET = 0.90
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    path: str
+    tests: tuple[str, ...]
+    functions: tuple[str, ...] = ()
+    """Only these functions (all of the module when empty)."""
+    what: str = ""
+
+    @property
+    def dotted(self) -> str:
+        return self.path.removesuffix(".py").replace("/", ".")
+
+    def patterns(self) -> list[str]:
+        """mutmut's mutant-name globs (``pkg.mod.x_func__mutmut_3``; a method ``Class.m`` is
+        ``pkg.mod.xǁClassǁm__mutmut_3``)."""
+        return [f"{self.dotted}.x{'ǁ'.join(['', *f.split('.')])}__mutmut_*" if "." in f
+                else f"{self.dotted}.x_{f}__mutmut_*" for f in self.functions]
+
+
+MODULES = (
+    Module("sequences", "components/preprocess/sequences.py", ("tests/unit/test_sequences.py",),
+           what="history building, canonical order, duplicates"),
+    Module("clean", "components/preprocess/clean.py", ("tests/unit/test_clean.py",),
+           what="row validation and quarantine accounting"),
+    Module("hashing", "components/common/hashing.py", ("tests/unit/test_hashing.py",),
+           what="stable id hashing and buckets"),
+    Module("delong", "components/evaluate/metrics.py", ("tests/unit/test_evaluate_metrics.py",),
+           functions=("_vectors", "_structural_components", "_sample_cov", "delong"),
+           what="DeLong AUC-difference test (the gate's interval)"),
+    Module("decision", "components/evaluate/decision.py", ("tests/unit/test_decision.py",),
+           what="champion/challenger gate"),
+    Module("checkpoint", "components/train/checkpoint.py", ("tests/unit/test_checkpoint.py",),
+           what="atomic checkpoints, rotation, safe loads"),
+    Module("registry", "components/register/registry.py", ("tests/unit/test_registry.py",),
+           what="champion lookup and alias reads"),
+    Module("memory", "components/estimate/memory.py", ("tests/unit/test_estimate.py",),
+           what="the plan's memory and time model"),
+)
+
+_CENTRED = ("sum((a + mean a)(b - mean b)) = sum(a (b - mean b)) + mean a * sum(b - mean b), and "
+            "sum(b - mean b) = 0: the same covariance up to rounding (1e-16)")
+_V01_SHIFT = ("V01 enters only through variances and covariances, which do not change when every "
+              "V01 is shifted by a constant or (both models alike) negated")
+_NAT = ("both callers overwrite the NaT rows (with 0 where invalid, or NaN before the validity "
+        "check), so the value put there is never read")
+_TO_NUMPY = ("pandas 3 gives the same float64 array with NaN for missing values either way, nullable "
+             "Int64/boolean columns included (an int64 array for a column without missing values "
+             "compares and converts the same)")
+_LABEL_FILL = ('a missing label becomes "none", "nan" or "xxxx" instead of "": none is a label word, '
+               "so the row stays invalid")
+EQUIVALENT: dict[tuple[str, str], str] = {
+    ("delong", "return float(np.sum((a + a.mean()) * (b - b.mean())) / (len(a) - 1))"): _CENTRED,
+    ("delong", "return float(np.sum((a - a.mean()) * (b + b.mean())) / (len(a) - 1))"): _CENTRED,
+    ("delong", "v01 = 1.0 + (tz_y - average_ranks(y)) / m"): _V01_SHIFT,
+    ("delong", "v01 = 2.0 - (tz_y - average_ranks(y)) / m"): _V01_SHIFT,
+    ("delong", "auc_a, v10_a, v01_a = _structural_components(scores_a.astype(None), y)"):
+        "numpy's astype(None) is astype(float64)",
+    ("delong", "auc_b, v10_b, v01_b = _structural_components(scores_b.astype(None), y)"):
+        "numpy's astype(None) is astype(float64)",
+    ("delong", "se = math.sqrt(max(var_delta, 0.0)) if (not math.isnan(var_delta)) or True else math.nan"):
+        "a NaN variance gives max(nan, 0.0) = nan and sqrt(nan) = nan: the guard only documents intent",
+    ("sequences", 'first = np.searchsorted(click_key, group.astype(np.int64) * span, )'):
+        'side="left" is searchsorted\'s default',
+    ("sequences", "end = np.searchsorted(click_key, row_key, )  # first click not strictly before"):
+        'side="left" is searchsorted\'s default',
+    ("sequences", "offsets = np.arange(-seq_len, 0, dtype=None)"): "numpy 2's default integer is int64",
+    ("sequences", "offsets = np.arange(-seq_len, 0, )"): "numpy 2's default integer is int64",
+    ("sequences", "for lo in range(0, n, ):"): "chunks of one row: the same histories, only slower",
+    ("sequences", "for lo in range(1, n, GATHER_CHUNK):"):
+        "row 0 is the first row of its user in time order, so its history is empty, which is what "
+        "the zero-filled output already holds; the chunks from row 1 still cover every other row",
+    ("sequences", "hi = None"): "every chunk then runs to the end: the same values are written again "
+                                "(more memory and time, same result)",
+    ("sequences", "break"): "the loop body only reaches this when there are no clicks at all, for "
+                            "every chunk alike: stopping or skipping leaves the same zeros",
+    ("sequences", "new_user = np.empty(n, None)"): "float 0/1 flags give the same cumulative group numbers",
+    ("sequences", "new_user = np.empty(n, )"): "float 0/1 flags give the same cumulative group numbers",
+    ("sequences", "return np.stack([seconds_of_day / 3600, (days + 3) % 7], axis=1).astype(np.uint8)"):
+        "seconds_of_day is in [0, 86400): the uint8 cast truncates the float hour to the floor",
+    ("sequences", "days = ts / 86_400"):
+        "(k + f + 3) % 7 with 0 <= f < 1 is ((k + 3) % 7) + f, which the uint8 cast truncates to "
+        "the integer weekday (also for negative times: Python's % is non-negative)",
+    ("sequences", "if n >= 1:"): "with one row there is no pair of neighbours to compare",
+    ("hashing", 'return value.decode(errors="backslashreplace")'): "UTF-8 is bytes.decode's default",
+    ("hashing", 'return value.decode("UTF-8", errors="backslashreplace")'): "codec names ignore case",
+    ("hashing", "out = (keys.view(np.uint64) % np.uint64(buckets - 1)).astype(None) + 1"):
+        "the remainder is below buckets - 1 (< 2**31), exact in float64, and cast to int32 at the end",
+    ("hashing", 'if values.dtype.kind in "XXiuXX":'): "the kinds i and u are still substrings",
+    ("hashing", 'if values.dtype.kind in "IU":'):
+        "integer arrays then take the per-value path, where str(numpy integer) is the same decimal text",
+    ("hashing", 'if uniques.dtype.kind in "XXOUTXX":'): "the kinds O, U and T are still substrings",
+    ("hashing", 'if uniques.dtype.kind in "out":'):
+        "factorize returns text ids as an object array already; a numpy unicode array takes the "
+        "per-value path with the same text",
+    ("hashing", "text = canonical_id_strings(uniques) if (len(uniques)) or True else np.empty(0, dtype=object)"):
+        "the canonical text of no ids is an empty object array too",
+    ("hashing", "text = canonical_id_strings(uniques) if len(uniques) else np.empty(0, dtype=None)"):
+        "hashing no values gives no keys whatever the empty array's type",
+    ("hashing", "text = canonical_id_strings(uniques) if len(uniques) else np.empty(0, )"):
+        "hashing no values gives no keys whatever the empty array's type",
+    ("hashing", "text = canonical_id_strings(uniques) if len(uniques) else np.empty(1, dtype=object)"):
+        "with no distinct ids every row is null and gets key 0; the extra key is never read",
+    ("hashing", "keys = hash_array(text, hash_key=HASH_KEY, categorize=None).view(np.int64)"):
+        "categorize only de-duplicates before hashing (pandas: same hashes, faster with repeats)",
+    ("hashing", "keys = hash_array(text, hash_key=HASH_KEY, ).view(np.int64)"):
+        "categorize only de-duplicates before hashing (pandas: same hashes, faster with repeats)",
+    ("hashing", "keys = hash_array(text, hash_key=HASH_KEY, categorize=True).view(np.int64)"):
+        "categorize only de-duplicates before hashing (pandas: same hashes, faster with repeats)",
+    ("hashing", 'empty = np.fromiter((t == "" for t in text), dtype=bool, )'):
+        "count only preallocates; the array is the same",
+    ("hashing", "codes, uniques = pd.factorize(pd.Series(values), )"): "use_na_sentinel=True is the default",
+    ("clean", 'naive = values.dt.tz_convert(None).dt.tz_localize(None).to_numpy()'):
+        "tz_convert(None) converts to UTC and drops the zone: what the next call does anyway",
+    ("clean", 'naive = values.dt.tz_convert("utc").dt.tz_localize(None).to_numpy()'): '"utc" is UTC',
+    ("clean", 'values = column.dt.tz_localize("utc") if column.dt.tz is None else column.dt.tz_convert("UTC")'):
+        '"utc" is UTC',
+    ("clean", 'values = column.dt.tz_localize("UTC") if column.dt.tz is None else column.dt.tz_convert("utc")'):
+        '"utc" is UTC',
+    ("clean", "return np.where(None, 0, naive.view(np.int64) // per_second)"): _NAT,
+    ("clean", "return np.where(values.isna().to_numpy(), 1, naive.view(np.int64) // per_second)"): _NAT,
+    ("clean", "parse_labels: if pd.api.types.is_bool_dtype(None):"):
+        "booleans then take the numeric path: pandas counts bool and boolean as numeric, True/False "
+        "become 1.0/0.0 and NA NaN: the same labels and validity",
+    ("clean", "values = column.to_numpy(dtype=None, na_value=np.nan)"): _TO_NUMPY,
+    ("clean", "values = column.to_numpy(dtype=np.float64, na_value=None)"): _TO_NUMPY,
+    ("clean", "values = column.to_numpy(na_value=np.nan)"): _TO_NUMPY,
+    ("clean", "values = column.to_numpy(dtype=np.float64, )"): _TO_NUMPY,
+    ("clean", "seconds = numeric.to_numpy(dtype=None, na_value=np.nan).copy()"): _TO_NUMPY,
+    ("clean", "seconds = numeric.to_numpy(dtype=np.float64, na_value=None).copy()"): _TO_NUMPY,
+    ("clean", "seconds = numeric.to_numpy(na_value=np.nan).copy()"): _TO_NUMPY,
+    ("clean", "seconds = numeric.to_numpy(dtype=np.float64, ).copy()"): _TO_NUMPY,
+    ("clean", "text = column.astype(object).where(column.notna(), None).astype(str).str.strip().str.lower()"):
+        _LABEL_FILL,
+    ("clean", "text = column.astype(object).where(column.notna(), ).astype(str).str.strip().str.lower()"):
+        _LABEL_FILL,
+    ("clean", 'text = column.astype(object).where(column.notna(), "XXXX").astype(str).str.strip().str.lower()'):
+        _LABEL_FILL,
+    ("clean", "if not pd.api.types.is_numeric_dtype(None):"):
+        "in a numeric column the only NaN are missing values, which are not text rows: the text "
+        "branch then finds nothing to parse",
+    ("clean", "seconds[text_rows] = _datetime_seconds(parsed).astype(None)"): "numpy's astype(None) is astype(float64)",
+    ("clean", "seconds[np.flatnonzero(text_rows)[parsed.isna().to_numpy()]] = None"):
+        "None stored into a float64 array is NaN",
+    ("clean", "valid = np.isfinite(seconds) & (np.abs(seconds) < 1e+17)  # beyond: cannot be a time at all"):
+        "1e+17 and 1e17 are the same number",
+    ("clean", "return np.where(valid, np.floor(np.where(valid, seconds, 1)), 0).astype(np.int64), valid"):
+        "the inner fill value is replaced by the outer where's 0 at the same rows",
+    ("clean", "rows = np.arange(row_offset, row_offset + n, dtype=None)"): "numpy 2's default integer is int64",
+    ("clean", "rows = np.arange(row_offset, row_offset + n, )"): "numpy 2's default integer is int64",
+    ("hashing", "out = np.where(null, 0, keys[np.maximum(codes, 0)] if len(keys) else 1).astype(np.int64)"):
+        "no keys means no non-null id: every row is null and gets 0, the fallback is never chosen",
+}
+"""(module name, mutated line as mutmut shows it, stripped) -> why the mutant cannot change
+behaviour; ``"function: line"`` where the same line occurs in two functions. Keyed by text, not
+by mutant number, so the list survives renumbering."""
+
+
+def mutmut_settings(module: Module) -> str:
+    """The ``[tool.mutmut]`` table of one module's scratch pyproject.toml."""
+    def toml_list(items) -> str:
+        return "[" + ", ".join(json.dumps(str(i)) for i in items) + "]"
+
+    return "\n".join([
+        "", "[tool.mutmut]",
+        'source_paths = ["components"]',
+        f"only_mutate = {toml_list([module.path])}",
+        f"pytest_add_cli_args_test_selection = {toml_list(module.tests)}",
+        # quiet, no cache folder, no warnings-as-errors surprises from a mutant's import
+        'pytest_add_cli_args = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly"]',
+        'also_copy = ["pipelines", "configs", "benchmarks", "manifests", "images", "README.md"]',
+        # torch and Dask are not fork-safe once initialised: fork workers from a clean server
+        'process_isolation = "forkserver"',
+        "use_git_change_detection = false",
+        "timeout_multiplier = 10.0",
+        "",
+    ])
+
+
+def prepare(module: Module) -> Path:
+    """A fresh scratch folder: links to the sources, a pyproject.toml with this module's settings."""
+    folder = SCRATCH / module.name
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for name in ("components", "tests", "pipelines", "configs", "benchmarks", "manifests", "images",
+                 "README.md"):
+        (folder / name).symlink_to(ROOT / name)
+    text = (ROOT / "pyproject.toml").read_text()
+    (folder / "pyproject.toml").write_text(text + mutmut_settings(module))
+    # exists before Python starts: a PYTHONPATH entry missing at start-up is cached as "no such
+    # folder" and the tests would import the unmutated sources
+    (folder / "mutants").mkdir()
+    return folder
+
+
+def mutmut(folder: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CI")}
+    # the mutated copy under mutants/ must be what the tests (and their subprocesses) import
+    env["PYTHONPATH"] = str(folder / "mutants")
+    env["MLFLOW_DISABLE_TELEMETRY"] = "true"
+    return subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def results(folder: Path, module: Module) -> dict[str, str]:
+    """{mutant name: status} from mutmut's per-file record (mutants/<path>.meta)."""
+    from mutmut.stats import status_by_exit_code
+
+    meta = json.loads((folder / "mutants" / (module.path + ".meta")).read_text())
+    names = meta["exit_code_by_key"]
+    wanted = [re.compile(p.replace(".", r"\.").replace("*", ".*") + "$") for p in module.patterns()]
+    return {name: status_by_exit_code[code] for name, code in sorted(names.items())
+            if code is not None and (not wanted or any(w.match(name) for w in wanted))}
+
+
+DIFFS = """
+import json, sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+path, names = sys.argv[1], json.loads(sys.argv[2])
+print(json.dumps({name: get_diff_for_mutant(name, path=path) for name in names}))
+"""
+
+
+def diffs(folder: Path, path: str, names: list[str]) -> dict[str, str]:
+    """{mutant name: unified diff of its function} (what ``mutmut show`` prints), in one process."""
+    if not names:
+        return {}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", DIFFS, path, json.dumps(names)], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=600, check=True)
+    return json.loads(done.stdout)
+
+
+def mutated_line(diff: str) -> str:
+    added = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    return added[0] if added else ""
+
+
+def run_module(module: Module, workers: int) -> dict:
+    folder = prepare(module)
+    started = time.perf_counter()
+    done = mutmut(folder, "run", "--max-children", str(workers), *module.patterns())
+    seconds = time.perf_counter() - started
+    if not (folder / "mutants" / (module.path + ".meta")).is_file():
+        sys.exit(f"mutation: mutmut did not run for {module.name} (exit {done.returncode}):\n"
+                 + (done.stdout + done.stderr)[-3000:])
+    (folder / "seconds.txt").write_text(f"{seconds:.1f}\n")
+    return collect(module, folder)
+
+
+def collect(module: Module, folder: Path) -> dict:
+    """The result row of a finished run in ``folder`` (also used to re-read one: ``--collect``)."""
+    timing = folder / "seconds.txt"
+    seconds = float(timing.read_text()) if timing.is_file() else None  # JSON null: not timed
+    statuses = results(folder, module)
+    counts: dict[str, int] = {}
+    for status in statuses.values():
+        counts[status] = counts.get(status, 0) + 1
+    survivors = []
+    missed = [name for name, status in statuses.items() if status not in ("killed", "timeout", "segfault")]
+    for name, diff in diffs(folder, module.path, missed).items():
+        status, line = statuses[name], mutated_line(diff)
+        function = re.sub(r"__mutmut_\d+$", "", name.removeprefix(module.dotted + ".")).removeprefix("x_")
+        why = EQUIVALENT.get((module.name, f"{function}: {line}")) or EQUIVALENT.get((module.name, line))
+        survivors.append({"mutant": name.removeprefix(module.dotted + "."), "status": status,
+                          "line": line, "equivalent": why, "diff": diff})
+    total = len(statuses)
+    killed = sum(counts.get(s, 0) for s in ("killed", "timeout", "segfault"))
+    equivalent = sum(1 for s in survivors if s["equivalent"])
+    rate = killed / total if total else 0.0
+    effective = killed / (total - equivalent) if total > equivalent else 0.0
+    return {"module": module.name, "path": module.path, "functions": list(module.functions) or "all",
+            "what": module.what, "tests": list(module.tests), "mutants": total, "killed": killed,
+            "equivalent": equivalent, "counts": counts, "kill_rate": round(rate, 4),
+            "kill_rate_non_equivalent": round(effective, 4), "meets_target": effective >= TARGET,
+            "seconds": None if seconds is None else round(seconds, 1), "survivors": survivors}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| module | what | mutants | killed | equivalent | kill rate (non-equivalent) | tests | time |",
+             "|---|---|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        lines.append(f"| `{r['path']}`{'' if r['functions'] == 'all' else ' (' + ', '.join(r['functions']) + ')'} "
+                     f"| {r['what']} | {r['mutants']} | {r['killed']} | {r['equivalent']} "
+                     f"| {100 * r['kill_rate_non_equivalent']:.1f}% | {', '.join(f'`{t}`' for t in r['tests'])} "
+                     f"| {'?' if r['seconds'] is None else format(r['seconds'], '.0f')} s |")
+    met = sum(r["meets_target"] for r in rows)
+    return "\n".join(lines) + (f"\n\n{met} of {len(rows)} modules at >= {TARGET:.0%} of non-equivalent "
+                               "mutants killed (`make mutation`; survivors and equivalents with reasons "
+                               "in benchmarks/results/mutation.json).")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="benchmarks/mutation.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", metavar="NAME", choices=[m.name for m in MODULES],
+                        help="run these modules only (default: all); earlier results of the others are kept")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2,
+                        help="mutants tested in parallel (default: the CPU count)")
+    parser.add_argument("--results", default=str(RESULTS / "mutation.json"), help="where the JSON goes")
+    parser.add_argument("--functions", nargs="+", metavar="NAME",
+                        help="with one --only module: mutate only these functions (a partial run, "
+                             "recorded as such)")
+    parser.add_argument("--collect", action="store_true",
+                        help="run nothing: re-read the finished runs under build/mutation/ into the results")
+    args = parser.parse_args(argv)
+    modules = {m.name: m for m in MODULES}
+    if args.functions:
+        if not args.only or len(args.only) != 1:
+            parser.error("--functions needs exactly one module in --only")
+        modules[args.only[0]] = dataclasses.replace(modules[args.only[0]], functions=tuple(args.functions))
+    try:
+        import mutmut  # noqa: F401
+    except ImportError:
+        sys.exit("mutation: mutmut is not installed: pip install -e '.[mutation]'")
+    out = Path(args.results)
+    for module in modules.values():
+        if args.only and module.name not in args.only:
+            continue
+        if args.collect:
+            if (SCRATCH / module.name / "mutants" / (module.path + ".meta")).is_file():
+                save(out, collect(module, SCRATCH / module.name))
+            continue
+        print(f"mutation: {module.name} ({module.path}) against {', '.join(module.tests)} ...", flush=True)
+        row = run_module(module, args.workers)
+        ordered = save(out, row)  # after each module: a long run interrupted keeps what it measured
+        print(f"mutation: {module.name}: {row['killed']}/{row['mutants']} killed, {row['equivalent']} "
+              f"equivalent, {100 * row['kill_rate_non_equivalent']:.1f}% in {row['seconds']:.0f} s", flush=True)
+    ordered = save(out)
+    print(f"mutation: wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    return 0 if all(r["meets_target"] for r in ordered) else 1
+
+
+def save(out: Path, row: dict | None = None) -> list[dict]:
+    """Merge ``row`` into the results file (other modules' rows are kept) and rewrite the README block."""
+    previous = json.loads(out.read_text())["modules"] if out.is_file() else []
+    rows = {r["module"]: r for r in previous if r["module"] in {m.name for m in MODULES}}
+    if row is not None:
+        rows[row["module"]] = row
+    ordered = [rows[m.name] for m in MODULES if m.name in rows]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"tool": "mutmut 3.8.1", "target": TARGET, "modules": ordered}, indent=2) + "\n")
+    update_readme("mutation", table(ordered))
+    return ordered
+
+
+if __name__ == "__main__":
+    sys.exit(main())
