@@ -180,8 +180,9 @@ def train_dailyrec(data: Path, work: Path, epochs: int) -> tuple[np.ndarray, dic
     out = work / "train"
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
+    # restarts resume from the last checkpoint, as the pipeline's own launch does after a crash
     run_measured([sys.executable, "-m", "components.train.launch", "--data", str(data),
-                  "--plan", str(plan), "--out", str(out)])
+                  "--plan", str(plan), "--out", str(out), "--max-restarts", "2"])
     seconds = time.perf_counter() - started
     summary = json.loads((out / "train_summary.json").read_text())
     scorer = load_scorer(out / "best.pt")

@@ -451,15 +451,22 @@ def _assemble(tmp: Path, config: PreprocessConfig) -> dict[str, int]:
 
 
 def dense_stats(path: Path, chunk: int = 1 << 18) -> dict[str, list[float]]:
-    """Per-column mean and standard deviation of a ``[n, F]`` array file, read in chunks."""
-    values = np.load(path, mmap_mode="r")
-    total = np.zeros(values.shape[1])
-    squares = np.zeros(values.shape[1])
-    for lo in range(0, len(values), chunk):
-        block = np.asarray(values[lo:lo + chunk], np.float64)
-        total += block.sum(axis=0)
-        squares += (block * block).sum(axis=0)
-    n = max(len(values), 1)
+    """Per-column mean and standard deviation of a ``[n, F]`` array file, read in chunks.
+
+    Plain reads, not a memory map: mapped pages would count in the process's RSS and grow it
+    with the dataset."""
+    with open(path, "rb") as fh:
+        version = np.lib.format.read_magic(fh)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        (rows, width), _, dtype = read_header(fh)
+        total, squares = np.zeros(width), np.zeros(width)
+        for lo in range(0, rows, chunk):
+            count = min(chunk, rows - lo) * width
+            block = np.fromfile(fh, dtype=dtype, count=count).reshape(-1, width).astype(np.float64)
+            total += block.sum(axis=0)
+            squares += (block * block).sum(axis=0)
+    n = max(rows, 1)
     mean = total / n
     std = np.sqrt(np.maximum(squares / n - mean * mean, 0.0))
     return {"mean": [round(float(v), 6) for v in mean], "std": [round(float(v), 6) for v in std]}

@@ -133,3 +133,13 @@ def test_empty_batch():
     users = user_features(empty, empty, empty, empty, empty, np.empty(0))
     assert dense_features(columns, users).shape == (0, len(DENSE_FEATURES))
     assert prior.shape == (0,)
+
+
+def test_dense_statistics_read_in_chunks_equal_numpy(tmp_path):
+    from components.preprocess.stage import dense_stats
+
+    values = np.random.default_rng(1).standard_normal((1001, 4)).astype(np.float32) * [1, 2, 3, 4]
+    np.save(tmp_path / "dense.npy", values)
+    stats = dense_stats(tmp_path / "dense.npy", chunk=97)  # chunks that do not divide the rows
+    np.testing.assert_allclose(stats["mean"], values.mean(axis=0), atol=1e-5)
+    np.testing.assert_allclose(stats["std"], values.std(axis=0), atol=1e-5)
