@@ -110,8 +110,9 @@ def _arrow(values) -> pa.Array:
 
 
 def _numbers(values: pa.Array) -> np.ndarray:
-    """float64 of a numeric Arrow array, NaN where null."""
-    return pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
+    """float64 of a numeric Arrow array, NaN where null. Unchecked cast: an integer beyond 2**53
+    rounds (it is never a valid label or time anyway) instead of raising."""
+    return pc.cast(values, pa.float64(), safe=False).to_numpy(zero_copy_only=False).astype(np.float64)
 
 
 def parse_timestamps(values) -> tuple[np.ndarray, np.ndarray]:

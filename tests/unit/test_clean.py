@@ -246,3 +246,8 @@ def test_empty_clean_frame_has_the_clean_columns():
     assert {c: str(t) for c, t in empty.dtypes.items()} == {
         "user_key": "int64", "item_key": "int64", "cat_key": "int64", "ts": "int64", "label": "int8",
         "day": "int32"}
+
+
+def test_labels_beyond_float_precision_are_bad_labels_not_a_crash():
+    labels, valid = parse_labels(pa.array([1, 0, 2**53 + 1, -(2**62)], pa.int64()))
+    assert labels.tolist() == [1, 0, 0, 0] and valid.tolist() == [True, True, False, False]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import mlflow
@@ -100,27 +99,20 @@ def test_only_a_missing_model_means_no_alias(registry):
 def test_read_errors_do_not_leak_the_password(registry):
     client = failing(registry.client, "get_registered_model", ConnectionError("refused"))
     client.tracking_uri = "https://alice:s3cr3t-pw@mlflow.example.com"
-    with pytest.raises(TrackingError, match=r"registry at https://alice:\*\*\*@mlflow\.example\.com: ") as info:
+    with pytest.raises(TrackingError, match=r"registry at https://\*\*\*@mlflow\.example\.com: ") as info:
         alias_version(client, NAME, CHAMPION)
     assert "s3cr3t-pw" not in str(info.value)
 
 
-def test_champion_checkpoint_downloads_the_first_checkpoint(registry, tmp_path):
-    version, path = champion_checkpoint(registry.client, NAME, str(tmp_path / "dl"))
-    assert version == 1
-    assert path == str(tmp_path / "dl" / "artifacts" / "a.pt")
-    assert Path(path).read_bytes() == b"weights a"
+def test_champion_checkpoint_is_none_without_champion_and_refused_without_a_digest(registry, tmp_path):
+    """No champion: None. A champion registered without dailyrec's digest tags is never loaded
+    (the verified download itself is tested in tests/reliability/test_integrity_and_credentials.py)."""
+    from components.register.integrity import IntegrityError
 
-
-def test_champion_checkpoint_without_champion_or_without_weights(registry, tmp_path):
     registry.client.create_registered_model("fresh")
     assert champion_checkpoint(registry.client, "fresh", str(tmp_path / "none")) is None
-    registry.client.set_registered_model_alias(NAME, CHAMPION, "2")
-    try:
-        with pytest.raises(TrackingError, match=r"^ctr version 2 holds no checkpoint under artifacts/$"):
-            champion_checkpoint(registry.client, NAME, str(tmp_path / "empty"))
-    finally:
-        registry.client.set_registered_model_alias(NAME, CHAMPION, "1")
+    with pytest.raises(IntegrityError, match=r"^models:/ctr/1 carries no dailyrec_model_sha256 tag"):
+        champion_checkpoint(registry.client, NAME, str(tmp_path / "dl"))
 
 
 def test_real_client_error_codes_are_what_the_lookup_expects(registry):
