@@ -127,6 +127,8 @@ def _canonical(uniques: pa.Array, exact: int | None = None) -> tuple[np.ndarray,
     type_ = uniques.type
     n = len(uniques)
     status = np.where(uniques.is_null().to_numpy(zero_copy_only=False), 1, 0).astype(np.int8)
+    if pa.types.is_null(type_):  # e.g. a dictionary whose values are all null: nothing to hash
+        return np.full(n, "", object), np.ones(n, np.int8)
     if pa.types.is_boolean(type_):
         text = pc.cast(pc.cast(uniques, pa.int8()), pa.string())
     elif pa.types.is_integer(type_):

@@ -210,3 +210,16 @@ def test_bucketize_smallest_table_and_types():
         (2**64 - 1) % 10 + 1, 1, 0, 2**62 % 10 + 1]
     with pytest.raises(ValueError, match=r"^buckets must be >= 2 \(one is reserved for padding\), got 1$"):
         bucketize(keys, 1)
+
+
+def test_a_column_of_null_type_is_all_null_ids():
+    """A writer with only nulls in a column (Arrow null type, or a dictionary of null values)
+    gives null ids, never a crash."""
+    import pyarrow as pa
+
+    from components.common.hashing import id_keys
+
+    for column in (pa.array([None, None], pa.null()),
+                   pa.DictionaryArray.from_arrays(pa.array([None, None], pa.int32()), pa.array([], pa.null()))):
+        keys, null, bad = id_keys(column)
+        assert keys.tolist() == [0, 0] and null.tolist() == [True, True] and not bad.any()
