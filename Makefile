@@ -73,6 +73,7 @@ compile: install ## compile the pipeline to build/pipeline.yaml (KFP IR)
 	$(PY) -m pipelines.compile --out build/pipeline.yaml
 
 ui: install ## MLflow UI on 127.0.0.1 over the local registry (ROOT/runs/mlflow.db)
+	@$(VENV)/bin/python -m components.common.tracking $(abspath $(ROOT))/runs/mlflow.db
 	@echo "MLflow UI on http://127.0.0.1:$(UI_PORT)  (Ctrl-C stops it)"
 	MLFLOW_DISABLE_TELEMETRY=true $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(abspath $(ROOT))/runs/mlflow.db \
 	  --host 127.0.0.1 --port $(UI_PORT)

@@ -102,12 +102,8 @@ def connect(tracking_uri: str, attempts: int = 3, backoff_s: float = 1.0) -> Any
     from mlflow import MlflowClient
 
     db = sqlite_path(tracking_uri)
-    if db is not None:
-        ensure_sqlite(db)
-        if repaired := repair_sqlite(db):
-            log.warning("%s", repaired)
-        if problem := sqlite_problem(db):
-            raise TrackingError(problem)
+    if db is not None and (done := prepare_sqlite(db)) and not done.startswith("created"):
+        log.warning("%s", done)
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     for attempt in range(1, attempts + 1):
         try:
@@ -246,3 +242,40 @@ def code_version() -> str:
     for path in sorted(root.rglob("*.py")):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     return f"{package}+{digest.hexdigest()[:12]}"
+
+
+def prepare_sqlite(db: Path) -> str | None:
+    """Make ``db`` a sound MLflow database before a server opens it: created atomically when absent, an
+    interrupted empty creation repaired; returns what was done, or raises TrackingError with what to do."""
+    if not db.exists():
+        ensure_sqlite(db)
+        return f"created {db}"
+    repaired = repair_sqlite(db)
+    problem = None if repaired else sqlite_problem(db)
+    if problem:
+        raise TrackingError(problem)
+    return repaired
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m components.common.tracking DB``: prepare a local registry for ``mlflow ui``/``server``
+    (``make ui``), which would otherwise create it non-atomically on first open."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m components.common.tracking",
+                                     description="Create (atomically) or check a local MLflow SQLite registry.")
+    parser.add_argument("db", help="the SQLite file, e.g. runs/mlflow.db")
+    args = parser.parse_args(argv)
+    try:
+        done = prepare_sqlite(Path(args.db).resolve())
+    except TrackingError as exc:
+        print(f"tracking: error: {exc}", file=sys.stderr)
+        return 1
+    if done:
+        print(done)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -204,10 +204,12 @@ def time_model(*, profile: HardwareProfile, flops: float, micro_batch: int, grad
     """Seconds of the whole training run, term by term.
 
     micro-step = max(compute, memory traffic, latency floor), or the probe's measured micro-step;
-    step = grad_accum micro-steps / parallel efficiency (world > 1) + all-reduce;
+    step = grad_accum micro-steps / parallel efficiency (world > 1) + all-reduce (a probe run in
+    this world size measured micro-steps that already include the all-reduce);
     epoch = steps x step + validation (forward only, every process its share) + checkpoint
     writes (the end-of-epoch ``last`` and ``best`` + the mid-epoch ones);
-    total = start-up (processes, pods, image pull, the probe's per-run setup) + epochs x epoch.
+    total = start-up (the launched probe's measured one, else the profile's per-process
+    constants + the probe's per-run setup; + pods, image pull) + epochs x epoch.
     """
     world = nproc * nnodes
     compute = micro_batch * flops / (profile.bf16_flops * mfu)
@@ -217,7 +219,11 @@ def time_model(*, profile: HardwareProfile, flops: float, micro_batch: int, grad
     modelled = max(compute, memory, floor)
     micro = micro_batch / measured["samples_per_s"] if measured else modelled
     parallel = profile.parallel_efficiency if world > 1 else 1.0
-    comm = allreduce_seconds(reduced_bytes, profile, nproc, nnodes)
+    # a probe run in this world size already paid the all-reduce in every measured micro-step
+    in_world = bool(measured) and measured.get("processes", 1) == world
+    if in_world:
+        parallel = 1.0
+    comm = 0.0 if in_world else allreduce_seconds(reduced_bytes, profile, nproc, nnodes)
     step = grad_accum * micro / parallel + comm
     per_process_val = math.ceil(val_rows / world)
     if measured:
@@ -229,9 +235,12 @@ def time_model(*, profile: HardwareProfile, flops: float, micro_batch: int, grad
     mid_epoch_writes = steps_per_epoch // every if every else 0
     checkpoints = (2 + mid_epoch_writes) * write
     epoch = steps_per_epoch * step + validation + checkpoints
-    startup = (profile.startup_seconds + (nproc - 1) * profile.startup_seconds_per_process
-               + profile.pod_startup_seconds + profile.image_pull_seconds
-               + (measured.get("setup_seconds", 0.0) if measured else 0.0))
+    if measured and "startup_seconds" in measured:  # the launched probe timed the whole start-up
+        launch = measured["startup_seconds"]
+    else:
+        launch = (profile.startup_seconds + (nproc - 1) * profile.startup_seconds_per_process
+                  + (measured.get("setup_seconds", 0.0) if measured else 0.0))
+    startup = launch + profile.pod_startup_seconds + profile.image_pull_seconds
     return {"compute_seconds": compute, "memory_seconds": memory, "latency_floor_seconds": floor,
             "micro_step_seconds": micro, "bound": ("measured" if measured else
                                                    max((compute, "compute"), (memory, "memory"),
@@ -362,19 +371,14 @@ def run_probe(config: ModelConfig, vocab: Vocab, profile: HardwareProfile, preci
 
 
 def run_speed_probe(data: str, plan: TrainPlan, profile: HardwareProfile) -> dict:
-    """The trainer's real steps and validation on rows sampled across the dataset, on this machine."""
-    import torch
+    """The trainer's real steps and validation on rows sampled across the dataset, in the plan's
+    processes launched as the train stage launches them, on this machine."""
+    from components.estimate.probe import probe_launch
 
-    from components.estimate.probe import probe_speed
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(plan.cpu_threads)
     try:
-        return probe_speed(data, plan, device="cuda" if profile.is_gpu else "cpu")
+        return probe_launch(data, plan, device="cuda" if profile.is_gpu else "cpu")
     except ValueError as exc:
         raise EstimateError(f"--probe: {exc}") from None
-    finally:
-        torch.set_num_threads(threads)
 
 
 def mapped_train_bytes(meta: dict) -> int:

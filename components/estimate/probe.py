@@ -25,8 +25,12 @@ everything a real step does on this machine.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -237,59 +241,135 @@ def sample_rows(n_rows: int, count: int, seed: int) -> np.ndarray:
 
 
 def probe_speed(data: str, plan: TrainPlan, *, device: str = "cpu", steps: int = 16, warmup: int = 2,
-                eval_rows: int = 4096) -> dict[str, Any]:
+                eval_rows: int = 4096, runtime=None) -> dict[str, Any]:
     """Time the trainer's real steps of ``plan``'s model on rows sampled across ``data``.
 
-    One process, ``plan.micro_batch`` rows per micro-step (accumulation 1: every micro-step
-    pays an optimizer step, which slightly over-counts plans that accumulate). ``warmup``
-    untimed micro-steps, then ``steps`` timed ones through ``run_epoch``, on distinct rows
-    sampled across the split; validation through ``evaluate`` on ``eval_rows`` sampled rows; ``setup_seconds`` times what the trainer does once per
-    run in proportion to the data (the L2 penalty's id frequencies over the whole train split).
+    ``plan.micro_batch`` rows per micro-step on each process of ``runtime`` (this process
+    alone by default; under torchrun, DDP over all of them, as the trainer runs), accumulation
+    1: every micro-step pays an optimizer step and a gradient all-reduce, which slightly
+    over-counts plans that accumulate. ``warmup`` untimed micro-steps, then ``steps`` timed
+    ones through ``run_epoch``, on distinct rows sampled across the split; validation through
+    ``evaluate`` on ``eval_rows`` sampled rows. ``ready_at`` (wall clock) is when the first step
+    could start: data open, model built, the L2 penalty's id frequencies counted, optimizers made,
+    as in the trainer; ``done_at`` is when the measurement ended.
     """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
     from components.train import trainer as T
     from components.train.data import BatchDataset, ShardedBatchSampler, load_meta, make_loader
 
     torch_device = torch.device(device)
-    runtime = T.Runtime(0, 1, 0, torch_device, "nccl" if torch_device.type == "cuda" else "gloo")
+    runtime = runtime or T.Runtime(0, 1, 0, torch_device, "nccl" if torch_device.type == "cuda" else "gloo")
+    world = runtime.world_size
     meta = load_meta(data)
     vocab = Vocab.from_meta(meta)
     train_set, val_set = BatchDataset(data, "train", meta), BatchDataset(data, "val", meta)
-    rows = min(len(train_set), (warmup + steps) * plan.micro_batch)
-    if rows < 2 * plan.micro_batch or len(val_set) == 0:
-        raise ValueError(f"{data}: too few rows to time steps of micro-batch {plan.micro_batch} "
-                         f"({len(train_set)} train, {len(val_set)} val)")
+    rows = min(len(train_set), (warmup + steps) * plan.micro_batch * world)
+    if rows < 2 * plan.micro_batch * world or len(val_set) == 0:
+        raise ValueError(f"{data}: too few rows to time steps of micro-batch {plan.micro_batch} on {world} "
+                         f"process(es) ({len(train_set)} train, {len(val_set)} val)")
     plan = plan.replace(grad_accum=1, checkpoint_every_steps=0, max_epochs=1, progress_seconds=0)
     torch.manual_seed(plan.seed)
     sparse = T.use_sparse(plan, runtime)
     model = build_model(plan.model, vocab, sparse=sparse,
-                        activation_checkpointing=plan.activation_checkpointing).to(torch_device)
+                        activation_checkpointing=plan.activation_checkpointing).to(runtime.device)
+    wrapped = DDP(model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None) \
+        if runtime.distributed else model
     start = time.perf_counter()
     penalty = T.IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
     setup = time.perf_counter() - start
     optim = T.Optimizers(model, plan, total_steps=warmup + steps)
     scaler = torch.amp.GradScaler("cuda") if plan.precision == "fp16" else None
+    ready_at = time.time()
 
     def epoch(n_rows: int, index: int) -> dict:
         subset = Rows(train_set, sample_rows(len(train_set), n_rows, plan.seed + index))
-        sampler = ShardedBatchSampler(len(subset), plan.micro_batch, 1, 0, seed=plan.seed)
+        sampler = ShardedBatchSampler(len(subset), plan.micro_batch, world, runtime.rank, seed=plan.seed)
         state = {"epoch": index, "micro_step": 0, "global_step": 0, "history": [], "partial": {}}
-        loader = make_loader(subset, sampler, plan, torch_device.type)
-        return T.run_epoch(model, model, loader, sampler, optim, scaler, plan, runtime, state,
+        loader = make_loader(subset, sampler, plan, runtime.device.type)
+        return T.run_epoch(wrapped, model, loader, sampler, optim, scaler, plan, runtime, state,
                            lambda: None, penalty)
 
-    epoch(min(rows, max(warmup, 1) * plan.micro_batch), 0)
-    timed_rows = min(len(train_set), steps * plan.micro_batch)
+    epoch(min(rows, max(warmup, 1) * plan.micro_batch * world), 0)
+    timed_rows = min(len(train_set), steps * plan.micro_batch * world)
     timed = epoch(timed_rows, 1)
     start = time.perf_counter()
     T.evaluate(model, Rows(val_set, sample_rows(len(val_set), eval_rows, plan.seed)), plan, runtime)
     eval_seconds = time.perf_counter() - start
-    if torch_device.type == "cuda":
-        torch.cuda.synchronize(torch_device)
+    if runtime.device.type == "cuda":
+        torch.cuda.synchronize(runtime.device)
     evaluated = min(eval_rows, len(val_set))
-    return {"device": str(torch_device), "micro_batch": plan.micro_batch, "steps": steps,
-            "samples": int(timed["samples"]), "seconds": timed["seconds"],
-            "samples_per_s": timed["samples"] / max(timed["seconds"], 1e-9),
-            "step_seconds": timed["seconds"] / max(1, -(-timed_rows // plan.micro_batch)),
+    per_process = timed_rows / world / max(timed["seconds"], 1e-9)
+    return {"device": str(runtime.device), "processes": world, "micro_batch": plan.micro_batch, "steps": steps,
+            "samples": int(timed_rows), "seconds": timed["seconds"], "samples_per_s": per_process,
+            "step_seconds": timed["seconds"] / max(1, -(-timed_rows // (plan.micro_batch * world))),
             "eval_rows": evaluated, "eval_seconds": eval_seconds,
-            "eval_samples_per_s": evaluated / max(eval_seconds, 1e-9), "setup_seconds": setup,
+            "eval_samples_per_s": evaluated / world / max(eval_seconds, 1e-9), "setup_seconds": setup,
+            "ready_at": ready_at, "done_at": time.time(),
             "method": "trainer run_epoch + evaluate on rows sampled across the dataset"}
+
+
+def probe_launch(data: str, plan: TrainPlan, *, timeout: float = 900.0, **options: Any) -> dict[str, Any]:
+    """:func:`probe_speed` in ``plan.nproc_per_node`` processes launched by the train stage's own
+    ``torchrun`` command: the per-process rates then include DDP's gradient all-reduce and the
+    processes' competition for the machine, and the launch is timed too. ``startup_seconds`` =
+    launch to the first step (torchrun, interpreters importing torch and the trainer, process
+    group, data, model, L2 frequencies, optimizers) + the processes' exit after the last step,
+    all measured now, on this machine as loaded as it is.
+    """
+    import subprocess
+    import tempfile
+
+    from components.train.launch import torchrun
+
+    with tempfile.TemporaryDirectory(prefix="dailyrec-probe-") as tmp:
+        plan_file, out = Path(tmp) / "plan.json", Path(tmp) / "speed.json"
+        plan_file.write_text(json.dumps({"plan": dataclasses.asdict(plan), "options": options}))
+        command = torchrun(plan.nproc_per_node, 0, "-m", "components.estimate.probe",
+                           "--data", str(data), "--plan", str(plan_file), "--out", str(out))
+        launched_at = time.time()
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False,
+                              env={**os.environ, "OMP_NUM_THREADS": str(plan.cpu_threads)})
+        ended_at = time.time()
+        if proc.returncode != 0 or not out.is_file():
+            lines = [line for line in proc.stderr.splitlines() if line.strip()]
+            reason = next((line.removeprefix("probe: ") for line in lines if line.startswith("probe: ")),
+                          lines[-1] if lines else f"exit code {proc.returncode}")
+            raise ValueError(reason)
+        result = json.loads(out.read_text())
+    startup = (result["ready_at"] - launched_at) + (ended_at - result["done_at"])
+    return {**result, "startup_seconds": startup, "launch_seconds": ended_at - launched_at,
+            "method": f"{result['method']}, in {plan.nproc_per_node} process(es) launched by torchrun"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A launched probe worker: measure, and rank 0 writes the result (used by :func:`probe_launch`)."""
+    import argparse
+    import sys
+
+    from components.train import trainer as T
+
+    parser = argparse.ArgumentParser(prog="python -m components.estimate.probe",
+                                     description="One process of the estimate's launched speed probe.",
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--data", required=True, help="preprocessed dataset folder")
+    parser.add_argument("--plan", required=True, help="JSON file: the plan to time and probe_speed options")
+    parser.add_argument("--out", required=True, help="where rank 0 writes the measurement (JSON)")
+    args = parser.parse_args(argv)
+    doc = json.loads(Path(args.plan).read_text())
+    runtime = T.init_runtime()
+    torch.set_num_threads(doc["plan"].get("cpu_threads") or 1)
+    try:
+        result = probe_speed(args.data, TrainPlan(**doc["plan"]), runtime=runtime, **doc["options"])
+    except ValueError as exc:
+        print(f"probe: {exc}", file=sys.stderr)
+        return 1
+    if runtime.is_main:
+        with open(args.out + ".tmp", "w") as f:
+            json.dump(result, f)
+        os.replace(args.out + ".tmp", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

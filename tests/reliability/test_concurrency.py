@@ -127,6 +127,39 @@ def test_the_mlflow_database_is_never_left_half_created(tmp_path, fault_report):
                  "a half-created one from before is recreated when empty, else named with what to do")
 
 
+def test_make_ui_prepares_the_registry_before_the_server_opens_it(tmp_path, fault_report):
+    """``make ui`` runs ``python -m components.common.tracking DB`` first: mlflow ui would create the
+    database in place, non-atomically; an interrupted empty one is repaired, a damaged one named."""
+    db = tmp_path / "runs" / "mlflow.db"
+
+    def prepare(path):
+        return subprocess.run([sys.executable, "-m", "components.common.tracking", str(path)], env=ENV, cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+
+    for delay in (0.5, 1.5):  # SIGTERM during the creation: complete or absent, never half
+        proc = subprocess.Popen([sys.executable, "-m", "components.common.tracking", str(db)], env=ENV, cwd=ROOT,
+                                stdout=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait()
+        assert not db.exists() or sqlite_problem(db) is None, sqlite_problem(db)
+    done = prepare(db)
+    assert done.returncode == 0 and sqlite_problem(db) is None
+    assert done.stdout.strip() in ("", f"created {db}")
+    assert prepare(db).stdout == ""  # sound already: nothing to do, nothing said
+    broken = tmp_path / "old" / "mlflow.db"
+    broken.parent.mkdir()
+    with sqlite3.connect(broken) as con:
+        con.execute("create table runs (run_uuid text primary key)")
+        con.execute("insert into runs values ('abc')")
+    done = prepare(broken)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"tracking: error: {broken}: an incomplete MLflow database (1 tables, no schema "
+                                  "version")
+    fault_report("concurrency", "make ui on an absent, interrupted or damaged local registry",
+                 "created atomically before the server opens it; a damaged one is named with what to do, exit 1")
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_champion_moved_by_another_run_is_not_overwritten(tiny_dataset, tmp_path, fault_report):
