@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,36 @@ def test_time_model_with_measured_rates_and_mid_epoch_checkpoints():
     # 10,000 steps x 0.255 s = 2,550 s > 600 s: a checkpoint every 600 // 0.255 = 2352 steps
     assert t["checkpoint_every_steps"] == 2352
     assert t["checkpoint_seconds"] == pytest.approx((2 + 10_000 // 2352) * 1.0)
+
+
+def test_time_model_with_a_probe_launched_in_the_plans_world():
+    """A probe run in the plan's world size measured micro-steps that include DDP's all-reduce, and
+    the whole launch: neither the modelled all-reduce nor the per-process start-up is added."""
+    measured = {"samples_per_s": 1000.0, "eval_samples_per_s": 4000.0, "setup_seconds": 2.0,
+                "processes": 2, "startup_seconds": 7.5}
+    t = time_model(profile=PROFILE, **CASE, measured=measured)
+    assert t["allreduce_seconds"] == 0 and t["step_seconds"] == pytest.approx(2 * 0.1)  # no 0.8, no comm
+    assert t["startup_seconds"] == pytest.approx(7.5 + 5.0 + 20.0)  # measured launch + pods + image
+    other = time_model(profile=PROFILE, **CASE, measured={**measured, "processes": 1})
+    assert other["allreduce_seconds"] == pytest.approx(5e-3)  # another world: modelled, as before
+    assert other["step_seconds"] == pytest.approx(2 * 0.1 / 0.8 + 5e-3)
+
+
+def test_probe_launch_times_ddp_steps_and_the_start_up(tiny_dataset):
+    from components.common.plan import TrainPlan
+    from components.estimate.probe import probe_launch
+
+    plan = TrainPlan(model="debug", micro_batch=64, num_workers=0, nproc_per_node=2)
+    started = time.time()
+    result = probe_launch(str(tiny_dataset), plan, steps=3, warmup=1, eval_rows=256)
+    assert result["processes"] == 2 and result["samples"] == 3 * 64 * 2
+    assert result["samples_per_s"] == pytest.approx(3 * 64 / result["seconds"])  # per process
+    assert started < result["ready_at"] < result["done_at"] < time.time()
+    assert 0 < result["startup_seconds"] < result["launch_seconds"] < time.time() - started
+    assert result["launch_seconds"] - result["startup_seconds"] == pytest.approx(
+        result["done_at"] - result["ready_at"], abs=0.05)
+    with pytest.raises(ValueError, match=r"^.*too few rows to time steps of micro-batch 65536 on 1 process"):
+        probe_launch(str(tiny_dataset), plan.replace(micro_batch=65536, nproc_per_node=1))
 
 
 def test_checkpoint_interval_bounds_the_lost_work():
