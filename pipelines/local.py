@@ -29,7 +29,7 @@ from pathlib import Path
 from components.common.lock import LockBusy, storage_lock
 from components.common.params import check_parameters
 from components.common.paths import PathError, safe_name
-from components.common.proctree import Stopped, stop_tree_on_signals
+from components.common.proctree import Stopped, orphan_watchdog, stop_tree_on_signals
 from components.common.runs import SUMMARY, run_dir, summary_text
 from components.common.storage import atomic_write_json
 from components.common.tracking import sqlite_uri
@@ -140,7 +140,7 @@ def local_run(params: dict, root: Path, run_id: str | None = None) -> Iterator[t
     run_id = resolve_run_id(params, run_id)
     check_parameters({**params, "run_id": run_id})
     root.mkdir(parents=True, exist_ok=True)
-    with storage_lock(root, run_id, stage="local run"):
+    with storage_lock(root, run_id, stage="local run") as held, orphan_watchdog(held["token"]):
         yield start_local_run(params, root, run_id)
 
 

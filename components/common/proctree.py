@@ -6,15 +6,25 @@ checkpoints) without it. :func:`stop_tree_on_signals` makes SIGTERM, SIGINT and 
 stop every descendant (SIGTERM, a grace period, then SIGKILL) and then raise
 :class:`Stopped` in the main thread, so the run's own cleanup (``finally``
 blocks: the storage lock, temp files) still runs.
+
+SIGKILL cannot be caught: for that, :func:`orphan_watchdog` starts a small
+process that waits for the run's process to end and then stops every process
+still carrying the run's lock token in its environment (every task, torchrun
+and worker inherits it), so nothing of a killed run keeps writing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import psutil
+
+from components.common.lock import TOKEN_ENV
 
 GRACE_S = 5.0
 
@@ -63,3 +73,59 @@ def stop_tree_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGI
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def carrying(token: str, exclude: set[int]) -> list[psutil.Process]:
+    """This user's processes whose environment has ``$DAILYREC_LOCK_TOKEN`` = ``token``."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid in exclude:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(TOKEN_ENV) == token:
+                found.append(proc)
+    return found
+
+
+def stop_all(procs: list[psutil.Process], grace_s: float = GRACE_S) -> None:
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+def watch(pid: int, token: str, grace_s: float = GRACE_S) -> list[int]:
+    """Wait for ``pid`` to end, then stop what still carries ``token``; returns their pids."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        psutil.Process(pid).wait()
+    stopped: list[int] = []
+    for _ in range(5):  # a dying task shell may just have started one more
+        procs = carrying(token, {os.getpid()})
+        if not procs:
+            break
+        stop_all(procs, grace_s)
+        stopped += [p.pid for p in procs]
+    return stopped
+
+
+@contextlib.contextmanager
+def orphan_watchdog(token: str) -> Iterator[subprocess.Popen]:
+    """For the block: a watchdog process that stops this run's leftovers if this process dies, even by
+    SIGKILL (see the module's docstring). It ends by itself when this process does."""
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}  # it must not match itself
+    dog = subprocess.Popen([sys.executable, "-m", "components.common.proctree", str(os.getpid()), token],
+                           env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)  # outside our signals
+    try:
+        yield dog
+    finally:
+        dog.terminate()  # a normal end: the run's own handlers stopped its processes
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            dog.wait(timeout=GRACE_S)
+
+
+if __name__ == "__main__":  # the watchdog: python -m components.common.proctree PID TOKEN
+    watch(int(sys.argv[1]), sys.argv[2])
