@@ -30,7 +30,13 @@ def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str
     import json
 
     from components.common.paths import PathError, inside, safe_name
-    from components.common.runs import build_summary, run_dir, summary_text, write_summary
+    from components.common.runs import (
+        build_summary,
+        claimed_by_other,
+        run_dir,
+        summary_text,
+        write_summary,
+    )
     from components.common.storage import remove_stale_temps
 
     rid, refused = run_id or kfp_run_id, None
@@ -38,6 +44,10 @@ def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str
         folder = inside(storage_root, run_dir(storage_root, safe_name(rid, "run_id")), "run folder")
     except PathError as exc:  # the summary still gets written: under the KFP run id, saying why
         refused, rid = str(exc), safe_name(kfp_run_id, "KFP run id")
+        folder = run_dir(storage_root, rid)
+    if (other := claimed_by_other(folder, kfp_run_id)) is not None:  # never touch a live run's folder or job
+        refused = f"run folder {folder} is in use by KFP run {other}"
+        rid = safe_name(kfp_run_id, "KFP run id")
         folder = run_dir(storage_root, rid)
     try:
         run = json.loads((folder / "run.json").read_text())

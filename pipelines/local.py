@@ -30,7 +30,7 @@ from components.common.lock import LockBusy, storage_lock
 from components.common.params import check_parameters
 from components.common.paths import PathError, safe_name
 from components.common.proctree import Stopped, orphan_watchdog, stop_tree_on_signals
-from components.common.runs import SUMMARY, run_dir, summary_text
+from components.common.runs import OWNER, SUMMARY, run_dir, summary_text
 from components.common.storage import atomic_write_json
 from components.common.tracking import sqlite_uri
 
@@ -156,6 +156,9 @@ def start_local_run(params: dict, root: Path, run_id: str) -> tuple[str, Path, d
 
     run_id = safe_name(run_id, "run id")
     folder = run_dir(root, run_id)
+    # the storage lock is ours for the whole run: no other run can be using the folder, so the
+    # claim of an earlier run killed before its summary is stale
+    (folder / OWNER).unlink(missing_ok=True)
     kfp_dir = folder / "kfp"
     tmp = kfp_dir / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)

@@ -9,18 +9,20 @@ Layout under a storage root (a local folder or a mounted volume)::
     runs/<run id>/registration.json
     runs/<run id>/stages/<stage>.json   wall-clock seconds of each stage
     runs/<run id>/summary.json     the run's summary (written by the pipeline's exit handler)
+    runs/<run id>/owner.json       the KFP run that uses the folder (:func:`claim_run_dir`)
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 from components.common.plan import drift_lines
-from components.common.storage import atomic_write_json
+from components.common.storage import atomic_write_bytes, atomic_write_json
 
 STAGES = ("preprocess", "estimate", "train", "evaluate", "register")
 SUMMARY = "summary.json"
@@ -32,6 +34,50 @@ def dataset_dir(storage_root: str | Path, end_date: str) -> Path:
 
 def run_dir(storage_root: str | Path, run_id: str) -> Path:
     return Path(storage_root) / "runs" / run_id
+
+
+OWNER = "owner.json"
+
+
+class RunFolderTaken(RuntimeError):
+    """Another KFP run, still unfinished, uses this run folder (the same explicit run_id twice)."""
+
+
+def claim_run_dir(folder: str | Path, kfp_run_id: str) -> Path:
+    """Make ``folder`` this KFP run's: two runs started with the same explicit ``run_id`` would
+    otherwise write their plans, checkpoints and summaries into one folder.
+
+    Taken when free (created exclusively), already ours (a retried task), or left by a run that
+    finished (its summary is written: a deliberate re-run of the same id). Otherwise
+    :class:`RunFolderTaken` names the other run. Local runs hold the storage root's lock for
+    their whole length, so ``pipelines.local`` clears the claim of a killed earlier run first.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / OWNER
+    record = json.dumps({"kfp_run_id": kfp_run_id, "claimed_at": time.time()}).encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        owner = (_read(path) or {}).get("kfp_run_id")
+        if owner == kfp_run_id:
+            return folder
+        if owner is not None and not (folder / SUMMARY).is_file():
+            raise RunFolderTaken(
+                f"run folder {folder} is in use by KFP run {owner}, which has not finished: give this run "
+                f"another run_id (or leave it empty for the KFP run id); if that run is gone (cancelled), "
+                f"delete {path}") from None
+        atomic_write_bytes(path, record)  # a finished run's folder (or an unreadable claim): ours now
+        return folder
+    with os.fdopen(fd, "wb") as f:
+        f.write(record)
+    return folder
+
+
+def claimed_by_other(folder: str | Path, kfp_run_id: str) -> str | None:
+    """The other KFP run that claimed ``folder``; None when unclaimed or ours."""
+    owner = (_read(Path(folder) / OWNER) or {}).get("kfp_run_id")
+    return owner if owner not in (None, kfp_run_id) else None
 
 
 def record_stage(folder: str | Path, stage: str, seconds: float, **info: Any) -> None:

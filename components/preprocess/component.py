@@ -22,7 +22,7 @@ def resolve_window(
     from collections import namedtuple
 
     from components.common.paths import inside, safe_name
-    from components.common.runs import dataset_dir, run_dir
+    from components.common.runs import claim_run_dir, dataset_dir, run_dir
     from components.common.storage import atomic_write_json
     from components.preprocess.config import PreprocessConfig
     from components.preprocess.stage import resolve
@@ -35,7 +35,7 @@ def resolve_window(
     end_date = found.window.end.isoformat()
     # run_id comes from the run form: it must not name a folder outside the storage root
     rid = safe_name(run_id or kfp_run_id, "run_id")
-    folder = inside(storage_root, run_dir(storage_root, rid), "run folder")
+    folder = claim_run_dir(inside(storage_root, run_dir(storage_root, rid), "run folder"), kfp_run_id)
     data = inside(storage_root, dataset_dir(storage_root, end_date), "dataset folder")
     atomic_write_json(folder / "run.json", {
         "run_id": rid, "raw_uri": raw, "data_dir": str(data), "end_date": end_date,

@@ -104,6 +104,33 @@ def test_exit_handler_refuses_a_run_id_outside_runs(tmp_path, fault_report):
                  "nothing written outside runs/; the summary goes to runs/<KFP run id>/ and names the refusal")
 
 
+def test_the_same_explicit_run_id_in_two_cluster_runs_never_shares_a_folder(tmp_path, fault_report):
+    """A second KFP run with a live run's run_id is refused at resolve-window; its exit handler writes
+    under its own KFP run id and leaves the live run's folder (and TrainJob) alone."""
+    from kfp import dsl
+
+    from components.common.runs import RunFolderTaken, claim_run_dir
+    from pipelines.daily import finalize
+
+    root = tmp_path / "store"
+    live = root / "runs" / "nightly"
+    claim_run_dir(live, "kfp-live")
+    with pytest.raises(RunFolderTaken, match="in use by KFP run kfp-live"):
+        claim_run_dir(live, "kfp-second")
+    status = dsl.PipelineTaskFinalStatus(state="FAILED", pipeline_job_resource_name="x",
+                                         pipeline_task_name="daily-run", error_code=1,
+                                         error_message="resolve-window failed")
+    finalize.python_func(status=status, storage_root=str(root), run_id="nightly", kfp_run_id="kfp-second",
+                         model_name="m", launcher="local", cluster_target="")
+    assert sorted(p.name for p in live.iterdir()) == ["owner.json"]  # no summary: still the live run's
+    summary = json.loads((root / "runs" / "kfp-second" / "summary.json").read_text())
+    assert summary["run_id"] == "kfp-second" and summary["status"] == "FAILED"
+    assert f"run folder {live} is in use by KFP run kfp-live" in summary["error"]
+    fault_report("concurrency", "two cluster runs started with the same explicit run_id",
+                 "the second is refused naming the live one; its summary goes under its KFP run id and the "
+                 "live run's folder and TrainJob are untouched")
+
+
 def test_undefined_delong_interval_is_reported_as_undefined(fault_report):
     labels = np.array([1] + [0] * 50)  # a test day with a single click
     rng = np.random.default_rng(0)

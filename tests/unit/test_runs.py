@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from components.common.runs import build_summary, record_stage, summary_text
 from components.common.storage import atomic_write_json
 
@@ -40,3 +42,19 @@ def test_not_blessed_run_is_not_a_register_failure(tmp_path):
     assert summary["model_version"] is None and summary["oracle_auc"] is None
     assert "NOT BLESSED" in summary_text(summary) and "nothing registered; champion = v3" in summary_text(summary)
 
+
+
+def test_a_run_folder_belongs_to_one_unfinished_kfp_run(tmp_path):
+    from components.common.runs import OWNER, SUMMARY, RunFolderTaken, claim_run_dir
+
+    folder = tmp_path / "runs" / "nightly"
+    assert claim_run_dir(folder, "kfp-a") == folder
+    assert json.loads((folder / OWNER).read_text())["kfp_run_id"] == "kfp-a"
+    assert claim_run_dir(folder, "kfp-a") == folder  # a retried task of the same run
+    with pytest.raises(RunFolderTaken, match=rf"^run folder {folder} is in use by KFP run kfp-a, which has not "
+                                             r"finished: give this run another run_id .*delete .*owner\.json"):
+        claim_run_dir(folder, "kfp-b")
+    assert json.loads((folder / OWNER).read_text())["kfp_run_id"] == "kfp-a"  # untouched
+    (folder / SUMMARY).write_text("{}")  # kfp-a finished: a deliberate re-run of the same id may take it
+    claim_run_dir(folder, "kfp-b")
+    assert json.loads((folder / OWNER).read_text())["kfp_run_id"] == "kfp-b"
