@@ -54,7 +54,7 @@ from components.estimate.memory import (
 )
 from components.train.data import load_meta
 from components.train.model import DENSE_FREQUENCIES, ModelConfig, Vocab, head_width, model_config
-from components.tune.tuned import TunedTraining, tuned_training
+from components.train.tuned import TunedTraining, tuned_training
 
 OPTIMIZER_BYTES_PER_PARAM = 28  # AdamW: read param, grad, m, v; write param, m, v (fp32)
 SPARSE_ROW_PASSES = 9  # gather, gradient write, SparseAdam: read grad, param, m, v; write param, m, v

@@ -28,8 +28,8 @@ from typing import Any
 
 from components.common.plan import TrainPlan, write_plan
 from components.train.model import ModelConfig
+from components.train.tuned import TunedTraining, write_tuned
 from components.tune.space import trial_model
-from components.tune.tuned import TunedTraining, write_tuned
 
 CONFIG_FILE = "trial-config.json"
 PLAN_FILE = "trial-plan.json"

@@ -20,11 +20,11 @@ from components.estimate.planner import EstimateConfig, EstimateError, estimate
 from components.train.checkpoint import load_checkpoint
 from components.train.model import ModelConfig, model_config
 from components.train.trainer import TrainConfig, train
+from components.train.tuned import tuned_training
 from components.tune.__main__ import main as tune_cli
 from components.tune.space import SearchSpace
 from components.tune.study import TuneConfig, TuneError, open_study, tune
 from components.tune.trial import write_trial_plan
-from components.tune.tuned import tuned_training
 from pipelines.katib import METRIC_FILTER
 
 pytestmark = pytest.mark.integration

@@ -3,7 +3,7 @@
 ``{"format": "dailyrec.model-config/v1", "name": ..., "model": {ModelConfig fields},
 "train": {"lr", "weight_decay", "warmup_fraction", "global_batch"}, "search": {study summary}}``
 
-* ``model_config(path)`` (components/train/model.py) reads the ``model`` block, so the
+* ``model_config(path)`` (:mod:`components.train.model`, beside this module) reads the ``model`` block, so the
   trainer, the planner and the checkpoints take the file wherever a config name goes;
 * the estimate stage reads the ``train`` block (:func:`tuned_training`): ``lr`` is the peak
   learning rate at ``global_batch`` and is scaled linearly to the plan's global batch;
