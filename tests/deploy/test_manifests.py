@@ -22,7 +22,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pipelines.validate import crd_schemas
+from kube.validate import crd_schemas
 from tests.deploy.conftest import KUBECTL, MANIFESTS, ROOT, TARGETS, render, render_text
 from tests.tools import CRD_DIR, KUBECTL_HOW, require_tool
 

@@ -16,7 +16,7 @@ from components.common.plan import TrainPlan
 from components.estimate.hardware import load_profile
 from components.train.model import NAMED_CONFIGS, REFERENCE_VOCAB
 from components.tune.space import SearchSpace, SpaceError, feasible_architectures, trial_model
-from pipelines.katib import (
+from kube.katib import (
     METRIC_FILTER,
     KatibConfig,
     KatibError,
@@ -28,7 +28,7 @@ from pipelines.katib import (
     validate_experiment,
     write_experiment,
 )
-from pipelines.validate import DEFAULT_CRDS, crd_schemas
+from kube.validate import DEFAULT_CRDS, crd_schemas
 
 # the trainer's per-epoch line (components/train/trainer.py), as it reaches the pod's log
 TRAINER_LINE = (
@@ -325,7 +325,7 @@ def test_memory_filter_keeps_a_product_of_choices_that_fit(monkeypatch):
 
 def test_katib_and_tune_share_the_parameter_names():
     from components.tune.space import PARAMS
-    from pipelines.katib import TRIAL_PARAMETERS
+    from kube.katib import TRIAL_PARAMETERS
 
     assert {param for param, _ in TRIAL_PARAMETERS.values()} == set(PARAMS)
     assert Path("configs/tune.json").is_file() and Path("configs/tune-debug.json").is_file()

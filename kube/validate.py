@@ -1,4 +1,5 @@
-"""Offline validation of what `make deploy` would apply: built-in kinds and Kubeflow Trainer kinds.
+"""Offline validation of what `make deploy` would apply and the pipeline creates: built-in kinds,
+Kubeflow Trainer kinds, DaskClusters.
 
 Built-in kinds are checked with kubernetes-validate (the API server's own
 OpenAPI schemas, strict: unknown fields are errors); Trainer kinds with the
@@ -70,3 +71,35 @@ def validate_objects(objects: list[dict], schemas: dict[tuple[str, str], dict]) 
         except kubernetes_validate.ValidationError as exc:
             problems.append(f"{where}: {exc.message} at {'/'.join(map(str, exc.path))}")
     return problems, unchecked
+
+
+def validate_cluster_spec(spec: dict, kubernetes_version: str = "1.32") -> list[str]:
+    """Problems of a DaskCluster spec, offline: the operator's CRD schema, then its pods as Pods."""
+    import dask_kubernetes.operator as operator
+    import jsonschema
+    import kubernetes_validate
+
+    templates = yaml.safe_load((Path(operator.__file__).parent / "customresources" / "templates.yaml")
+                               .read_text())
+    definitions = templates["definitions"]
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref:  # the operator's own types resolve here; Kubernetes ones (PodSpec) are
+                # checked below with kubernetes-validate
+                return resolve(definitions.get(ref.rsplit("/", 1)[-1], {"type": "object"}))
+            return {k: resolve(v) for k, v in node.items()}
+        return [resolve(v) for v in node] if isinstance(node, list) else node
+
+    problems = [f"DaskCluster: {e.message} at {'/'.join(map(str, e.absolute_path))}"
+                for e in jsonschema.Draft7Validator(resolve(definitions["dask.k8s.api.v1.DaskCluster"]))
+                .iter_errors(spec)]
+    for role in ("scheduler", "worker"):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{role}"},
+               "spec": spec["spec"][role]["spec"]}
+        try:
+            kubernetes_validate.validate(pod, kubernetes_version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            problems.append(f"{role} pod: {exc.message}")
+    return problems
