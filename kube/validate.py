@@ -4,7 +4,11 @@ Kubeflow Trainer kinds, DaskClusters.
 Built-in kinds are checked with kubernetes-validate (the API server's own
 OpenAPI schemas, strict: unknown fields are errors); Trainer kinds with the
 CRDs' OpenAPI v3 schemas from a folder of CRD files (``manifests/schemas/crds``,
-Kubeflow Trainer v2.3.0), made strict the same way.
+Kubeflow Trainer v2.3.0, carried in the repository), made strict the same way
+(``kubectl --validate=strict``: an unknown or misspelt field is an error), and
+their CEL rules (``x-kubernetes-validations``) evaluated with cel-python, as the
+API server does on create (transition rules, which compare with ``oldSelf``,
+apply only to updates and are skipped).
 """
 
 from __future__ import annotations
@@ -51,6 +55,48 @@ def crd_schemas(folder: str | Path | None = DEFAULT_CRDS) -> dict[tuple[str, str
     return schemas
 
 
+_PROGRAMS: dict[str, Any] = {}
+
+
+def _program(rule: str) -> Any:
+    import celpy
+
+    if rule not in _PROGRAMS:
+        env = celpy.Environment()
+        _PROGRAMS[rule] = env.program(env.compile(rule))
+    return _PROGRAMS[rule]
+
+
+def cel_problems(schema: dict, value: Any, path: str = "") -> list[str]:
+    """The ``x-kubernetes-validations`` rules of ``schema`` (and of every nested schema) that
+    ``value`` breaks, each as "message (rule) at path"."""
+    import celpy
+
+    problems = []
+    for check in schema.get("x-kubernetes-validations") or []:
+        rule = check["rule"]
+        if "oldSelf" in rule:  # a transition rule: only on update, against the stored object
+            continue
+        try:
+            ok = _program(rule).evaluate({"self": celpy.json_to_cel(value)})
+        except celpy.CELEvalError as exc:  # e.g. a field the rule reads is absent
+            ok = exc
+        if ok is not True and not (isinstance(ok, celpy.celtypes.BoolType) and bool(ok)):
+            message = check.get("message") or f"failed rule: {rule}"
+            problems.append(f"{message} ({rule}) at {path or '/'}")
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        for key, item in value.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub is not None:
+                problems += cel_problems(sub, item, f"{path}/{key}")
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            problems += cel_problems(schema["items"], item, f"{path}/{i}")
+    return problems
+
+
 def validate_objects(objects: list[dict], schemas: dict[tuple[str, str], dict]) -> tuple[list[str], list[str]]:
     """``(problems, unchecked kinds)`` for a list of Kubernetes objects."""
     import jsonschema
@@ -63,6 +109,7 @@ def validate_objects(objects: list[dict], schemas: dict[tuple[str, str], dict]) 
         if key in schemas:
             problems += [f"{where}: {e.message} at {'/'.join(map(str, e.absolute_path))}"
                          for e in jsonschema.Draft7Validator(schemas[key]).iter_errors(obj)]
+            problems += [f"{where}: {p}" for p in cel_problems(schemas[key], obj)]
             continue
         try:
             kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)

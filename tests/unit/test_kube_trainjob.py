@@ -310,3 +310,23 @@ def test_rank0_log_is_streamed_once_per_pod():
     restarted = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="job-node-0-0", uid="b"), status=k8s.V1PodStatus(phase="Running"))
     core.list_namespaced_pod.return_value = k8s.V1PodList(items=[restarted])
     assert follower.follow_once() == 2  # a JobSet restart: the new pod is followed
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    (lambda t: t["spec"].__setitem__("runtimePatchez", t["spec"].pop("runtimePatches")),
+     "'runtimePatchez' was unexpected"),
+    (lambda t: t["spec"]["trainer"].__setitem__("numProcPerNod", t["spec"]["trainer"].pop("numProcPerNode")),
+     "'numProcPerNod' was unexpected"),
+    (lambda t: t["spec"]["trainer"].__setitem__("numProcPerNode", 0),
+     "numProcPerNode must be greater than or equal to 1 (self >= 1) at /spec/trainer/numProcPerNode"),
+    (lambda t: t["metadata"].__setitem__("name", "Dailyrec_Job"),
+     "metadata.name must match RFC 1035 DNS label format"),
+])
+def test_strict_validation_refuses_misspelt_fields_and_broken_cel_rules(tmp_path, edit, problem):
+    """kubectl --validate=strict refuses unknown fields; the API server evaluates the CRD's CEL rules."""
+    schemas = crd_schemas()
+    job = build_trainjob(spec_for(tmp_path), TrainPlan(nproc_per_node=1), A100)
+    assert validate_objects([job], schemas) == ([], [])
+    edit(job)
+    problems, _ = validate_objects([job], schemas)
+    assert any(problem in p for p in problems), problems
