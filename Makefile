@@ -69,8 +69,8 @@ preprocess: install data ## only the preprocess stage, DATA -> DATASET (what `ma
 tune: install data ## hyperparameter search (Optuna ASHA) on DATA -> runs/<id>/tune/tuned.json, tuned/latest.json
 	$(PY) -m pipelines.tune --config $(TUNE_CONFIG) --data $(DATA) --root $(ROOT)
 
-compile: install ## compile the pipeline to build/pipeline.yaml (KFP IR)
-	$(PY) -m pipelines.compile --out build/pipeline.yaml
+compile: install ## compile the pipeline for ENV (default a100: TrainJobs on its node pool; ENV=none: local launcher) to build/pipeline.yaml
+	$(PY) -m pipelines.compile --out build/pipeline.yaml --env $(ENV)
 
 ui: install ## MLflow UI on 127.0.0.1 over the local registry (ROOT/runs/mlflow.db)
 	@$(VENV)/bin/python -m components.common.tracking $(abspath $(ROOT))/runs/mlflow.db

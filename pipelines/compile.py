@@ -1,8 +1,10 @@
-"""``python -m pipelines.compile [--out build/pipeline.yaml] [--env a100]``.
+"""``python -m pipelines.compile [--out build/pipeline.yaml] [--env a100|local|none]``.
 
-The pipeline as KFP IR YAML. ``--env`` bakes an environment's cluster defaults
-into the parameters (TrainJob launcher, cluster target); image references come
-from ``$DAILYREC_RUNTIME_IMAGE`` / ``$DAILYREC_TRAINER_IMAGE`` (pipelines/images.py).
+The pipeline as KFP IR YAML for a cluster environment: ``--env`` (default a100) bakes its
+defaults into the parameters (TrainJob launcher, cluster target with the overlay's node pool);
+``--env none`` compiles the plain definition (launcher local: torchrun inside the train task's
+pod, as kfp.local runs it). Image references come from ``$DAILYREC_RUNTIME_IMAGE`` /
+``$DAILYREC_TRAINER_IMAGE`` (kube/types.py); ``make deploy`` pins the pushed ones.
 """
 
 from __future__ import annotations
@@ -19,16 +21,12 @@ from pipelines.daily import daily
 DEFAULT_OUT = "build/pipeline.yaml"
 
 
-def cluster_defaults(env: str, trainer_image: str | None = None) -> dict[str, Any]:
-    """Parameter defaults for a cluster environment: TrainJobs placed per pipelines/clusters/<env>.json."""
-    import json
+def cluster_defaults(env: str, images: dict[str, str] | None = None) -> dict[str, Any]:
+    """Parameter defaults for a cluster environment: TrainJobs and Dask clusters placed per
+    kube/clusters/<env>.json and the overlay's node pool, with ``images`` (runtime, trainer) pinned."""
+    from kube.types import cluster_target
 
-    from pipelines.cluster import target
-
-    doc = json.loads(target(env))
-    if trainer_image:
-        doc["trainjob"]["image"] = trainer_image
-    return {"launcher": "trainjob", "cluster_target": json.dumps(doc, sort_keys=True, separators=(",", ":"))}
+    return {"launcher": "trainjob", "cluster_target": cluster_target(env, images)}
 
 
 def compile_pipeline(out: str | Path = DEFAULT_OUT, parameters: dict[str, Any] | None = None) -> Path:
@@ -42,11 +40,13 @@ def compile_pipeline(out: str | Path = DEFAULT_OUT, parameters: dict[str, Any] |
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pipelines.compile", description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=DEFAULT_OUT)
-    p.add_argument("--env", default=None, help="bake in the defaults of pipelines/clusters/<env>.json")
+    p.add_argument("--env", default="a100",
+                   help="cluster environment whose defaults are baked in (kube/clusters/<env>.json); "
+                        "none: the plain pipeline with the local launcher (default: %(default)s)")
+    p.add_argument("--out", default=DEFAULT_OUT, help="output file (default: %(default)s)")
     args = p.parse_args(argv)
     try:
-        parameters = cluster_defaults(args.env) if args.env else None
+        parameters = cluster_defaults(args.env) if args.env != "none" else None
     except ValueError as exc:
         print(f"compile: error: {exc}", file=sys.stderr)
         return 2
@@ -55,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # e.g. --out in a folder that cannot be created
         print(f"compile: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    print(f"compiled {out}")
+    what = (f"ENV={args.env}: launcher=trainjob, cluster target of kube/clusters/{args.env}.json"
+            if parameters else "no environment: launcher=local (torchrun inside the train task's pod)")
+    print(f"compiled {out} ({what})")
     return 0
 
 

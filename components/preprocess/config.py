@@ -7,7 +7,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-SCHEDULERS = ("threads", "processes", "sync", "local-cluster", "kubernetes")
+SCHEDULERS = ("threads", "processes", "sync", "local-cluster")
 _ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx)://\S+$")
 
 # Log-spaced edges (seconds) for the time between a history click and the
@@ -63,7 +63,8 @@ class PreprocessConfig:
     shuffle_buffer_mb: int = 128
     """Memory Dask's local disk shuffle may buffer before spilling to disk."""
     scheduler: str = "threads"
-    """Dask scheduler: threads | processes | sync | local-cluster | kubernetes (a DaskCluster, see kube.py) | a scheduler address (tcp://host:port)."""
+    """Dask scheduler: threads | processes | sync | local-cluster | a scheduler address (tcp://host:port; on
+    Kubernetes the pipeline starts a DaskCluster and passes its address: kube.client.preprocess_cluster)."""
     workers: int | None = None
     """Threads/processes/workers for local schedulers; None = all cores."""
     force: bool = False

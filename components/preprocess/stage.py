@@ -238,12 +238,6 @@ def dask_scheduler(name: str, workers: int | None):
         with cluster, Client(cluster) as client:
             yield client
         return
-    if name == "kubernetes":
-        from components.preprocess.kube import kube_cluster
-
-        with kube_cluster(workers) as cluster, Client(cluster) as client:
-            yield client
-        return
     with Client(name) as client:
         yield client
 

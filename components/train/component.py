@@ -16,8 +16,6 @@ def train_op(
 
     Warm-starts from the champion when asked and the shapes match.
     """
-    import json
-    import os
     import time
     from collections import namedtuple
     from pathlib import Path
@@ -36,12 +34,15 @@ def train_op(
         if found:
             print(f"warm start: from {model_name} v{found[0]} (applied if the shapes match)")
             init_from = found[1]
+    backend = None  # torchrun in this task's pod
     if launcher == "trainjob":
-        os.environ["DAILYREC_CLUSTER_TARGET"] = json.dumps(json.loads(cluster_target)["trainjob"])
+        from kube.client import TrainJobBackend
+
+        backend = TrainJobBackend.from_cluster_target(cluster_target)
     out = Path(run_dir) / "train"
     summary = launch(LaunchSpec.of(data=data_dir, out=str(out), plan=plan_path, init_from=init_from,
                                    tracking_uri=tracking_uri or None, experiment=f"{model_name}-train",
-                                   max_restarts=max_restarts), launcher)
+                                   max_restarts=max_restarts), backend)
     print(summary_line(summary))
     checkpoint = str(out / "best.pt")
     model.metadata.update({"checkpoint": checkpoint, "best_val_auc": summary["best_val_auc"],

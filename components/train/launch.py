@@ -1,9 +1,8 @@
-"""Launchers: start the trainer on N processes and return its summary.
+"""The local training backend: ``torchrun --standalone`` on this machine, and ``launch()``.
 
-``local`` runs ``torchrun --standalone`` on this machine. A cluster backend
-(a Kubeflow Trainer TrainJob) implements the same ``Launcher`` protocol:
-``run(spec) -> summary``; errors surface as ``LaunchError`` with each failed
-rank's own message.
+Backends implement :class:`components.train.backend.TrainingBackend` (``run(spec) -> summary``;
+errors surface as ``LaunchError`` with each failed rank's own message). The caller passes one
+in; the cluster's is ``kube.client.TrainJobBackend``.
 
 CLI: ``python -m components.train.launch --data DIR --plan plan.json --out DIR --nproc N``
 """
@@ -11,66 +10,17 @@ CLI: ``python -m components.train.launch --data DIR --plan plan.json --out DIR -
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 
-from components.common.plan import read_plan
 from components.common.storage import error_dirs, rank_reports
-from components.common.tracking import check_no_credentials
-from components.train.trainer import TrainConfig, read_summary, summary_line
+from components.train.backend import LaunchError, LaunchSpec, TrainingBackend
+from components.train.trainer import read_summary, summary_line
 
-
-class LaunchError(RuntimeError):
-    """Training failed; the message carries every failed rank's error."""
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """What to train (the trainer's own config) and with how many processes."""
-
-    train: TrainConfig
-    nproc: int | None = None
-    """Processes on this node; None = the plan's nproc_per_node."""
-    max_restarts: int = 0
-    """How often torchrun restarts all workers after a failure (they resume from last.pt)."""
-
-    def __post_init__(self) -> None:
-        # the trainer's flags end up on torchrun's command line (ps) and in a TrainJob's args
-        check_no_credentials(self.train.tracking_uri or "", "tracking_uri")
-
-    @classmethod
-    def of(cls, *, nproc: int | None = None, max_restarts: int = 0, resume: str = "auto",
-           **train: object) -> LaunchSpec:
-        """A spec from TrainConfig's fields; resume defaults to auto so restarted workers continue."""
-        return cls(TrainConfig(resume=resume, **train), nproc, max_restarts)
-
-    @property
-    def out(self) -> str:
-        return self.train.out
-
-    def processes(self) -> int:
-        if self.nproc is not None:
-            return self.nproc
-        return read_plan(self.train.plan)[0].nproc_per_node if self.train.plan else 1
-
-    def trainer_args(self) -> list[str]:
-        """The trainer CLI's flags for every set field of the TrainConfig."""
-        args = []
-        for f in dataclasses.fields(TrainConfig):
-            value = getattr(self.train, f.name)
-            if value is not None:
-                args += [f"--{f.name.replace('_', '-')}", str(value)]
-        return args
-
-
-class Launcher(Protocol):
-    def run(self, spec: LaunchSpec) -> dict: ...
+__all__ = ["LaunchError", "LaunchSpec", "LocalTorchrun", "launch", "torchrun"]
 
 
 def torchrun(nproc: int, max_restarts: int, *target: str) -> list[str]:
@@ -80,8 +30,10 @@ def torchrun(nproc: int, max_restarts: int, *target: str) -> list[str]:
             f"--max-restarts={max_restarts}", *target]
 
 
-class LocalTorchrun:
+class LocalTorchrun(TrainingBackend):
     """``torchrun --standalone`` on this machine."""
+
+    name = "local"
 
     def command(self, spec: LaunchSpec) -> list[str]:
         return torchrun(spec.processes(), spec.max_restarts, "-m", "components.train",
@@ -108,32 +60,9 @@ def failure_message(out: str | Path, returncode: int) -> str:
     return "training failed: " + " | ".join(lines)
 
 
-def _trainjob() -> Launcher:
-    from components.train.trainjob import TrainJobLauncher  # kubernetes client: only when used
-
-    return TrainJobLauncher()
-
-
-LAUNCHERS: dict[str, Any] = {"local": LocalTorchrun, "trainjob": _trainjob}
-"""Backends: a class or factory returning an object with ``run(spec) -> summary``."""
-
-
-def launch(spec: LaunchSpec, backend: str = "local") -> dict:
-    if backend not in LAUNCHERS:
-        raise ValueError(f"unknown launcher backend {backend!r}; known: {', '.join(LAUNCHERS)}")
-    return LAUNCHERS[backend]().run(spec)
-
-
-def _cluster_errors() -> tuple[type[Exception], ...]:
-    """What the Kubernetes client raises, unwrapped: no kube config, a refused connection, an API error."""
-    import urllib3
-
-    try:
-        from kubernetes.client.exceptions import OpenApiException
-        from kubernetes.config import ConfigException
-    except ImportError:  # the local backend does not need the kubernetes client
-        return (urllib3.exceptions.HTTPError,)
-    return urllib3.exceptions.HTTPError, OpenApiException, ConfigException
+def launch(spec: LaunchSpec, backend: TrainingBackend | None = None) -> dict:
+    """Train ``spec`` on ``backend`` (default: torchrun here) and return the summary."""
+    return (backend or LocalTorchrun()).run(spec)
 
 
 def _at_least(low: int):
@@ -159,17 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--init-from", default=None)
     p.add_argument("--tracking-uri", default=None)
     p.add_argument("--max-epochs", type=int, default=None)
-    p.add_argument("--backend", default="local", choices=sorted(LAUNCHERS))
     args = p.parse_args(argv)
-    backend = args.__dict__.pop("backend")
     try:
-        summary = launch(LaunchSpec.of(**vars(args)), backend)
+        summary = launch(LaunchSpec.of(**vars(args)), LocalTorchrun())
     except (LaunchError, ValueError) as exc:
         print(f"launch: error: {exc}", file=sys.stderr)
-        return 1
-    except _cluster_errors() as exc:  # trainjob backend: no kube config, API unreachable or refusing
-        reason = " ".join(str(exc).split())[:300]  # ApiException's text spans lines (headers, body)
-        print(f"launch: error: {backend}: {type(exc).__name__}: {reason}", file=sys.stderr)
         return 1
     print(summary_line(summary))
     return 0

@@ -9,29 +9,10 @@ or the path of a JSON file.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
-from typing import Any
 
-from components.tune.space import SearchSpace
+from components.tune.space import SearchSpace, json_arg
 from components.tune.study import PRUNERS, SAMPLERS, STORAGES, TuneConfig, TuneError
-
-
-def json_arg(text: str | None, what: str) -> Any:
-    """JSON given inline or as a file path; a ValueError names the flag."""
-    if text is None:
-        return None
-    source = text
-    if not text.lstrip().startswith(("{", "[")):
-        try:
-            source = Path(text).read_text()
-        except OSError as exc:
-            raise ValueError(f"{what}: cannot read {text} ({exc.strerror or exc})") from None
-    try:
-        return json.loads(source)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{what}: not valid JSON ({exc})") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

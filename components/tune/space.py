@@ -16,8 +16,10 @@ the daily pipeline -- plans without recomputation.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from components.common.plan import TrainPlan
@@ -257,3 +259,19 @@ def suggest(trial: Any, space: SearchSpace, archs: Architectures) -> dict[str, A
         "d_model": trial.suggest_categorical("d_model", list(archs.d_model)),
         "layers": trial.suggest_categorical("layers", list(archs.layers)),
     }
+
+
+def json_arg(text: str | None, what: str) -> Any:
+    """JSON given inline or as a file path; a ValueError names the flag."""
+    if text is None:
+        return None
+    source = text
+    if not text.lstrip().startswith(("{", "[")):
+        try:
+            source = Path(text).read_text()
+        except OSError as exc:
+            raise ValueError(f"{what}: cannot read {text} ({exc.strerror or exc})") from None
+    try:
+        return json.loads(source)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what}: not valid JSON ({exc})") from None

@@ -13,6 +13,8 @@ from pipelines.deploy import (
     DeployConfig,
     DeployError,
     Publisher,
+    client_auth,
+    content_version,
     deploy,
     image_refs,
     recurring_run_request,
@@ -59,9 +61,14 @@ def test_dry_run_pins_the_pushed_images_everywhere(dry_run):
     assert params["launcher"]["defaultValue"] == "trainjob"
     target = json.loads(params["cluster_target"]["defaultValue"])
     assert target["trainjob"]["image"] == refs["trainer"] and target["trainjob"]["accelerator"] == "nvidia.com/gpu"
+    assert target["dask"]["image"] == refs["runtime"]  # the Dask workers too, not a placeholder
     job = yaml.safe_load((out / "trainjob-example.yaml").read_text())
     assert job["spec"]["trainer"]["image"] == refs["trainer"]
-    assert job["spec"]["trainer"]["resourcesPerNode"]["limits"] == {"nvidia.com/gpu": "8"}
+    # a whole-node plan: no resourcesPerNode, the overlay's TrainingRuntime resources apply
+    assert "resourcesPerNode" not in job["spec"]["trainer"] and job["spec"]["trainer"]["numProcPerNode"] == 8
+    wrapper = yaml.safe_load((out / "kustomize" / "kustomization.yaml").read_text())
+    assert {"name": "REGISTRY/dailyrec-trainer", "newName": "reg.example/ml/dailyrec-trainer",
+            "newTag": "abc123"} in wrapper["images"]
 
 
 @needs_kubectl
@@ -163,3 +170,28 @@ def test_trigger_starts_the_newest_version_with_parameters():
     ((args, kwargs),) = calls(client, "run_pipeline")
     assert args[0] == "eid" and args[1].startswith("dailyrec-daily-")
     assert kwargs == {"params": {"run_date": "2026-01-14"}, "pipeline_id": "pid", "version_id": "vid-newest"}
+
+
+def test_an_uncommitted_tree_is_versioned_by_its_content():
+    base = content_version("abc123def456", b"pipeline", b"diff")
+    assert base.startswith("abc123def456-") and base != "abc123def456-dirty"
+    assert content_version("abc123def456", b"pipeline", b"diff") == base  # same content: same version
+    assert content_version("abc123def456", b"pipeline", b"diff2") != base  # an edit: a new one
+    assert content_version("abc123def456", b"pipeline2", b"diff") != base
+
+
+def test_kfp_authentication_for_multi_user_kubeflow(tmp_path):
+    """A bearer token from the environment, else the projected service-account token in a cluster."""
+    import kfp
+    from kfp.client.set_volume_credentials import ServiceAccountTokenVolumeCredentials
+
+    assert client_auth({"KF_PIPELINES_TOKEN": "t0ken"}) == {"namespace": "dailyrec", "existing_token": "t0ken"}
+    token = tmp_path / "token"
+    token.write_text("sa-token")
+    auth = client_auth({"KF_PIPELINES_SA_TOKEN_PATH": str(token), "KFP_NAMESPACE": "team-a"})
+    assert auth["namespace"] == "team-a" and isinstance(auth["credentials"], ServiceAccountTokenVolumeCredentials)
+    assert client_auth({"KF_PIPELINES_SA_TOKEN_PATH": str(tmp_path / "absent")}) == {"namespace": "dailyrec"}
+    # the keywords are kfp.Client's own (a typo would be refused here, as by the real constructor)
+    import inspect
+
+    inspect.signature(kfp.Client).bind(host="https://kfp", **auth)

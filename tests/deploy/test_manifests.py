@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
 import os
 import re
 import subprocess
@@ -22,7 +23,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pipelines.validate import crd_schemas
+from kube.validate import crd_schemas
 from tests.deploy.conftest import KUBECTL, MANIFESTS, ROOT, TARGETS, render, render_text
 from tests.tools import CRD_DIR, KUBECTL_HOW, require_tool
 
@@ -468,6 +469,46 @@ def test_a100_runtime_takes_a_whole_gpu_node() -> None:
     assert shm["sizeLimit"] == "64Gi"
     # nothing else got a GPU
     assert render_text("a100").count("nvidia.com/gpu:") == 2
+
+
+@pytest.mark.parametrize("overlay", ["a100", "local"])
+def test_the_node_pool_is_read_from_the_rendered_overlay(overlay: str) -> None:
+    """kube.types.placement (what TrainJobs, trials and the pipeline's cluster_target use) says
+    exactly what kustomize renders for the training pods: one source, no second copy."""
+    from kube.types import placement
+
+    where, pod, container = placement(overlay), runtime_pod(overlay), runtime_container(overlay)
+    assert where.node_selector == pod.get("nodeSelector", {})
+    assert where.tolerations == pod.get("tolerations", [])
+    requests = container["resources"]["requests"]
+    assert (where.node.cpu, where.node.memory) == (str(requests["cpu"]), str(requests["memory"]))
+    assert where.node.gpus == int(requests.get(where.accelerator or "-", 0))
+
+
+def test_the_overlays_training_resources_apply_to_a_whole_node_job() -> None:
+    """The runtime's resources are live: a TrainJob on all of a node's GPUs sets no resourcesPerNode
+    (which would replace them); on one GPU it takes the node's share of the same numbers."""
+    from pipelines.deploy import example_trainjob, image_refs
+
+    refs = image_refs("reg.example/ml", "abc")
+    whole = example_trainjob("a100", refs)["spec"]["trainer"]
+    assert whole["numProcPerNode"] == 8 and "resourcesPerNode" not in whole
+    requests = runtime_container("a100")["resources"]["requests"]
+    one = example_trainjob("a100", refs, gpus=1)["spec"]["trainer"]["resourcesPerNode"]["limits"]
+    assert one["cpu"] == str(int(requests["cpu"]) // 8) and one["nvidia.com/gpu"] == "1"
+
+
+def test_the_cluster_targets_do_not_repeat_the_node_pool() -> None:
+    from kube.types import CLUSTERS, PLACEMENT_KEYS, cluster_target
+
+    for path in CLUSTERS.glob("*.json"):
+        assert not set(json.loads(path.read_text())["trainjob"]) & set(PLACEMENT_KEYS), path
+    with pytest.raises(ValueError, match=r"node_selector come from manifests/overlays/a100"):
+        import unittest.mock as mock
+
+        doc = {"trainjob": {"node_selector": {"pool": "x"}}}
+        with mock.patch("pathlib.Path.read_text", return_value=json.dumps(doc)):
+            cluster_target("a100")
 
 
 def test_a100_node_pool_is_one_small_file() -> None:

@@ -25,7 +25,7 @@ from components.tune.__main__ import main as tune_cli
 from components.tune.space import SearchSpace
 from components.tune.study import TuneConfig, TuneError, open_study, tune
 from components.tune.trial import write_trial_plan
-from pipelines.katib import METRIC_FILTER
+from kube.katib import METRIC_FILTER
 
 pytestmark = pytest.mark.integration
 

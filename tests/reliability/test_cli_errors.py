@@ -163,12 +163,6 @@ CASES = [
     Case("--nproc 0", "components.train.launch",
          lambda e: ["--data", s(e.missing), "--out", s(e.tmp / "train"), "--nproc", "0"],
          ARGPARSE, lambda e: ["--nproc", "0"]),
-    Case("unknown --backend", "components.train.launch",
-         lambda e: ["--data", s(e.missing), "--out", s(e.tmp / "train"), "--backend", "slurm"],
-         ARGPARSE, lambda e: ["--backend", "'slurm'"]),
-    Case("trainjob backend without a kube config", "components.train.launch",
-         lambda e: ["--data", s(e.data), "--out", s(e.tmp / "train"), "--backend", "trainjob"],
-         "launch: error: ", lambda e: ["trainjob", "ConfigException"], needs=("dataset",)),
     # -- evaluate
     Case("missing data folder", "components.evaluate",
          lambda e: ["--data", s(e.missing), "--checkpoint", s(e.missing / "c.pt"), "--out", s(e.tmp / "ev")],

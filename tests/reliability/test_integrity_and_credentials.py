@@ -166,7 +166,9 @@ def test_a_run_writes_and_prints_no_credential(tmp_path, fault_report):
 
 
 def test_dask_pods_are_locked_down(fault_report):
-    from components.preprocess.kube import DaskClusterTarget, cluster_spec, validate_cluster_spec
+    from kube.dask import cluster_spec
+    from kube.types import DaskTarget as DaskClusterTarget
+    from kube.validate import validate_cluster_spec
 
     spec = cluster_spec("dailyrec-pre-1", 2, DaskClusterTarget())
     for role in ("scheduler", "worker"):
@@ -203,7 +205,7 @@ def test_default_deny_and_a_policy_for_every_component(overlay, fault_report):
         for rule in policy.get("egress", []):
             assert rule.get("to") or rule.get("ports"), f"{name}: an egress rule open to everything"
     # the labels the policies select on are the ones the pipeline and the runtime set
-    from pipelines.cluster import MLFLOW_CLIENT_LABEL, TASK_LABEL
+    from kube.tasks import MLFLOW_CLIENT_LABEL, TASK_LABEL
 
     assert TASK_LABEL == "dailyrec.io/task" and MLFLOW_CLIENT_LABEL == "dailyrec.io/mlflow-client"
     fault_report("security", f"NetworkPolicies ({overlay})",

@@ -13,7 +13,8 @@ from components.common.paths import PathError, inside, safe_name
 from tests.tools import KUBECTL_HOW, require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = [*ROOT.glob("components/**/*.py"), *ROOT.glob("pipelines/**/*.py"), *ROOT.glob("benchmarks/**/*.py")]
+SOURCES = [*ROOT.glob("components/**/*.py"), *ROOT.glob("kube/**/*.py"), *ROOT.glob("pipelines/**/*.py"),
+           *ROOT.glob("benchmarks/**/*.py")]
 CREDENTIALS = [
     (re.compile(r"AKIA[0-9A-Z]{16}"), "AWS access key id"),
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), "private key"),
@@ -29,7 +30,7 @@ PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*|\$\(?\w+\)?|<[^>]+>")
 
 def test_no_credentials_in_images_manifests_or_configs(fault_report):
     scanned, found = 0, []
-    for folder in ("images", "manifests", "configs", "pipelines/clusters"):
+    for folder in ("images", "manifests", "configs", "kube/clusters"):
         for path in (ROOT / folder).rglob("*"):
             if not path.is_file() or path.suffix in (".lock",):
                 continue
@@ -90,7 +91,7 @@ def test_role_grants_exactly_what_the_code_calls(fault_report):
     calls = code_calls()
     assert calls, "no Kubernetes API calls found: the scan is broken"
     assert calls <= granted, f"the code calls what the Role does not grant: {sorted(calls - granted)}"
-    uses_dask = "KubeCluster" in (ROOT / "components/preprocess/kube.py").read_text()
+    uses_dask = "KubeCluster" in (ROOT / "kube/client.py").read_text()
     assert granted - calls == (DASK_CLIENT - calls if uses_dask else set()), sorted(granted - calls)
     fault_report("security", "the pipeline's Role vs the Kubernetes calls in the code",
                  f"{len(calls)} calls found, all granted; nothing else but dask-kubernetes' KubeCluster needs")

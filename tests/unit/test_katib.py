@@ -4,6 +4,7 @@ spec with Katib placeholders, hyperband's arithmetic; and the search space's mem
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 import re
 from pathlib import Path
@@ -16,7 +17,7 @@ from components.common.plan import TrainPlan
 from components.estimate.hardware import load_profile
 from components.train.model import NAMED_CONFIGS, REFERENCE_VOCAB
 from components.tune.space import SearchSpace, SpaceError, feasible_architectures, trial_model
-from pipelines.katib import (
+from kube.katib import (
     METRIC_FILTER,
     KatibConfig,
     KatibError,
@@ -24,11 +25,14 @@ from pipelines.katib import (
     hyperband_budget,
     log_grid,
     main,
-    share,
     validate_experiment,
+    window_dataset,
     write_experiment,
 )
-from pipelines.validate import DEFAULT_CRDS, crd_schemas
+from kube.types import cpu_quantity, memory_quantity, quantity
+from kube.validate import DEFAULT_CRDS, crd_schemas
+
+DATA = "/mnt/dailyrec/datasets/2026-01-14"
 
 # the trainer's per-epoch line (components/train/trainer.py), as it reaches the pod's log
 TRAINER_LINE = (
@@ -39,7 +43,7 @@ TRAINER_LINE = (
 
 @pytest.fixture(scope="module")
 def hyperband():
-    return experiment(KatibConfig(env="a100"))
+    return experiment(KatibConfig(env="a100", data=DATA))
 
 
 def trial_args(doc: dict) -> list[str]:
@@ -99,7 +103,7 @@ def test_trial_template_is_a_trainjob_with_placeholders(hyperband):
     trainer = job["spec"]["trainer"]
     assert trainer["command"] == ["torchrun", "--module", "components.tune.trial"]
     assert trainer["numProcPerNode"] == 1 and trainer["resourcesPerNode"]["limits"] == {
-        "nvidia.com/gpu": "1"
+        "cpu": "11", "memory": "75Gi", "nvidia.com/gpu": "1"
     }
     assert (
         trainer["resourcesPerNode"]["requests"]["cpu"] == "11"
@@ -136,7 +140,7 @@ def test_metric_filter_reads_the_trainer_line():
 
 
 def test_random_and_tpe_use_log_uniform_and_a_fixed_epoch_count():
-    doc = experiment(KatibConfig(env="local", algorithm="tpe", max_epochs=3, name="cpu-search"))
+    doc = experiment(KatibConfig(env="local", algorithm="tpe", max_epochs=3, name="cpu-search", data=DATA))
     spec = doc["spec"]
     assert spec["algorithm"] == {"algorithmName": "tpe"} and spec["maxTrialCount"] == 24
     params = {p["name"]: p for p in spec["parameters"]}
@@ -256,7 +260,15 @@ def test_write_experiment_and_cli(tmp_path, capsys):
 def test_hyperband_budget_grid_and_share():
     assert hyperband_budget(3, 3) == (6, 3) and hyperband_budget(27, 3) == (70, 27)
     assert log_grid(1e-4, 1e-2, 3) == ["0.0001", "0.001", "0.01"] and log_grid(0.5, 0.5) == ["0.5"]
-    assert share("88", 8) == "11" and share("600Gi", 8) == "76800Mi" and share("500m", 2) == "250m"
+    assert cpu_quantity(quantity("88") / 8) == "11" and memory_quantity(quantity("600Gi") / 8) == "75Gi"
+    assert cpu_quantity(quantity("500m") / 2) == "250m" and memory_quantity(quantity("1Gi") / 3) == "341Mi"
+
+
+def test_the_experiment_is_bound_to_the_current_window():
+    assert window_dataset(dt.date(2026, 3, 2)) == "/mnt/dailyrec/datasets/2026-03-01"
+    assert window_dataset(dt.date(2026, 3, 1), root="/data") == "/data/datasets/2026-02-28"
+    with pytest.raises(KatibError, match="data: the dataset folder of the window to search on is required"):
+        KatibConfig(env="a100")
 
 
 # ----------------------------------------------------------------------------- search space
@@ -325,7 +337,7 @@ def test_memory_filter_keeps_a_product_of_choices_that_fit(monkeypatch):
 
 def test_katib_and_tune_share_the_parameter_names():
     from components.tune.space import PARAMS
-    from pipelines.katib import TRIAL_PARAMETERS
+    from kube.katib import TRIAL_PARAMETERS
 
     assert {param for param, _ in TRIAL_PARAMETERS.values()} == set(PARAMS)
     assert Path("configs/tune.json").is_file() and Path("configs/tune-debug.json").is_file()

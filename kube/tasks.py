@@ -1,20 +1,16 @@
-"""Cluster-side settings of the pipeline: volumes, resources, and the per-environment targets.
+"""Kubernetes settings of the pipeline's KFP tasks: the shared volume, resources, labels, Secrets.
 
-Applied to the compiled pipeline only (kfp.local ignores Kubernetes settings),
-so the same ``pipelines/daily.py`` runs locally and on the cluster.
+Applied to the compiled pipeline only (kfp.local ignores Kubernetes settings), so the same
+``pipelines/daily.py`` runs locally and on the cluster.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from kfp import kubernetes
 
 from components.register.integrity import SIGNING_KEY_ENV
+from kube.types import MOUNT_PATH, PVC
 
-PVC = "dailyrec-data"
-MOUNT_PATH = "/mnt/dailyrec"
 MLFLOW_SECRET = "mlflow-pipeline-auth"
 """Secret with keys username/password: the pipeline's MLflow account (manifests/README.md, Secrets)."""
 MLFLOW_CLIENTS = ("train-op", "evaluate-op", "register-op", "tune-op")
@@ -23,7 +19,8 @@ SIGNING_SECRET = "dailyrec-model-signing"
 """Optional Secret with key ``key``: the HMAC key that signs registered models' digests."""
 TASK_LABEL = "dailyrec.io/task"
 MLFLOW_CLIENT_LABEL = "dailyrec.io/mlflow-client"
-CLUSTERS = Path(__file__).with_name("clusters")
+RUN_ID_ENV = "KFP_RUN_ID"
+"""Set from the pod's ``pipeline/runid`` label: names and labels the run's Dask cluster."""
 # (cpu request, memory request, memory limit) per task: the launcher only waits on the TrainJob
 RESOURCES = {
     "check-parameters": ("250m", "512Mi", "1Gi"),
@@ -37,16 +34,6 @@ RESOURCES = {
 }
 
 
-def target(env: str) -> str:
-    """The cluster target JSON of an environment (``pipelines/clusters/<env>.json``), compacted."""
-    path = CLUSTERS / f"{env}.json"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in CLUSTERS.glob("*.json")))
-        raise ValueError(f"no cluster target {path}; known environments: {known}")
-    doc = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
-
-
 def on_cluster(task, name: str):
     """Shared volume, resource requests/limits, pod labels (the NetworkPolicies select on them) and, for
     the tasks that talk to MLflow, its credentials from a Secret (never a parameter); returns the task."""
@@ -54,6 +41,8 @@ def on_cluster(task, name: str):
     cpu, memory, memory_limit = RESOURCES[name]
     task.set_cpu_request(cpu).set_memory_request(memory).set_memory_limit(memory_limit)
     kubernetes.add_pod_label(task, TASK_LABEL, name)
+    # the run id without making it an input (an input would change the preprocess cache key)
+    kubernetes.use_field_path_as_env(task, RUN_ID_ENV, "metadata.labels['pipeline/runid']")
     if name in MLFLOW_CLIENTS:
         mlflow_client(task)
     return task

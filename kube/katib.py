@@ -1,6 +1,6 @@
 """The search on a cluster: a Katib ``Experiment`` whose trials are Kubeflow Trainer TrainJobs.
 
-``python -m pipelines.katib --env a100 [--data DATASET_ON_THE_VOLUME] [--out FILE.yaml]``
+``python -m kube.katib --env a100 [--data DATASET_ON_THE_VOLUME] [--out FILE.yaml]``
 
 * **Algorithm**: Katib's ``hyperband`` (default; Katib has no ASHA suggestion service):
   brackets of random configurations, the top 1/eta of each rung re-run with eta times the
@@ -14,7 +14,7 @@
   (at the base model's reference vocabulary). Katib's hyperband samples numbers uniformly,
   so there ``lr`` and ``weight_decay`` are log-spaced ``discrete`` grids; ``random``/``tpe``
   get ``double`` with ``distribution: logUniform``.
-* **Trial**: a TrainJob from ``components.train.trainjob.build_trainjob`` (runtime, node pool,
+* **Trial**: a TrainJob from ``kube.trainjob.build_trainjob`` (runtime, node pool,
   GPUs, env as in the daily pipeline; one GPU per trial), its trainer running
   ``torchrun --module components.tune.trial`` -- which writes the trial's model config and plan
   (estimate stage) and then runs the trainer CLI -- with ``${trialParameters.*}`` in its args.
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime as dt
 import json
 import math
 import re
@@ -48,7 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from components.common.plan import TrainPlan
-from components.tune.space import SearchSpace, feasible_architectures
+from components.tune.space import SearchSpace, feasible_architectures, json_arg
+from kube.types import MOUNT_PATH
 
 API_VERSION = "kubeflow.org/v1beta1"
 ALGORITHMS = ("hyperband", "random", "tpe")
@@ -87,7 +89,7 @@ class KatibConfig:
     """The Experiment to generate. Every field is checked on construction."""
 
     env: str = "a100"
-    """Cluster environment: pipelines/clusters/<env>.json (namespace, runtime, node pool, GPUs)."""
+    """Cluster environment: kube/clusters/<env>.json (namespace, runtime, node pool, GPUs)."""
     name: str = "dailyrec-tune"
     """Experiment name (lower-case DNS label)."""
     base_model: str = "prod"
@@ -108,8 +110,9 @@ class KatibConfig:
     parallel_trial_count: int | None = None
     """None: hyperband's minimum, eta ** s_max (random/tpe: 3)."""
     max_failed_trial_count: int = 3
-    data: str = "/mnt/dailyrec/datasets/2026-01-14"
-    """Dataset folder on the shared volume the trials train on."""
+    data: str = ""
+    """Dataset folder on the shared volume the trials train on: the current window's (make deploy
+    passes :func:`window_dataset`); required, never a fixed date."""
     root: str = "/mnt/dailyrec/tune/katib"
     """Trial outputs go to <root>/<experiment>/<trial name>/ on the shared volume."""
     image: str | None = None
@@ -120,6 +123,9 @@ class KatibConfig:
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", self.name) or len(self.name) > 63:
             raise KatibError(f"name {self.name!r} must be a lower-case DNS label")
+        if not self.data:
+            raise KatibError("data: the dataset folder of the window to search on is required "
+                             "(make deploy passes the current window's)")
         if self.algorithm not in ALGORITHMS:
             raise KatibError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         for name in ("global_batch", "max_epochs", "max_failed_trial_count"):
@@ -139,6 +145,15 @@ class KatibConfig:
 
     def hardware_profile(self, accelerator: bool) -> str:
         return self.hardware or (GPU_HARDWARE if accelerator else "cpu-local")
+
+
+def window_dataset(today: dt.date | None = None, root: str = MOUNT_PATH) -> str:
+    """The dataset folder of the daily pipeline's current window: the one ending yesterday (UTC),
+    the day today's scheduled run trains on."""
+    from components.common.runs import dataset_dir
+
+    end = (today or dt.datetime.now(dt.UTC).date()) - dt.timedelta(days=1)
+    return str(dataset_dir(root, end.isoformat()))
 
 
 def hyperband_budget(r_l: float, eta: int) -> tuple[int, int]:
@@ -167,16 +182,6 @@ def log_grid(low: float, high: float, points: int = LOG_GRID_POINTS) -> list[str
         return [number(low)]
     step = (math.log(high) - math.log(low)) / (points - 1)
     return list(dict.fromkeys(number(math.exp(math.log(low) + i * step)) for i in range(points)))
-
-
-def share(quantity: str, parts: int) -> str:
-    """1/parts of a Kubernetes quantity (CPU: whole or milli cores; memory: MiB), rounded down."""
-    from kubernetes.utils.quantity import parse_quantity
-
-    value = parse_quantity(quantity) / parts
-    if quantity[-1:] in "0123456789m" and not quantity.endswith(("Mi", "Gi", "Ki", "Ti")):
-        return str(int(value)) if value >= 1 else f"{int(value * 1000)}m"
-    return f"{int(value / 2**20)}Mi"
 
 
 def reference_plan(base_model: str, hardware: str, global_batch: int) -> tuple[TrainPlan, Any, Any]:
@@ -260,9 +265,9 @@ def parameters(
 
 def trial_template(config: KatibConfig, target: Any, hardware: str) -> dict:
     """The trialTemplate: a TrainJob (build_trainjob) running the trial CLI with placeholders."""
-    from components.train.launch import LaunchSpec
-    from components.train.trainjob import build_trainjob
+    from components.train.backend import LaunchSpec
     from components.tune.study import TuneConfig
+    from kube.trainjob import build_trainjob
 
     tracking = target.env.get("MLFLOW_TRACKING_URI")
     out = f"{config.root.rstrip('/')}/{config.name}/${{trialParameters.trialName}}"
@@ -333,20 +338,14 @@ def trial_template(config: KatibConfig, target: Any, hardware: str) -> dict:
 def experiment(config: KatibConfig, schemas: dict | None = None) -> dict:
     """The Experiment document, validated (``schemas``: see :func:`validate_experiment`);
     raises KatibError listing every problem."""
-    from components.train.trainjob import ClusterTarget
-    from pipelines.cluster import target as cluster_target
+    from kube.types import TrainJobTarget, cluster_target
 
-    target = ClusterTarget(**json.loads(cluster_target(config.env))["trainjob"])
+    target = TrainJobTarget(**json.loads(cluster_target(config.env))["trainjob"])
     if config.image:
         target = dataclasses.replace(target, image=config.image)
     hardware = config.hardware_profile(bool(target.accelerator))
     plan, vocab, profile = reference_plan(config.base_model, hardware, config.global_batch)
-    if target.accelerator:  # one GPU per trial: its share of the node, so trials pack onto nodes
-        target = dataclasses.replace(
-            target,
-            cpu_per_node=share(target.cpu_per_node, profile.gpus_per_node),
-            memory_per_node=share(target.memory_per_node, profile.gpus_per_node),
-        )
+    # one GPU per trial: build_trainjob sizes its pod at the node's share per GPU, so trials pack
     from components.train.model import model_config
 
     archs = feasible_architectures(
@@ -423,7 +422,7 @@ def _differences(a: Any, b: Any, path: str = "") -> list[str]:
 def validate_experiment(doc: dict, schemas: dict | None = None) -> list[str]:
     """Problems of an Experiment document: the Katib models (round trip), the webhook's offline
     rules, and the trial's TrainJob -- against the Trainer CRD schema when ``schemas``
-    (``pipelines.validate.crd_schemas()``, as make deploy loads them) has it, else against the
+    (``kube.validate.crd_schemas()``, as make deploy loads them) has it, else against the
     kubeflow-trainer-api models. An empty list means it validates."""
     from kubeflow_katib_api import models as m
     from pydantic import ValidationError
@@ -599,7 +598,7 @@ def _check_trainjob(job: dict, schemas: dict) -> list[str]:
     sample = json.loads(PLACEHOLDER.sub("1", json.dumps(job)))
     sample.setdefault("metadata", {})["name"] = "trial-sample"
     if (sample.get("apiVersion"), "TrainJob") in schemas:
-        from pipelines.validate import validate_objects
+        from kube.validate import validate_objects
 
         return [f"trialSpec: {p}" for p in validate_objects([sample], schemas)[0]]
     from kubeflow_trainer_api import models as t
@@ -629,12 +628,13 @@ def write_experiment(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m pipelines.katib", description=__doc__.splitlines()[0]
+        prog="python -m kube.katib", description=__doc__.splitlines()[0]
     )
-    p.add_argument("--env", default="a100", help="pipelines/clusters/<env>.json")
+    p.add_argument("--env", default="a100", help="kube/clusters/<env>.json")
     p.add_argument("--out", default="build/katib-experiment.yaml")
     p.add_argument("--name", default=KatibConfig.name)
-    p.add_argument("--data", default=KatibConfig.data, help="dataset folder on the shared volume")
+    p.add_argument("--data", default=None,
+                   help="dataset folder on the shared volume (default: the window ending yesterday, UTC)")
     p.add_argument("--base-model", default=KatibConfig.base_model)
     p.add_argument("--hardware", default=None)
     p.add_argument("--global-batch", type=int, default=KatibConfig.global_batch)
@@ -645,14 +645,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--space", default=None, help="search space JSON (text or file)")
     args = p.parse_args(argv)
     try:
-        from components.tune.__main__ import json_arg
-
         space = SearchSpace.from_dict(json_arg(args.space, "--space"))
         doc = write_experiment(
             args.out,
             args.env,
             name=args.name,
-            data=args.data,
+            data=args.data or window_dataset(),
             base_model=args.base_model,
             hardware=args.hardware,
             global_batch=args.global_batch,
