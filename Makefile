@@ -38,7 +38,7 @@ DRY_RUN ?=
 PUSH ?=
 SKIP_IMAGES ?=
 
-.PHONY: help install run data next-day preprocess tune compile ui images lock deploy trigger test test-reliability mutation bench lint clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess tune compile ui images lock deploy trigger test test-reliability mutation bench docs lint clean clean-data clean-runs
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -95,18 +95,18 @@ trigger: install ## start one run of the deployed pipeline now (as the UI's Crea
 test: install ## run the test suite (unit, integration, deploy, fast reliability checks; tiny data)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
-test-reliability: install ## every fault-injection, bad-input and security test; writes README's Reliability table
+test-reliability: install ## every fault-injection, bad-input and security test; writes docs/reliability.md's table
 	DAILYREC_RELIABILITY_REPORT=benchmarks/results/reliability.json $(PY) -m pytest -q tests/reliability $(PYTEST_ARGS)
 	$(PY) -m tests.reliability.report benchmarks/results/reliability.json
 
-mutation: $(VENV)/.mutation ## mutation testing (mutmut) of the critical modules [MODULES=…] -> benchmarks/results/mutation.json, README
+mutation: $(VENV)/.mutation ## mutation testing (mutmut) of the critical modules [MODULES=…] -> benchmarks/results/mutation.json, docs/
 	$(PY) benchmarks/mutation.py $(if $(MODULES),--only $(MODULES))
 
 $(VENV)/.mutation: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,mutation]'
 	@touch $@
 
-bench: install data preprocess ## measured comparisons against baselines -> benchmarks/results/ and README
+bench: install data preprocess ## measured comparisons against baselines -> benchmarks/results/ and docs/
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	$(PY) benchmarks/quality.py
 	$(PY) benchmarks/preprocess.py
@@ -116,6 +116,10 @@ bench: install data preprocess ## measured comparisons against baselines -> benc
 	$(PY) benchmarks/tune.py
 	@if $(PY) -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then $(PY) benchmarks/gpu.py; \
 	else echo "no CUDA device: benchmarks/gpu.py --dry only"; $(PY) benchmarks/gpu.py --dry; fi
+
+docs: install ## rewrite the generated blocks of README.md and docs/ from benchmarks/results/ and the compiled pipeline (no measuring)
+	$(PY) -m benchmarks.readme
+	$(PY) -m tests.reliability.report benchmarks/results/reliability.json
 
 lint: install ## ruff
 	$(PY) -m ruff check .

@@ -20,8 +20,8 @@
 The datasets are generated (components.datagen) and preprocessed here, small
 enough that the whole benchmark takes a few minutes on 2 cores. Timings on a
 shared 2-core machine are noisy: the results record the load average before
-and after. Writes benchmarks/results/estimate.json and the README block
-between ``<!-- bench:estimate:start/end -->``.
+and after. Writes benchmarks/results/estimate.json and the block
+between ``<!-- bench:estimate:start/end -->`` (docs/performance.md).
 
     python benchmarks/estimate.py                      # the real benchmark (~10 min)
     python benchmarks/estimate.py --quick --no-readme [--data DIR]  # debug, 1 process: a smoke test
@@ -191,11 +191,11 @@ def readme_table(result: dict) -> str:
                      f"{r['measured_seconds']:.1f} s | {r['uncalibrated_seconds']:.1f} s | "
                      f"{r['uncalibrated_error']:+.0%} | {r['calibrated_seconds']:.1f} s | "
                      f"{r['calibrated_error']:+.0%} | {'refused' if r['deadline_refused'] else 'accepted'} |")
-    lines += ["", f"- max |error|: calibrated **{s['calibrated_max_abs_error']:.0%}**, uncalibrated "
-                  f"{s['uncalibrated_max_abs_error']:.0%} (target: calibrated within ±{TARGET:.0%} and better: "
-                  f"{'met' if s['time_target_met'] else 'NOT met'})",
+    lines += ["", f"- max |error| (goal: calibrated within ±{TARGET:.0%} and better than uncalibrated; "
+                  f"measured: calibrated **{s['calibrated_max_abs_error']:.0%}**, uncalibrated "
+                  f"{s['uncalibrated_max_abs_error']:.0%})",
               f"- `prod` on `a100-80gb` with a 0.0001 h deadline: "
-              f"{'refused' if result['impossible_deadline']['refused'] else 'ACCEPTED'}"
+              f"{'refused' if result['impossible_deadline']['refused'] else 'accepted'}"
               + (f" (\"{result['impossible_deadline']['message'][:160]}...\")"
                  if result['impossible_deadline']['refused'] else ""),
               f"- deadlines at {DEADLINE_FACTOR:g}x the measured time refused: {s['deadlines_refused']} of "
@@ -210,7 +210,7 @@ def readme_table(result: dict) -> str:
                      f"{r['predicted_bytes'] / 2**20:,.0f} MiB | {r['error']:+.1%} |")
     lines += ["", f"- memory error: {s['memory_min_error']:+.1%} .. {s['memory_max_error']:+.1%}; the cap "
                   f"(`memory_fraction` {s['memory_fraction']:.2f}) allows {1 / s['memory_fraction'] - 1:.1%} "
-                  f"of under-prediction: {'covers' if s['memory_margin_covers_error'] else 'does NOT cover'} "
+                  f"of under-prediction: {'covers' if s['memory_margin_covers_error'] else 'does not cover'} "
                   "the largest measured one."]
     return "\n".join(lines)
 

@@ -47,7 +47,7 @@ import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from benchmarks.measure import machine  # noqa: E402
-from benchmarks.readme import publish, rate  # noqa: E402
+from benchmarks.readme import NO_README_HELP, publish, rate  # noqa: E402
 from components.common.plan import TrainPlan  # noqa: E402
 from components.estimate.hardware import HardwareError, load_profile  # noqa: E402
 from components.estimate.memory import MemorySetup, batch_bytes_per_sample, memory_breakdown  # noqa: E402
@@ -298,7 +298,7 @@ def readme_table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dry", action="store_true",
-                   help="CPU, tiny vocab, 2 steps: check the script end to end (no README; "
+                   help="CPU, tiny vocab, 2 steps: check the script end to end (no published block; "
                         "results to a temp file unless --results)")
     p.add_argument("--batch", type=int, default=None, help="samples per step (default 4096, --dry 32)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per precision (default 50, --dry 2)")
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peak-flops", type=float, default=None, help="peak dense bf16 FLOP/s of the GPU")
     p.add_argument("--results", default=None,
                    help="JSON output (default: benchmarks/results/gpu.json; --dry: a temp file)")
-    p.add_argument("--no-readme", action="store_true", help="do not rewrite the README block")
+    p.add_argument("--no-readme", action="store_true", help=NO_README_HELP)
     args = p.parse_args(argv)
     if not args.dry and not torch.cuda.is_available():
         print("gpu.py: error: no CUDA device (torch.cuda.is_available() is False); "

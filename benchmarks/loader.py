@@ -13,9 +13,9 @@ Measures, on one dataset and in one run:
   gathered beforehand (so no loading inside the timing).
 
 The ratio loader batches/s / model steps/s says how far ahead of the model the
-loader runs (target >= 10x: the step then waits for data at most ~10% of its
+loader runs (goal: >= 10x; the step then waits for data at most ~10% of its
 time even with no overlap at all). Writes benchmarks/results/loader.json and
-the README block between ``<!-- bench:loader:start/end -->``.
+the block between ``<!-- bench:loader:start/end -->`` (docs/performance.md).
 
     python benchmarks/loader.py                      # data/dataset (`make run` creates it)
     python benchmarks/loader.py --quick --no-readme  # seconds, for smoke tests
@@ -135,9 +135,9 @@ def readme_table(result: dict) -> str:
                      f"**{r['ratio']:.1f}x** |")
     lines.append(f"| model step (`{model['model']}`, fwd+bwd+optimizer, {model['threads']} thread) | "
                  f"{model['steps_per_s']:,.2f} | {model['samples_per_s']:,.0f} | | 1x |")
-    lines += ["", f"- loader batches/s / model steps/s: best **{result['best_ratio']:.1f}x** "
-                  f"(target >= {TARGET_RATIO:.0f}x: {'met' if result['meets_target'] else 'NOT met'}); "
-                  f"consumer CPU ms/batch is what the training process itself pays per batch"]
+    lines += ["", f"- loader batches/s / model steps/s (goal: >= {TARGET_RATIO:.0f}x; measured: best "
+                  f"**{result['best_ratio']:.1f}x**); consumer CPU ms/batch is what the training process "
+                  "itself pays per batch"]
     return "\n".join(lines)
 
 

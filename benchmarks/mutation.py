@@ -5,7 +5,7 @@ For each module below, mutmut (pip extra ``mutation``) makes many one-token bugs
 the fast test files that cover that module against each; a bug the tests miss "survives".
 Each module runs in its own scratch folder ``build/mutation/<name>/`` with its own mutmut
 settings (what to mutate, which tests), so the selection is per module and runs never share
-state. Results: ``benchmarks/results/mutation.json`` and the README's Mutation testing block.
+state. Results: ``benchmarks/results/mutation.json`` and the Mutation testing block of docs/development.md.
 
 A surviving mutant is listed with its diff; the few that cannot change behaviour
 (equivalent mutants) are named in ``EQUIVALENT`` with the reason, and the kill rate is
@@ -32,7 +32,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.readme import RESULTS, ROOT, update_readme
+from benchmarks.readme import RESULTS, ROOT, update_block
 
 SCRATCH = ROOT / "build" / "mutation"
 TARGET = 0.90
@@ -331,6 +331,11 @@ def table(rows: list[dict]) -> str:
                                "in benchmarks/results/mutation.json).")
 
 
+def readme_table(result: dict) -> str:
+    """The published block from the stored results file."""
+    return table(result["modules"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/mutation.py", description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", metavar="NAME", choices=[m.name for m in MODULES],
@@ -372,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def save(out: Path, row: dict | None = None) -> list[dict]:
-    """Merge ``row`` into the results file (other modules' rows are kept) and rewrite the README block."""
+    """Merge ``row`` into the results file (other modules' rows are kept) and rewrite the published block."""
     previous = json.loads(out.read_text())["modules"] if out.is_file() else []
     rows = {r["module"]: r for r in previous if r["module"] in {m.name for m in MODULES}}
     if row is not None:
@@ -380,7 +385,7 @@ def save(out: Path, row: dict | None = None) -> list[dict]:
     ordered = [rows[m.name] for m in MODULES if m.name in rows]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"tool": "mutmut 3.8.1", "target": TARGET, "modules": ordered}, indent=2) + "\n")
-    update_readme("mutation", table(ordered))
+    update_block("mutation", table(ordered))
     return ordered
 
 

@@ -2,7 +2,7 @@
 
 Generates synthetic logs (cached under benchmarks/scratch/), then runs each job as
 its own process and measures events/s and the peak RSS of its process tree.
-Writes benchmarks/results/preprocess.json and the table in README.md.
+Writes benchmarks/results/preprocess.json and its block in docs/performance.md.
 
     python benchmarks/preprocess.py                   # 5 M and 20 M events (baseline at 5 M)
     python benchmarks/preprocess.py --sizes 200000 --baseline-sizes 200000   # a quick look
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.measure import machine, run_measured  # noqa: E402
-from benchmarks.readme import publish  # noqa: E402
+from benchmarks.readme import NO_README_HELP, publish  # noqa: E402
 
 DAYS, WINDOW_DAYS, HISTORY_DAYS = 10, 8, 2
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--baseline-sizes", default="5000000", help="event counts for the pandas baseline")
     p.add_argument("--work", default=str(ROOT / "benchmarks" / "scratch"))
     p.add_argument("--results", default=None, help="JSON path (default: benchmarks/results/preprocess.json)")
-    p.add_argument("--no-readme", action="store_true", help="do not rewrite the README table")
+    p.add_argument("--no-readme", action="store_true", help=NO_README_HELP)
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     baseline_sizes = [int(s) for s in args.baseline_sizes.split(",") if s]

@@ -1,14 +1,21 @@
-"""Shared helpers of the benchmark scripts: the README block, results paths, threads, dataset.
+"""Shared helpers of the benchmark scripts: the published blocks, results paths, threads, dataset.
 
-Every benchmark owns one block of README.md between ``<!-- bench:<name>:start -->``
-and ``<!-- bench:<name>:end -->``; a README without those markers is left
-alone (the script says so and carries on). Throwaway runs (``--quick``,
-``--dry``) never touch README.md or benchmarks/results/.
+Every benchmark owns one block between ``<!-- bench:<name>:start -->`` and
+``<!-- bench:<name>:end -->`` in one Markdown file of the documentation (README.md or
+docs/*.md: whichever holds the markers); when no file holds them, the block is not
+written (the script says so and carries on). Throwaway runs (``--quick``, ``--dry``)
+never touch the documentation or benchmarks/results/.
+
+``python -m benchmarks.readme`` (``make docs``) rewrites every block that needs no
+measurement: each benchmark's table from its stored results file (after a change to a
+table's wording) and the picture of the pipeline from the compiled pipeline.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import re
 import sys
 import tempfile
@@ -17,23 +24,50 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_DATA = ROOT / "data" / "dataset"
+NO_README_HELP = "do not rewrite the published block (README.md or docs/)"
+PUBLISHED = ("quality", "preprocess", "loader", "train", "estimate", "gpu", "tune", "mutation")
+"""Benchmarks whose module renders its block from its stored results: ``readme_table(result)``."""
 
 
 def markers(name: str) -> tuple[str, str]:
     return f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
 
 
-def update_readme(name: str, table: str, readme: str | Path = ROOT / "README.md") -> bool:
-    """Replace the ``name`` block of ``readme`` with ``table``; False (and a note) when it has no markers."""
-    readme = Path(readme)
+def doc_files(root: Path | None = None) -> list[Path]:
+    """The Markdown files that may hold a generated block: README.md and docs/*.md."""
+    root = root or ROOT
+    return [p for p in (root / "README.md", *sorted((root / "docs").glob("*.md"))) if p.is_file()]
+
+
+def block_home(name: str, root: Path | None = None) -> Path | None:
+    """The one documentation file holding the ``name`` block's start marker; None when none does."""
+    root = root or ROOT
+    start, _ = markers(name)
+    homes = [p for p in doc_files(root) if start in p.read_text()]
+    if len(homes) > 1:
+        raise ValueError(f"block {start} is in {len(homes)} files "
+                         f"({', '.join(p.relative_to(root).as_posix() for p in homes)}): keep it in one")
+    return homes[0] if homes else None
+
+
+def update_block(name: str, text: str, root: Path | None = None) -> Path | None:
+    """Replace the ``name`` block with ``text`` wherever it lives; the file written, or None (and a
+    note) when no documentation file holds the markers."""
+    from components.common.storage import atomic_write_bytes
+
     start, end = markers(name)
-    text = readme.read_text() if readme.exists() else ""
+    home = block_home(name, root)
+    if home is None:
+        print(f"no {start} ... {end} markers in README.md or docs/*.md; the {name} block is not written")
+        return None
+    content = home.read_text()
     pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
-    if not pattern.search(text):
-        print(f"{readme.name} has no {start} ... {end} markers; table not written there")
-        return False
-    readme.write_text(pattern.sub(lambda _: f"{start}\n{table}\n{end}", text))
-    return True
+    if not pattern.search(content):
+        raise ValueError(f"{home}: {start} has no {end} after it")
+    replaced = pattern.sub(lambda _: f"{start}\n{text}\n{end}", content)
+    if replaced != content:
+        atomic_write_bytes(home, replaced.encode())  # a reader never sees half a page
+    return home
 
 
 def results_path(name: str, given: str | None, throwaway: bool = False) -> Path:
@@ -72,13 +106,13 @@ def repo_relative(value):
 
 def publish(name: str, result: dict, table: str, results: str | None = None,
             throwaway: bool = False, readme: bool = True) -> Path:
-    """Write the JSON, print the table, and (for real measurements) refresh the README block."""
+    """Write the JSON, print the table, and (for real measurements) refresh the published block."""
     from components.common.storage import atomic_write_json
 
     out = atomic_write_json(results_path(name, results, throwaway=throwaway), repo_relative(result))
     print("\n" + table + f"\n\nwrote {out}")
     if readme and not throwaway:  # --quick / --dry figures are no measurement
-        update_readme(name, table)
+        update_block(name, table)
     return out
 
 
@@ -87,9 +121,47 @@ def dataset_benchmark_parser(doc: str, name: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--data", default=str(DEFAULT_DATA), help="preprocessed dataset (default: data/dataset)")
     p.add_argument("--quick", action="store_true",
-                   help="tiny sizes: a smoke test, not a measurement (no README; results to a "
+                   help="tiny sizes: a smoke test, not a measurement (no published block; results to a "
                         "temp file unless --results)")
     p.add_argument("--results", default=None,
                    help=f"JSON output (default: benchmarks/results/{name}.json; --quick: a temp file)")
-    p.add_argument("--no-readme", action="store_true", help="do not rewrite the README block")
+    p.add_argument("--no-readme", action="store_true", help=NO_README_HELP)
     return p
+
+
+def table_from_results(name: str, results: Path = RESULTS) -> str:
+    """The ``name`` block as its benchmark renders it from the stored results file (no measuring)."""
+    module = importlib.import_module(f"benchmarks.{name}")
+    return module.readme_table(json.loads((results / f"{name}.json").read_text()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.readme",
+        description="Rewrite the generated blocks of README.md and docs/ that need no measurement: "
+                    "each benchmark's table from its stored results file, and the picture of the "
+                    "pipeline from the compiled pipeline.")
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help=f"blocks to rewrite (default: all): pipeline-graph, {', '.join(PUBLISHED)}")
+    args = p.parse_args(argv)
+    unknown = sorted(set(args.names) - {"pipeline-graph", *PUBLISHED})
+    if unknown:
+        p.error(f"unknown block {', '.join(unknown)}")
+    for name in args.names or ("pipeline-graph", *PUBLISHED):
+        if name == "pipeline-graph":
+            from benchmarks.pipeline_graph import compiled_pipeline, mermaid
+
+            text = mermaid(compiled_pipeline())
+        elif (RESULTS / f"{name}.json").is_file():
+            text = table_from_results(name)
+        else:
+            print(f"{name}: no {RESULTS.relative_to(ROOT)}/{name}.json yet; run the benchmark first")
+            continue
+        home = update_block(name, text)
+        if home is not None:
+            print(f"{name}: {home.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -166,7 +166,7 @@ def check_parameters(params: dict[str, Any]) -> dict[str, Any]:
             raise ParameterError(f"parameter {key}={redact(value)!r}: carries credentials (user:password@ or "
                                  f"a token in a URI); pass them through the environment (MLflow: "
                                  f"MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD; object stores: their own "
-                                 f"variables), a Kubernetes Secret on the cluster (see README, Credentials)")
+                                 f"variables), a Kubernetes Secret on the cluster (see docs/pipeline.md, Credentials)")
         rule = RULES.get(key)
         if rule is None:
             continue

@@ -1,4 +1,4 @@
-"""The raw-event contract every stage shares (see README, "Raw data contract").
+"""The raw-event contract every stage shares (docs/data.md, "Raw data contract").
 
 Raw events live in one folder per day, ``<raw>/dt=YYYY-MM-DD/*.parquet|*.csv``
 (also ``.pq``, gzip/bzip2/zstd CSV, and files in sub-folders of a day folder

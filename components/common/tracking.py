@@ -60,7 +60,7 @@ def check_no_credentials(uri: str, what: str = "tracking_uri") -> str:
             f"{what}: {redact(uri)} carries credentials; they would be written to parameters, logs and "
             f"process lists. Pass the URI without them and set MLFLOW_TRACKING_USERNAME and "
             f"MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) in the environment: a Kubernetes "
-            f"Secret on the cluster (see README, Credentials)")
+            f"Secret on the cluster (see docs/pipeline.md, Credentials)")
     return uri
 
 

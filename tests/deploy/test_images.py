@@ -36,7 +36,7 @@ ENTRY_POINTS = (
     "components.evaluate", "components.register", "components.train.launch",
     "components.register.score", "pipelines.compile", "pipelines.local",
 )
-"""Every module the README, the Makefile or a pipeline task runs with ``python -m``."""
+"""Every module the README, docs/, the Makefile or a pipeline task runs with ``python -m``."""
 PROJECT_PACKAGES = ("components", "pipelines")
 SECRET_PATH = re.compile(
     r"(^|/)(\.env(\.[\w.-]+)?|[^/]*\.(pem|key|p12|pfx|jks|keystore)|id_(rsa|dsa|ecdsa|ed25519)[^/]*|"

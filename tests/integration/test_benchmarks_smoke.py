@@ -67,7 +67,7 @@ def test_train_benchmark_quick(tiny_dataset, tmp_path):
         assert r["global_batch"] == 1024 and r["micro_batch"] * r["processes"] == 1024
         assert r["threads"] == 1 and r["sparse_embeddings"] is True
         assert positive(r["samples_per_s"]) and 0 <= r["data_wait_fraction"] < 1
-    # the summary is derived from the runs above, as the README table states it
+    # the summary is derived from the runs above, as the published table states it
     one, two = result["tuned"]
     s = result["summary"]
     assert s["speedup"] == pytest.approx(one["samples_per_s"] / naive["samples_per_s"])

@@ -1,10 +1,10 @@
-"""Records what each reliability test tried and saw, for the README's Reliability table.
+"""Records what each reliability test tried and saw, for the Reliability table (docs/reliability.md).
 
 ``fault_report(category, fault, outcome)`` notes one row for the running
 test; its pass/fail result is added when the test ends. With
 ``$DAILYREC_RELIABILITY_REPORT`` set (``make test-reliability`` does), the rows
 are written there as JSON at the end of the session and
-``tests/reliability/report.py`` turns them into the README table.
+``tests/reliability/report.py`` turns them into that table.
 """
 
 from __future__ import annotations

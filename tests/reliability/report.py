@@ -1,4 +1,4 @@
-"""``python -m tests.reliability.report RESULTS.json``: the README's Reliability table from a test run."""
+"""``python -m tests.reliability.report RESULTS.json``: the Reliability table (docs/reliability.md) from a test run."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks.readme import update_readme
+from benchmarks.readme import update_block
 
 
 def table(rows: list[dict]) -> str:
@@ -23,8 +23,8 @@ def table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     path = Path((argv or sys.argv[1:])[0])
     rows = json.loads(path.read_text())
-    update_readme("reliability", table(rows))
-    print(f"README Reliability table: {len(rows)} rows from {path}")
+    home = update_block("reliability", table(rows))
+    print(f"Reliability table: {len(rows)} rows from {path}" + (f" -> {home}" if home else ""))
     return 0
 
 

@@ -39,8 +39,8 @@ from components.preprocess.stage import preprocess
 from tests.conftest import START, random_events, write_day
 
 CATEGORY = "bad input"
-# The README's documented quarantine reasons and the column each is about (spelled out here, not
-# imported, so that a reason added in code without the README fails this test).
+# The quarantine reasons the raw contract documents (docs/data.md) and the column each is about
+# (spelled out here, not imported, so that a reason added in code without the docs fails this test).
 DOCUMENTED_REASONS = {"null_user_id": "user_id", "bad_user_id": "user_id", "null_item_id": "item_id",
                       "bad_item_id": "item_id", "bad_category_id": "category_id",
                       "bad_timestamp": "timestamp", "timestamp_out_of_range": "timestamp",

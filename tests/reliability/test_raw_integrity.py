@@ -606,8 +606,8 @@ def test_newline_and_non_utf8_file_names_are_quoted(tmp_path, fault_report):
                  "quoted with repr in errors and warnings: one line, the file named")
 
 
-def test_every_quarantine_reason_is_documented_in_the_readme():
+def test_every_quarantine_reason_is_documented_in_the_raw_contract():
     from components.preprocess.clean import REASONS
 
-    contract = (ROOT / "README.md").read_text().split("## Raw data contract", 1)[1].split("\n## ", 1)[0]
+    contract = (ROOT / "docs" / "data.md").read_text().split("## Raw data contract", 1)[1].split("\n## ", 1)[0]
     assert [r for r in REASONS if f"`{r}`" not in contract] == []
