@@ -138,20 +138,32 @@ def request_inputs(frame: pd.DataFrame, snapshot: Snapshot, layout: Layout) -> d
            else np.zeros(n, np.int64))
     ts = _timestamps(frame["timestamp"], "timestamp")
     events, owner = _request_events(frame, user)
-    if snapshot.events is not None:
-        given = np.zeros(n, bool)
-        given[owner] = True
-        if "events_item_id" in frame.columns:
-            given |= frame["events_item_id"].notna().to_numpy()
+    given = np.zeros(n, bool)
+    given[owner] = True
+    if "events_item_id" in frame.columns:
+        given |= frame["events_item_id"].notna().to_numpy()
+    if snapshot.events is None and not given.all():
+        raise RequestError(f"row {int(np.flatnonzero(~given)[0])}: no events given, and this model version "
+                           f"carries no snapshot of its users' events; send events_item_id, "
+                           f"events_timestamp, events_label")
+    return key_inputs(user, item, cat, ts, snapshot, layout, events, owner, given)
+
+
+def key_inputs(user: np.ndarray, item: np.ndarray, cat: np.ndarray, ts: np.ndarray, snapshot: Snapshot,
+               layout: Layout, events: dict[str, np.ndarray] | None = None, owner: np.ndarray | None = None,
+               given: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The arrays of rows given as keys (hashed ids) and epoch seconds: each row with ``events`` (key
+    columns; ``owner``: the row each belongs to) where ``given``, else its user's snapshot events."""
+    n = len(user)
+    if events is None:
+        events, owner = {k: np.empty(0, np.int64) for k in EVENT_KEYS}, np.empty(0, np.int64)
+    given = np.zeros(n, bool) if given is None else given
+    if snapshot.events is not None and not given.all():
         rows, owners = snapshot.user_events(user)
         take = ~given[owners]
         rows, owners = rows[take], owners[take]
         events = {k: np.concatenate([events[k], snapshot.events[k][rows]]) for k in EVENT_KEYS}
         owner = np.concatenate([owner, owners])
-    elif "events_item_id" not in frame.columns or frame["events_item_id"].isna().any():
-        row = 0 if "events_item_id" not in frame.columns else int(np.flatnonzero(frame["events_item_id"].isna())[0])
-        raise RequestError(f"row {row}: no events given, and this model version carries no snapshot of "
-                           f"its users' events; send events_item_id, events_timestamp, events_label")
     return _assemble(user, item, cat, ts, events, owner, snapshot.state, layout)
 
 

@@ -246,3 +246,70 @@ def test_served_model_scores_raw_ids_like_evaluate(world, registered, tmp_path):
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
     assert "Add type hints" not in log.read_text()
+
+
+def test_version_links_its_training_and_evaluation_runs(world, registered):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(world["uri"], registry_uri=world["uri"])
+    version = client.get_model_version(NAME, str(registered["registration"]["version"]))
+    training = json.loads((world["checkpoint"].parent / "train_summary.json").read_text())["mlflow_run_id"]
+    assert version.tags["training_run_id"] == training and training
+    run = client.get_run(training)
+    assert run.info.status == "FINISHED" and "val_auc" in run.data.metrics
+    assert version.tags["training_run_link"] == f"#/experiments/{run.info.experiment_id}/runs/{training}"
+    assert f"[training run]({version.tags['training_run_link']})" in version.description
+    evaluation = client.get_run(version.tags["evaluation_run_id"])
+    assert evaluation.data.metrics["test_auc"] == pytest.approx(registered["metrics"]["test_auc"])
+    assert evaluation.data.tags["blessed"] == "true"
+    logged = {a.path for a in client.list_artifacts(evaluation.info.run_id, "evaluation")}
+    assert {"evaluation/roc.png", "evaluation/calibration.png", "evaluation/report.md",
+            "evaluation/metrics.json"} <= logged
+    # predict has type hints: MLflow's advice to add some reaches nobody
+    assert not [w for w in registered["warnings"] if "type hints" in w]
+    import mlflow.pyfunc
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
+    assert not [w for w in caught if "type hints" in str(w.message)]
+    assert model.predict(_requests(world, False).head(4)).shape == (4,)
+
+
+def test_model_requirements_carry_no_local_versions(world, registered):
+    import mlflow
+
+    folder = mlflow.artifacts.download_artifacts(f"models:/{NAME}@champion", tracking_uri=world["uri"])
+    lines = [line for line in open(os.path.join(folder, "requirements.txt")).read().split() if "==" in line]
+    assert {line.split("==")[0] for line in lines} >= {"mlflow", "torch", "numpy", "pandas", "pyarrow"}
+    assert not [line for line in lines if "+" in line]
+
+
+def test_batch_scoring_of_a_raw_day_matches_the_served_model(world, registered, tmp_path, capsys):
+    import mlflow.pyfunc
+
+    from components.score.__main__ import main
+
+    day = world["raw"][DAY5]
+    bad = pd.DataFrame({"user_id": [None, 10**12 + 1], "item_id": [5, 1.5], "category_id": [1, 1],
+                        "timestamp": [AT, AT], "label": [0, 1]})
+    raw = tmp_path / "raw"
+    write_day(raw, DAY5, pd.concat([day, bad], ignore_index=True).astype({"item_id": "float64"}))
+    out = tmp_path / "scores" / "day.parquet"
+    argv = ["--raw", str(raw), "--date", DAY5.isoformat(), "--model", f"models:/{NAME}@champion",
+            "--tracking-uri", world["uri"], "--out", str(out), "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["rows"] == {"read": len(day) + 2, "scored": len(day), "quarantined_total": 2,
+                              "quarantined": {"bad_item_id": 1, "null_user_id": 1}}
+    scores = pd.read_parquet(out)
+    assert scores["row"].tolist() == list(range(len(day)))
+    online = mlflow.pyfunc.load_model(f"models:/{NAME}@champion").predict(
+        day[["user_id", "item_id", "category_id", "timestamp"]])
+    np.testing.assert_array_equal(scores["score"].to_numpy(), online)
+    # ids as the file holds them (a column with a null is float here)
+    assert [int(float(u)) for u in scores["user_id"]] == day["user_id"].tolist()
+    assert 0.0 < result["auc"] < 1.0
+    # a day that is not there: one line, exit 1
+    assert main([*argv[:2], "--date", "2030-01-01", *argv[4:-1]]) == 1
+    assert capsys.readouterr().err.strip() == f"score: error: {str(raw)!r}: no folder 'dt=2030-01-01' to score"
