@@ -313,3 +313,28 @@ def test_batch_scoring_of_a_raw_day_matches_the_served_model(world, registered, 
     # a day that is not there: one line, exit 1
     assert main([*argv[:2], "--date", "2030-01-01", *argv[4:-1]]) == 1
     assert capsys.readouterr().err.strip() == f"score: error: {str(raw)!r}: no folder 'dt=2030-01-01' to score"
+
+
+def test_a_moved_registry_still_serves_its_models(world, registered, tmp_path):
+    import shutil
+
+    import mlflow.pyfunc
+
+    from components.common.tracking import connect
+
+    original = world["root"] / "mlruns"
+    moved = tmp_path / "elsewhere" / "mlruns"
+    shutil.copytree(original, moved)
+    hidden = original.with_name("mlruns-away")
+    original.rename(hidden)  # the old folder is gone: nothing may still point into it
+    try:
+        uri = sqlite_uri(moved)
+        client = connect(uri)
+        experiment = client.get_experiment_by_name("dailyrec-evaluate")
+        assert experiment.artifact_location.startswith(moved.as_uri())
+        model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
+        assert model.predict(_requests(world, False).head(3)).shape == (3,)
+        run_id = client.get_model_version(NAME, "1").tags["evaluation_run_id"]
+        assert {a.path for a in client.list_artifacts(run_id, "evaluation")} >= {"evaluation/roc.png"}
+    finally:
+        hidden.rename(original)
