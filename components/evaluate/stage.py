@@ -9,6 +9,11 @@ both, compares their AUCs with DeLong's paired test, applies the gate of
 * ``decision.json`` – blessed or not, with the reasons and the rule;
 * ``roc.json``      – ROC curve points (thinned) of both models;
 * ``report.md`` + ``roc.png`` + ``calibration.png`` – for humans.
+
+With a tracking URI, the evaluation is also an MLflow run (experiment
+``dailyrec-evaluate``: the metrics, the verdict as tags, these files as
+artifacts); its id goes into ``metrics.json`` and register links the model
+version to it. An evaluation that fails ends its run FAILED.
 """
 
 from __future__ import annotations

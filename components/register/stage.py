@@ -94,6 +94,9 @@ class RegisterConfig:
     data: str | None = None
     """The dataset the candidate was trained and evaluated on (its count state and user events
     become the model's snapshot); None = the one named in ``metrics``."""
+    user_events: bool = True
+    """Carry every user's events of the window in the model, so a request may send only ids.
+    Off for windows too large to ship with a model: requests must then send the user's events."""
 
     def __post_init__(self) -> None:
         for name in ("checkpoint", "metrics", "decision", "model_name", "tracking_uri", "experiment"):
@@ -238,7 +241,7 @@ def _logged_model(client: Any, config: RegisterConfig, checkpoint: dict, metrics
                             if k.startswith("test_") and isinstance(v, int | float)})
         mlflow.log_dict(metrics, "evaluation/metrics.json")
         mlflow.log_dict(decision, "evaluation/decision.json")
-        info = log_pyfunc(checkpoint, data, tags={KEY_TAG: key})
+        info = log_pyfunc(checkpoint, data, tags={KEY_TAG: key}, user_events=config.user_events)
     return info.model_uri, run.info.run_id, info.model_id
 
 
@@ -257,9 +260,9 @@ def snapshot_dataset(config: RegisterConfig, checkpoint: dict, metrics: dict) ->
     return data
 
 
-def log_pyfunc(checkpoint: dict, data: str, tags: dict[str, str] | None = None) -> Any:
-    """Log the model as an MLflow pyfunc (in the active run), with the snapshot of dataset ``data``;
-    returns the ModelInfo."""
+def log_pyfunc(checkpoint: dict, data: str, tags: dict[str, str] | None = None, user_events: bool = True) -> Any:
+    """Log the model as an MLflow pyfunc (in the active run), with the snapshot of dataset ``data``
+    (without the users' events unless ``user_events``); returns the ModelInfo."""
     import mlflow
 
     import components
@@ -273,6 +276,8 @@ def log_pyfunc(checkpoint: dict, data: str, tags: dict[str, str] | None = None) 
         save_checkpoint(slim, {"model": checkpoint["model"],
                                **{k: checkpoint[k] for k in CHECKPOINT_META_KEYS if k in checkpoint}})
         snapshot = write_snapshot(data, Path(tmp) / "snapshot")
+        if not user_events:
+            snapshot.pop("user_events")
         return mlflow.pyfunc.log_model(
             name="model", python_model=str(Path(__file__).with_name("model_code.py")),
             artifacts={"checkpoint": str(slim), **{k: str(v) for k, v in snapshot.items()}},

@@ -106,6 +106,9 @@ def score_day(config: ScoreConfig) -> dict:
             tempfile.TemporaryDirectory(prefix=".score-", dir=out.parent) as parts:
         local = verified_download(client, name, version, model_dir)
         scorer = load_scorer(local / WEIGHTS, threads=1)
+        if not (local / "artifacts" / USER_EVENTS).is_file():
+            raise InputError(f"models:/{name}/{version} carries no users' events (registered with "
+                             f"--no-user-events): batch scoring by ids needs them")
         snapshot = Snapshot.load(local / "artifacts" / COUNT_STATE, local / "artifacts" / USER_EVENTS)
         log.info("score: %d files, %d pieces of %s with models:/%s/%s", len(files), len(pieces),
                  config.date, name, version)

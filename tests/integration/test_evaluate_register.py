@@ -76,7 +76,7 @@ class Registry:
     def register(self, checkpoint, out, **extra):
         return register(RegisterConfig(checkpoint=str(checkpoint), metrics=str(out / "metrics.json"),
                                        decision=str(out / "decision.json"), model_name=NAME,
-                                       tracking_uri=self.uri, **extra))
+                                       tracking_uri=self.uri, **({"data": str(self.data)} | extra)))
 
     def cycle(self, checkpoint, rule=None, **extra):
         result, out = self.evaluate(checkpoint, **(rule or {}))

@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -280,7 +281,7 @@ def test_model_requirements_carry_no_local_versions(world, registered):
     import mlflow
 
     folder = mlflow.artifacts.download_artifacts(f"models:/{NAME}@champion", tracking_uri=world["uri"])
-    lines = [line for line in open(os.path.join(folder, "requirements.txt")).read().split() if "==" in line]
+    lines = [line for line in (Path(folder) / "requirements.txt").read_text().split() if "==" in line]
     assert {line.split("==")[0] for line in lines} >= {"mlflow", "torch", "numpy", "pandas", "pyarrow"}
     assert not [line for line in lines if "+" in line]
 
@@ -338,3 +339,22 @@ def test_a_moved_registry_still_serves_its_models(world, registered, tmp_path):
         assert {a.path for a in client.list_artifacts(run_id, "evaluation")} >= {"evaluation/roc.png"}
     finally:
         hidden.rename(original)
+
+
+def test_a_version_without_user_events_scores_requests_that_send_them(world, registered):
+    import mlflow.pyfunc
+
+    from components.register.pyfunc import BadRequest
+
+    out = world["root"] / "evaluate"
+    register(RegisterConfig(checkpoint=str(world["checkpoint"]), metrics=str(out / "metrics.json"),
+                            decision=str(out / "decision.json"), model_name="lean", tracking_uri=world["uri"],
+                            data=str(world["before"]), user_events=False))
+    lean = mlflow.pyfunc.load_model("models:/lean@champion")
+    full = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
+    folder = Path(mlflow.artifacts.download_artifacts("models:/lean@champion", tracking_uri=world["uri"]))
+    assert (folder / "artifacts" / "count_state.npz").is_file()
+    assert not (folder / "artifacts" / "user_events.parquet").exists()
+    with pytest.raises(BadRequest, match="^row 0: no events given, and this model version carries no snapshot"):
+        lean.predict(_requests(world, False).head(2))
+    np.testing.assert_array_equal(lean.predict(_requests(world, True)), full.predict(_requests(world, False)))

@@ -282,7 +282,8 @@ def test_a_signing_key_protects_against_registry_writes_too(tiny_dataset, tmp_pa
     (tmp_path / "metrics.json").write_text("{}")
     uri = sqlite_uri(tmp_path / "runs")
     register(RegisterConfig(checkpoint=str(checkpoint), metrics=str(tmp_path / "metrics.json"),
-                            decision=str(tmp_path / "decision.json"), model_name="ctr", tracking_uri=uri))
+                            decision=str(tmp_path / "decision.json"), model_name="ctr", tracking_uri=uri,
+                            data=str(tiny_dataset)))
     assert champion_checkpoint(connect(uri), "ctr", str(tmp_path / "a"))[0] == 1
     # someone who can write the artifact store AND the registry: new files, and the digest tag to match
     (model_dir,) = {p.parent for p in (tmp_path / "runs" / "artifacts").rglob("MLmodel")}
