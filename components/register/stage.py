@@ -58,6 +58,7 @@ log = get_logger(__name__)
 REGISTRATION = "registration.json"
 TAG_LIMIT = 4000  # MLflow caps tag values at 5000 characters
 EXAMPLE_ROWS = 4
+USER_EVENTS_TAG = "dailyrec_user_events"
 
 
 class ChampionMoved(RuntimeError):
@@ -226,8 +227,10 @@ def _logged_model(client: Any, config: RegisterConfig, checkpoint: dict, metrics
     import mlflow
 
     experiment_id = ensure_experiment(client, config.experiment, config.tracking_uri)
-    previous = mlflow.search_logged_models(experiment_ids=[experiment_id], output_format="list",
-                                           filter_string=f"tags.{KEY_TAG} = '{key}'")
+    snapshot = str(config.user_events).lower()  # a model logged with another snapshot is another model
+    previous = mlflow.search_logged_models(
+        experiment_ids=[experiment_id], output_format="list",
+        filter_string=f"tags.{KEY_TAG} = '{key}' and tags.{USER_EVENTS_TAG} = '{snapshot}'")
     ready = [m for m in previous if str(m.status).endswith("READY")]
     if ready:
         model = ready[0]
@@ -241,7 +244,8 @@ def _logged_model(client: Any, config: RegisterConfig, checkpoint: dict, metrics
                             if k.startswith("test_") and isinstance(v, int | float)})
         mlflow.log_dict(metrics, "evaluation/metrics.json")
         mlflow.log_dict(decision, "evaluation/decision.json")
-        info = log_pyfunc(checkpoint, data, tags={KEY_TAG: key}, user_events=config.user_events)
+        info = log_pyfunc(checkpoint, data, tags={KEY_TAG: key, USER_EVENTS_TAG: snapshot},
+                          user_events=config.user_events)
     return info.model_uri, run.info.run_id, info.model_id
 
 
