@@ -15,6 +15,9 @@ CONFIG ?= configs/local.json
 # Storage root of local runs: datasets/ and runs/ (summary.json, MLflow at runs/mlflow.db).
 ROOT ?= .
 UI_PORT ?= 5000
+# `make serve`: the registered model and the port on 127.0.0.1 it answers on.
+MODEL ?= models:/dailyrec@champion
+SERVE_PORT ?= 5001
 # Size of the sample dataset.
 DAYS ?= 14
 USERS ?= 20000
@@ -38,7 +41,7 @@ DRY_RUN ?=
 PUSH ?=
 SKIP_IMAGES ?=
 
-.PHONY: help install run data next-day preprocess tune compile ui images lock deploy trigger test test-reliability mutation bench docs lint clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess tune compile ui serve images lock deploy trigger test test-reliability mutation bench docs lint clean clean-data clean-runs
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -77,6 +80,10 @@ ui: install ## MLflow UI on 127.0.0.1 over the local registry (ROOT/runs/mlflow.
 	@echo "MLflow UI on http://127.0.0.1:$(UI_PORT)  (Ctrl-C stops it)"
 	MLFLOW_DISABLE_TELEMETRY=true $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(abspath $(ROOT))/runs/mlflow.db \
 	  --host 127.0.0.1 --port $(UI_PORT)
+
+serve: install ## serve MODEL (verified) with mlflow models serve on 127.0.0.1:SERVE_PORT: POST raw-id requests to /invocations
+	$(PY) -m components.score.serve --model $(MODEL) --port $(SERVE_PORT) \
+	  --tracking-uri $(or $(MLFLOW_TRACKING_URI),sqlite:///$(abspath $(ROOT))/runs/mlflow.db)
 
 images: ## build the runtime and trainer images REGISTRY/dailyrec-{runtime,trainer}:TAG (PUSH=1 pushes)
 	@test -n "$(REGISTRY)" || { echo "REGISTRY is required, e.g. make images REGISTRY=ghcr.io/you TAG=0.1.0"; exit 2; }

@@ -12,7 +12,9 @@
   cluster, the shell locally;
 * a new SQLite database is created and migrated under a temporary name and
   renamed into place, so an interrupted first run never leaves a half-migrated
-  one; a damaged one is named with what to do.
+  one; a damaged one is named with what to do;
+* a local registry folder can move: its artifact locations are rewritten to
+  the new place on the next connection (:func:`relocate_sqlite`; `make ui` too).
 """
 
 from __future__ import annotations
@@ -244,9 +246,56 @@ def code_version() -> str:
     return f"{package}+{digest.hexdigest()[:12]}"
 
 
+# Where a SQLite registry records absolute artifact locations (MLflow stores them as given).
+_LOCATION_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"),
+                     ("model_versions", "source"), ("model_versions", "storage_location"),
+                     ("logged_models", "artifact_location"))
+
+
+def relocate_sqlite(db: Path) -> str | None:
+    """Make a moved or copied local registry point at its own artifacts again.
+
+    Artifacts live beside the database (``<folder>/artifacts``, see
+    :func:`artifact_location`) but MLflow records their absolute ``file://``
+    location; after the folder moves, every location is rewritten from the old
+    folder to the new, in one transaction. Returns what was done (None: nothing to do).
+    """
+    import sqlite3
+
+    here = db.parent.resolve()
+    if not db.is_file() or not (here / "artifacts").is_dir():
+        return None
+    with contextlib.closing(sqlite3.connect(db, timeout=30)) as conn:
+        tables = {name for (name,) in conn.execute("select name from sqlite_master where type='table'")}
+        if "experiments" not in tables:
+            return None
+        old = None
+        for (location,) in conn.execute("select artifact_location from experiments"):
+            if location and location.startswith("file://") and "/artifacts/" in location:
+                old = location[:location.rindex("/artifacts/")]
+                break
+        new = here.as_uri()
+        if old is None or old == new:
+            return None
+        with conn:  # one transaction: all locations move, or none
+            for table, column in _LOCATION_COLUMNS:
+                if table not in tables or column not in {r[1] for r in conn.execute(f"pragma table_info({table})")}:
+                    continue
+                conn.execute(f"update {table} set {column} = ? || substr({column}, ?) "  # noqa: S608 (fixed names)
+                             f"where {column} like ? escape '\\'",
+                             (new + "/artifacts/", len(old + "/artifacts/") + 1,
+                              _like_prefix(old + "/artifacts/") + "%"))
+    return f"{db}: the registry moved from {old} to {new}; its artifact locations now point here"
+
+
+def _like_prefix(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def prepare_sqlite(db: Path) -> str | None:
     """Make ``db`` a sound MLflow database before a server opens it: created atomically when absent, an
-    interrupted empty creation repaired; returns what was done, or raises TrackingError with what to do."""
+    interrupted empty creation repaired, a moved registry's artifact locations rewritten; returns what
+    was done, or raises TrackingError with what to do."""
     if not db.exists():
         ensure_sqlite(db)
         return f"created {db}"
@@ -254,12 +303,13 @@ def prepare_sqlite(db: Path) -> str | None:
     problem = None if repaired else sqlite_problem(db)
     if problem:
         raise TrackingError(problem)
-    return repaired
+    return repaired or relocate_sqlite(db)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m components.common.tracking DB``: prepare a local registry for ``mlflow ui``/``server``
-    (``make ui``), which would otherwise create it non-atomically on first open."""
+    (``make ui``), which would otherwise create it non-atomically on first open, or show a moved
+    registry's artifacts at their old place."""
     import argparse
     import sys
 

@@ -9,10 +9,16 @@ both, compares their AUCs with DeLong's paired test, applies the gate of
 * ``decision.json`` – blessed or not, with the reasons and the rule;
 * ``roc.json``      – ROC curve points (thinned) of both models;
 * ``report.md`` + ``roc.png`` + ``calibration.png`` – for humans.
+
+With a tracking URI, the evaluation is also an MLflow run (experiment
+``dailyrec-evaluate``: the metrics, the verdict as tags, these files as
+artifacts); its id goes into ``metrics.json`` and register links the model
+version to it. An evaluation that fails ends its run FAILED.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 import time
@@ -137,9 +143,52 @@ def evaluate(config: EvaluateConfig) -> dict:
                 "comparison": comparison, "candidate_checkpoint": str(config.checkpoint)}
     metrics["plan_vs_actual"] = training_plan_vs_actual(config.checkpoint)
     metrics["seconds"] = time.perf_counter() - started
-    write_outputs(Path(config.out), metrics, decision, curves, bins)
+    with tracked_run(config) as run:
+        metrics["mlflow_run_id"] = run.info.run_id if run else None
+        write_outputs(Path(config.out), metrics, decision, curves, bins)
+        if run:
+            log_evaluation(Path(config.out), metrics, decision)
     log.info("evaluate: %s", summary_line(metrics, decision))
     return {"metrics": metrics, "decision": decision}
+
+
+EXPERIMENT = "dailyrec-evaluate"
+
+
+@contextlib.contextmanager
+def tracked_run(config: EvaluateConfig):
+    """An MLflow run of this evaluation (None without a tracking URI); ends FAILED if the block raises."""
+    if not config.tracking_uri:
+        yield None
+        return
+    import mlflow
+
+    from components.common.tracking import connect, ensure_experiment
+
+    client = connect(config.tracking_uri)
+    experiment_id = ensure_experiment(client, EXPERIMENT, config.tracking_uri)
+    with mlflow.start_run(experiment_id=experiment_id, run_name=f"evaluate-{Path(config.checkpoint).parent.name}",
+                          tags={"model_name": config.model_name}) as run:
+        yield run
+
+
+def log_evaluation(out: Path, metrics: dict, decision: dict) -> None:
+    """The evaluation's metrics, verdict, plots and report in the active MLflow run."""
+    import mlflow
+
+    numbers = {k: float(metrics[k]) for k in ("test_auc", "test_gauc", "test_logloss", "test_ece")}
+    champion = (metrics.get("champion") or {}).get("metrics") or {}
+    numbers.update({f"champion_{k}": float(champion[k]) for k in ("auc", "gauc", "logloss", "ece")
+                    if k in champion})
+    if metrics.get("comparison"):
+        numbers["auc_delta_vs_champion"] = float(metrics["comparison"]["delta"])
+    numbers["blessed"] = float(bool(decision["blessed"]))
+    mlflow.log_metrics({k: v for k, v in numbers.items() if np.isfinite(v)})
+    mlflow.set_tags({"blessed": str(bool(decision["blessed"])).lower(),
+                     "champion_version": str(decision.get("champion_version") or ""),
+                     "dataset_fingerprint": str((metrics.get("dataset") or {}).get("fingerprint") or "")})
+    for name in (METRICS, DECISION, ROC, report.ROC_PNG, report.CALIBRATION_PNG, report.REPORT_MD):
+        mlflow.log_artifact(str(out / name), artifact_path="evaluation")
 
 
 def training_plan_vs_actual(checkpoint: str) -> dict | None:

@@ -109,10 +109,11 @@ class CounterState:
             })
 
     def features(self, item_key: np.ndarray, cat_key: np.ndarray, ts: np.ndarray,
-                 label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                 label: np.ndarray, fold: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """For rows later than every row already folded in: the ``GLOBAL_ENTITIES`` columns
-        ``[n, 3 * len(GLOBAL_ENTITIES)]`` and each row's prior; then folds these rows in.
-        Rows need not be sorted; equal timestamps never see each other."""
+        ``[n, 3 * len(GLOBAL_ENTITIES)]`` and each row's prior; then folds these rows in
+        (unless ``fold`` is false: a scorer's read-only look-up). Rows need not be sorted; equal
+        timestamps never see each other."""
         n = len(ts)
         label = label.astype(np.int64)
         if n == 0:
@@ -126,9 +127,11 @@ class CounterState:
             imps = imps + table.lookup(keys, "impressions", 0)
             clicks = clicks + table.lookup(keys, "clicks", 0)
             columns += _count_columns(imps, clicks, prior)
-            table.merge(*totals)
-        self.impressions += n
-        self.clicks += int(label.sum())
+            if fold:
+                table.merge(*totals)
+        if fold:
+            self.impressions += n
+            self.clicks += int(label.sum())
         return np.stack(columns, axis=1).astype(np.float32), prior
 
 

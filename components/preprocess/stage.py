@@ -17,7 +17,8 @@ Phases (each timed and shown with a progress bar):
 Everything is written into a temp folder that replaces ``out`` only when
 complete, and ``meta.json`` records the accounting: rows read = kept +
 quarantined + exact duplicates dropped. ``count_state.npz`` holds the counts as
-of the window's end (what a scorer needs to continue them).
+of the window's end and ``user_events/`` every kept row's keys (what a scorer needs
+to continue them).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from tqdm import tqdm
 import components
 from components.common import schema
 from components.common.dataset import DENSE_FEATURES, SCHEMA_VERSION, SPLITS, array_specs
-from components.common.hashing import HASH_KEY, bucketize
+from components.common.hashing import HASH_KEY
 from components.common.progress import PhaseTimer, get_logger
 from components.common.storage import atomic_dir, atomic_write_json, remove_stale_temps
 from components.preprocess import accounting
@@ -59,13 +60,10 @@ from components.preprocess.counts import (
     NEVER_SECONDS,
     PRIOR_WEIGHT,
     CounterState,
-    dense_features,
-    user_features,
 )
 from components.preprocess.errors import InputError
+from components.preprocess.rows import model_inputs
 from components.preprocess.sequences import (
-    build_histories,
-    context_features,
     duplicate_mask,
     sort_order,
 )
@@ -76,6 +74,9 @@ SHARD_COUNTS = ("shard", HISTORY_ONLY, *SPLITS, *(f"{s}_positives" for s in SPLI
 # Exact duplicates: rows equal in all of these (the day folder may differ).
 DUPLICATE_KEY = ("user_key", "ts", "item_key", "cat_key", "label")
 COUNT_STATE_FILE = "count_state.npz"
+# Every kept row's keys, look-back days included: the per-user part of a scorer's snapshot.
+USER_EVENTS = "user_events"
+USER_EVENT_COLUMNS = ("user_key", "item_key", "cat_key", "ts", "label")
 
 log = get_logger(__name__)
 
@@ -373,6 +374,7 @@ def _sequence(rows: int, window: Window, config: PreprocessConfig, tmp: Path) ->
     )
     (tmp / "_shards").mkdir()
     (tmp / "events").mkdir()
+    (tmp / USER_EVENTS).mkdir()
     log.info("sequence: %d staged rows -> %d partitions by user", rows, partitions)
     with bounded_disk_shuffle(config.shuffle_buffer_mb << 20, tmp / "_spill"):
         (result,) = _compute([shards])
@@ -387,22 +389,9 @@ def _build_shard(part: pd.DataFrame, shard_root: str, events_root: str, split_st
     order = sort_order(cols["user_key"], cols["ts"], cols["item_key"], cols["cat_key"],
                        cols["label"], cols["day"])
     cols = {k: v[order] for k, v in cols.items()}
-    dense = dense_features(
-        part[list(GLOBAL_COLUMNS)].to_numpy(np.float32)[order],
-        user_features(cols["user_key"], cols["item_key"], cols["cat_key"], cols["ts"], cols["label"],
-                      part["prior"].to_numpy(np.float64)[order]))
-    item = bucketize(cols["item_key"], config.item_buckets)
-    cat = bucketize(cols["cat_key"], config.category_buckets, null=cols["cat_key"] == 0)
-    edges = np.asarray(GAP_EDGES_SECONDS, np.int64)
-    hist = build_histories(cols["user_key"], cols["ts"], cols["label"] == 1, item, cat,
-                           config.seq_len, edges)
-    skipped = build_histories(cols["user_key"], cols["ts"], cols["label"] == 0, item, cat,
-                              config.neg_len, edges, prefix="neg")
-    arrays = {
-        **hist, **skipped, "dense": dense, "target_item": item, "target_cat": cat,
-        "user": bucketize(cols["user_key"], config.user_buckets), "user_key": cols["user_key"],
-        "context": context_features(cols["ts"]), "ts": cols["ts"], "label": cols["label"].astype(np.uint8),
-    }
+    arrays = model_inputs(cols, part[list(GLOBAL_COLUMNS)].to_numpy(np.float32)[order],
+                          part["prior"].to_numpy(np.float64)[order], config)
+    item, cat, hist_len = arrays["target_item"], arrays["target_cat"], arrays["hist_len"]
     day = cols["day"]
     split_code = np.full(len(day), -1, np.int8)  # -1 = history only
     for code, split in enumerate(SPLITS):
@@ -418,13 +407,15 @@ def _build_shard(part: pd.DataFrame, shard_root: str, events_root: str, split_st
         folder.mkdir(parents=True)
         for name, values in arrays.items():
             np.save(folder / f"{name}.npy", values[mask])
+    pd.DataFrame({k: cols[k] for k in USER_EVENT_COLUMNS}).to_parquet(
+        Path(events_root).parent / USER_EVENTS / f"part-{number:06d}.parquet", index=False)
     in_window = split_code >= 0
     if in_window.any():
         pd.DataFrame({
             "user_key": cols["user_key"][in_window], "user": arrays["user"][in_window],
             "item": item[in_window], "category": cat[in_window], "ts": cols["ts"][in_window],
             "label": cols["label"][in_window], "day": day[in_window],
-            "split": np.asarray(SPLITS)[split_code[in_window]], "hist_len": hist["hist_len"][in_window],
+            "split": np.asarray(SPLITS)[split_code[in_window]], "hist_len": hist_len[in_window],
         }).to_parquet(Path(events_root) / f"part-{number:06d}.parquet", index=False)
     return pd.DataFrame([result])[list(SHARD_COUNTS)]
 
@@ -577,7 +568,7 @@ def _meta(config, window, files, counts, duplicates_per_day, shard_counts, rows,
                           "logit((clicks + w * prior) / (impressions + w)), prior = click rate of "
                           "all earlier rows; *_log_seconds_since_*: log1p(seconds), capped",
             "prior_weight": PRIOR_WEIGHT, "never_seconds": NEVER_SECONDS,
-            "state": COUNT_STATE_FILE,
+            "state": COUNT_STATE_FILE, "user_events": USER_EVENTS,
         },
         "arrays": {name: {"dtype": d, "row_shape": list(t)}
                    for name, (d, t) in array_specs(config.seq_len, config.neg_len).items()},

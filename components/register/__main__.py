@@ -1,5 +1,6 @@
 """CLI: ``python -m components.register --checkpoint FILE --metrics FILE --decision FILE
---model-name NAME [--tracking-uri URI] [--register-unblessed] [--out DIR]``."""
+--model-name NAME [--tracking-uri URI] [--register-unblessed] [--out DIR] [--data DIR]
+[--no-user-events]``."""
 
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="register a not-blessed model too, as @challenger")
     p.add_argument("--pipeline-run-id", default="")
     p.add_argument("--out", default=None, help="folder for registration.json")
+    p.add_argument("--data", default=None,
+                   help="the dataset the model was trained on, whose snapshot it carries "
+                        "(default: the one evaluate names in metrics.json)")
+    p.add_argument("--no-user-events", action="store_true",
+                   help="leave the users' window events out of the model (for windows too large to ship "
+                        "with it); requests must then send each user's events")
     return p
 
 
@@ -42,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint=args.checkpoint, metrics=args.metrics, decision=args.decision,
             model_name=args.model_name, tracking_uri=args.tracking_uri or default_tracking_uri(),
             experiment=args.experiment, register_unblessed=args.register_unblessed,
-            pipeline_run_id=args.pipeline_run_id, out=args.out)
+            pipeline_run_id=args.pipeline_run_id, out=args.out, data=args.data,
+            user_events=not args.no_user_events)
         result = register(config)
     except (CheckpointError, TrackingError, ChampionMoved, IntegrityError, ValueError, OSError) as exc:
         print(f"register: error: {exc}", file=sys.stderr)

@@ -1,48 +1,79 @@
-"""The registered model: an MLflow pyfunc that scores feature arrays with a dailyrec checkpoint.
+"""The registered model: an MLflow pyfunc that scores raw-id requests with a dailyrec checkpoint.
 
-``mlflow.pyfunc.load_model("models:/NAME@champion").predict(arrays)`` takes a
-dict of numpy arrays named as the Dataset contract's model inputs
-(``hist_item``, ``hist_cat``, ``hist_gap``, ``hist_len``, ``target_item``,
-``target_cat``, ``user``, ``context``: exactly what the preprocess stage
-writes, in the same dtypes: MLflow enforces the logged signature's dtypes and
-history length exactly) and returns float32 click probabilities, one per row. The model
-carries its own copy of the ``components`` package (code_paths), so it loads
-wherever its pip requirements are installed. It is logged as "models from
-code" (``model_code.py``), so loading it unpickles nothing.
+``mlflow.pyfunc.load_model("models:/NAME@champion").predict(frame)`` takes a
+pandas DataFrame in the raw contract's terms (``user_id``, ``item_id``,
+optional ``category_id``, ``timestamp``, and optionally the user's earlier
+events; :mod:`components.score.features` describes the columns) and returns
+float32 click probabilities, one per row. Hashing, bucketing, histories and the
+count features are computed inside, by preprocess's own code, from the
+request's events or from the version's snapshot of its training window
+(``count_state.npz``, ``user_events.parquet``). ``mlflow models serve``
+answers a bad request with HTTP 400 and a one-line reason.
+
+The model carries its own copy of the ``components`` package (code_paths), so
+it loads wherever its pip requirements are installed. It is logged as "models
+from code" (``model_code.py``), so loading it unpickles nothing.
 """
 
 from __future__ import annotations
 
-import warnings
+from typing import Any
 
 import mlflow.pyfunc
 import numpy as np
+import pandas as pd
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
 DEFAULT_BATCH = 8192
 
 
-# MLflow inspects predict's type hints when the class is created; we have none on purpose
-# (the logged signature validates inputs), so its advice to add some is noise here.
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message=".*type hints", category=UserWarning)
+class BadRequest(MlflowException):
+    """A request the model cannot score. MLflow's server answers it with HTTP 400 and this one-line
+    reason: the server prefixes the message with the whole request (many lines) by assigning
+    ``message``, which this class keeps to the reason."""
 
-    class DailyrecModel(mlflow.pyfunc.PythonModel):
-        """Click probabilities for a batch of feature arrays."""
+    def __init__(self, reason: str) -> None:
+        self._reason = " ".join(str(reason).split())
+        super().__init__(self._reason, error_code=INVALID_PARAMETER_VALUE)
 
-        def load_context(self, context):
-            from components.train.inference import load_scorer
+    @property
+    def message(self) -> str:
+        return self._reason
 
-            self.scorer = load_scorer(context.artifacts["checkpoint"])
+    @message.setter
+    def message(self, value: str) -> None:
+        pass  # keep the reason (see the class docstring)
 
-        # no type hints: MLflow would build a (wrong) schema from them; the logged signature rules
-        def predict(self, context, model_input, params=None):
-            from components.train.inference import check_inputs, chunks, predict_logits, sigmoid
 
-            if hasattr(model_input, "to_dict") and not isinstance(model_input, dict):  # a DataFrame
-                model_input = {k: np.stack(v.to_numpy()) if v.dtype == object else v.to_numpy()
-                               for k, v in model_input.items()}
-            arrays = {k: np.asarray(v) for k, v in model_input.items()}
+class DailyrecModel(mlflow.pyfunc.PythonModel):
+    """Click probabilities for a table of raw-id requests."""
+
+    def load_context(self, context) -> None:
+        from components.score.features import Layout, Snapshot
+        from components.train.inference import load_scorer
+
+        self.scorer = load_scorer(context.artifacts["checkpoint"])
+        self.layout = Layout.of(self.scorer.vocab)
+        self.snapshot = Snapshot.load(context.artifacts["count_state"], context.artifacts.get("user_events"))
+
+    # pd.DataFrame: MLflow validates nothing from this hint (the logged signature names the columns)
+    def predict(self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
+        from components.score.features import RequestError, request_inputs
+        from components.train.inference import check_inputs, chunks, predict_logits, sigmoid
+        from components.train.model import BATCH_KEYS
+
+        if not isinstance(model_input, pd.DataFrame):
+            raise BadRequest(f"expected a table of requests (columns user_id, item_id, timestamp ...), "
+                             f"got {type(model_input).__name__}")
+        try:
+            arrays = request_inputs(model_input.reset_index(drop=True), self.snapshot, self.layout)
+            arrays = {k: arrays[k] for k in BATCH_KEYS}
             rows = check_inputs(arrays, self.scorer.vocab)
             batch = int((params or {}).get("batch_size", DEFAULT_BATCH))
-            logits = predict_logits(self.scorer.model, chunks(arrays, rows, batch))
-            return sigmoid(logits).astype(np.float32)
+            if batch < 1:
+                raise RequestError(f"params.batch_size must be >= 1, got {batch}")
+        except (RequestError, ValueError, TypeError) as exc:
+            raise BadRequest(str(exc)) from None
+        logits = predict_logits(self.scorer.model, chunks(arrays, rows, batch))
+        return sigmoid(logits).astype(np.float32)

@@ -58,6 +58,7 @@ log = get_logger(__name__)
 REGISTRATION = "registration.json"
 TAG_LIMIT = 4000  # MLflow caps tag values at 5000 characters
 EXAMPLE_ROWS = 4
+USER_EVENTS_TAG = "dailyrec_user_events"
 
 
 class ChampionMoved(RuntimeError):
@@ -91,11 +92,19 @@ class RegisterConfig:
     """Recorded as a tag (the KFP run that produced the model)."""
     out: str | None = None
     """Folder for registration.json (optional)."""
+    data: str | None = None
+    """The dataset the candidate was trained and evaluated on (its count state and user events
+    become the model's snapshot); None = the one named in ``metrics``."""
+    user_events: bool = True
+    """Carry every user's events of the window in the model, so a request may send only ids.
+    Off for windows too large to ship with a model: requests must then send the user's events."""
 
     def __post_init__(self) -> None:
         for name in ("checkpoint", "metrics", "decision", "model_name", "tracking_uri", "experiment"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty string")
+        if self.data is not None and (not isinstance(self.data, str) or not self.data):
+            raise ValueError("data must be a non-empty string or None")
 
 
 def register(config: RegisterConfig) -> dict:
@@ -123,11 +132,13 @@ def register(config: RegisterConfig) -> dict:
         source, run_id, model_id = _logged_model(client, config, checkpoint, metrics, decision, key)
         sealed, files = seal_logged(client, source, run_id, checkpoint)
         result["integrity"] = {**sealed, "manifest": files}
+        lineage = run_links(client, config.checkpoint, metrics)
         version = client.create_model_version(
             name, source, run_id=run_id, model_id=model_id,
-            tags={**version_tags(key, metrics, decision, checkpoint, config.pipeline_run_id), **sealed},
+            tags={**version_tags(key, metrics, decision, checkpoint, config.pipeline_run_id), **sealed,
+                  **{k: v for k, v in lineage.items() if v}},
             description=f"test AUC {metrics.get('test_auc', float('nan')):.4f}; "
-                        f"{'blessed' if blessed else 'not blessed'}")
+                        f"{'blessed' if blessed else 'not blessed'}" + describe_links(lineage))
         log.info("register: created %s version %s", name, version.version)
     else:
         result["reused"] = True
@@ -216,78 +227,135 @@ def _logged_model(client: Any, config: RegisterConfig, checkpoint: dict, metrics
     import mlflow
 
     experiment_id = ensure_experiment(client, config.experiment, config.tracking_uri)
-    previous = mlflow.search_logged_models(experiment_ids=[experiment_id], output_format="list",
-                                           filter_string=f"tags.{KEY_TAG} = '{key}'")
+    snapshot = str(config.user_events).lower()  # a model logged with another snapshot is another model
+    previous = mlflow.search_logged_models(
+        experiment_ids=[experiment_id], output_format="list",
+        filter_string=f"tags.{KEY_TAG} = '{key}' and tags.{USER_EVENTS_TAG} = '{snapshot}'")
     ready = [m for m in previous if str(m.status).endswith("READY")]
     if ready:
         model = ready[0]
         log.info("register: reusing logged model %s (an earlier attempt logged it)", model.model_id)
         return model.model_uri, model.source_run_id, model.model_id
+    data = snapshot_dataset(config, checkpoint, metrics)
     with mlflow.start_run(experiment_id=experiment_id, run_name=f"register-{key[:8]}") as run:
-        mlflow.set_tags({KEY_TAG: key, "pipeline_run_id": config.pipeline_run_id})
+        mlflow.set_tags({KEY_TAG: key, "pipeline_run_id": config.pipeline_run_id,
+                         **{k: v for k, v in run_links(client, config.checkpoint, metrics).items() if v}})
         mlflow.log_metrics({k: float(v) for k, v in metrics.items()
                             if k.startswith("test_") and isinstance(v, int | float)})
         mlflow.log_dict(metrics, "evaluation/metrics.json")
         mlflow.log_dict(decision, "evaluation/decision.json")
-        info = log_pyfunc(checkpoint, tags={KEY_TAG: key})
+        info = log_pyfunc(checkpoint, data, tags={KEY_TAG: key, USER_EVENTS_TAG: snapshot},
+                          user_events=config.user_events)
     return info.model_uri, run.info.run_id, info.model_id
 
 
-def log_pyfunc(checkpoint: dict, tags: dict[str, str] | None = None) -> Any:
-    """Log the model as an MLflow pyfunc (in the active run); returns the ModelInfo."""
+def snapshot_dataset(config: RegisterConfig, checkpoint: dict, metrics: dict) -> str:
+    """The dataset folder whose snapshot the model carries: ``config.data``, else the evaluated one;
+    refused unless it is the dataset the checkpoint was trained on (same fingerprint)."""
+    data = config.data or str((metrics.get("dataset") or {}).get("path") or "")
+    if not data:
+        raise ValueError(f"{config.metrics}: names no dataset; pass data (the dataset the model was "
+                         f"trained on: its snapshot goes into the model)")
+    meta = _read_json(str(Path(data) / "meta.json"))
+    trained_on = (checkpoint.get("dataset") or {}).get("fingerprint")
+    if trained_on and meta.get("fingerprint") != trained_on:
+        raise ValueError(f"{data}: fingerprint {str(meta.get('fingerprint'))[:12]} is not the one the "
+                         f"checkpoint was trained on ({trained_on[:12]}); its snapshot would not match")
+    return data
+
+
+def log_pyfunc(checkpoint: dict, data: str, tags: dict[str, str] | None = None, user_events: bool = True) -> Any:
+    """Log the model as an MLflow pyfunc (in the active run), with the snapshot of dataset ``data``
+    (without the users' events unless ``user_events``); returns the ModelInfo."""
     import mlflow
-    import numpy as np
 
     import components
+    from components.score.features import write_snapshot
     from components.train.checkpoint import save_checkpoint
     from components.train.inference import CHECKPOINT_META_KEYS
-    from components.train.model import Vocab
 
-    vocab = Vocab(**checkpoint["vocab"])
-    example = input_example(vocab, EXAMPLE_ROWS)
     with tempfile.TemporaryDirectory(prefix="dailyrec-register-") as tmp:
         # weights and self-description only: the optimizer state would triple the size
         slim = Path(tmp) / "model.pt"
         save_checkpoint(slim, {"model": checkpoint["model"],
                                **{k: checkpoint[k] for k in CHECKPOINT_META_KEYS if k in checkpoint}})
-        output = np.zeros(EXAMPLE_ROWS, dtype=np.float32)
-        signature = mlflow.models.infer_signature(example, output)
+        snapshot = write_snapshot(data, Path(tmp) / "snapshot")
+        if not user_events:
+            snapshot.pop("user_events")
         return mlflow.pyfunc.log_model(
             name="model", python_model=str(Path(__file__).with_name("model_code.py")),
-            artifacts={"checkpoint": str(slim)}, code_paths=[str(Path(components.__file__).parent)],
-            signature=signature, input_example=example, pip_requirements=pip_requirements(), tags=tags)
+            artifacts={"checkpoint": str(slim), **{k: str(v) for k, v in snapshot.items()}},
+            code_paths=[str(Path(components.__file__).parent)], signature=request_signature(),
+            input_example=input_example(EXAMPLE_ROWS), pip_requirements=pip_requirements(), tags=tags)
 
 
-def input_example(vocab: Any, rows: int) -> dict:
-    """A few valid rows in the Dataset contract's dtypes (what the preprocess stage writes)."""
+def request_signature() -> Any:
+    """The raw-id request's columns (any JSON type: ids may be text or integers; the model checks
+    each value and answers a bad one with a one-line reason) and the probability it returns."""
     import numpy as np
+    from mlflow.models import ModelSignature
+    from mlflow.types.schema import AnyType, ColSpec, Schema, TensorSpec
 
-    from components.common.dataset import array_specs
+    from components.score.features import COLUMNS
 
-    specs = array_specs(vocab.seq_len, vocab.neg_len)
-    rng = np.random.default_rng(0)
-    highs = {"hist_item": vocab.item, "target_item": vocab.item, "hist_cat": vocab.category,
-             "target_cat": vocab.category, "user": vocab.user, "hist_gap": vocab.gap,
-             "hist_len": vocab.seq_len + 1, "neg_item": vocab.item, "neg_cat": vocab.category,
-             "neg_gap": vocab.gap, "neg_len": vocab.neg_len + 1}
-    example = {}
-    for key, high in highs.items():
-        dtype, row_shape = specs[key]
-        example[key] = rng.integers(0, high, size=(rows, *row_shape)).astype(dtype)
-    dtype, row_shape = specs["dense"]
-    example["dense"] = rng.standard_normal((rows, *row_shape)).astype(dtype)
-    dtype, row_shape = specs["context"]
-    example["context"] = np.stack([rng.integers(0, vocab.hour, rows), rng.integers(0, vocab.dow, rows)],
-                                  axis=1).astype(dtype)
-    return example
+    return ModelSignature(inputs=Schema([ColSpec(AnyType(), c, required=False) for c in COLUMNS]),
+                          outputs=Schema([TensorSpec(np.dtype(np.float32), (-1,))]))
+
+
+def input_example(rows: int) -> Any:
+    """A few raw-id requests, each with its user's earlier events."""
+    import pandas as pd
+
+    day = 1_767_225_600  # 2026-01-01
+    return pd.DataFrame({
+        "user_id": [f"user-{i}" for i in range(rows)], "item_id": [1000 + i for i in range(rows)],
+        "category_id": [f"cat-{i % 2}" for i in range(rows)],
+        "timestamp": [day + 3600 * (i + 1) for i in range(rows)],
+        "events_item_id": [[2000 + i, 2001 + i] for i in range(rows)],
+        "events_category_id": [["cat-0", "cat-1"] for _ in range(rows)],
+        "events_timestamp": [[day + 60, day + 120] for _ in range(rows)],
+        "events_label": [[1, 0] for _ in range(rows)],
+    })
 
 
 def pip_requirements() -> list[str]:
-    """Pinned to what is running now (inferring them costs ~11 s per model)."""
+    """Pinned to what is running now (inferring them costs ~11 s per model), without a local
+    version label: ``torch==2.13.0+cpu`` is not on PyPI, ``torch==2.13.0`` is (on a CPU-only host,
+    install with ``--extra-index-url https://download.pytorch.org/whl/cpu`` to skip the CUDA wheels)."""
     from importlib.metadata import version
 
-    return [f"{package}=={version(package)}" for package in
-            ("mlflow", "torch", "numpy", "pandas", "cloudpickle")]
+    return [f"{package}=={version(package).split('+')[0]}" for package in
+            ("mlflow", "torch", "numpy", "pandas", "pyarrow", "cloudpickle")]
+
+
+def run_links(client: Any, checkpoint: str, metrics: dict) -> dict[str, str]:
+    """Tags linking a model to the MLflow runs of its training and its evaluation (run ids, and
+    links the MLflow UI opens: ``#/experiments/E/runs/R``); empty values where a run is unknown."""
+    from components.train.trainer import SUMMARY
+
+    try:
+        training = json.loads((Path(checkpoint).parent / SUMMARY).read_text()).get("mlflow_run_id")
+    except (OSError, ValueError):
+        training = None
+    runs = {"training": training, "evaluation": metrics.get("mlflow_run_id")}
+    tags = {}
+    for what, run_id in runs.items():
+        tags[f"{what}_run_id"] = run_id or ""
+        tags[f"{what}_run_link"] = ""
+        if run_id:
+            try:
+                experiment = client.get_run(run_id).info.experiment_id
+            except Exception:  # a run in another tracking server, or deleted: the id alone
+                continue
+            tags[f"{what}_run_link"] = f"#/experiments/{experiment}/runs/{run_id}"
+    return tags
+
+
+def describe_links(lineage: dict[str, str]) -> str:
+    """Markdown links (the MLflow UI renders version descriptions) to the training and evaluation runs."""
+    parts = [f"[{what} run]({lineage[f'{what}_run_link']})" for what in ("training", "evaluation")
+             if lineage.get(f"{what}_run_link")]
+    return ("; " + ", ".join(parts)) if parts else ""
 
 
 def version_tags(key: str, metrics: dict, decision: dict, checkpoint: dict, run_id: str) -> dict[str, str]:

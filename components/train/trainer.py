@@ -302,9 +302,13 @@ class MlflowLogger:
     the summary (``tracking_error``), and logging stops.
     """
 
+    active: MlflowLogger | None = None
+    """The logger whose run is open in this process (closed as FAILED if training raises)."""
+
     def __init__(self, config: TrainConfig, runtime: Runtime, params: dict) -> None:
         self.mlflow = self.started = None
         self.error: str | None = None
+        self.run_id: str | None = None
         if not (config.tracking_uri and runtime.is_main):
             return
         import mlflow
@@ -313,8 +317,9 @@ class MlflowLogger:
 
         client = connect(config.tracking_uri)
         experiment_id = ensure_experiment(client, config.experiment, config.tracking_uri)
-        mlflow.start_run(experiment_id=experiment_id, log_system_metrics=True)
+        self.run_id = mlflow.start_run(experiment_id=experiment_id, log_system_metrics=True).info.run_id
         self.mlflow = self.started = mlflow
+        MlflowLogger.active = self
         mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
 
     def _call(self, what: str, fn: Callable[[], Any]) -> None:
@@ -333,19 +338,42 @@ class MlflowLogger:
 
     def finish(self, summary: dict) -> None:
         self._call("log_dict", lambda: self.mlflow.log_dict(summary, SUMMARY))
-        if self.started is not None:  # always close the run: a later run in this process must start clean
+        self.close("FAILED" if self.error else "FINISHED")
+
+    def close(self, status: str) -> None:
+        """End the run with ``status``; always: a later run in this process must start clean."""
+        if self.started is not None:
             with contextlib.suppress(Exception):
-                self.started.end_run("FAILED" if self.error else "FINISHED")
+                self.started.end_run(status)
+            self.started = self.mlflow = None
+        if MlflowLogger.active is self:
+            MlflowLogger.active = None
+
+    @classmethod
+    def close_active(cls, exc: BaseException) -> None:
+        """Training raised: end the open run FAILED (KILLED when interrupted), not MLflow's
+        at-exit FINISHED."""
+        if cls.active is not None:
+            cls.active.close("KILLED" if isinstance(exc, KeyboardInterrupt | SystemExit) else "FAILED")
 
 
 def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = None) -> dict:
     """Train per the plan; write checkpoints and train_summary.json; return the summary.
+    An exception ends the MLflow run FAILED (KILLED when interrupted).
 
     ``on_epoch(record)`` (optional, called on rank 0 after each epoch's
     validation with the epoch's record) may return False to stop training
     there: a hyperparameter search prunes a trial this way. The decision is
     broadcast, so every rank stops together.
     """
+    try:
+        return _train(config, on_epoch)
+    except BaseException as exc:
+        MlflowLogger.close_active(exc)
+        raise
+
+
+def _train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None) -> dict:
     started, started_wall = time.perf_counter(), time.time()
     runtime = init_runtime()
     out = Path(config.out)
@@ -460,6 +488,7 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
     }
     summary["flags"] = diagnose(summary["data_wait_fraction"], gpu_util, peak, capacity)
     summary["tracking_error"] = mlf.error
+    summary["mlflow_run_id"] = mlf.run_id
     if runtime.device.type == "cuda":
         summary["peak_memory_reserved_bytes"] = torch.cuda.max_memory_reserved(runtime.device)
     summary["process_seconds"] = process_seconds(started_wall)

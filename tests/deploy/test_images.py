@@ -34,7 +34,7 @@ LOCK = IMAGES / "requirements.lock"
 ENTRY_POINTS = (
     "components.datagen", "components.preprocess", "components.estimate", "components.train",
     "components.evaluate", "components.register", "components.train.launch",
-    "components.register.score", "pipelines.compile", "pipelines.local",
+    "components.score", "pipelines.compile", "pipelines.local",
 )
 """Every module the README, docs/, the Makefile or a pipeline task runs with ``python -m``."""
 PROJECT_PACKAGES = ("components", "pipelines")

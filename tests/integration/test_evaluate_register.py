@@ -11,6 +11,7 @@ import sys
 
 import mlflow
 import numpy as np
+import pandas as pd
 import pytest
 from mlflow import MlflowClient
 from sklearn.metrics import roc_auc_score
@@ -24,7 +25,7 @@ from components.register.stage import RegisterConfig, register
 from components.train.checkpoint import CheckpointError, save_checkpoint
 from components.train.data import DatasetError, load_meta
 from components.train.inference import split_rows
-from components.train.model import BATCH_KEYS, Vocab, build_model, model_config
+from components.train.model import Vocab, build_model, model_config
 from components.train.trainer import TrainConfig, train
 
 pytestmark = pytest.mark.integration
@@ -75,7 +76,7 @@ class Registry:
     def register(self, checkpoint, out, **extra):
         return register(RegisterConfig(checkpoint=str(checkpoint), metrics=str(out / "metrics.json"),
                                        decision=str(out / "decision.json"), model_name=NAME,
-                                       tracking_uri=self.uri, **extra))
+                                       tracking_uri=self.uri, **({"data": str(self.data)} | extra)))
 
     def cycle(self, checkpoint, rule=None, **extra):
         result, out = self.evaluate(checkpoint, **(rule or {}))
@@ -160,23 +161,17 @@ def registry_auc(out):
     return json.loads((out / "metrics.json").read_text())["test_auc"]
 
 
-def test_champion_loads_with_pyfunc_and_scores_like_evaluate(registry, trained, tiny_dataset, capsys):
-    result, _ = registry.cycle(trained)
+def test_champion_loads_with_pyfunc_and_refuses_bad_requests(registry, trained, tiny_dataset):
+    registry.cycle(trained)
     model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
-    (batch,) = split_rows(tiny_dataset, "test", load_meta(tiny_dataset), 10**6)
-    prob = model.predict({k: batch[k] for k in BATCH_KEYS})
-    assert prob.dtype == np.float32 and prob.shape == (len(batch["label"]),)
-    assert roc_auc_score(batch["label"], prob) == pytest.approx(result["metrics"]["test_auc"], abs=1e-5)
-    with pytest.raises(ValueError, match="target_item"):  # ids outside the model's buckets
-        bad = {k: batch[k][:10].copy() for k in BATCH_KEYS}
-        bad["target_item"] = bad["target_item"] + 10**7  # same dtype: the signature is strict
-        model.predict(bad)
-    # the helper a serving client would copy
-    from components.register import score
+    raw = pd.read_parquet(next((tiny_dataset.parent / "raw").glob("dt=*/*.parquet")))
+    requests = raw[["user_id", "item_id", "category_id", "timestamp"]].head(50)
+    prob = model.predict(requests)  # raw ids; each user's events from the version's snapshot
+    assert prob.dtype == np.float32 and prob.shape == (50,) and np.all((prob > 0) & (prob < 1))
+    from components.register.pyfunc import BadRequest
 
-    assert score.main(["--data", str(tiny_dataset), "--model", f"models:/{NAME}@champion",
-                       "--tracking-uri", registry.uri, "--rows", "500"]) == 0
-    assert json.loads(capsys.readouterr().out)["rows"] == 500
+    with pytest.raises(BadRequest, match="^row 0: item_id 0.5 is no usable id"):
+        model.predict(requests.head(2).assign(item_id=[0.5, 1]))
 
 
 @pytest.mark.parametrize("crash_in", ["create_model_version", "set_registered_model_alias"])

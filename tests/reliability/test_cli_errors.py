@@ -190,9 +190,10 @@ CASES = [
          lambda e: ["--checkpoint", s(e.ckpt), "--metrics", s(e.empty_json), "--decision", s(e.empty_json),
                     "--tracking-uri", e.dead], "register: error: ", lambda e: [e.dead.split("//")[1]],
          needs=("dataset", "checkpoint"), marks=(pytest.mark.integration,)),
-    # -- register.score / register.rollback
-    Case("unknown registered model", "components.register.score",
-         lambda e: ["--model", "models:/nosuch@champion", "--data", s(e.missing), "--tracking-uri", e.sqlite],
+    # -- score / register.rollback
+    Case("unknown registered model", "components.score",
+         lambda e: ["--model", "models:/nosuch@champion", "--raw", s(e.missing), "--date", "2026-03-01",
+                    "--out", s(e.missing) + ".parquet", "--tracking-uri", e.sqlite],
          "score: error: ", lambda e: ["nosuch"], marks=(pytest.mark.integration,)),
     Case("no @previous version to roll back to", "components.register.rollback",
          lambda e: ["--model-name", "nosuch", "--tracking-uri", e.sqlite], "rollback: error: ",

@@ -40,7 +40,7 @@ def sealed(tiny_dataset, tmp_path_factory):
     uri = sqlite_uri(root / "runs")
     result = register(RegisterConfig(checkpoint=str(checkpoint), metrics=str(root / "decision" / "metrics.json"),
                                      decision=str(root / "decision" / "decision.json"), model_name="ctr",
-                                     tracking_uri=uri, out=str(root)))
+                                     tracking_uri=uri, out=str(root), data=str(tiny_dataset)))
     (model_dir,) = {p.parent for p in (root / "runs" / "artifacts").rglob("MLmodel")}
     return {"uri": uri, "dir": model_dir, "result": result, "data": tiny_dataset, "root": root}
 
@@ -58,9 +58,9 @@ TAMPER = {
 def test_a_tampered_model_is_refused_everywhere_it_is_loaded(sealed, what, tmp_path, capsys, fault_report):
     from components.evaluate.decision import GateRule
     from components.evaluate.stage import EvaluateConfig, evaluate
-    from components.register import score
     from components.register.integrity import DIGEST_TAG, IntegrityError, manifest, manifest_digest
     from components.register.registry import champion_checkpoint
+    from components.score import __main__ as score
 
     registration = json.loads((sealed["root"] / "registration.json").read_text())
     assert registration["integrity"][DIGEST_TAG] == manifest_digest(manifest(sealed["dir"]))
@@ -81,8 +81,10 @@ def test_a_tampered_model_is_refused_everywhere_it_is_loaded(sealed, what, tmp_p
                                          rule=GateRule(min_auc=0.0)))
         assert result["decision"]["champion_status"] == "unusable" and not result["decision"]["blessed"]
         assert "IntegrityError" in result["metrics"]["champion"]["reason"]
-        assert score.main(["--data", str(sealed["data"]), "--model", "models:/ctr@champion",
-                           "--tracking-uri", sealed["uri"], "--rows", "10"]) == 1
+        day = json.loads((sealed["data"] / "meta.json").read_text())["window"]["end"]
+        assert score.main(["--raw", str(sealed["data"].parent / "raw"), "--date", day, "--out",
+                           str(tmp_path / "scores.parquet"), "--model", "models:/ctr@champion",
+                           "--tracking-uri", sealed["uri"]]) == 1
         # MLflow's own background threads (left by other tests' runs) may log here too: the
         # stage's part is one line, no traceback
         ours = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("20")]
@@ -282,7 +284,8 @@ def test_a_signing_key_protects_against_registry_writes_too(tiny_dataset, tmp_pa
     (tmp_path / "metrics.json").write_text("{}")
     uri = sqlite_uri(tmp_path / "runs")
     register(RegisterConfig(checkpoint=str(checkpoint), metrics=str(tmp_path / "metrics.json"),
-                            decision=str(tmp_path / "decision.json"), model_name="ctr", tracking_uri=uri))
+                            decision=str(tmp_path / "decision.json"), model_name="ctr", tracking_uri=uri,
+                            data=str(tiny_dataset)))
     assert champion_checkpoint(connect(uri), "ctr", str(tmp_path / "a"))[0] == 1
     # someone who can write the artifact store AND the registry: new files, and the digest tag to match
     (model_dir,) = {p.parent for p in (tmp_path / "runs" / "artifacts").rglob("MLmodel")}

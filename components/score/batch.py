@@ -1,0 +1,202 @@
+"""Batch scoring of one raw-contract day with a registered model.
+
+The day's files are listed, checked and split into pieces exactly as
+preprocess does (:mod:`components.preprocess.raw`); each piece is a Dask task
+that validates its rows with preprocess's :func:`clean_table` (a bad row is
+quarantined with its reason, not fatal), builds the model inputs of the kept
+rows from the version's snapshot (:func:`components.score.features.key_inputs`:
+each row scored as the next event of its user, like an online request with
+only ids) and writes its scores. Memory is bounded by one piece per worker.
+The model is downloaded and verified against its registration digest; only
+its weights (``weights_only``) and snapshot are read, no code from the
+artifact store runs. Rows read = scored + quarantined, always; files not read
+are listed with their reason. The output Parquet replaces ``out`` atomically.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from components.common import schema
+from components.common.progress import get_logger
+
+log = get_logger(__name__)
+OUTPUT_COLUMNS = ("user_id", "item_id", "category_id", "timestamp", "label", "score", "file", "row")
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """Which day to score, with which model, into which file."""
+
+    raw: str
+    """Raw events root (local path or fsspec URI) holding ``dt=YYYY-MM-DD/`` folders."""
+    date: dt.date
+    """The day folder to score."""
+    out: str
+    """Parquet file to write (replaced atomically)."""
+    model: str = "models:/dailyrec@champion"
+    """Registered model: models:/NAME@ALIAS or models:/NAME/VERSION."""
+    tracking_uri: str | None = None
+    """MLflow registry; None = $MLFLOW_TRACKING_URI, else sqlite under ./runs."""
+    max_skew_hours: float = 3.0
+    """Timestamps may fall this far outside the folder's UTC day; further out is quarantined."""
+    batch: int = 8192
+    """Rows per forward pass."""
+    scheduler: str = "threads"
+    """Dask scheduler: threads | sync."""
+    workers: int | None = None
+    """Threads; None = all cores."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.date, str):
+            object.__setattr__(self, "date", dt.date.fromisoformat(self.date))
+        for name in ("raw", "out", "model"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string")
+        if not self.out.endswith(".parquet"):
+            raise ValueError(f"out must name a .parquet file, got {self.out!r}")
+        if not self.max_skew_hours >= 0:
+            raise ValueError(f"max_skew_hours must be >= 0, got {self.max_skew_hours}")
+        if self.batch < 1:
+            raise ValueError(f"batch must be >= 1, got {self.batch}")
+        if self.scheduler not in ("threads", "sync"):
+            raise ValueError(f"scheduler must be threads or sync, got {self.scheduler!r}")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+
+
+def score_day(config: ScoreConfig) -> dict:
+    """Score every valid row of the day; write ``out``; return the accounting."""
+    import dask
+
+    from components.common.tracking import connect
+    from components.preprocess import raw as rawio
+    from components.preprocess.errors import InputError
+    from components.preprocess.stage import _compute
+    from components.register.integrity import WEIGHTS, resolve, verified_download
+    from components.register.stage import default_tracking_uri
+    from components.score.features import COUNT_STATE, USER_EVENTS, Layout, Snapshot
+    from components.train.inference import load_scorer
+
+    started = time.perf_counter()
+    client = connect(config.tracking_uri or default_tracking_uri())
+    name, version = resolve(client, config.model)
+    ignored: list = []
+    fs, days = rawio.list_days(config.raw, ignored)
+    if config.date not in days:
+        raise InputError(f"{config.raw!r}: no folder {schema.day_folder_name(config.date)!r} to score")
+    files = rawio.list_files(fs, {config.date: days[config.date]}, ignored)
+    if not files:
+        raise InputError(f"{config.raw!r}: {schema.day_folder_name(config.date)!r} holds no raw files")
+    pieces = rawio.plan_pieces(fs, files)
+    out = Path(config.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="dailyrec-score-") as model_dir, \
+            tempfile.TemporaryDirectory(prefix=".score-", dir=out.parent) as parts:
+        local = verified_download(client, name, version, model_dir)
+        scorer = load_scorer(local / WEIGHTS, threads=1)
+        if not (local / "artifacts" / USER_EVENTS).is_file():
+            raise InputError(f"models:/{name}/{version} carries no users' events (registered with "
+                             f"--no-user-events): batch scoring by ids needs them")
+        snapshot = Snapshot.load(local / "artifacts" / COUNT_STATE, local / "artifacts" / USER_EVENTS)
+        log.info("score: %d files, %d pieces of %s with models:/%s/%s", len(files), len(pieces),
+                 config.date, name, version)
+        tasks = [dask.delayed(_score_piece, pure=False)(fs, piece, i, scorer, snapshot, Layout.of(scorer.vocab),
+                                                        config, parts) for i, piece in enumerate(pieces)]
+        with dask.config.set(scheduler=config.scheduler, num_workers=config.workers):
+            counts = _compute(tasks)
+        written = _concat(sorted(Path(parts).glob("part-*.parquet")), out)
+    read = sum(c["read"] for c in counts)
+    quarantined = Counter()
+    for c in counts:
+        quarantined.update(c["quarantined"])
+    scored = sum(c["scored"] for c in counts)
+    if read != scored + sum(quarantined.values()) or written != scored:  # an internal invariant
+        raise RuntimeError(f"row accounting broken: read {read}, scored {scored}, written {written}, "
+                           f"quarantined {sum(quarantined.values())}")
+    result = {"model_uri": f"models:/{name}/{version}", "date": config.date.isoformat(), "out": str(out),
+              "rows": {"read": read, "scored": scored, "quarantined": dict(sorted(quarantined.items())),
+                       "quarantined_total": sum(quarantined.values())},
+              "examples": [e for c in counts for e in c["examples"]][:5],
+              "ignored": [{"path": rawio.printable_path(i.path), "reason": i.reason} for i in ignored],
+              "seconds": round(time.perf_counter() - started, 3)}
+    labels = pq.read_table(out, columns=["label", "score"]) if scored else None
+    if labels is not None and 0 < pa.compute.sum(labels["label"]).as_py() < scored:
+        from components.common.metrics import roc_auc
+
+        result["auc"] = roc_auc(labels["score"].to_numpy(), labels["label"].to_numpy())
+    return result
+
+
+def _score_piece(fs, piece, index: int, scorer, snapshot, layout, config: ScoreConfig, parts: str) -> dict:
+    from components.preprocess import raw as rawio
+    from components.preprocess.clean import REASONS, DayWindow, clean_table
+    from components.score.features import key_inputs
+    from components.train.inference import chunks, predict_logits, sigmoid
+    from components.train.model import BATCH_KEYS
+
+    table = rawio.read_piece(fs, piece)
+    window = DayWindow.for_day(schema.epoch_day(config.date), config.max_skew_hours)
+    clean, quarantine, reasons = clean_table(table, piece.file.index, piece.row_offset, window)
+    keep = np.ones(table.num_rows, bool)
+    keep[quarantine["row"].to_numpy(np.int64) - piece.row_offset] = False
+    examples = [f"{piece.file.relpath!r} row {int(g['row'].iloc[0])}: {r} in column {REASONS[r]!r}"
+                for r, g in quarantine.groupby("reason", sort=False)] if len(quarantine) else []
+    if len(clean):
+        cols = {k: clean[k].to_numpy(np.int64) for k in ("user_key", "item_key", "cat_key", "ts")}
+        arrays = key_inputs(cols["user_key"], cols["item_key"], cols["cat_key"], cols["ts"], snapshot, layout)
+        arrays = {k: arrays[k] for k in BATCH_KEYS}
+        score = sigmoid(predict_logits(scorer.model, chunks(arrays, len(clean), config.batch))).astype(np.float32)
+        kept = table.filter(pa.array(keep))
+
+        def text(column: str) -> list:
+            if column not in kept.column_names:
+                return [None] * kept.num_rows
+            return [None if v is None else str(v) for v in kept.column(column).to_pylist()]
+
+        frame = pd.DataFrame({
+            "user_id": text(schema.USER_ID), "item_id": text(schema.ITEM_ID),
+            "category_id": text(schema.CATEGORY_ID), "timestamp": cols["ts"],
+            "label": clean["label"].to_numpy(np.int8), "score": score, "file": piece.file.relpath,
+            "row": np.flatnonzero(keep).astype(np.int64) + piece.row_offset})
+        frame.to_parquet(Path(parts) / f"part-{index:06d}.parquet", index=False)
+    return {"read": table.num_rows, "scored": len(clean), "quarantined": {r: n for r, n in reasons.items() if n},
+            "examples": examples}
+
+
+def _concat(parts: list[Path], out: Path) -> int:
+    """Stream the part files into ``out`` (written beside it, then renamed): one part in memory at a time."""
+    schema_ = pa.schema([("user_id", pa.string()), ("item_id", pa.string()), ("category_id", pa.string()),
+                         ("timestamp", pa.int64()), ("label", pa.int8()), ("score", pa.float32()),
+                         ("file", pa.string()), ("row", pa.int64())])
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    rows = 0
+    try:
+        with pq.ParquetWriter(tmp, schema_, compression="zstd") as writer:
+            for part in parts:
+                table = pq.read_table(part).cast(schema_)
+                writer.write_table(table)
+                rows += table.num_rows
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return rows
+
+
+def summary_line(result: dict) -> str:
+    rows = result["rows"]
+    auc = f"; AUC {result['auc']:.4f}" if "auc" in result else ""
+    return (f"{result['date']}: read {rows['read']:,} rows, scored {rows['scored']:,}, quarantined "
+            f"{rows['quarantined_total']:,}{auc} -> {result['out']} ({result['model_uri']}, "
+            f"{result['seconds']:.1f}s)")

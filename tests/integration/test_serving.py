@@ -1,0 +1,360 @@
+"""Raw-id scoring: request arrays equal the dataset's, and the registered model served over HTTP.
+
+Two datasets of the same raw events: ``before`` (days 1-4) and ``after`` (days
+1-5, every day-5 event at one second). A model trained on ``before`` carries
+its snapshot (counts and user events at the end of day 4); the day-5 rows of
+``after`` were built from exactly that knowledge, so scoring them by raw id
+must give their dataset arrays bit for bit, and evaluate's scores.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from components.common import schema
+from components.common.hashing import hash_ids
+from components.common.plan import TrainPlan, write_plan
+from components.common.tracking import sqlite_uri
+from components.evaluate.decision import GateRule
+from components.evaluate.stage import EvaluateConfig, evaluate
+from components.preprocess.config import PreprocessConfig
+from components.preprocess.stage import preprocess
+from components.register.stage import RegisterConfig, register
+from components.score.features import Layout, RequestError, Snapshot, request_inputs, write_snapshot
+from components.train.data import load_meta
+from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
+from components.train.model import BATCH_KEYS, Vocab
+from components.train.trainer import TrainConfig, train
+from tests.conftest import START, write_day
+
+pytestmark = pytest.mark.integration
+NAME = "served"
+BUCKETS = {"item_buckets": 512, "category_buckets": 32, "user_buckets": 256}
+DAY5 = START + dt.timedelta(days=4)
+AT = schema.day_start_epoch(DAY5) + 3600
+
+
+def _events(rng, day: dt.date, n: int) -> pd.DataFrame:
+    item = rng.integers(0, 150, n)
+    return pd.DataFrame({
+        "user_id": 10**12 + rng.integers(0, 30, n),  # int64 ids beyond int32
+        "item_id": item, "category_id": item % 13,
+        "timestamp": schema.day_start_epoch(day) + rng.integers(0, 150, n) * 500,
+        "label": (rng.random(n) < 0.3).astype(np.int8)})
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("serving")
+    rng = np.random.default_rng(11)
+    raw = root / "raw"
+    frames = {}
+    for i in range(5):
+        day = START + dt.timedelta(days=i)
+        frames[day] = _events(rng, day, 400)
+    frames[DAY5]["timestamp"] = AT  # one second: no day-5 row sees another
+    for day, frame in frames.items():
+        write_day(raw, day, frame)
+    common = dict(raw=str(raw), history_days=0, seq_len=6, neg_len=4, rows_per_partition=600, **BUCKETS)
+    before, after = root / "before", root / "after"
+    preprocess(PreprocessConfig(out=str(before), days=4, end_date=START + dt.timedelta(days=3), **common))
+    preprocess(PreprocessConfig(out=str(after), days=5, end_date=DAY5, **common))
+    plan = write_plan(root / "plan.json", TrainPlan(model="debug", micro_batch=256, num_workers=0, lr=3e-3,
+                                                    eval_batch=4096, max_epochs=1))
+    uri = sqlite_uri(root / "mlruns")
+    train(TrainConfig(data=str(before), out=str(root / "train"), plan=str(plan), tracking_uri=uri))
+    return {"root": root, "raw": frames, "before": before, "after": after, "uri": uri,
+            "checkpoint": root / "train" / "best.pt"}
+
+
+def _day5(world) -> pd.DataFrame:
+    """Day 5's distinct raw rows (preprocess drops exact duplicates)."""
+    return world["raw"][DAY5].drop_duplicates().reset_index(drop=True)
+
+
+def _history(world, users) -> pd.DataFrame:
+    frames = [f for day, f in world["raw"].items() if day != DAY5]
+    return pd.concat(frames).drop_duplicates().query("user_id in @users")
+
+
+def _requests(world, with_events: bool) -> pd.DataFrame:
+    rows = _day5(world)
+    out = rows[["user_id", "item_id", "category_id", "timestamp"]].copy()
+    if with_events:
+        history = _history(world, set(rows["user_id"]))
+        by_user = {u: g for u, g in history.groupby("user_id")}
+        empty = history.iloc[:0]
+        for raw_column in ("item_id", "category_id", "timestamp", "label"):
+            out[f"events_{raw_column}"] = [by_user.get(u, empty)[raw_column].tolist() for u in rows["user_id"]]
+    return out
+
+
+def _dataset_rows(data) -> dict:
+    (batch,) = split_rows(data, "test", load_meta(data), 10**6, keys=(*BATCH_KEYS, "label", "user_key", "ts"))
+    return batch
+
+
+def _sorted(arrays: dict, label: np.ndarray, ties: np.ndarray | None = None) -> dict:
+    """Rows in one canonical order; ``ties`` (e.g. the dense features) orders rows whose ids share
+    buckets."""
+    ties = () if ties is None else tuple(np.asarray(ties).reshape(len(label), -1).T)
+    order = np.lexsort((*ties, label, arrays["target_cat"], arrays["target_item"], arrays["ts"],
+                        arrays["user_key"]))
+    return {k: np.asarray(v)[order] for k, v in arrays.items()}
+
+
+def _layout(data) -> Layout:
+    return Layout.of(Vocab.from_meta(load_meta(data)))
+
+
+@pytest.mark.parametrize("with_events", [True, False], ids=["events-in-request", "snapshot-events"])
+def test_request_arrays_equal_the_dataset_rows_bit_for_bit(world, tmp_path, with_events):
+    files = write_snapshot(world["before"], tmp_path)
+    snapshot = Snapshot.load(files["count_state"], None if with_events else files["user_events"])
+    arrays = request_inputs(_requests(world, with_events), snapshot, _layout(world["after"]))
+    label = _day5(world)["label"].to_numpy()
+    ours = _sorted({**arrays, "label": label.astype(np.uint8)}, label, arrays["dense"])
+    theirs = _dataset_rows(world["after"])
+    theirs = _sorted(theirs, theirs["label"], theirs["dense"])
+    assert len(ours["user_key"]) == len(theirs["user_key"]) > 300
+    assert (theirs["hist_len"] > 0).mean() > 0.5 and np.abs(theirs["dense"]).sum() > 0  # features not trivial
+    for key in (*BATCH_KEYS, "user_key", "ts", "label"):
+        assert ours[key].dtype == theirs[key].dtype, key
+        assert np.array_equal(ours[key], theirs[key]), key
+
+
+def test_bad_requests_are_refused_with_one_line_reasons(world, tmp_path):
+    files = write_snapshot(world["before"], tmp_path)
+    with_events = Snapshot.load(files["count_state"])
+    layout = _layout(world["before"])
+    good = _requests(world, True).head(3)
+    cases = [
+        (good.drop(columns=["item_id"]), "missing column.*item_id"),
+        (good.assign(user=1), "unknown column.*user"),
+        (good.assign(item_id=[1.5, 2, 3]), r"row 0: item_id 1\.5 is no usable id"),
+        (good.assign(user_id=[None, 1, 2]), r"row 0: user_id null is no usable id \(an empty value\)"),
+        (good.assign(timestamp=["yesterday", 1, 2]), "row 0: timestamp 'yesterday' is no time"),
+        (good.assign(events_label=[[2] * len(v) for v in good["events_item_id"]]), "row 0 event 0: events_label 2"),
+        (good.assign(events_timestamp=[v[:-1] for v in good["events_timestamp"]]),
+         "row 0: events_timestamp has"),
+        (good[["user_id", "item_id", "timestamp"]], "row 0: no events given"),
+        (good.iloc[:0], "no rows"),
+    ]
+    for frame, reason in cases:
+        with pytest.raises(RequestError, match=reason):
+            request_inputs(frame.reset_index(drop=True), with_events, layout)
+
+
+def test_string_and_integer_ids_are_the_same_ids(world, tmp_path):
+    files = write_snapshot(world["before"], tmp_path)
+    snapshot = Snapshot.load(files["count_state"], files["user_events"])
+    requests = _requests(world, False).head(20)
+    as_text = requests.astype({"user_id": str, "item_id": str, "category_id": str}).assign(
+        timestamp=[pd.Timestamp(t, unit="s", tz="UTC").isoformat() for t in requests["timestamp"]])
+    layout = _layout(world["before"])
+    a, b = request_inputs(requests, snapshot, layout), request_inputs(as_text, snapshot, layout)
+    assert all(np.array_equal(a[k], b[k]) for k in BATCH_KEYS)
+    assert np.array_equal(a["user_key"], hash_ids(requests["user_id"])[0])
+
+
+@pytest.fixture(scope="module")
+def registered(world):
+    out = world["root"] / "evaluate"
+    result = evaluate(EvaluateConfig(data=str(world["after"]), checkpoint=str(world["checkpoint"]), out=str(out),
+                                     model_name=NAME, tracking_uri=world["uri"], rule=GateRule(min_auc=0.0)))
+    assert result["decision"]["blessed"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        registration = register(RegisterConfig(
+            checkpoint=str(world["checkpoint"]), metrics=str(out / "metrics.json"),
+            decision=str(out / "decision.json"), model_name=NAME, tracking_uri=world["uri"],
+            data=str(world["before"])))
+    return {"registration": registration, "metrics": result["metrics"],
+            "warnings": [str(w.message) for w in caught]}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _post(port: int, payload: dict) -> tuple[int, str]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_served_model_scores_raw_ids_like_evaluate(world, registered, tmp_path):
+    port = _free_port()
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "MLFLOW_TRACKING_URI": world["uri"]}
+    with open(log, "w") as sink:
+        server = subprocess.Popen([sys.executable, "-m", "components.score.serve", "--model",
+                                   f"models:/{NAME}@champion", "--port", str(port)],
+                                  stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"server did not start: {log.read_text()[-2000:]}")
+                time.sleep(0.5)
+        requests = _requests(world, False)
+        status, body = _post(port, {"dataframe_records": requests.to_dict(orient="records")})
+        assert status == 200, body
+        served = np.asarray(json.loads(body)["predictions"], np.float64)
+        # evaluate's scoring of the same rows (its dataset arrays, the checkpoint's weights)
+        batch = _dataset_rows(world["after"])
+        expected = sigmoid(predict_logits(load_scorer(world["checkpoint"]).model, [batch]))
+        label = _day5(world)["label"].to_numpy()
+        arrays = request_inputs(requests, Snapshot.load(*write_snapshot(world["before"], tmp_path / "s").values()),
+                                _layout(world["before"]))
+        keys = ("user_key", "ts", "target_item", "target_cat")
+        ours = _sorted({**{k: arrays[k] for k in keys}, "p": served}, label, arrays["dense"])
+        theirs = _sorted({**{k: batch[k] for k in keys}, "p": expected}, batch["label"], batch["dense"])
+        np.testing.assert_allclose(ours["p"], theirs["p"], rtol=1e-5, atol=1e-6)
+        assert np.std(served) > 0
+        # a bad request: HTTP 400, one line, no stack trace, no server path
+        status, body = _post(port, {"dataframe_records": [{"user_id": 1, "item_id": 2.5, "timestamp": AT}]})
+        assert status == 400
+        message = json.loads(body)["message"]
+        assert message == "row 0: item_id 2.5 is no usable id (a non-integral number or empty text)"
+        assert "Traceback" not in body and str(world["root"]) not in body and "stack_trace" not in body
+        assert "\n" not in message
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+    assert "Add type hints" not in log.read_text()
+
+
+def test_version_links_its_training_and_evaluation_runs(world, registered):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(world["uri"], registry_uri=world["uri"])
+    version = client.get_model_version(NAME, str(registered["registration"]["version"]))
+    training = json.loads((world["checkpoint"].parent / "train_summary.json").read_text())["mlflow_run_id"]
+    assert version.tags["training_run_id"] == training and training
+    run = client.get_run(training)
+    assert run.info.status == "FINISHED" and "val_auc" in run.data.metrics
+    assert version.tags["training_run_link"] == f"#/experiments/{run.info.experiment_id}/runs/{training}"
+    assert f"[training run]({version.tags['training_run_link']})" in version.description
+    evaluation = client.get_run(version.tags["evaluation_run_id"])
+    assert evaluation.data.metrics["test_auc"] == pytest.approx(registered["metrics"]["test_auc"])
+    assert evaluation.data.tags["blessed"] == "true"
+    logged = {a.path for a in client.list_artifacts(evaluation.info.run_id, "evaluation")}
+    assert {"evaluation/roc.png", "evaluation/calibration.png", "evaluation/report.md",
+            "evaluation/metrics.json"} <= logged
+    # predict has type hints: MLflow's advice to add some reaches nobody
+    assert not [w for w in registered["warnings"] if "type hints" in w]
+    import mlflow.pyfunc
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
+    assert not [w for w in caught if "type hints" in str(w.message)]
+    assert model.predict(_requests(world, False).head(4)).shape == (4,)
+
+
+def test_model_requirements_carry_no_local_versions(world, registered):
+    import mlflow
+
+    folder = mlflow.artifacts.download_artifacts(f"models:/{NAME}@champion", tracking_uri=world["uri"])
+    lines = [line for line in (Path(folder) / "requirements.txt").read_text().split() if "==" in line]
+    assert {line.split("==")[0] for line in lines} >= {"mlflow", "torch", "numpy", "pandas", "pyarrow"}
+    assert not [line for line in lines if "+" in line]
+
+
+def test_batch_scoring_of_a_raw_day_matches_the_served_model(world, registered, tmp_path, capsys):
+    import mlflow.pyfunc
+
+    from components.score.__main__ import main
+
+    day = world["raw"][DAY5]
+    bad = pd.DataFrame({"user_id": [None, 10**12 + 1], "item_id": [5, 1.5], "category_id": [1, 1],
+                        "timestamp": [AT, AT], "label": [0, 1]})
+    raw = tmp_path / "raw"
+    write_day(raw, DAY5, pd.concat([day, bad], ignore_index=True).astype({"item_id": "float64"}))
+    out = tmp_path / "scores" / "day.parquet"
+    argv = ["--raw", str(raw), "--date", DAY5.isoformat(), "--model", f"models:/{NAME}@champion",
+            "--tracking-uri", world["uri"], "--out", str(out), "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["rows"] == {"read": len(day) + 2, "scored": len(day), "quarantined_total": 2,
+                              "quarantined": {"bad_item_id": 1, "null_user_id": 1}}
+    scores = pd.read_parquet(out)
+    assert scores["row"].tolist() == list(range(len(day)))
+    online = mlflow.pyfunc.load_model(f"models:/{NAME}@champion").predict(
+        day[["user_id", "item_id", "category_id", "timestamp"]])
+    np.testing.assert_array_equal(scores["score"].to_numpy(), online)
+    # ids as the file holds them (a column with a null is float here)
+    assert [int(float(u)) for u in scores["user_id"]] == day["user_id"].tolist()
+    assert 0.0 < result["auc"] < 1.0
+    # a day that is not there: one line, exit 1
+    assert main([*argv[:2], "--date", "2030-01-01", *argv[4:-1]]) == 1
+    assert capsys.readouterr().err.strip() == f"score: error: {str(raw)!r}: no folder 'dt=2030-01-01' to score"
+
+
+def test_a_moved_registry_still_serves_its_models(world, registered, tmp_path):
+    import shutil
+
+    import mlflow.pyfunc
+
+    from components.common.tracking import connect
+
+    original = world["root"] / "mlruns"
+    moved = tmp_path / "elsewhere" / "mlruns"
+    shutil.copytree(original, moved)
+    hidden = original.with_name("mlruns-away")
+    original.rename(hidden)  # the old folder is gone: nothing may still point into it
+    try:
+        uri = sqlite_uri(moved)
+        client = connect(uri)
+        experiment = client.get_experiment_by_name("dailyrec-evaluate")
+        assert experiment.artifact_location.startswith(moved.as_uri())
+        model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
+        assert model.predict(_requests(world, False).head(3)).shape == (3,)
+        run_id = client.get_model_version(NAME, "1").tags["evaluation_run_id"]
+        assert {a.path for a in client.list_artifacts(run_id, "evaluation")} >= {"evaluation/roc.png"}
+    finally:
+        hidden.rename(original)
+
+
+def test_a_version_without_user_events_scores_requests_that_send_them(world, registered):
+    import mlflow.pyfunc
+
+    from components.register.pyfunc import BadRequest
+
+    out = world["root"] / "evaluate"
+    register(RegisterConfig(checkpoint=str(world["checkpoint"]), metrics=str(out / "metrics.json"),
+                            decision=str(out / "decision.json"), model_name="lean", tracking_uri=world["uri"],
+                            data=str(world["before"]), user_events=False))
+    lean = mlflow.pyfunc.load_model("models:/lean@champion")
+    full = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
+    folder = Path(mlflow.artifacts.download_artifacts("models:/lean@champion", tracking_uri=world["uri"]))
+    assert (folder / "artifacts" / "count_state.npz").is_file()
+    assert not (folder / "artifacts" / "user_events.parquet").exists()
+    with pytest.raises(BadRequest, match="^row 0: no events given, and this model version carries no snapshot"):
+        lean.predict(_requests(world, False).head(2))
+    np.testing.assert_array_equal(lean.predict(_requests(world, True)), full.predict(_requests(world, False)))
