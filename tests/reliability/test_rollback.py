@@ -41,7 +41,8 @@ def two_versions(tiny_dataset, tmp_path):
                                                        "champion_version": champion}))
         (out / "metrics.json").write_text("{}")
         register(RegisterConfig(checkpoint=str(checkpoint), metrics=str(out / "metrics.json"),
-                                decision=str(out / "decision.json"), model_name="ctr", tracking_uri=uri))
+                                decision=str(out / "decision.json"), model_name="ctr", tracking_uri=uri,
+                                data=str(tiny_dataset)))
     assert aliases(uri) == {CHAMPION: 2, PREVIOUS: 1}
     return uri, tmp_path
 
