@@ -3,6 +3,9 @@ components.train [trainer flags]`` (locally and in a TrainJob's pods).
 
 The same as torchrun, except:
 
+* the workers' thread variables (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``)
+  are set from the plan's ``cpu_threads`` unless given, so torchrun does not
+  choose them with a banner on every launch;
 * a failed worker ends it with one line instead of a Python traceback of
   ChildFailedError (which buried the ranks' own one-line errors that the
   launcher's LaunchError carries);
@@ -28,7 +31,7 @@ from components.common.storage import NO_RETRY_EXIT, rank_reports
 
 def fatal_failure(argv: list[str]) -> str | None:
     """The first rank error that no restart can fix (``retryable: false``) under the trainer's ``--out``."""
-    out = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--out"), None)
+    out = flag_value(argv, "--out")
     for path in rank_reports(out) if out else []:
         try:
             report = json.loads(path.read_text())
@@ -39,8 +42,32 @@ def fatal_failure(argv: list[str]) -> str | None:
     return None
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def thread_count(argv: list[str]) -> int:
+    """Intra-op threads per worker: the trainer's ``--plan`` ``cpu_threads``, else 1 (torchrun's own choice)."""
+    path = flag_value(argv, "--plan")
+    if path:
+        from components.common.plan import read_plan
+
+        try:
+            return read_plan(path)[0].cpu_threads
+        except ValueError:
+            pass  # the trainer reports a bad plan itself, naming the file
+    return 1
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    return next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag), None)
+
+
 def main() -> int:
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    # set explicitly, torchrun prints a 4-line banner about choosing OMP_NUM_THREADS=1 for us
+    threads = str(thread_count(sys.argv))
+    for name in THREAD_VARIABLES:
+        os.environ.setdefault(name, threads)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main

@@ -30,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from components.common.metrics import roc_auc
 from components.common.plan import TrainPlan, drift_lines, plan_vs_actual, read_plan
-from components.common.progress import get_logger
+from components.common.progress import PROGRESS, get_logger
 from components.common.storage import (
     NO_RETRY_EXIT,
     atomic_write_json,
@@ -389,16 +389,16 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
             log.warning("skipping a damaged checkpoint: %s", problem)
         resumed_from = str(path)
         restore(ckpt, model, optim, scaler, stopper, state)
-        log.info("resumed from %s at epoch %d, micro-step %d", path, state["epoch"], state["micro_step"])
+        log.log(PROGRESS, "resumed from %s at epoch %d, micro-step %d", path, state["epoch"], state["micro_step"])
     loader = make_loader(train_set, sampler, plan, runtime.device.type)
     penalty = IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
 
     if runtime.is_main:
-        log.info("training %s (%s params) on %d x %s, %s, micro-batch %d x accum %d x world %d = %d, "
-                 "%d steps/epoch, sparse embeddings %s", plan.model, f"{sum(p.numel() for p in model.parameters()):,}",
-                 runtime.world_size, runtime.device.type, plan.precision, plan.micro_batch, plan.grad_accum,
-                 runtime.world_size, plan.micro_batch * plan.grad_accum * runtime.world_size,
-                 steps_per_epoch, "on" if sparse else "off")
+        log.log(PROGRESS, "training %s (%s params) on %d x %s, %s, micro-batch %d x accum %d x world %d = %d, "
+                      "%d steps/epoch, sparse embeddings %s", plan.model, f"{sum(p.numel() for p in model.parameters()):,}",
+                      runtime.world_size, runtime.device.type, plan.precision, plan.micro_batch, plan.grad_accum,
+                      runtime.world_size, plan.micro_batch * plan.grad_accum * runtime.world_size,
+                      steps_per_epoch, "on" if sparse else "off")
     mlf = MlflowLogger(config, runtime, {**dataclasses.asdict(plan), "world_size": runtime.world_size,
                                          "dataset": meta.get("fingerprint", "")[:16], "sparse": sparse})
     gpu = GpuSampler(runtime.device)
@@ -438,11 +438,11 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
                 save_checkpoint(out / BEST, snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra))
             save_rotating(out, snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra))
             state["saved_at"] = time.perf_counter()
-            log.info("epoch %d/%d  loss %.4f  val_auc %.4f (best %.4f @%d)  lr %.2e  %.0f samples/s  "
-                     "data-wait %.1f%%  %.1fs%s", epoch + 1, plan.max_epochs, record["train_loss"],
-                     metrics["val_auc"], stopper.best, stopper.best_epoch + 1, record["lr"],
-                     record["samples_per_s"], 100 * record["data_wait_fraction"], record["seconds"],
-                     "  (early stop)" if early_stopped else "")
+            log.log(PROGRESS, "epoch %d/%d  loss %.4f  val_auc %.4f (best %.4f @%d)  lr %.2e  %.0f samples/s  "
+                          "data-wait %.1f%%  %.1fs%s", epoch + 1, plan.max_epochs, record["train_loss"],
+                          metrics["val_auc"], stopper.best, stopper.best_epoch + 1, record["lr"],
+                          record["samples_per_s"], 100 * record["data_wait_fraction"], record["seconds"],
+                          "  (early stop)" if early_stopped else "")
             mlf.epoch(record, epoch)
         if on_epoch is not None and not early_stopped and _callback_stops(on_epoch, record, runtime):
             early_stopped = stopped_by_callback = True
@@ -538,9 +538,9 @@ class Progress:
         epoch_left = (total - step) * per_step
         run_left = epoch_left + self.validation_seconds + (self.max_epochs - epoch - 1) * (
             total * per_step + self.validation_seconds)
-        log.info("epoch %d/%d  step %d/%d (%.0f%%)  %s samples/s  loss %.4f  ETA epoch %s, run <= %s",
-                 epoch + 1, self.max_epochs, step, total, 100 * step / total, f"{samples / elapsed:,.0f}",
-                 loss, duration(epoch_left), duration(run_left))
+        log.log(PROGRESS, "epoch %d/%d  step %d/%d (%.0f%%)  %s samples/s  loss %.4f  ETA epoch %s, run <= %s",
+                      epoch + 1, self.max_epochs, step, total, 100 * step / total, f"{samples / elapsed:,.0f}",
+                      loss, duration(epoch_left), duration(run_left))
 
 
 def run_epoch(wrapped, model, loader, sampler, optim, scaler, plan: TrainPlan, runtime: Runtime,
