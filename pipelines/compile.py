@@ -14,6 +14,7 @@ from typing import Any
 
 from kfp import compiler
 
+from components.common.cli import HelpFormatter
 from pipelines.daily import daily
 
 DEFAULT_OUT = "build/pipeline.yaml"
@@ -41,9 +42,11 @@ def compile_pipeline(out: str | Path = DEFAULT_OUT, parameters: dict[str, Any] |
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pipelines.compile", description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=DEFAULT_OUT)
-    p.add_argument("--env", default=None, help="bake in the defaults of pipelines/clusters/<env>.json")
+    p = argparse.ArgumentParser(prog="python -m pipelines.compile", formatter_class=HelpFormatter,
+                                description="Compile the daily pipeline to KFP IR YAML.")
+    p.add_argument("--out", default=DEFAULT_OUT, help="where to write the compiled pipeline (KFP IR YAML)")
+    p.add_argument("--env", default=None,
+                   help="bake in the defaults of pipelines/clusters/<env>.json (default: none, the local defaults)")
     args = p.parse_args(argv)
     try:
         parameters = cluster_defaults(args.env) if args.env else None

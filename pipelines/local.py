@@ -12,7 +12,6 @@ files stay under the run folder (``runs/<run id>/kfp/``).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as dt
 import inspect

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from components.common.cli import HelpFormatter
 from components.common.tracking import TrackingError, connect
 from components.register.registry import CHAMPION, PREVIOUS, alias_version
 from components.register.stage import default_tracking_uri
@@ -35,10 +36,12 @@ def rollback(tracking_uri: str, name: str, to_version: int | None = None) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m components.register.rollback", description=__doc__.splitlines()[0])
-    p.add_argument("--model-name", default="dailyrec")
-    p.add_argument("--to-version", type=int, default=None)
-    p.add_argument("--tracking-uri", default=None)
+    p = argparse.ArgumentParser(prog="python -m components.register.rollback", formatter_class=HelpFormatter,
+                                description="Put an earlier model version back as champion.")
+    p.add_argument("--model-name", default="dailyrec", help="registered model whose @champion moves back")
+    p.add_argument("--to-version", type=int, default=None,
+                   help="version to make champion again (default: the previous champion)")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking/registry URI (default: $MLFLOW_TRACKING_URI, else sqlite:///runs/mlflow.db)")
     args = p.parse_args(argv)
     try:
         result = rollback(args.tracking_uri or default_tracking_uri(), args.model_name, args.to_version)

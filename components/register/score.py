@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 
+from components.common.cli import HelpFormatter
 from components.common.metrics import roc_auc
 from components.common.tracking import TrackingError, connect
 from components.register.integrity import IntegrityError
@@ -48,12 +49,13 @@ def score(model_uri: str, data: str, split: str = "test", rows: int | None = Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m components.register.score", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m components.register.score", formatter_class=HelpFormatter,
+                                description=__doc__.splitlines()[0])
     p.add_argument("--model", default="models:/dailyrec@champion", help="model URI")
     p.add_argument("--data", required=True, help="preprocessed dataset folder")
-    p.add_argument("--split", default="test")
-    p.add_argument("--rows", type=int, default=10000)
-    p.add_argument("--tracking-uri", default=None)
+    p.add_argument("--split", default="test", help="dataset split to score: train | val | test")
+    p.add_argument("--rows", type=int, default=10000, help="first rows of the split to score")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking/registry URI (default: $MLFLOW_TRACKING_URI, else sqlite:///runs/mlflow.db)")
     args = p.parse_args(argv)
     try:
         result = score(args.model, args.data, args.split, args.rows, args.tracking_uri)

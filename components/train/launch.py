@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from components.common.cli import HelpFormatter, field_docs
 from components.common.plan import read_plan
 from components.common.storage import error_dirs, rank_reports
 from components.common.tracking import check_no_credentials
@@ -149,17 +150,19 @@ def _at_least(low: int):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m components.train.launch", description=__doc__.splitlines()[0])
-    p.add_argument("--data", required=True)
-    p.add_argument("--plan", default=None)
-    p.add_argument("--out", required=True)
+    TRAIN = field_docs(TrainConfig)
+    p = argparse.ArgumentParser(prog="python -m components.train.launch", formatter_class=HelpFormatter,
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help=TRAIN["data"])
+    p.add_argument("--plan", default=None, help=TRAIN["plan"] + " (default: none)")
+    p.add_argument("--out", required=True, help=TRAIN["out"])
     p.add_argument("--nproc", type=_at_least(1), default=None,
                    help="processes (default: the plan's nproc_per_node)")
-    p.add_argument("--max-restarts", type=_at_least(0), default=0)
-    p.add_argument("--init-from", default=None)
-    p.add_argument("--tracking-uri", default=None)
-    p.add_argument("--max-epochs", type=int, default=None)
-    p.add_argument("--backend", default="local", choices=sorted(LAUNCHERS))
+    p.add_argument("--max-restarts", type=_at_least(0), default=0, help="times torchrun restarts all workers after a failure (they resume from OUT/last.pt)")
+    p.add_argument("--init-from", default=None, help=TRAIN["init_from"] + " (default: none)")
+    p.add_argument("--tracking-uri", default=None, help=TRAIN["tracking_uri"] + " (default: none)")
+    p.add_argument("--max-epochs", type=int, default=None, help="override the plan's max_epochs (default: the plan's)")
+    p.add_argument("--backend", default="local", choices=sorted(LAUNCHERS), help="local: torchrun on this machine; trainjob: a Kubeflow Trainer TrainJob")
     args = p.parse_args(argv)
     backend = args.__dict__.pop("backend")
     try:
