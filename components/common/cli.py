@@ -24,7 +24,8 @@ class HelpFormatter(argparse.HelpFormatter):
         lines = []
         for line in text.splitlines():
             hanging = indent + " " * (len(line) - len(line.lstrip()))
-            lines.append(textwrap.fill(line.strip(), width, initial_indent=hanging, subsequent_indent=hanging)
+            lines.append(textwrap.fill(line.strip(), width, initial_indent=hanging, subsequent_indent=hanging,
+                                       break_on_hyphens=False)
                          if line.strip() else "")
         return "\n".join(lines)
 
