@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from components.common.metrics import roc_auc
+from components.common.monitoring import TrainingMetrics
 from components.common.plan import TrainPlan, drift_lines, plan_vs_actual, read_plan
 from components.common.progress import PROGRESS, get_logger
 from components.common.storage import (
@@ -210,6 +211,7 @@ class GpuSampler:
 
     def __init__(self, device: torch.device, interval: float = 0.5) -> None:
         self.samples: list[float] = []
+        self._seen = 0  # samples already averaged by recent()
         self._stop = threading.Event()
         self._thread = None
         if device.type != "cuda":
@@ -232,6 +234,11 @@ class GpuSampler:
     def stop(self) -> float | None:
         self._stop.set()
         return float(np.mean(self.samples)) if self.samples else None
+
+    def recent(self) -> float | None:
+        """Mean utilization since the previous call (None without samples)."""
+        samples, self._seen = self.samples[self._seen:], len(self.samples)
+        return float(np.mean(samples)) if samples else None
 
 
 def peak_memory(device: torch.device) -> tuple[int, int | None]:
@@ -402,6 +409,10 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
     mlf = MlflowLogger(config, runtime, {**dataclasses.asdict(plan), "world_size": runtime.world_size,
                                          "dataset": meta.get("fingerprint", "")[:16], "sparse": sparse})
     gpu = GpuSampler(runtime.device)
+    monitor = TrainingMetrics.from_env(runtime.is_main)  # rank 0's Prometheus gauges
+    if monitor:
+        estimate = (plan_doc or {}).get("estimate") or {}
+        monitor.set(planned_samples_per_second=(estimate.get("throughput") or {}).get("samples_per_s"))
     checkpoint_meta = {"model_config": dataclasses.asdict(model_config(plan.model)),
                        "vocab": dataclasses.asdict(vocab), "plan": dataclasses.asdict(plan),
                        "dataset": {"fingerprint": meta.get("fingerprint"), "window": meta.get("window")}}
@@ -413,7 +424,7 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
     train_seconds = wait_seconds = samples = 0.0
     early_stopped = stopper.should_stop  # a resumed run that had already stopped stays stopped
     stopped_by_callback = False
-    progress = Progress(plan, runtime)
+    progress = Progress(plan, runtime, monitor=monitor)
     while state["epoch"] < plan.max_epochs and not early_stopped:
         epoch = state["epoch"]
         epoch_stats = run_epoch(wrapped, model, loader, sampler, optim, scaler, plan, runtime, state, save_last,
@@ -444,9 +455,16 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
                           record["samples_per_s"], 100 * record["data_wait_fraction"], record["seconds"],
                           "  (early stop)" if early_stopped else "")
             mlf.epoch(record, epoch)
+            if monitor:
+                monitor.set(val_auc=metrics["val_auc"], loss=record["train_loss"], epoch=epoch + 1,
+                            samples_per_second=record["samples_per_s"],
+                            data_wait_fraction=record["data_wait_fraction"],
+                            gpu_utilization_percent=gpu.recent(), progress_ratio=(epoch + 1) / plan.max_epochs)
         if on_epoch is not None and not early_stopped and _callback_stops(on_epoch, record, runtime):
             early_stopped = stopped_by_callback = True
     gpu_util = gpu.stop()
+    if monitor:
+        monitor.close()
     peak, capacity = peak_memory(runtime.device)
     summary = {
         "epochs_run": len(state["history"]), "best_epoch": stopper.best_epoch, "best_val_auc": stopper.best,
@@ -513,8 +531,10 @@ class Progress:
     sooner) at this epoch's pace plus the last validation's seconds.
     """
 
-    def __init__(self, plan: TrainPlan, runtime: Runtime, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, plan: TrainPlan, runtime: Runtime, clock: Callable[[], float] = time.perf_counter,
+                 monitor: TrainingMetrics | None = None) -> None:
         self.every = plan.progress_seconds if runtime.is_main else 0.0
+        self.monitor = monitor
         self.max_epochs = plan.max_epochs
         self.clock = clock
         self.validation_seconds = 0.0
@@ -541,6 +561,9 @@ class Progress:
         log.log(PROGRESS, "epoch %d/%d  step %d/%d (%.0f%%)  %s samples/s  loss %.4f  ETA epoch %s, run <= %s",
                       epoch + 1, self.max_epochs, step, total, 100 * step / total, f"{samples / elapsed:,.0f}",
                       loss, duration(epoch_left), duration(run_left))
+        if self.monitor:
+            self.monitor.set(samples_per_second=samples / elapsed, loss=loss, epoch=epoch + 1,
+                             progress_ratio=(epoch + step / total) / self.max_epochs)
 
 
 def run_epoch(wrapped, model, loader, sampler, optim, scaler, plan: TrainPlan, runtime: Runtime,
