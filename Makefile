@@ -81,8 +81,12 @@ images: ## build the runtime and trainer images REGISTRY/dailyrec-{runtime,train
 	@test -n "$(REGISTRY)" || { echo "REGISTRY is required, e.g. make images REGISTRY=ghcr.io/you TAG=0.1.0"; exit 2; }
 	images/build.sh $(REGISTRY) $(or $(TAG),dev) $(if $(PUSH),--push)
 
-lock: install ## regenerate images/requirements.lock from .venv (after changing dependencies)
+lock: $(VENV)/.dev ## re-resolve the images' hash-locked requirements (images/*/requirements.lock) after changing dependencies
 	$(PY) images/lock.py
+
+$(VENV)/.dev: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,dev]'
+	@touch $@
 
 deploy: install ## ENV=a100 KFP_HOST=… REGISTRY=… [TAG=…] [SKIP_IMAGES=1] [DRY_RUN=1 → build/deploy/ only]
 	$(PY) -m pipelines.deploy --env $(ENV) --registry "$(or $(REGISTRY),$(if $(DRY_RUN),registry.example.com/dailyrec,))" \
