@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from components.common.cli import HelpFormatter, field_docs
 from components.common.plan import read_plan
-from components.common.storage import error_dirs, rank_reports
 from components.common.tracking import check_no_credentials
+from components.train.torchrun import rank_errors
 from components.train.trainer import TrainConfig, read_summary, summary_line
 
 
@@ -74,36 +73,34 @@ class Launcher(Protocol):
     def run(self, spec: LaunchSpec) -> dict: ...
 
 
-def torchrun(nproc: int, max_restarts: int, *target: str) -> list[str]:
+def torchrun(nproc: int, max_restarts: int, *target: str, log_dir: str | None = None) -> list[str]:
     """``torchrun --standalone`` (our wrapper: :mod:`components.train.torchrun`) running ``target``
-    (a script or ``-m module``, with its args)."""
+    (a script or ``-m module``, with its args); ``log_dir``: where the ranks' error files go."""
     return [sys.executable, "-m", "components.train.torchrun", "--standalone", f"--nproc_per_node={nproc}",
-            f"--max-restarts={max_restarts}", *target]
+            f"--max-restarts={max_restarts}", *([f"--log-dir={log_dir}"] if log_dir else []), *target]
 
 
 class LocalTorchrun:
     """``torchrun --standalone`` on this machine."""
 
-    def command(self, spec: LaunchSpec) -> list[str]:
+    def command(self, spec: LaunchSpec, log_dir: str | None = None) -> list[str]:
         return torchrun(spec.processes(), spec.max_restarts, "-m", "components.train",
-                        *spec.trainer_args())
+                        *spec.trainer_args(), log_dir=log_dir)
 
     def run(self, spec: LaunchSpec) -> dict:
-        for errors in error_dirs(spec.out):
-            shutil.rmtree(errors, ignore_errors=True)  # only this launch's failures count
-        proc = subprocess.run(self.command(spec), check=False)
-        if proc.returncode != 0:
-            raise LaunchError(failure_message(spec.out, proc.returncode))
+        # torchrun's log dir holds this launch's error files only; local temp, so a full `out` disk
+        # cannot swallow the report of that full disk
+        with tempfile.TemporaryDirectory(prefix="dailyrec-torchrun-") as logs:
+            proc = subprocess.run(self.command(spec, logs), check=False)
+            if proc.returncode != 0:
+                raise LaunchError(failure_message(logs, proc.returncode))
         return read_summary(spec.out)
 
 
-def failure_message(out: str | Path, returncode: int) -> str:
-    """One line per failed rank, from the files the trainer leaves; the exit code as a last resort."""
-    reports = rank_reports(out)
-    lines = []
-    for path in reports:
-        report = json.loads(path.read_text())
-        lines.append(f"rank {report['rank']}: {report['error']}")
+def failure_message(logs: str | Path, returncode: int) -> str:
+    """One line per failed rank of the last attempt, from the error files the ranks' ``record`` left in
+    torchrun's log dir; the exit code as a last resort."""
+    lines = [f"rank {error['rank']}: {error['error']}" for error in rank_errors(logs)]
     if not lines:
         return f"training failed with exit code {returncode} and no rank reported an error (killed?)"
     return "training failed: " + " | ".join(lines)

@@ -17,7 +17,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from components.common.metrics import roc_auc
@@ -34,10 +34,9 @@ from components.common.plan import TrainPlan, drift_lines, plan_vs_actual, read_
 from components.common.progress import PROGRESS, get_logger
 from components.common.storage import (
     NO_RETRY_EXIT,
+    NoSpaceError,
     atomic_write_json,
-    error_dirs,
     no_space,
-    no_space_message,
 )
 from components.train.checkpoint import (
     BEST,
@@ -718,23 +717,18 @@ def warm_start_from(model: BSTModel, path: str, verbose: bool = True) -> dict:
     return {"from": path, "applied": True, "reason": None}
 
 
-def write_error(out: str, exc: BaseException) -> None:
-    """Leave this rank's failure where the launcher finds it (errors/rank-N.json; a local temp folder
-    when that disk is full: see :func:`components.common.storage.error_dirs`)."""
-    rank = int(os.environ.get("RANK", 0))
-    report = {
-        "rank": rank, "error": (no_space_message(getattr(exc, "path", None) or getattr(exc, "filename", None)
-                                                 or out, "train") if no_space(exc) else f"{type(exc).__name__}: {exc}"),
-        "retryable": not no_space(exc),
-        "traceback": "".join(traceback.format_exception(exc))[-4000:],
-        "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))}
-    for folder in error_dirs(out):
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(folder / f"rank-{rank}.json", report)
-            return
-        except OSError:
-            continue
+@record  # this rank's failure in torch's error file ($TORCHELASTIC_ERROR_FILE, set by torchrun)
+def train_recorded(config: TrainConfig) -> None:
+    """:func:`train`, its exception recorded for torchrun's agent and the launcher
+    (:func:`components.train.torchrun.rank_errors`); a full disk as :class:`NoSpaceError`, whose
+    message names the path and which no restart retries."""
+    try:
+        train(config)
+    except OSError as exc:
+        if no_space(exc):  # "train: no space left on <path> (N MiB free there now); ..."
+            path = getattr(exc, "path", None) or getattr(exc, "filename", None) or config.out
+            raise NoSpaceError(path, "train") from exc
+        raise
 
 
 def refuse_restart() -> int:
@@ -748,9 +742,8 @@ def refuse_restart() -> int:
 
 def main_with_errors(config: TrainConfig) -> int:
     try:
-        train(config)
+        train_recorded(config)
     except Exception as exc:
-        write_error(config.out, exc)
         print(f"train: error (rank {os.environ.get('RANK', 0)}): {type(exc).__name__}: {exc}", file=sys.stderr)
         if no_space(exc):
             return refuse_restart()
