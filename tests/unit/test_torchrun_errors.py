@@ -39,3 +39,14 @@ def test_log_dir_in_either_spelling():
     assert log_dir(["--standalone", "--log-dir", "/a", "-m", "x"]) == "/a"
     assert log_dir(["--log_dir=/b", "-m", "x"]) == "/b"
     assert log_dir(["--nproc_per_node=2", "-m", "components.train", "--out", "o"]) is None
+
+
+def test_workers_thread_count_comes_from_the_plan(tmp_path):
+    from components.common.plan import TrainPlan, write_plan
+    from components.train.torchrun import thread_count
+
+    plan = write_plan(tmp_path / "plan.json", TrainPlan(model="debug", cpu_threads=3))
+    assert thread_count(["--standalone", "-m", "components.train", "--plan", str(plan), "--out", "o"]) == 3
+    (tmp_path / "bad.json").write_text("{")
+    assert thread_count(["-m", "components.train", "--plan", str(tmp_path / "bad.json")]) == 1
+    assert thread_count(["-m", "components.train", "--out", "o"]) == 1  # torchrun's own choice
