@@ -126,3 +126,16 @@ def test_make_run_prints_a_short_console_and_one_summary(tmp_path, local_env, ca
     assert f"logs     {logs}/" in out
     assert "executor_input" in (logs / "train-op.log").read_text()
     assert json.loads((tmp_path / "store" / "runs" / "tiny" / "summary.json").read_text())["logs"] == str(logs)
+
+
+def test_verbose_leaves_kfps_output_on_the_terminal(tmp_path, capsys):
+    from pipelines.local import quiet_console
+
+    with quiet_console(tmp_path / "logs", verbose=True) as console:
+        kfp_task("estimate-op", EXECUTOR)
+    assert console is None and '"parameterValues": {"run_id": "r1"}' in capsys.readouterr().out
+    with quiet_console(tmp_path / "logs") as console:
+        kfp_task("estimate-op", EXECUTOR)
+    out = capsys.readouterr().out
+    assert isinstance(console, RunConsole) and "parameterValues" not in out and "estimate" in out
+    assert "parameterValues" in (tmp_path / "logs" / "estimate-op.log").read_text()
