@@ -261,8 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print("\n" + (summary_text(summary) if "stage_seconds" in summary else json.dumps(summary)))
     print(f"  wall     {summary['wall_seconds']:.0f}s  summary: {Path(args.root) / 'runs' / summary['run_id'] / SUMMARY}")
-    if summary.get("logs"):
-        print(f"  logs     {summary['logs']}/ (<task>.log per task, pipeline.log: the KFP runner's transcript)")
+    print(f"  logs     {summary['logs']}/ (<task>.log per task, pipeline.log: the KFP runner's transcript)")
     return 0 if summary.get("status") == "SUCCEEDED" else 1
 
 
