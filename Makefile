@@ -41,7 +41,7 @@ DRY_RUN ?=
 PUSH ?=
 SKIP_IMAGES ?=
 
-.PHONY: help install run data next-day preprocess tune compile ui serve images lock deploy trigger test test-reliability mutation bench docs lint clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess tune compile ui serve images lock deploy trigger test test-tools test-reliability mutation bench docs lint clean clean-data clean-runs
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -89,8 +89,12 @@ images: ## build the runtime and trainer images REGISTRY/dailyrec-{runtime,train
 	@test -n "$(REGISTRY)" || { echo "REGISTRY is required, e.g. make images REGISTRY=ghcr.io/you TAG=0.1.0"; exit 2; }
 	images/build.sh $(REGISTRY) $(or $(TAG),dev) $(if $(PUSH),--push)
 
-lock: install ## regenerate images/requirements.lock from .venv (after changing dependencies)
+lock: $(VENV)/.dev ## re-resolve the images' hash-locked requirements (images/*/requirements.lock) after changing dependencies
 	$(PY) images/lock.py
+
+$(VENV)/.dev: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,dev]'
+	@touch $@
 
 deploy: install ## ENV=a100 KFP_HOST=… REGISTRY=… [TAG=…] [SKIP_IMAGES=1] [DRY_RUN=1 → build/deploy/ only]
 	$(PY) -m pipelines.deploy --env $(ENV) --registry "$(or $(REGISTRY),$(if $(DRY_RUN),registry.example.com/dailyrec,))" \
@@ -99,7 +103,19 @@ deploy: install ## ENV=a100 KFP_HOST=… REGISTRY=… [TAG=…] [SKIP_IMAGES=1] 
 trigger: install ## start one run of the deployed pipeline now (as the UI's Create run): KFP_HOST=…
 	$(PY) -m pipelines.deploy trigger $(if $(KFP_HOST),--host $(KFP_HOST))
 
-test: install ## run the test suite (unit, integration, deploy, fast reliability checks; tiny data)
+# Debian packages the monitoring tests start (a real Pushgateway and Prometheus, promtool); pip cannot install them.
+MONITORING_TOOLS := prometheus prometheus-pushgateway
+
+test-tools: ## install Prometheus, the Pushgateway and promtool with apt-get where possible (else their tests skip)
+	@if command -v prometheus >/dev/null && command -v prometheus-pushgateway >/dev/null && command -v promtool >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing $(MONITORING_TOOLS) (apt-get) for the monitoring tests"; \
+	  apt-get install -y -qq --no-install-recommends $(MONITORING_TOOLS) >/dev/null \
+	    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends $(MONITORING_TOOLS) >/dev/null; } \
+	    || echo "could not install $(MONITORING_TOOLS): the monitoring tests will be skipped"; \
+	else echo "$(MONITORING_TOOLS) not installed (apt-get install $(MONITORING_TOOLS) as root): the monitoring tests will be skipped"; fi
+
+test: install test-tools ## run the test suite (unit, integration, deploy, fast reliability checks; tiny data)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 test-reliability: install ## every fault-injection, bad-input and security test; writes docs/reliability.md's table

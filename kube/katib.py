@@ -48,6 +48,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from components.common.cli import HelpFormatter, field_docs
 from components.common.plan import TrainPlan
 from components.tune.space import SearchSpace, feasible_architectures, json_arg
 from kube.types import MOUNT_PATH
@@ -627,22 +628,22 @@ def write_experiment(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m kube.katib", description=__doc__.splitlines()[0]
-    )
-    p.add_argument("--env", default="a100", help="kube/clusters/<env>.json")
-    p.add_argument("--out", default="build/katib-experiment.yaml")
-    p.add_argument("--name", default=KatibConfig.name)
+    DOCS = field_docs(KatibConfig)
+    p = argparse.ArgumentParser(prog="python -m kube.katib", description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("--env", default="a100", help="cluster environment (kube/clusters/<env>.json)")
+    p.add_argument("--out", default="build/katib-experiment.yaml", help="where to write the Experiment YAML")
+    p.add_argument("--name", default=KatibConfig.name, help=DOCS["name"])
     p.add_argument("--data", default=None,
                    help="dataset folder on the shared volume (default: the window ending yesterday, UTC)")
-    p.add_argument("--base-model", default=KatibConfig.base_model)
-    p.add_argument("--hardware", default=None)
-    p.add_argument("--global-batch", type=int, default=KatibConfig.global_batch)
+    p.add_argument("--base-model", default=KatibConfig.base_model, help=DOCS["base_model"])
+    p.add_argument("--hardware", default=None, help="hardware profile the trials are planned for (default: a100-40gb)")
+    p.add_argument("--global-batch", type=int, default=KatibConfig.global_batch, help=DOCS["global_batch"])
     p.add_argument("--max-epochs", type=int, default=KatibConfig.max_epochs, help="hyperband's r_l")
-    p.add_argument("--eta", type=int, default=KatibConfig.eta)
-    p.add_argument("--algorithm", choices=ALGORITHMS, default=KatibConfig.algorithm)
+    p.add_argument("--eta", type=int, default=KatibConfig.eta, help=DOCS["eta"])
+    p.add_argument("--algorithm", choices=ALGORITHMS, default=KatibConfig.algorithm, help=DOCS["algorithm"])
     p.add_argument("--image", default=None, help="trainer image (default: the runtime's)")
-    p.add_argument("--space", default=None, help="search space JSON (text or file)")
+    p.add_argument("--space", default=None, help="search space JSON (text or file); default: the built-in one")
     args = p.parse_args(argv)
     try:
         space = SearchSpace.from_dict(json_arg(args.space, "--space"))

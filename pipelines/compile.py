@@ -16,6 +16,7 @@ from typing import Any
 
 from kfp import compiler
 
+from components.common.cli import HelpFormatter
 from pipelines.daily import daily
 
 DEFAULT_OUT = "build/pipeline.yaml"
@@ -39,11 +40,12 @@ def compile_pipeline(out: str | Path = DEFAULT_OUT, parameters: dict[str, Any] |
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pipelines.compile", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m pipelines.compile", formatter_class=HelpFormatter,
+                                description="Compile the daily pipeline to KFP IR YAML.")
     p.add_argument("--env", default="a100",
                    help="cluster environment whose defaults are baked in (kube/clusters/<env>.json); "
-                        "none: the plain pipeline with the local launcher (default: %(default)s)")
-    p.add_argument("--out", default=DEFAULT_OUT, help="output file (default: %(default)s)")
+                        "none: the plain pipeline with the local launcher")
+    p.add_argument("--out", default=DEFAULT_OUT, help="where to write the compiled pipeline (KFP IR YAML)")
     args = p.parse_args(argv)
     try:
         parameters = cluster_defaults(args.env) if args.env != "none" else None

@@ -26,7 +26,7 @@ PIPELINE_NAME = "dailyrec-daily"
 def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str, kfp_run_id: str,
              model_name: str, launcher: str, cluster_target: str) -> None:
     """Exit handler: the run's summary.json (also for failed runs), leftover temp files removed,
-    and a TrainJob of a failed or cancelled run deleted."""
+    a TrainJob of a failed or cancelled run deleted, the outcome pushed to Prometheus' Pushgateway."""
     import json
 
     from components.common.paths import PathError, inside, safe_name
@@ -66,6 +66,9 @@ def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str
                             status=status.state, error=error)
     write_summary(folder, summary)
     print(summary_text(summary))
+    from components.common.monitoring import push_run_outcome
+
+    push_run_outcome(summary)  # to $DAILYREC_PUSHGATEWAY when set
 
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)

@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from components.common.cli import HelpFormatter
 from kube.types import IMAGE_REPOS, MOUNT_PATH, NAMESPACE
 from pipelines.daily import PIPELINE_NAME
 
@@ -57,7 +58,7 @@ class DeployError(RuntimeError):
 @dataclass(frozen=True)
 class DeployConfig:
     env: str
-    """Overlay under manifests/overlays/ and target under pipelines/clusters/ (local | a100)."""
+    """Overlay under manifests/overlays/ and target under kube/clusters/ (local | a100)."""
     registry: str
     """Image registry prefix, e.g. us-docker.pkg.dev/my-project/dailyrec."""
     host: str | None = None
@@ -361,20 +362,24 @@ def _kfp_client(host: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pipelines.deploy", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m pipelines.deploy", formatter_class=HelpFormatter,
+                                description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command")
-    p.add_argument("--env", default="a100")
-    p.add_argument("--host", default=os.environ.get("KFP_HOST") or None)
-    p.add_argument("--registry", default="")
-    p.add_argument("--tag", default=None)
-    p.add_argument("--dry-run", action="store_true")
-    p.add_argument("--skip-images", action="store_true")
-    p.add_argument("--out", default="build/deploy")
-    p.add_argument("--schedule", default=SCHEDULE)
-    trig = sub.add_parser("trigger", help="start one run now (as the UI's Create run)")
-    trig.add_argument("--host", default=os.environ.get("KFP_HOST") or None)
+    p.add_argument("--env", default="a100", help="overlay under manifests/overlays/ and target under kube/clusters/")
+    p.add_argument("--host", default=os.environ.get("KFP_HOST") or None,
+                   help="KFP API endpoint (default: $KFP_HOST; not needed with --dry-run)")
+    p.add_argument("--registry", default="", help="image registry prefix, e.g. us-docker.pkg.dev/my-project/dailyrec")
+    p.add_argument("--tag", default=None, help="image tag and pipeline version name (default: the images' content digest)")
+    p.add_argument("--dry-run", action="store_true", help="render and validate into --out only; no cluster needed")
+    p.add_argument("--skip-images", action="store_true", help="do not build or push the images (they exist already)")
+    p.add_argument("--out", default="build/deploy", help="folder of the rendered manifests and pipeline")
+    p.add_argument("--schedule", default=SCHEDULE, help="cron of the daily recurring run (6 fields, seconds first, UTC)")
+    trig = sub.add_parser("trigger", help="start one run now (as the UI's Create run)", formatter_class=HelpFormatter,
+                          description="Start one run of the deployed pipeline now (as the UI's Create run).")
+    trig.add_argument("--host", default=os.environ.get("KFP_HOST") or None,
+                      help="KFP API endpoint (default: $KFP_HOST)")
     trig.add_argument("--version", default=None, help="pipeline version (default: the newest)")
-    trig.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    trig.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a pipeline parameter (repeatable)")
     args = p.parse_args(argv)
     try:
         if args.command == "trigger":

@@ -12,7 +12,6 @@ files stay under the run folder (``runs/<run id>/kfp/``).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as dt
 import inspect
@@ -26,6 +25,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from components.common.cli import cli_parser
 from components.common.lock import LockBusy, storage_lock
 from components.common.params import check_parameters
 from components.common.paths import PathError, safe_name
@@ -33,8 +33,11 @@ from components.common.proctree import Stopped, orphan_watchdog, stop_tree_on_si
 from components.common.runs import OWNER, SUMMARY, run_dir, summary_text
 from components.common.storage import atomic_write_json
 from components.common.tracking import sqlite_uri
+from pipelines.console import RunConsole
 
 DEFAULT_CONFIG = "configs/local.json"
+LOGS = "logs"
+"""Folder of a run's full logs: every task's output (``<task>.log``) and KFP's transcript (``pipeline.log``)."""
 
 
 class LocalRunError(RuntimeError):
@@ -88,16 +91,20 @@ def new_run_id() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
 
 
-def run_local(params: dict, root: str | Path = ".", run_id: str | None = None) -> dict:
-    """Run the pipeline locally; return the run's summary (also on failure: status says so)."""
+def run_local(params: dict, root: str | Path = ".", run_id: str | None = None, verbose: bool = False) -> dict:
+    """Run the pipeline locally; return the run's summary (also on failure: status says so). The terminal
+    gets a short console, ``runs/<run id>/logs/`` every line (``verbose``: the terminal gets them too)."""
     from pipelines.daily import daily
 
     root = Path(root).resolve()
     with local_run(params, root, run_id) as (run_id, folder, params):
         started = time.perf_counter()
-        print(f"dailyrec: run {run_id} (folder {folder}); KFP local runner, tasks as subprocesses", flush=True)
+        logs = folder / LOGS
+        print(f"dailyrec: run {run_id} (folder {folder}); KFP local runner, tasks as subprocesses; "
+              f"full logs in {logs}", flush=True)
         try:
-            daily(**params)
+            with quiet_console(logs, verbose):
+                daily(**params)
         except Stopped as exc:  # the task tree is stopped already: record why, then let it end the process
             write_stopped_summary(folder, run_id, str(exc))
             raise
@@ -107,12 +114,28 @@ def run_local(params: dict, root: str | Path = ".", run_id: str | None = None) -
         except (OSError, ValueError):
             summary = {"run_id": run_id, "status": "FAILED", "error": "the pipeline wrote no summary"}
         summary["wall_seconds"] = round(seconds, 1)
+        summary["logs"] = str(logs)
         atomic_write_json(folder / SUMMARY, summary)
         latest = root / "runs" / "latest"
         latest.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(folder / SUMMARY, latest / SUMMARY)
         shutil.rmtree(folder / "kfp" / "tmp", ignore_errors=True)
         return summary
+
+
+@contextlib.contextmanager
+def quiet_console(logs: Path, verbose: bool = False) -> Iterator[RunConsole | None]:
+    """KFP's local runner writes to ``sys.stdout``: a short console on the terminal, the rest in ``logs``
+    (:mod:`pipelines.console`); ``verbose`` shows everything as KFP prints it."""
+    if verbose:
+        yield None
+        return
+    console = RunConsole(logs, sys.stdout)
+    try:
+        with contextlib.redirect_stdout(console):
+            yield console
+    finally:
+        console.close()
 
 
 def write_stopped_summary(folder: Path, run_id: str, reason: str) -> None:
@@ -175,13 +198,37 @@ def start_local_run(params: dict, root: Path, run_id: str) -> tuple[str, Path, d
     return run_id, folder, params
 
 
+def parameters_help(pipeline=None) -> str:
+    """The pipeline's parameters as ``--help`` lists them: name, type, default and the description its
+    docstring declares (the same text the Kubeflow UI shows)."""
+    if pipeline is None:
+        from pipelines.daily import daily as pipeline
+
+    try:  # what `make run` uses, where it differs from the cluster default
+        local = json.loads((Path(__file__).resolve().parents[1] / DEFAULT_CONFIG).read_text())
+    except (OSError, ValueError):
+        local = {}
+    lines = ["pipeline parameters (set them in --config's JSON file or with --set KEY=VALUE):"]
+    for name, spec in pipeline.component_spec.inputs.items():
+        default = "" if spec.default is None else spec.default
+        here = f"; {DEFAULT_CONFIG}: {json.dumps(local[name])}" if name in local and local[name] != default else ""
+        lines.append(f"  {name} ({spec.type}, default {json.dumps(default)}{here})")
+        lines.append(f"      {spec.description or ''}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pipelines.local", description=__doc__.splitlines()[0])
+    p = cli_parser("python -m pipelines.local", __doc__.splitlines()[0], epilog=parameters_help())
     p.add_argument("--config", default=DEFAULT_CONFIG, help="JSON file of pipeline parameters")
-    p.add_argument("--data", default=None, help="raw events folder (dt=YYYY-MM-DD/ in the raw contract)")
+    p.add_argument("--data", default=None,
+                   help="raw events folder (dt=YYYY-MM-DD/ in the raw contract); default: raw_uri, else ROOT/raw")
     p.add_argument("--root", default=".", help="storage root: datasets/ and runs/ go here")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter")
-    p.add_argument("--run-id", default=None)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a parameter of --config (repeatable)")
+    p.add_argument("--run-id", default=None,
+                   help="folder name of the run under ROOT/runs; default: the run_id parameter, else a new id")
+    p.add_argument("--verbose", action="store_true",
+                   help="print everything KFP's runner prints (the executor JSON, every task's full log)")
     args = p.parse_args(argv)
     try:
         bad = [item for item in args.set if "=" not in item]
@@ -202,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         with stop_tree_on_signals():
-            summary = run_local(params, args.root, args.run_id)
+            summary = run_local(params, args.root, args.run_id, args.verbose)
     except Stopped as exc:
         print(f"run: {exc}: every task process was stopped", file=sys.stderr)
         return 128 + exc.signum
@@ -217,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print("\n" + (summary_text(summary) if "stage_seconds" in summary else json.dumps(summary)))
     print(f"  wall     {summary['wall_seconds']:.0f}s  summary: {Path(args.root) / 'runs' / summary['run_id'] / SUMMARY}")
+    print(f"  logs     {summary['logs']}/ (<task>.log per task, pipeline.log: the KFP runner's transcript)")
     return 0 if summary.get("status") == "SUCCEEDED" else 1
 
 

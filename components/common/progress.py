@@ -9,6 +9,12 @@ import time
 from collections.abc import Iterator
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+PROGRESS = 25
+"""Log level of the lines that show a long stage advancing (phases, training steps with their ETA):
+between INFO and WARNING, so ``make run``'s console shows them and leaves the rest of INFO to the logs."""
+logging.addLevelName(PROGRESS, "PROGRESS")
+PROGRESS_LEVELS = ("PROGRESS", "WARNING", "ERROR", "CRITICAL")
+"""The stages' log levels a person watching a run sees."""
 
 
 def get_logger(name: str) -> logging.Logger:
@@ -32,11 +38,11 @@ class PhaseTimer:
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        self.logger.info("phase %s: started", name)
+        self.logger.log(PROGRESS, "phase %s: started", name)
         start = time.perf_counter()
         try:
             yield
         finally:
             elapsed = time.perf_counter() - start
             self.seconds[name] = round(elapsed, 3)
-            self.logger.info("phase %s: %.2fs", name, elapsed)
+            self.logger.log(PROGRESS, "phase %s: %.2fs", name, elapsed)

@@ -40,21 +40,6 @@ class NoSpaceError(OSError):
         return self.strerror
 
 
-def error_dirs(out: str | os.PathLike) -> list[Path]:
-    """Where a failed process leaves its error report for ``out``: ``out/errors``, and a folder in the
-    local temp dir for when ``out``'s disk is full (the report of a full disk cannot go there)."""
-    import hashlib
-    import tempfile
-
-    key = hashlib.sha256(str(Path(out).resolve()).encode()).hexdigest()[:16]
-    return [Path(out) / "errors", Path(tempfile.gettempdir()) / f"dailyrec-errors-{key}"]
-
-
-def rank_reports(out: str | os.PathLike) -> list[Path]:
-    """The training ranks' error reports for ``out`` (``rank-N.json`` in :func:`error_dirs`)."""
-    return [p for folder in error_dirs(out) if folder.is_dir() for p in sorted(folder.glob("rank-*.json"))]
-
-
 def no_space(exc: BaseException) -> bool:
     """Whether ``exc`` means a full disk: ENOSPC/EDQUOT, or numpy's errno-less short write."""
     if not isinstance(exc, OSError):

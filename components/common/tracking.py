@@ -313,9 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m components.common.tracking",
-                                     description="Create (atomically) or check a local MLflow SQLite registry.")
-    parser.add_argument("db", help="the SQLite file, e.g. runs/mlflow.db")
+    from components.common.cli import HelpFormatter
+
+    parser = argparse.ArgumentParser(prog="python -m components.common.tracking", formatter_class=HelpFormatter,
+                                     description="Create (atomically), repair or relocate a local MLflow SQLite "
+                                                 "registry before a server opens it.")
+    parser.add_argument("db", help="the SQLite file, e.g. runs/mlflow.db (required)")
     args = parser.parse_args(argv)
     try:
         done = prepare_sqlite(Path(args.db).resolve())

@@ -7,6 +7,7 @@ import datetime as dt
 import sys
 from typing import NoReturn
 
+from components.common.cli import HelpFormatter
 from components.datagen.generator import ID_FORMATS, DatagenConfig, extended, generate
 
 PROG = "python -m components.datagen"
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Write synthetic e-commerce exposure/click logs (raw-event contract) with each "
             "row's true click probability in a _truth sidecar."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "--out", required=True, metavar="DIR", default=argparse.SUPPRESS,

@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from components.common.cli import HelpFormatter
 from components.estimate.hardware import HardwareError, available_profiles
 from components.estimate.planner import EstimateConfig, EstimateError, table, write
 from components.train.data import DatasetError
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m components.estimate",
+    p = argparse.ArgumentParser(prog="python -m components.estimate", formatter_class=HelpFormatter,
                                 description="Write a training plan (plan.json) for a model, dataset and hardware.")
     p.add_argument("--data", required=True, help="preprocessed dataset folder (meta.json)")
     p.add_argument("--model", default="debug", help="named model config: debug | local | prod")

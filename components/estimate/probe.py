@@ -349,9 +349,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from components.train import trainer as T
 
+    from components.common.cli import HelpFormatter
+
     parser = argparse.ArgumentParser(prog="python -m components.estimate.probe",
                                      description="One process of the estimate's launched speed probe.",
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--data", required=True, help="preprocessed dataset folder")
     parser.add_argument("--plan", required=True, help="JSON file: the plan to time and probe_speed options")
     parser.add_argument("--out", required=True, help="where rank 0 writes the measurement (JSON)")

@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from components.common.cli import HelpFormatter, field_docs
 from components.common.tracking import TrackingError
 from components.evaluate.decision import UNUSABLE_POLICIES, GateRule
 from components.evaluate.stage import EvaluateConfig, EvaluateError, evaluate, summary_line
@@ -20,17 +21,20 @@ from components.train.data import DatasetError
 
 def build_parser() -> argparse.ArgumentParser:
     rule = GateRule()
-    p = argparse.ArgumentParser(prog="python -m components.evaluate", description=__doc__.splitlines()[0])
+    GATE = field_docs(GateRule)
+    p = argparse.ArgumentParser(prog="python -m components.evaluate", formatter_class=HelpFormatter,
+                                description="Score a candidate checkpoint on the test split, compare it with the "
+                                            "registered champion and decide whether it is blessed.")
     p.add_argument("--data", required=True, help="preprocessed dataset folder")
     p.add_argument("--checkpoint", required=True, help="candidate checkpoint (train output best.pt)")
     p.add_argument("--model-name", default="dailyrec", help="registered model whose @champion is the baseline")
     p.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
-                   help="MLflow tracking URI (default $MLFLOW_TRACKING_URI; none = no champion)")
+                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI; none = no champion)")
     p.add_argument("--min-auc", type=float, default=rule.min_auc, help="absolute floor on test AUC")
     p.add_argument("--tolerance", type=float, default=rule.tolerance,
                    help="AUC the candidate may lose vs the champion at the CI's upper bound")
-    p.add_argument("--confidence", type=float, default=rule.confidence)
-    p.add_argument("--if-champion-unusable", choices=UNUSABLE_POLICIES, default=rule.if_champion_unusable)
+    p.add_argument("--confidence", type=float, default=rule.confidence, help=GATE["confidence"])
+    p.add_argument("--if-champion-unusable", choices=UNUSABLE_POLICIES, default=rule.if_champion_unusable, help=GATE["if_champion_unusable"])
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--out", required=True, help="output folder")
     return p

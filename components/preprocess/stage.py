@@ -67,6 +67,7 @@ from components.preprocess.sequences import (
     duplicate_mask,
     sort_order,
 )
+from components.preprocess.shuffle import bounded_disk_shuffle
 
 HISTORY_ONLY = "history_only"
 # What each sequence task reports about its shard.
@@ -241,27 +242,6 @@ def dask_scheduler(name: str, workers: int | None):
         return
     with Client(name) as client:
         yield client
-
-
-@contextlib.contextmanager
-def bounded_disk_shuffle(buffer_bytes: int, spill_dir: Path):
-    """Cap the memory of Dask's local disk shuffle, and spill inside our temp output.
-
-    The disk shuffle buffers up to 1 GB in a ``partd.Buffer`` before writing to
-    disk and Dask has no setting for it; left alone, peak memory grows with the
-    input until that cap. Distributed schedulers (p2p shuffle) are unaffected.
-    """
-    import partd
-
-    spill_dir.mkdir(exist_ok=True)
-    defaults = partd.Buffer.__init__.__defaults__
-    partd.Buffer.__init__.__defaults__ = (buffer_bytes,)
-    try:
-        with dask.config.set({"temporary_directory": str(spill_dir)}):
-            yield
-    finally:
-        partd.Buffer.__init__.__defaults__ = defaults
-        shutil.rmtree(spill_dir, ignore_errors=True)
 
 
 def _compute(collections: list):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from components.common.cli import HelpFormatter, field_docs
 from components.common.tracking import TrackingError
 from components.register.integrity import IntegrityError
 from components.register.stage import (
@@ -20,19 +21,20 @@ from components.train.checkpoint import CheckpointError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m components.register",
+    DOCS = field_docs(RegisterConfig)
+    p = argparse.ArgumentParser(prog="python -m components.register", formatter_class=HelpFormatter,
                                 description="Register an evaluated model in MLflow and move its aliases.")
     p.add_argument("--checkpoint", required=True, help="the evaluated checkpoint (train output best.pt)")
     p.add_argument("--metrics", required=True, help="evaluate output metrics.json")
     p.add_argument("--decision", required=True, help="evaluate output decision.json")
-    p.add_argument("--model-name", default="dailyrec")
+    p.add_argument("--model-name", default="dailyrec", help=DOCS["model_name"])
     p.add_argument("--tracking-uri", default=None,
                    help="MLflow URI (default $MLFLOW_TRACKING_URI, else sqlite:///runs/mlflow.db)")
-    p.add_argument("--experiment", default="dailyrec-register")
+    p.add_argument("--experiment", default="dailyrec-register", help=DOCS["experiment"])
     p.add_argument("--register-unblessed", action="store_true",
                    help="register a not-blessed model too, as @challenger")
-    p.add_argument("--pipeline-run-id", default="")
-    p.add_argument("--out", default=None, help="folder for registration.json")
+    p.add_argument("--pipeline-run-id", default="", help=DOCS["pipeline_run_id"])
+    p.add_argument("--out", default=None, help="folder for registration.json (default: none)")
     p.add_argument("--data", default=None,
                    help="the dataset the model was trained on, whose snapshot it carries "
                         "(default: the one evaluate names in metrics.json)")

@@ -42,6 +42,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from components.common.cli import HelpFormatter
+
 DIGEST_TAG = "dailyrec_model_sha256"
 SIGNATURE_TAG = "dailyrec_model_signature"
 SIGNING_KEY_ENV = "DAILYREC_MODEL_SIGNING_KEY"
@@ -184,7 +186,7 @@ def resolve(client: Any, model_uri: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m components.register.integrity",
+    p = argparse.ArgumentParser(prog="python -m components.register.integrity", formatter_class=HelpFormatter,
                                 description="Download a registered model and check it against the digest "
                                             "recorded at registration (then serve or load that folder).")
     p.add_argument("--model", default="models:/dailyrec@champion", help="models:/NAME/VERSION or models:/NAME@ALIAS")

@@ -25,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from components.common.cli import HelpFormatter
 from components.common.lock import LockBusy, storage_lock
 from components.common.tracking import TrackingError, connect, sqlite_path
 from components.register.integrity import IntegrityError, verified_download
@@ -71,13 +72,13 @@ def rollback(tracking_uri: str, name: str, to_version: int | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m components.register.rollback", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model-name", default="dailyrec", help="registered model name")
+    p = argparse.ArgumentParser(prog="python -m components.register.rollback", formatter_class=HelpFormatter,
+                                description="Put an earlier model version back as champion.")
+    p.add_argument("--model-name", default="dailyrec", help="registered model whose @champion moves back")
     p.add_argument("--to-version", type=int, default=None,
-                   help="version to make champion (default: the @previous version)")
+                   help="version to make champion again (default: the previous champion)")
     p.add_argument("--tracking-uri", default=None,
-                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else the local registry)")
+                   help="MLflow tracking/registry URI (default: $MLFLOW_TRACKING_URI, else sqlite:///runs/mlflow.db)")
     p.add_argument("--storage-root", default=None,
                    help="storage root whose lock to hold (default: the local registry's root; none for a "
                         "remote registry)")

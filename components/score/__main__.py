@@ -13,12 +13,13 @@ import argparse
 import json
 import sys
 
+from components.common.cli import HelpFormatter
 from components.score.batch import ScoreConfig, score_day, summary_line
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m components.score", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument("--raw", required=True, help="raw events root with dt=YYYY-MM-DD/ folders")
     p.add_argument("--date", required=True, help="the day to score (YYYY-MM-DD)")
     p.add_argument("--out", required=True, help="Parquet file to write")

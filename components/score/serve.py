@@ -22,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 
+from components.common.cli import HelpFormatter
+
 HOST = "127.0.0.1"
 
 
@@ -34,7 +36,7 @@ def serve_command(model_dir: str, port: int, workers: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m components.score.serve", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument("--model", default="models:/dailyrec@champion", help="models:/NAME@ALIAS or models:/NAME/VERSION")
     p.add_argument("--port", type=int, default=5001, help="port on 127.0.0.1")
     p.add_argument("--workers", type=int, default=1, help="scoring server worker processes")

@@ -10,24 +10,24 @@ CLI: ``python -m components.train.launch --data DIR --plan plan.json --out DIR -
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-from components.common.storage import error_dirs, rank_reports
+from components.common.cli import HelpFormatter, field_docs
 from components.train.backend import LaunchError, LaunchSpec, TrainingBackend
-from components.train.trainer import read_summary, summary_line
+from components.train.torchrun import rank_errors
+from components.train.trainer import TrainConfig, read_summary, summary_line
 
 __all__ = ["LaunchError", "LaunchSpec", "LocalTorchrun", "launch", "torchrun"]
 
 
-def torchrun(nproc: int, max_restarts: int, *target: str) -> list[str]:
+def torchrun(nproc: int, max_restarts: int, *target: str, log_dir: str | None = None) -> list[str]:
     """``torchrun --standalone`` (our wrapper: :mod:`components.train.torchrun`) running ``target``
-    (a script or ``-m module``, with its args)."""
+    (a script or ``-m module``, with its args); ``log_dir``: where the ranks' error files go."""
     return [sys.executable, "-m", "components.train.torchrun", "--standalone", f"--nproc_per_node={nproc}",
-            f"--max-restarts={max_restarts}", *target]
+            f"--max-restarts={max_restarts}", *([f"--log-dir={log_dir}"] if log_dir else []), *target]
 
 
 class LocalTorchrun(TrainingBackend):
@@ -35,26 +35,24 @@ class LocalTorchrun(TrainingBackend):
 
     name = "local"
 
-    def command(self, spec: LaunchSpec) -> list[str]:
+    def command(self, spec: LaunchSpec, log_dir: str | None = None) -> list[str]:
         return torchrun(spec.processes(), spec.max_restarts, "-m", "components.train",
-                        *spec.trainer_args())
+                        *spec.trainer_args(), log_dir=log_dir)
 
     def run(self, spec: LaunchSpec) -> dict:
-        for errors in error_dirs(spec.out):
-            shutil.rmtree(errors, ignore_errors=True)  # only this launch's failures count
-        proc = subprocess.run(self.command(spec), check=False)
-        if proc.returncode != 0:
-            raise LaunchError(failure_message(spec.out, proc.returncode))
+        # torchrun's log dir holds this launch's error files only; local temp, so a full `out` disk
+        # cannot swallow the report of that full disk
+        with tempfile.TemporaryDirectory(prefix="dailyrec-torchrun-") as logs:
+            proc = subprocess.run(self.command(spec, logs), check=False)
+            if proc.returncode != 0:
+                raise LaunchError(failure_message(logs, proc.returncode))
         return read_summary(spec.out)
 
 
-def failure_message(out: str | Path, returncode: int) -> str:
-    """One line per failed rank, from the files the trainer leaves; the exit code as a last resort."""
-    reports = rank_reports(out)
-    lines = []
-    for path in reports:
-        report = json.loads(path.read_text())
-        lines.append(f"rank {report['rank']}: {report['error']}")
+def failure_message(logs: str | Path, returncode: int) -> str:
+    """One line per failed rank of the last attempt, from the error files the ranks' ``record`` left in
+    torchrun's log dir; the exit code as a last resort."""
+    lines = [f"rank {error['rank']}: {error['error']}" for error in rank_errors(logs)]
     if not lines:
         return f"training failed with exit code {returncode} and no rank reported an error (killed?)"
     return "training failed: " + " | ".join(lines)
@@ -78,16 +76,19 @@ def _at_least(low: int):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m components.train.launch", description=__doc__.splitlines()[0])
-    p.add_argument("--data", required=True)
-    p.add_argument("--plan", default=None)
-    p.add_argument("--out", required=True)
+    TRAIN = field_docs(TrainConfig)
+    p = argparse.ArgumentParser(prog="python -m components.train.launch", formatter_class=HelpFormatter,
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help=TRAIN["data"])
+    p.add_argument("--plan", default=None, help=TRAIN["plan"] + " (default: none)")
+    p.add_argument("--out", required=True, help=TRAIN["out"])
     p.add_argument("--nproc", type=_at_least(1), default=None,
                    help="processes (default: the plan's nproc_per_node)")
-    p.add_argument("--max-restarts", type=_at_least(0), default=0)
-    p.add_argument("--init-from", default=None)
-    p.add_argument("--tracking-uri", default=None)
-    p.add_argument("--max-epochs", type=int, default=None)
+    p.add_argument("--max-restarts", type=_at_least(0), default=0,
+                   help="times torchrun restarts all workers after a failure (they resume from OUT/last.pt)")
+    p.add_argument("--init-from", default=None, help=TRAIN["init_from"] + " (default: none)")
+    p.add_argument("--tracking-uri", default=None, help=TRAIN["tracking_uri"] + " (default: none)")
+    p.add_argument("--max-epochs", type=int, default=None, help="override the plan's max_epochs (default: the plan's)")
     args = p.parse_args(argv)
     try:
         summary = launch(LaunchSpec.of(**vars(args)), LocalTorchrun())

@@ -17,7 +17,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,17 +25,18 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from components.common.metrics import roc_auc
+from components.common.monitoring import TrainingMetrics
 from components.common.plan import TrainPlan, drift_lines, plan_vs_actual, read_plan
-from components.common.progress import get_logger
+from components.common.progress import PROGRESS, get_logger
 from components.common.storage import (
     NO_RETRY_EXIT,
+    NoSpaceError,
     atomic_write_json,
-    error_dirs,
     no_space,
-    no_space_message,
 )
 from components.train.checkpoint import (
     BEST,
@@ -210,6 +210,7 @@ class GpuSampler:
 
     def __init__(self, device: torch.device, interval: float = 0.5) -> None:
         self.samples: list[float] = []
+        self._seen = 0  # samples already averaged by recent()
         self._stop = threading.Event()
         self._thread = None
         if device.type != "cuda":
@@ -232,6 +233,11 @@ class GpuSampler:
     def stop(self) -> float | None:
         self._stop.set()
         return float(np.mean(self.samples)) if self.samples else None
+
+    def recent(self) -> float | None:
+        """Mean utilization since the previous call (None without samples)."""
+        samples, self._seen = self.samples[self._seen:], len(self.samples)
+        return float(np.mean(samples)) if samples else None
 
 
 def peak_memory(device: torch.device) -> tuple[int, int | None]:
@@ -417,19 +423,23 @@ def _train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None) 
             log.warning("skipping a damaged checkpoint: %s", problem)
         resumed_from = str(path)
         restore(ckpt, model, optim, scaler, stopper, state)
-        log.info("resumed from %s at epoch %d, micro-step %d", path, state["epoch"], state["micro_step"])
+        log.log(PROGRESS, "resumed from %s at epoch %d, micro-step %d", path, state["epoch"], state["micro_step"])
     loader = make_loader(train_set, sampler, plan, runtime.device.type)
     penalty = IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
 
     if runtime.is_main:
-        log.info("training %s (%s params) on %d x %s, %s, micro-batch %d x accum %d x world %d = %d, "
-                 "%d steps/epoch, sparse embeddings %s", plan.model, f"{sum(p.numel() for p in model.parameters()):,}",
-                 runtime.world_size, runtime.device.type, plan.precision, plan.micro_batch, plan.grad_accum,
-                 runtime.world_size, plan.micro_batch * plan.grad_accum * runtime.world_size,
-                 steps_per_epoch, "on" if sparse else "off")
+        log.log(PROGRESS, "training %s (%s params) on %d x %s, %s, micro-batch %d x accum %d x world %d = %d, "
+                      "%d steps/epoch, sparse embeddings %s", plan.model, f"{sum(p.numel() for p in model.parameters()):,}",
+                      runtime.world_size, runtime.device.type, plan.precision, plan.micro_batch, plan.grad_accum,
+                      runtime.world_size, plan.micro_batch * plan.grad_accum * runtime.world_size,
+                      steps_per_epoch, "on" if sparse else "off")
     mlf = MlflowLogger(config, runtime, {**dataclasses.asdict(plan), "world_size": runtime.world_size,
                                          "dataset": meta.get("fingerprint", "")[:16], "sparse": sparse})
     gpu = GpuSampler(runtime.device)
+    monitor = TrainingMetrics.from_env(runtime.is_main)  # rank 0's Prometheus gauges
+    if monitor:
+        estimate = (plan_doc or {}).get("estimate") or {}
+        monitor.set(planned_samples_per_second=(estimate.get("throughput") or {}).get("samples_per_s"))
     checkpoint_meta = {"model_config": dataclasses.asdict(model_config(plan.model)),
                        "vocab": dataclasses.asdict(vocab), "plan": dataclasses.asdict(plan),
                        "dataset": {"fingerprint": meta.get("fingerprint"), "window": meta.get("window")}}
@@ -441,7 +451,7 @@ def _train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None) 
     train_seconds = wait_seconds = samples = 0.0
     early_stopped = stopper.should_stop  # a resumed run that had already stopped stays stopped
     stopped_by_callback = False
-    progress = Progress(plan, runtime)
+    progress = Progress(plan, runtime, monitor=monitor)
     while state["epoch"] < plan.max_epochs and not early_stopped:
         epoch = state["epoch"]
         epoch_stats = run_epoch(wrapped, model, loader, sampler, optim, scaler, plan, runtime, state, save_last,
@@ -466,15 +476,22 @@ def _train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None) 
                 save_checkpoint(out / BEST, snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra))
             save_rotating(out, snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra))
             state["saved_at"] = time.perf_counter()
-            log.info("epoch %d/%d  loss %.4f  val_auc %.4f (best %.4f @%d)  lr %.2e  %.0f samples/s  "
-                     "data-wait %.1f%%  %.1fs%s", epoch + 1, plan.max_epochs, record["train_loss"],
-                     metrics["val_auc"], stopper.best, stopper.best_epoch + 1, record["lr"],
-                     record["samples_per_s"], 100 * record["data_wait_fraction"], record["seconds"],
-                     "  (early stop)" if early_stopped else "")
+            log.log(PROGRESS, "epoch %d/%d  loss %.4f  val_auc %.4f (best %.4f @%d)  lr %.2e  %.0f samples/s  "
+                          "data-wait %.1f%%  %.1fs%s", epoch + 1, plan.max_epochs, record["train_loss"],
+                          metrics["val_auc"], stopper.best, stopper.best_epoch + 1, record["lr"],
+                          record["samples_per_s"], 100 * record["data_wait_fraction"], record["seconds"],
+                          "  (early stop)" if early_stopped else "")
             mlf.epoch(record, epoch)
+            if monitor:
+                monitor.set(val_auc=metrics["val_auc"], loss=record["train_loss"], epoch=epoch + 1,
+                            samples_per_second=record["samples_per_s"],
+                            data_wait_fraction=record["data_wait_fraction"],
+                            gpu_utilization_percent=gpu.recent(), progress_ratio=(epoch + 1) / plan.max_epochs)
         if on_epoch is not None and not early_stopped and _callback_stops(on_epoch, record, runtime):
             early_stopped = stopped_by_callback = True
     gpu_util = gpu.stop()
+    if monitor:
+        monitor.close()
     peak, capacity = peak_memory(runtime.device)
     summary = {
         "epochs_run": len(state["history"]), "best_epoch": stopper.best_epoch, "best_val_auc": stopper.best,
@@ -542,8 +559,10 @@ class Progress:
     sooner) at this epoch's pace plus the last validation's seconds.
     """
 
-    def __init__(self, plan: TrainPlan, runtime: Runtime, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, plan: TrainPlan, runtime: Runtime, clock: Callable[[], float] = time.perf_counter,
+                 monitor: TrainingMetrics | None = None) -> None:
         self.every = plan.progress_seconds if runtime.is_main else 0.0
+        self.monitor = monitor
         self.max_epochs = plan.max_epochs
         self.clock = clock
         self.validation_seconds = 0.0
@@ -567,9 +586,12 @@ class Progress:
         epoch_left = (total - step) * per_step
         run_left = epoch_left + self.validation_seconds + (self.max_epochs - epoch - 1) * (
             total * per_step + self.validation_seconds)
-        log.info("epoch %d/%d  step %d/%d (%.0f%%)  %s samples/s  loss %.4f  ETA epoch %s, run <= %s",
-                 epoch + 1, self.max_epochs, step, total, 100 * step / total, f"{samples / elapsed:,.0f}",
-                 loss, duration(epoch_left), duration(run_left))
+        log.log(PROGRESS, "epoch %d/%d  step %d/%d (%.0f%%)  %s samples/s  loss %.4f  ETA epoch %s, run <= %s",
+                      epoch + 1, self.max_epochs, step, total, 100 * step / total, f"{samples / elapsed:,.0f}",
+                      loss, duration(epoch_left), duration(run_left))
+        if self.monitor:
+            self.monitor.set(samples_per_second=samples / elapsed, loss=loss, epoch=epoch + 1,
+                             progress_ratio=(epoch + step / total) / self.max_epochs)
 
 
 def run_epoch(wrapped, model, loader, sampler, optim, scaler, plan: TrainPlan, runtime: Runtime,
@@ -724,23 +746,18 @@ def warm_start_from(model: BSTModel, path: str, verbose: bool = True) -> dict:
     return {"from": path, "applied": True, "reason": None}
 
 
-def write_error(out: str, exc: BaseException) -> None:
-    """Leave this rank's failure where the launcher finds it (errors/rank-N.json; a local temp folder
-    when that disk is full: see :func:`components.common.storage.error_dirs`)."""
-    rank = int(os.environ.get("RANK", 0))
-    report = {
-        "rank": rank, "error": (no_space_message(getattr(exc, "path", None) or getattr(exc, "filename", None)
-                                                 or out, "train") if no_space(exc) else f"{type(exc).__name__}: {exc}"),
-        "retryable": not no_space(exc),
-        "traceback": "".join(traceback.format_exception(exc))[-4000:],
-        "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))}
-    for folder in error_dirs(out):
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(folder / f"rank-{rank}.json", report)
-            return
-        except OSError:
-            continue
+@record  # this rank's failure in torch's error file ($TORCHELASTIC_ERROR_FILE, set by torchrun)
+def train_recorded(config: TrainConfig) -> None:
+    """:func:`train`, its exception recorded for torchrun's agent and the launcher
+    (:func:`components.train.torchrun.rank_errors`); a full disk as :class:`NoSpaceError`, whose
+    message names the path and which no restart retries."""
+    try:
+        train(config)
+    except OSError as exc:
+        if no_space(exc):  # "train: no space left on <path> (N MiB free there now); ..."
+            path = getattr(exc, "path", None) or getattr(exc, "filename", None) or config.out
+            raise NoSpaceError(path, "train") from exc
+        raise
 
 
 def refuse_restart() -> int:
@@ -754,9 +771,8 @@ def refuse_restart() -> int:
 
 def main_with_errors(config: TrainConfig) -> int:
     try:
-        train(config)
+        train_recorded(config)
     except Exception as exc:
-        write_error(config.out, exc)
         print(f"train: error (rank {os.environ.get('RANK', 0)}): {type(exc).__name__}: {exc}", file=sys.stderr)
         if no_space(exc):
             return refuse_restart()

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from components.common.cli import HelpFormatter
 from components.common.plan import TrainPlan, write_plan
 from components.train.model import ModelConfig
 from components.train.tuned import TunedTraining, write_tuned
@@ -110,18 +111,20 @@ def write_trial_plan(
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m components.tune.trial",
-        description=__doc__.splitlines()[0],
+        description="One hyperparameter trial (a Katib trial's entry point): write its model "
+        "config and plan, then run the trainer.",
+        formatter_class=HelpFormatter,
         epilog="Other flags go to the trainer (python -m components.train).",
     )
-    p.add_argument("--data", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--data", required=True, help="dataset folder (preprocess output)")
+    p.add_argument("--out", required=True, help="output folder of the trial (plan.json, checkpoints)")
     p.add_argument("--base-model", default="prod", help="model config the trial varies")
     p.add_argument("--hardware", default="a100-40gb", help="hardware profile to plan for")
-    p.add_argument("--global-batch", type=int, default=8192)
+    p.add_argument("--global-batch", type=int, default=8192, help="samples per optimizer step across all processes")
     p.add_argument(
         "--max-epochs", type=int, required=True, help="epochs of this trial (its resource)"
     )
-    p.add_argument("--memory-fraction", type=float, default=0.88)
+    p.add_argument("--memory-fraction", type=float, default=0.88, help="share of the device memory the plan may use")
     for name, kind in (
         ("lr", float),
         ("weight-decay", float),
@@ -130,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("d-model", int),
         ("layers", int),
     ):
-        p.add_argument(f"--{name}", type=kind, required=True)
+        p.add_argument(f"--{name}", type=kind, required=True, help=f"the trial's {name.replace('-', ' ')}")
     return p
 
 

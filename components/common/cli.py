@@ -1,0 +1,51 @@
+"""What every ``python -m components.*`` / ``pipelines.*`` CLI shares: ``--help`` shows each flag's
+help and its default."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, or says it is required; a help text that already
+    explains its default (``default: …``) is left as written (an environment variable's value, say,
+    is not printed). Descriptions and epilogs keep their line breaks (each line is wrapped)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = (action.help or "").rstrip().removesuffix(".")  # a config field's docstring is a sentence
+        if action.required:
+            return f"{text} (required)"
+        if "default" in text.lower() or action.default is argparse.SUPPRESS or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines = []
+        for line in text.splitlines():
+            hanging = indent + " " * (len(line) - len(line.lstrip()))
+            lines.append(textwrap.fill(line.strip(), width, initial_indent=hanging, subsequent_indent=hanging,
+                                       break_on_hyphens=False)
+                         if line.strip() else "")
+        return "\n".join(lines)
+
+
+def cli_parser(prog: str, description: str, **kwargs) -> argparse.ArgumentParser:
+    """An argument parser with :class:`HelpFormatter`; the description and any epilog keep their lines."""
+    return argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter, **kwargs)
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a (config) dataclass, by field name: a CLI's flags take their help
+    from the config they fill, so each option is described once."""
+    import ast
+    import inspect
+    import textwrap
+
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:], strict=False):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
