@@ -270,11 +270,15 @@ def deploy(config: DeployConfig, client_factory: Any = None, run_command: Any = 
     atomic_write_json(out / "upload.json", {"pipeline": PIPELINE_NAME, "version": version,
                                             "package": str(package)})
     if not config.dry_run:
+        from pipelines.kfp_version import check_backend
+
+        client = (client_factory or _kfp_client)(config.host)
+        record["kfp_backend"] = check_backend(client)  # before anything changes: < 2.14 rejects the pipeline
         apply = ["kubectl", "apply", "--server-side", "--field-manager=dailyrec-deploy", "-f", str(manifests)]
         if run_command(apply, check=False).returncode != 0:
             raise DeployError(f"kubectl apply failed: {' '.join(apply)}")
         record["steps"].append({"step": "apply", "command": apply})
-        publisher = Publisher((client_factory or _kfp_client)(config.host))
+        publisher = Publisher(client)
         pipeline_id, version_id, created = publisher.pipeline_version(package, version)
         record["steps"].append({"step": "upload", "pipeline_id": pipeline_id, "version_id": version_id,
                                 "created": created})

@@ -29,6 +29,7 @@ def evaluate_op(
         metrics: test AUC, GAUC, log loss, ECE, the delta against the champion, blessed.
         roc: the candidate's ROC curve.
         report: the evaluation report (Markdown, with the ROC and calibration plots).
+        Output: blessed: whether the candidate passed the gate and may be registered.
     """
     import json
     import math

@@ -30,6 +30,14 @@ def resolve_window(
         seq_len: behaviour history length.
         run_id: folder name of this run under storage_root/runs; empty = kfp_run_id.
         kfp_run_id: the KFP run id.
+
+    Returns:
+        raw_uri: the raw event logs read.
+        data_dir: the dataset folder for this key (datasets/<end date>-<digest of the key>).
+        run_dir: this run's folder.
+        run_id: this run's id (folder name under runs/).
+        end_date: the window's last day, YYYY-MM-DD.
+        input_fingerprint: the preprocess cache key (files, window, config, code).
     """
     from collections import namedtuple
 
