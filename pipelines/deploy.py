@@ -238,6 +238,11 @@ def deploy(config: DeployConfig, client_factory: Any = None, run_command: Any = 
     refs = image_refs(config.registry, version)
     record: dict[str, Any] = {"env": config.env, "version": version, "images": refs, "dry_run": config.dry_run,
                               "steps": []}
+    if not config.dry_run:  # first: a backend older than 2.14 rejects the pipeline; change nothing then
+        from pipelines.kfp_version import check_backend
+
+        client = (client_factory or _kfp_client)(config.host)
+        record["kfp_backend"] = check_backend(client)
 
     build = ["images/build.sh", config.registry, version, "--push"]
     if config.dry_run or config.skip_images:
@@ -270,10 +275,6 @@ def deploy(config: DeployConfig, client_factory: Any = None, run_command: Any = 
     atomic_write_json(out / "upload.json", {"pipeline": PIPELINE_NAME, "version": version,
                                             "package": str(package)})
     if not config.dry_run:
-        from pipelines.kfp_version import check_backend
-
-        client = (client_factory or _kfp_client)(config.host)
-        record["kfp_backend"] = check_backend(client)  # before anything changes: < 2.14 rejects the pipeline
         apply = ["kubectl", "apply", "--server-side", "--field-manager=dailyrec-deploy", "-f", str(manifests)]
         if run_command(apply, check=False).returncode != 0:
             raise DeployError(f"kubectl apply failed: {' '.join(apply)}")

@@ -254,3 +254,30 @@ def test_a_running_pod_from_the_real_client_counts_as_running(tmp_path):
                                 apis=(custom, core))
     assert launcher.run(spec_for(tmp_path)) == {"best_val_auc": 0.71}
     custom.delete_namespaced_custom_object.assert_not_called()
+
+
+def test_sigterm_to_the_launcher_deletes_its_trainjob(tmp_path):
+    """A cancelled KFP run may never run its exit handler (the workflow's deadline is set to 0); the
+    launcher pod gets SIGTERM, and its own handler is then the only thing that deletes the TrainJob."""
+    import os
+    import signal
+
+    class Cancelled(FakeCustom):
+        """The job runs; on the third look at it, KFP's SIGTERM arrives."""
+
+        looks = 0
+
+        def get_namespaced_custom_object(self, *args):
+            self.looks += 1
+            if self.looks == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return super().get_namespaced_custom_object(*args)
+
+    custom = Cancelled([{}])
+    launcher = TrainJobLauncher(ClusterTarget(poll_s=0.01, namespace="ns"), apis=(custom, FakeCore()))
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(LaunchError, match=r"TrainJob ns/\S+ cancelled; deleted"):
+        launcher.run(spec_for(tmp_path))
+    assert len(custom.created) == 1 and custom.looks == 3
+    assert custom.deleted == [("ns", trainjob_name(str(tmp_path / "train")), "Foreground")]
+    assert signal.getsignal(signal.SIGTERM) is before  # the process's own handling is given back
