@@ -9,7 +9,12 @@ import os
 import fsspec
 import pytest
 
-from components.common.dataset import DatasetMismatch, check_fingerprint, read_pointer, write_pointer
+from components.common.dataset import (
+    DatasetMismatch,
+    check_fingerprint,
+    read_pointer,
+    write_pointer,
+)
 from components.common.runs import dataset_dir
 from components.preprocess import raw as rawio
 from components.preprocess.config import PreprocessConfig
