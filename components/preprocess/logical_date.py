@@ -5,9 +5,9 @@ A recurring run's logical date is its schedule time (KFP's
 a run scheduled for 2026-01-15T02:00Z trains on the window ending 2026-01-14 (the last whole
 UTC day before it) whether it starts on time, late, or is retried the next week, and a backfill
 (a recurring run created with a past start time and catch-up on) trains each missed day on its
-own window. A KFP backend gives a manual run its creation time as schedule time (the same rule
-applies); a backend older than the placeholder leaves it unresolved, and kfp.local gets it empty:
-then the window ends on the latest day present.
+own window. A KFP backend (>= 2.17) gives a manual run its creation time as schedule time (the
+same rule applies); 2.14-2.16 pass it empty or unresolved, and kfp.local has none: then the
+window ends on the latest day present.
 """
 
 from __future__ import annotations
