@@ -4,7 +4,8 @@
 
 The same ``dailyrec-daily`` pipeline as on the cluster, run by
 ``kfp.local`` with ``SubprocessRunner(use_venv=False)`` (every task a
-subprocess of this environment). Storage is a local folder (``--root``):
+subprocess of this environment), built without what kfp.local cannot use
+(the schedule-time placeholder, retries: ``pipelines/daily.py``). Storage is a local folder (``--root``):
 ``datasets/<date>-<key>/``, ``runs/<run id>/`` (and ``runs/latest/summary.json``),
 MLflow on SQLite at ``runs/mlflow.db``. KFP's own working folders and temp
 files stay under the run folder (``runs/<run id>/kfp/``).
