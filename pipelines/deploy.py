@@ -278,6 +278,11 @@ def deploy(config: DeployConfig, client_factory: Any = None, run_command: Any = 
     refs = image_refs(config.registry, version)
     record: dict[str, Any] = {"env": config.env, "version": version, "images": refs, "dry_run": config.dry_run,
                               "steps": []}
+    if not config.dry_run:  # first: a backend older than 2.14 rejects the pipeline; change nothing then
+        from pipelines.kfp_version import check_backend
+
+        client = (client_factory or _kfp_client)(config.host)
+        record["kfp_backend"] = check_backend(client)
 
     build = ["images/build.sh", config.registry, version, "--push"]
     if config.dry_run or config.skip_images:
@@ -316,7 +321,7 @@ def deploy(config: DeployConfig, client_factory: Any = None, run_command: Any = 
         if run_command(apply, check=False).returncode != 0:
             raise DeployError(f"kubectl apply failed: {' '.join(apply)}")
         record["steps"].append({"step": "apply", "command": apply})
-        publisher = Publisher((client_factory or _kfp_client)(config.host), profile_namespace())
+        publisher = Publisher(client, profile_namespace())
         pipeline_id, version_id, created = publisher.pipeline_version(package, version)
         record["steps"].append({"step": "upload", "pipeline_id": pipeline_id, "version_id": version_id,
                                 "created": created})

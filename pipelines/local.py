@@ -4,8 +4,9 @@
 
 The same ``dailyrec-daily`` pipeline as on the cluster, run by
 ``kfp.local`` with ``SubprocessRunner(use_venv=False)`` (every task a
-subprocess of this environment). Storage is a local folder (``--root``):
-``datasets/<date>/``, ``runs/<run id>/`` (and ``runs/latest/summary.json``),
+subprocess of this environment), built without what kfp.local cannot use
+(the schedule-time placeholder, retries: ``pipelines/daily.py``). Storage is a local folder (``--root``):
+``datasets/<date>-<key>/``, ``runs/<run id>/`` (and ``runs/latest/summary.json``),
 MLflow on SQLite at ``runs/mlflow.db``. KFP's own working folders and temp
 files stay under the run folder (``runs/<run id>/kfp/``).
 """
@@ -94,7 +95,9 @@ def new_run_id() -> str:
 def run_local(params: dict, root: str | Path = ".", run_id: str | None = None, verbose: bool = False) -> dict:
     """Run the pipeline locally; return the run's summary (also on failure: status says so). The terminal
     gets a short console, ``runs/<run id>/logs/`` every line (``verbose``: the terminal gets them too)."""
-    from pipelines.daily import daily
+    from pipelines.daily import LOCAL, daily_pipeline
+
+    daily = daily_pipeline(LOCAL)  # no schedule time, no retries: what kfp.local can run
 
     root = Path(root).resolve()
     with local_run(params, root, run_id) as (run_id, folder, params):

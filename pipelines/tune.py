@@ -102,7 +102,7 @@ def tune_pipeline(
         cluster_target=cluster_target,
     )
     tuned = tune_op(
-        data_dir=data.outputs["data_dir"],
+        dataset=data.outputs["dataset"],
         run_dir=window.outputs["run_dir"],
         storage_root=storage_root,
         base_model=base_model,

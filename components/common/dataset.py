@@ -6,6 +6,9 @@ preprocessing stack to learn the array layout.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 SCHEMA_VERSION = 2
 """2: dense count features (``dense``) and the recent skipped exposures (``neg_*``)."""
 SPLITS = ("train", "val", "test")
@@ -44,3 +47,59 @@ def array_specs(seq_len: int, neg_len: int) -> dict[str, tuple[str, tuple[int, .
         "ts": ("int64", ()),
         "label": ("uint8", ()),
     }
+
+
+KEY_DIGEST_CHARS = 12
+"""Hex digits of the cache key in a dataset folder's name."""
+
+
+class DatasetMismatch(RuntimeError):
+    """A dataset folder does not hold the dataset its pointer says (one line, naming the folder)."""
+
+
+def folder_name(end_date: str, fingerprint: str) -> str:
+    """``<end date>-<digest>``: one folder per preprocess cache key (inputs, window, config, code), so
+    two configurations of the same window never share (and overwrite) one folder."""
+    if len(fingerprint) < KEY_DIGEST_CHARS or not all(c in "0123456789abcdef" for c in fingerprint):
+        raise ValueError(f"fingerprint {fingerprint!r}: expected a hex digest")
+    return f"{end_date}-{fingerprint[:KEY_DIGEST_CHARS]}"
+
+
+def check_fingerprint(data_dir: str | Path, expected: str) -> dict:
+    """The folder's meta.json, when it records the ``expected`` fingerprint; :class:`DatasetMismatch` when
+    not: a cached preprocess output whose folder was deleted or rebuilt for another key is never used."""
+    meta_path = Path(data_dir) / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise DatasetMismatch(f"{data_dir}: no meta.json: the dataset folder is gone; run again with "
+                              "caching off for preprocess to rebuild it") from None
+    except ValueError as exc:
+        raise DatasetMismatch(f"{meta_path}: not valid JSON ({exc})") from None
+    found = meta.get("fingerprint") if isinstance(meta, dict) else None
+    if found != expected:
+        raise DatasetMismatch(f"{data_dir}: meta.json fingerprint {str(found)[:KEY_DIGEST_CHARS]} is not the "
+                              f"expected {expected[:KEY_DIGEST_CHARS]}: the folder holds another dataset; run "
+                              "again with caching off for preprocess to rebuild it")
+    return meta
+
+
+def write_pointer(path: str | Path, meta: dict, uri: str) -> dict:
+    """Write the small file a KFP Dataset artifact holds: where the dataset is and what it is (the arrays
+    stay on shared storage); returns the artifact's metadata (uri, fingerprint, rows per split)."""
+    pointer = {"uri": uri, "fingerprint": meta["fingerprint"], "splits": meta["splits"]}
+    Path(path).write_text(json.dumps(pointer))
+    return {"uri": uri, "fingerprint": meta["fingerprint"],
+            **{f"{split}_rows": meta["splits"][split]["rows"] for split in SPLITS}}
+
+
+def read_pointer(path: str | Path) -> str:
+    """The dataset folder a Dataset artifact points to, once its meta.json is checked to be the one the
+    artifact was made for (:func:`check_fingerprint`)."""
+    try:
+        pointer = json.loads(Path(path).read_text())
+        uri, fingerprint = pointer["uri"], pointer["fingerprint"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DatasetMismatch(f"{path}: not a dataset pointer ({type(exc).__name__}: {exc})") from None
+    check_fingerprint(uri, fingerprint)
+    return uri

@@ -45,7 +45,7 @@ def lock_path(storage_root: str | os.PathLike) -> Path:
 
 
 def root_of(folder: str | os.PathLike) -> Path:
-    """The storage root of a run folder (``runs/<id>``) or a dataset folder (``datasets/<date>``)."""
+    """The storage root of a run folder (``runs/<id>``) or a dataset folder (``datasets/<date>-<key>``)."""
     return Path(folder).parent.parent
 
 

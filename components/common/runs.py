@@ -2,7 +2,7 @@
 
 Layout under a storage root (a local folder or a mounted volume)::
 
-    datasets/<end date>/           preprocess output (shared by runs of the same window)
+    datasets/<end date>-<key>/     preprocess output (shared by runs with the same cache key)
     runs/<run id>/plan.json        estimate
     runs/<run id>/train/           checkpoints, train_summary.json
     runs/<run id>/evaluate/        metrics.json, decision.json, report.md, plots
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components.common.dataset import folder_name
 from components.common.plan import drift_lines
 from components.common.storage import atomic_write_bytes, atomic_write_json
 
@@ -28,8 +29,9 @@ STAGES = ("preprocess", "estimate", "train", "evaluate", "register")
 SUMMARY = "summary.json"
 
 
-def dataset_dir(storage_root: str | Path, end_date: str) -> Path:
-    return Path(storage_root) / "datasets" / end_date
+def dataset_dir(storage_root: str | Path, end_date: str, fingerprint: str) -> Path:
+    """``datasets/<end date>-<digest of the preprocess cache key>`` (see ``dataset.folder_name``)."""
+    return Path(storage_root) / "datasets" / folder_name(end_date, fingerprint)
 
 
 def run_dir(storage_root: str | Path, run_id: str) -> Path:

@@ -9,21 +9,39 @@ from pipelines.images import RUNTIME_IMAGE
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
 def estimate_op(
-    data_dir: str, run_dir: str, model_config: str, hardware_profile: str, global_batch: int,
+    dataset: dsl.Input[dsl.Dataset], run_dir: str, model_config: str, hardware_profile: str, global_batch: int,
     deadline_hours: float, max_epochs: int, preprocess_seconds: float, plan: dsl.Output[dsl.Artifact],
-) -> NamedTuple("Estimated", [("plan_path", str), ("nproc", int), ("nnodes", int)]):
-    """A training plan for this model, dataset and hardware (deadline_hours 0 = none)."""
+) -> NamedTuple("Estimated", [("nproc", int), ("nnodes", int)]):
+    """A training plan for this model, dataset and hardware.
+
+    Args:
+        dataset: the preprocess output (a pointer to the dataset folder); its meta.json sizes the plan.
+        run_dir: this run's folder (plan.json and the stage timings go there).
+        model_config: named model config (debug | local | prod) or a tuned .json file.
+        hardware_profile: hardware profile name or a JSON file.
+        global_batch: samples per optimizer step across all processes.
+        deadline_hours: training wall-clock budget the plan must meet; 0 = none.
+        max_epochs: epochs at most.
+        preprocess_seconds: wall-clock seconds of the preprocess task (recorded with the stage timings).
+
+    Returns:
+        plan: the plan (plan.json), with its main choices as metadata.
+        nproc: training processes per node.
+        nnodes: training nodes.
+    """
     import dataclasses
     import shutil
     import time
     from collections import namedtuple
     from pathlib import Path
 
+    from components.common.dataset import read_pointer
     from components.common.runs import record_stage
     from components.common.storage import disk_full_as
     from components.estimate.planner import EstimateConfig, table, write
 
     started = time.perf_counter()
+    data_dir = read_pointer(dataset.path)
     record_stage(run_dir, "preprocess", preprocess_seconds, data_dir=data_dir)
     with disk_full_as("estimate", run_dir):
         path, doc = write(EstimateConfig(data=data_dir, model=model_config, hardware=hardware_profile,
@@ -35,5 +53,4 @@ def estimate_op(
     plan.metadata.update({k: train[k] for k in ("model", "nproc_per_node", "nnodes", "micro_batch",
                                                 "grad_accum", "precision", "lr", "max_epochs")})
     record_stage(run_dir, "estimate", time.perf_counter() - started)
-    return namedtuple("Estimated", ["plan_path", "nproc", "nnodes"])(
-        str(path), train["nproc_per_node"], train["nnodes"])
+    return namedtuple("Estimated", ["nproc", "nnodes"])(train["nproc_per_node"], train["nnodes"])

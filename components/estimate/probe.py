@@ -347,9 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    from components.train import trainer as T
-
     from components.common.cli import HelpFormatter
+    from components.train import trainer as T
 
     parser = argparse.ArgumentParser(prog="python -m components.estimate.probe",
                                      description="One process of the estimate's launched speed probe.",

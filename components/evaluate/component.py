@@ -7,20 +7,36 @@ from pipelines.images import RUNTIME_IMAGE
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
 def evaluate_op(
-    data_dir: str, checkpoint: str, run_dir: str, model_name: str, tracking_uri: str, min_auc: float,
-    tolerance: float, metrics: dsl.Output[dsl.Metrics], roc: dsl.Output[dsl.ClassificationMetrics],
-    report: dsl.Output[dsl.Markdown],
+    dataset: dsl.Input[dsl.Dataset], model: dsl.Input[dsl.Model], run_dir: str, model_name: str,
+    tracking_uri: str, min_auc: float, tolerance: float, metrics: dsl.Output[dsl.Metrics],
+    roc: dsl.Output[dsl.ClassificationMetrics], report: dsl.Output[dsl.Markdown],
 ) -> bool:
     """Test metrics of the candidate and the champion; returns blessed (reasons in run_dir/evaluate).
 
     A single return value on purpose: kfp.local (2.17) cannot resolve a dsl.If
     condition on one field of a NamedTuple output, but resolves ``Output``.
+
+    Args:
+        dataset: the preprocess output (a pointer to the dataset folder); its test split is scored.
+        model: the trained candidate (a pointer to its best checkpoint).
+        run_dir: this run's folder (metrics.json, decision.json, plots and report go to run_dir/evaluate).
+        model_name: registered model name whose champion the candidate is compared with.
+        tracking_uri: MLflow tracking and registry URI; empty = no champion comparison.
+        min_auc: absolute floor on the candidate's test AUC.
+        tolerance: AUC the candidate may lose against the champion at the 95% CI's upper bound.
+
+    Returns:
+        metrics: test AUC, GAUC, log loss, ECE, the delta against the champion, blessed.
+        roc: the candidate's ROC curve.
+        report: the evaluation report (Markdown, with the ROC and calibration plots).
+        Output: blessed: whether the candidate passed the gate and may be registered.
     """
     import json
     import math
     import time
     from pathlib import Path
 
+    from components.common.dataset import read_pointer
     from components.common.runs import record_stage
     from components.common.storage import disk_full_as
     from components.evaluate import report as reporting
@@ -30,7 +46,8 @@ def evaluate_op(
     started = time.perf_counter()
     out = Path(run_dir) / "evaluate"
     with disk_full_as("evaluate", out):
-        result = evaluate(EvaluateConfig(data=data_dir, checkpoint=checkpoint, out=str(out),
+        result = evaluate(EvaluateConfig(data=read_pointer(dataset.path),
+                                         checkpoint=Path(model.path).read_text().strip(), out=str(out),
                                          model_name=model_name, tracking_uri=tracking_uri or None,
                                          rule=GateRule(min_auc=min_auc, tolerance=tolerance)))
     m, decision = result["metrics"], result["decision"]

@@ -9,26 +9,47 @@ from pipelines.images import RUNTIME_IMAGE
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
 def resolve_window(
-    raw_uri: str, storage_root: str, run_date: str, window_days: int, history_days: int, seq_len: int,
-    run_id: str, kfp_run_id: str,
+    raw_uri: str, storage_root: str, run_date: str, schedule_time: str, window_days: int, history_days: int,
+    seq_len: int, run_id: str, kfp_run_id: str,
 ) -> NamedTuple("Resolved", [("raw_uri", str), ("data_dir", str), ("run_dir", str), ("run_id", str),
                              ("end_date", str), ("input_fingerprint", str)]):
-    """Which days to train on (run_date, or the latest day present) and the fingerprint of their files.
+    """Which days to train on and the fingerprint of their files: the preprocess task's cache key.
 
-    Cheap (lists files, reads a MiB of each). The fingerprint is the preprocess
-    task's cache key: same files, window, config and code => cached output.
+    Cheap: lists the files and asks the filesystem what it vouches for about each
+    (modification time, object checksum or ETag); reads no rows. Same files, window,
+    config and code => the same key, the same dataset folder, a cached preprocess.
+
+    Args:
+        raw_uri: raw event logs (dt=YYYY-MM-DD/ folders); empty = storage_root/raw.
+        storage_root: shared storage holding datasets/ and runs/.
+        run_date: last day of the window, YYYY-MM-DD; overrides schedule_time.
+        schedule_time: the run's schedule time (RFC 3339, UTC); the window ends the day before it.
+            Empty or unresolved: the window ends on the latest day present.
+        window_days: days in the window (train + 1 val + 1 test day).
+        history_days: extra days read only to fill behaviour histories.
+        seq_len: behaviour history length.
+        run_id: folder name of this run under storage_root/runs; empty = kfp_run_id.
+        kfp_run_id: the KFP run id.
+
+    Returns:
+        raw_uri: the raw event logs read.
+        data_dir: the dataset folder for this key (datasets/<end date>-<digest of the key>).
+        run_dir: this run's folder.
+        run_id: this run's id (folder name under runs/).
+        end_date: the window's last day, YYYY-MM-DD.
+        input_fingerprint: the preprocess cache key (files, window, config, code).
     """
-    import datetime as dt
     from collections import namedtuple
 
     from components.common.paths import inside, safe_name
     from components.common.runs import claim_run_dir, dataset_dir, run_dir
     from components.common.storage import atomic_write_json
     from components.preprocess.config import PreprocessConfig
+    from components.preprocess.logical_date import logical_end_date
     from components.preprocess.stage import resolve
 
     raw = raw_uri or f"{storage_root.rstrip('/')}/raw"
-    end = dt.date.fromisoformat(run_date) if run_date else None
+    end = logical_end_date(run_date, schedule_time)
     config = PreprocessConfig(raw=raw, out=storage_root, end_date=end, days=window_days,
                               history_days=history_days, seq_len=seq_len)
     found = resolve(config)
@@ -36,12 +57,14 @@ def resolve_window(
     # run_id comes from the run form: it must not name a folder outside the storage root
     rid = safe_name(run_id or kfp_run_id, "run_id")
     folder = claim_run_dir(inside(storage_root, run_dir(storage_root, rid), "run folder"), kfp_run_id)
-    data = inside(storage_root, dataset_dir(storage_root, end_date), "dataset folder")
+    data = inside(storage_root, dataset_dir(storage_root, end_date, found.fingerprint), "dataset folder")
     atomic_write_json(folder / "run.json", {
         "run_id": rid, "raw_uri": raw, "data_dir": str(data), "end_date": end_date,
+        "run_date": run_date, "schedule_time": schedule_time,
         "window_days": window_days, "history_days": history_days, "seq_len": seq_len,
         "input_fingerprint": found.fingerprint, "files": len(found.files)})
-    print(f"run {rid}: window ending {end_date} ({len(found.files)} raw files), dataset {data}")
+    how = "run_date" if run_date else "schedule time" if end else "latest day present"
+    print(f"run {rid}: window ending {end_date} ({how}; {len(found.files)} raw files), dataset {data}")
     out = namedtuple("Resolved", ["raw_uri", "data_dir", "run_dir", "run_id", "end_date", "input_fingerprint"])
     return out(raw, str(data), str(folder), rid, end_date, found.fingerprint)
 
@@ -50,19 +73,35 @@ def resolve_window(
 def preprocess_op(
     raw_uri: str, data_dir: str, end_date: str, window_days: int, history_days: int, seq_len: int,
     input_fingerprint: str, dask_workers: int, cluster_target: str, dataset: dsl.Output[dsl.Dataset],
-) -> NamedTuple("Preprocessed", [("data_dir", str), ("seconds", float)]):
+) -> NamedTuple("Preprocessed", [("seconds", float)]):
     """Dask preprocessing of the window into data_dir (a no-op when it already holds this fingerprint).
 
-    dask_workers 0: Dask threads in this task; N > 0: a DaskCluster of N workers on Kubernetes
-    (cluster_target["dask"]). The output is byte-identical either way.
+    The output is byte-identical with Dask threads here or a DaskCluster on Kubernetes.
+    Takes only parameters: its KFP cache key must not change with per-run artifacts.
+
+    Args:
+        raw_uri: raw event logs (dt=YYYY-MM-DD/ folders).
+        data_dir: the dataset folder, named by end date and cache key.
+        end_date: last day of the window, YYYY-MM-DD.
+        window_days: days in the window (train + 1 val + 1 test day).
+        history_days: extra days read only to fill behaviour histories.
+        seq_len: behaviour history length.
+        input_fingerprint: the cache key resolved from the files; the dataset must match it.
+        dask_workers: 0 = Dask threads in this task; N = a DaskCluster of N workers (cluster_target["dask"]).
+        cluster_target: JSON of the cluster environment (Dask placement); empty locally.
+
+    Returns:
+        dataset: pointer to the dataset folder, with its fingerprint and rows per split.
+        seconds: wall-clock seconds of this task.
     """
     import contextlib
     import dataclasses
     import datetime as dt
-    import json
     import time
     from collections import namedtuple
+    from pathlib import Path
 
+    from components.common.dataset import write_pointer
     from components.common.lock import TASK_WAIT_S, root_of, storage_lock
     from components.common.storage import disk_full_as
     from components.preprocess.config import PreprocessConfig
@@ -76,17 +115,13 @@ def preprocess_op(
         from kube.client import preprocess_cluster
 
         cluster = preprocess_cluster(cluster_target, dask_workers, config)
-    # datasets/<date> is shared by every run of that window: one writer at a time
-    with storage_lock(root_of(data_dir), end_date, stage="preprocess", wait_s=TASK_WAIT_S), \
+    # a dataset folder is shared by every run with the same cache key: one writer at a time
+    with storage_lock(root_of(data_dir), Path(data_dir).name, stage="preprocess", wait_s=TASK_WAIT_S), \
             disk_full_as("preprocess", data_dir), cluster as address:
         meta = preprocess(dataclasses.replace(config, scheduler=address) if address else config)
     if meta["fingerprint"] != input_fingerprint:
         raise RuntimeError(f"{data_dir}: fingerprint {meta['fingerprint'][:12]} differs from the resolved "
                            f"{input_fingerprint[:12]}: the raw files changed during the run")
     print(format_summary(meta))
-    # the artifact is a pointer + summary; the arrays stay at data_dir
-    with open(dataset.path, "w") as fh:
-        json.dump({"uri": data_dir, "fingerprint": meta["fingerprint"], "splits": meta["splits"]}, fh)
-    dataset.metadata.update({"uri": data_dir, "fingerprint": meta["fingerprint"],
-                             **{f"{s}_rows": meta["splits"][s]["rows"] for s in ("train", "val", "test")}})
-    return namedtuple("Preprocessed", ["data_dir", "seconds"])(data_dir, time.perf_counter() - started)
+    dataset.metadata.update(write_pointer(dataset.path, meta, data_dir))
+    return namedtuple("Preprocessed", ["seconds"])(time.perf_counter() - started)

@@ -25,12 +25,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
 
 from components.common import schema
 from components.preprocess.clean import column_type_problem
 from components.preprocess.errors import InputError
 
-SAMPLE_BYTES = 1 << 20  # fingerprint reads this much from each end of a file
+HASH_BLOCK_BYTES = 1 << 22  # read size when a file's whole content must be hashed
+VOUCHED = ("ChecksumSHA256", "ChecksumCRC32C", "ChecksumCRC32", "md5Hash", "crc32c", "ETag", "etag",
+           "generation", "VersionId", "version_id", "content_md5")
+"""Keys of fsspec ``info`` (s3fs, gcsfs, adlfs) whose values change whenever an object's content does."""
 HEADER_BYTES = 1 << 20  # a CSV header line longer than this is cut (and fails the column check)
 
 
@@ -414,11 +418,28 @@ def _csv_column_hint(file: RawFile, message: str, header: list[str] | None) -> s
 
 
 def file_fingerprint(fs, file: RawFile) -> str:
-    """Path, size and a hash of the first and last MiB: cheap, and changes with the content."""
+    """Path, size and what says the content is unchanged (:func:`content_token`)."""
     digest = hashlib.sha256(f"{file.relpath}\0{file.size}\0".encode("utf-8", "surrogateescape"))
-    with fs.open(file.path, "rb") as fh:
-        digest.update(fh.read(SAMPLE_BYTES))
-        if file.size > SAMPLE_BYTES:
-            fh.seek(max(SAMPLE_BYTES, file.size - SAMPLE_BYTES))
-            digest.update(fh.read())
+    digest.update(content_token(fs, file.path).encode())
     return digest.hexdigest()
+
+
+def content_token(fs, path: str) -> str:
+    """What the filesystem vouches for about a file's content, without reading it where it can.
+
+    A local file: its modification time in nanoseconds (any write moves it; copying without
+    keeping times only costs a recompute). An object store: the checksum or ETag it keeps with
+    the object (``VOUCHED``, as fsspec's ``info`` gives them). A filesystem that gives neither:
+    a SHA-256 of the whole content. A sample of the file would miss an edit in its middle.
+    """
+    if isinstance(fs, LocalFileSystem):
+        return f"mtime_ns={os.stat(path).st_mtime_ns}"
+    info = fs.info(path)
+    vouched = {key: str(info[key]) for key in VOUCHED if info.get(key)}
+    if vouched:
+        return "info:" + ",".join(f"{k}={v}" for k, v in sorted(vouched.items()))
+    digest = hashlib.sha256()
+    with fs.open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(HASH_BLOCK_BYTES), b""):
+            digest.update(block)
+    return f"sha256={digest.hexdigest()}"

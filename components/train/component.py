@@ -9,22 +9,44 @@ from pipelines.images import RUNTIME_IMAGE
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
 def train_op(
-    data_dir: str, plan_path: str, run_dir: str, warm_start: bool, model_name: str, tracking_uri: str,
-    launcher: str, max_restarts: int, cluster_target: str, model: dsl.Output[dsl.Model],
-) -> NamedTuple("Trained", [("checkpoint", str), ("best_val_auc", float), ("warm_started", bool)]):
+    dataset: dsl.Input[dsl.Dataset], plan: dsl.Input[dsl.Artifact], run_dir: str, warm_start: bool,
+    model_name: str, tracking_uri: str, launcher: str, max_restarts: int, cluster_target: str,
+    model: dsl.Output[dsl.Model],
+) -> NamedTuple("Trained", [("best_val_auc", float), ("warm_started", bool)]):
     """Train per the plan (launcher local: torchrun here; trainjob: a Kubeflow Trainer TrainJob).
 
-    Warm-starts from the champion when asked and the shapes match.
+    A retried task resumes from the last checkpoint (and follows its own TrainJob if it still runs).
+
+    Args:
+        dataset: the preprocess output (a pointer to the dataset folder on shared storage).
+        plan: the estimate's plan; put on shared storage as run_dir/plan.json for the trainer processes.
+        run_dir: this run's folder (checkpoints go to run_dir/train).
+        warm_start: initialize from the champion's weights when their shapes match.
+        model_name: registered model name (the champion to warm-start from; the MLflow experiment).
+        tracking_uri: MLflow tracking URI; empty = no tracking.
+        launcher: local (torchrun in this task) or trainjob (Kubeflow Trainer).
+        max_restarts: torchrun restarts of failed workers (they resume from the last checkpoint).
+        cluster_target: JSON of the cluster environment (TrainJob placement); empty locally.
+
+    Returns:
+        model: pointer to the best checkpoint, with its validation AUC and epochs as metadata.
+        best_val_auc: best validation AUC.
+        warm_started: whether the champion's weights were applied.
     """
     import time
     from collections import namedtuple
     from pathlib import Path
 
+    from components.common.dataset import read_pointer
     from components.common.runs import record_stage
+    from components.common.storage import atomic_write_bytes
     from components.train.launch import LaunchSpec, launch
     from components.train.trainer import summary_line
 
     started = time.perf_counter()
+    data_dir = read_pointer(dataset.path)
+    # the artifact is the plan; the trainer processes (other pods on a cluster) read it from shared storage
+    plan_path = atomic_write_bytes(Path(run_dir) / "plan.json", Path(plan.path).read_bytes())
     init_from = None
     if warm_start and tracking_uri:
         from components.common.tracking import connect
@@ -40,7 +62,7 @@ def train_op(
 
         backend = TrainJobBackend.from_cluster_target(cluster_target)
     out = Path(run_dir) / "train"
-    summary = launch(LaunchSpec.of(data=data_dir, out=str(out), plan=plan_path, init_from=init_from,
+    summary = launch(LaunchSpec.of(data=data_dir, out=str(out), plan=str(plan_path), init_from=init_from,
                                    tracking_uri=tracking_uri or None, experiment=f"{model_name}-train",
                                    max_restarts=max_restarts), backend)
     print(summary_line(summary))
@@ -51,5 +73,4 @@ def train_op(
         fh.write(checkpoint + "\n")
     applied = bool(summary.get("warm_start") and summary["warm_start"]["applied"])
     record_stage(run_dir, "train", time.perf_counter() - started, warm_start=summary.get("warm_start"))
-    return namedtuple("Trained", ["checkpoint", "best_val_auc", "warm_started"])(
-        checkpoint, float(summary["best_val_auc"]), applied)
+    return namedtuple("Trained", ["best_val_auc", "warm_started"])(float(summary["best_val_auc"]), applied)

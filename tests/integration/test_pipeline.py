@@ -132,6 +132,15 @@ def tiny_params(**overrides):
                                               "global_batch": 512, **overrides})
 
 
+def artifact_metadata(run) -> dict[str, dict]:
+    """``task/artifact`` -> metadata, from the executor outputs kfp.local wrote for a run."""
+    found = {}
+    for path in run.glob("kfp/outputs/*/*/executor_output.json"):
+        for name, item in json.loads(path.read_text()).get("artifacts", {}).items():
+            found[f"{path.parent.name}/{name}"] = item["artifacts"][0].get("metadata", {})
+    return found
+
+
 @pytest.mark.integration
 def test_two_daily_runs_through_kfp_local(tmp_path, local_env):
     raw = tmp_path / "raw"
@@ -156,6 +165,15 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env):
                  "registration.json", "summary.json"):
         assert (run / name).exists(), name
     assert json.loads((root / "runs" / "latest" / "summary.json").read_text())["run_id"] == "day1"
+    # the artifacts that link dataset -> plan -> model -> evaluation -> registration keep their metadata
+    meta = artifact_metadata(run)
+    dataset = meta["preprocess-op/dataset"]
+    assert {s: dataset[f"{s}_rows"] for s in ("train", "val", "test")} == first["dataset_rows"]
+    assert dataset["uri"] == str(root / "datasets" / f"2026-01-05-{dataset['fingerprint'][:12]}")
+    assert meta["estimate-op/plan"]["model"] == "debug"
+    assert meta["train-op/model"]["checkpoint"] == str(run / "train" / "best.pt")
+    assert meta["evaluate-op/metrics"]["test_auc"] == pytest.approx(first["test_auc"], abs=1e-6)
+    assert meta["register-op/registration"]["version"] == 1 == meta["register-op/registration"]["champion_version"]
     client = MlflowClient(sqlite_uri(root / "runs"), registry_uri=sqlite_uri(root / "runs"))
     assert client.get_registered_model("dailyrec").aliases == {"champion": 1}
 

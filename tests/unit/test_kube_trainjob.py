@@ -330,3 +330,31 @@ def test_strict_validation_refuses_misspelt_fields_and_broken_cel_rules(tmp_path
     edit(job)
     problems, _ = validate_objects([job], schemas)
     assert any(problem in p for p in problems), problems
+
+
+def test_sigterm_to_the_launcher_deletes_its_trainjob(tmp_path):
+    """A cancelled KFP run may never run its exit handler (the workflow's deadline is set to 0); the
+    launcher pod gets SIGTERM, and its own handler is then the only thing that deletes the TrainJob."""
+    import os
+    import signal
+
+    running = k8s.V1PodStatus(phase="Running", container_statuses=[container(running=k8s.V1ContainerStateRunning())])
+    custom, core = real_apis([{}], running)
+    looks = []
+
+    def job(*args, **kwargs):  # the job runs; on the third look at it, KFP's SIGTERM arrives
+        looks.append(1)
+        if len(looks) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return {"status": {}}
+
+    custom.get_namespaced_custom_object.side_effect = job
+    launcher, _ = backend(custom, core)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(LaunchError, match=r"TrainJob ns/\S+ cancelled; deleted"):
+        launcher.run(spec_for(tmp_path))
+    assert len(looks) == 3 and custom.create_namespaced_custom_object.call_count == 1
+    custom.delete_namespaced_custom_object.assert_called_once_with(
+        "trainer.kubeflow.org", "v1alpha1", "ns", "trainjobs", trainjob_name(str(tmp_path / "train")),
+        propagation_policy="Foreground")
+    assert signal.getsignal(signal.SIGTERM) is before  # the process's own handling is given back

@@ -1,0 +1,120 @@
+"""The compiled daily pipeline (KFP IR): retries, timeouts, schedule time, artifact lineage, descriptions."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import yaml
+from kfp import compiler, dsl
+
+from pipelines.daily import CLUSTER, LOCAL, TASK_POLICY, daily_pipeline
+
+IDEMPOTENT = ("resolve-window", "preprocess-op", "estimate-op", "train-op", "evaluate-op", "register-op",
+              "finalize")
+PARAMETER_ONLY = {"check-parameters", "resolve-window", "preprocess-op", "finalize"}
+"""Tasks with no artifact input: the parameter check and window resolution come first; preprocess's KFP
+cache key must not change with a per-run artifact; the exit handler takes only the run's status."""
+
+
+@functools.cache
+def compiled(runner) -> tuple[dict, dict]:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "p.yaml"
+        compiler.Compiler().compile(daily_pipeline(runner), str(path))
+        spec, platform = yaml.safe_load_all(path.read_text())
+    return spec, platform
+
+
+def all_tasks(spec: dict) -> dict[str, dict]:
+    """Every task of every DAG (root, exit handler, condition), by name."""
+    found = dict(spec["root"]["dag"]["tasks"])
+    for component in spec["components"].values():
+        found.update(component.get("dag", {}).get("tasks", {}))
+    return {name: task for name, task in found.items() if not name.startswith(("exit-handler", "condition"))}
+
+
+def test_idempotent_tasks_retry_with_exponential_backoff_on_the_cluster():
+    tasks = all_tasks(compiled(CLUSTER)[0])
+    for name in IDEMPOTENT:
+        policy = tasks[name]["retryPolicy"]
+        retries, timeout = TASK_POLICY[name]
+        assert policy["maxRetryCount"] == retries >= 1, name
+        assert policy["backoffDuration"] == "60s" and policy["backoffFactor"] == 2.0, name
+        # Argo counts the retry window from the first attempt: every attempt fits at its full timeout
+        assert int(policy["backoffMaxDuration"].rstrip("s")) >= timeout * (retries + 1), name
+    assert "retryPolicy" not in tasks["check-parameters"]  # a bad parameter stays bad
+
+
+def test_every_task_has_a_timeout():
+    spec, platform = compiled(CLUSTER)
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for name, task in all_tasks(spec).items():
+        executor = spec["components"][task["componentRef"]["name"]]["executorLabel"]
+        assert int(executors[executor]["activeDeadlineSeconds"]) == TASK_POLICY[name][1], name
+
+
+def test_the_cluster_build_takes_the_schedule_time_and_the_local_build_does_not():
+    cluster = all_tasks(compiled(CLUSTER)[0])["resolve-window"]["inputs"]["parameters"]["schedule_time"]
+    assert cluster == {"runtimeValue": {"constant": dsl.PIPELINE_JOB_SCHEDULE_TIME_UTC_PLACEHOLDER}}
+    local_tasks = all_tasks(compiled(LOCAL)[0])
+    assert local_tasks["resolve-window"]["inputs"]["parameters"]["schedule_time"] == \
+        {"runtimeValue": {"constant": ""}}
+    # kfp.local sleeps through backoffs, and its failures are deterministic: no retries there
+    assert not any("retryPolicy" in task for task in local_tasks.values())
+
+
+def artifact_sources(spec: dict, task: dict) -> set[str]:
+    """Producer tasks of a task's artifact inputs, following the channels a condition DAG passes through."""
+    sources = set()
+    parents = {c: t for comp in spec["components"].values() for t in comp.get("dag", {}).get("tasks", {}).values()
+               for c in [t["componentRef"]["name"]]}
+    for item in task.get("inputs", {}).get("artifacts", {}).values():
+        if "taskOutputArtifact" in item:
+            sources.add(item["taskOutputArtifact"]["producerTask"])
+        elif "componentInputArtifact" in item:  # passed in by the enclosing condition: look it up there
+            for name, parent in parents.items():
+                if item["componentInputArtifact"] in spec["components"][name].get("inputDefinitions", {}).get(
+                        "artifacts", {}):
+                    ref = parent["inputs"]["artifacts"][item["componentInputArtifact"]]["taskOutputArtifact"]
+                    sources.add(ref["producerTask"])
+    return sources
+
+
+def test_stages_consume_their_inputs_as_artifacts_from_upstream_tasks():
+    spec, _ = compiled(CLUSTER)
+    tasks = all_tasks(spec)
+    lineage = {name: artifact_sources(spec, task) for name, task in tasks.items()}
+    for name in set(tasks) - PARAMETER_ONLY:
+        assert lineage[name], f"{name} takes no artifact from an upstream task"
+    assert lineage["estimate-op"] == {"preprocess-op"}
+    assert lineage["train-op"] == {"preprocess-op", "estimate-op"}
+    assert lineage["evaluate-op"] == {"preprocess-op", "train-op"}
+    assert lineage["register-op"] == {"train-op", "evaluate-op"}
+    # no path strings between stages any more: the dataset, plan and model travel as artifacts
+    for name in ("estimate-op", "train-op", "evaluate-op", "register-op"):
+        params = tasks[name]["inputs"].get("parameters", {})
+        assert not {"data_dir", "plan_path", "checkpoint"} & set(params), name
+
+
+def test_every_component_input_and_output_has_a_description():
+    spec, _ = compiled(CLUSTER)
+    for name, component in spec["components"].items():
+        if "executorLabel" not in component:
+            continue  # DAGs the compiler makes for the exit handler and the condition
+        for side in ("inputDefinitions", "outputDefinitions"):
+            for kind in ("parameters", "artifacts"):
+                for key, definition in component.get(side, {}).get(kind, {}).items():
+                    assert len(definition.get("description", "")) >= 8, f"{name} {side} {key}"
+
+
+@pytest.mark.parametrize("component", ["comp-preprocess-op", "comp-train-op", "comp-register-op"])
+def test_outputs_are_typed_artifacts(component):
+    outputs = compiled(CLUSTER)[0]["components"][component]["outputDefinitions"]["artifacts"]
+    titles = {name: a["artifactType"]["schemaTitle"] for name, a in outputs.items()}
+    assert titles == {"comp-preprocess-op": {"dataset": "system.Dataset"},
+                      "comp-train-op": {"model": "system.Model"},
+                      "comp-register-op": {"registration": "system.Artifact"}}[component]
