@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
 import math
 import re
@@ -148,13 +147,12 @@ class KatibConfig:
         return self.hardware or (GPU_HARDWARE if accelerator else "cpu-local")
 
 
-def window_dataset(today: dt.date | None = None, root: str = MOUNT_PATH) -> str:
-    """The dataset folder of the daily pipeline's current window: the one ending yesterday (UTC),
-    the day today's scheduled run trains on."""
-    from components.common.runs import dataset_dir
+def window_dataset(root: str = MOUNT_PATH) -> str:
+    """The daily pipeline's current window: ``datasets/latest``, which each preprocess task points at
+    the newest window's dataset (folders are named by end date and cache key, unknown before a run)."""
+    from components.common.runs import latest_dataset
 
-    end = (today or dt.datetime.now(dt.UTC).date()) - dt.timedelta(days=1)
-    return str(dataset_dir(root, end.isoformat()))
+    return str(latest_dataset(root))
 
 
 def hyperband_budget(r_l: float, eta: int) -> tuple[int, int]:
@@ -635,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="build/katib-experiment.yaml", help="where to write the Experiment YAML")
     p.add_argument("--name", default=KatibConfig.name, help=DOCS["name"])
     p.add_argument("--data", default=None,
-                   help="dataset folder on the shared volume (default: the window ending yesterday, UTC)")
+                   help="dataset folder on the shared volume (default: datasets/latest, the newest window)")
     p.add_argument("--base-model", default=KatibConfig.base_model, help=DOCS["base_model"])
     p.add_argument("--hardware", default=None, help="hardware profile the trials are planned for (default: a100-40gb)")
     p.add_argument("--global-batch", type=int, default=KatibConfig.global_batch, help=DOCS["global_batch"])

@@ -34,6 +34,33 @@ def dataset_dir(storage_root: str | Path, end_date: str, fingerprint: str) -> Pa
     return Path(storage_root) / "datasets" / folder_name(end_date, fingerprint)
 
 
+LATEST = "latest"
+
+
+def latest_dataset(storage_root: str | Path) -> Path:
+    """``datasets/latest``: a link to the newest window's dataset, for consumers that are not part of a
+    run (the Katib experiment ``make deploy`` creates), so they follow the daily window."""
+    return Path(storage_root) / "datasets" / LATEST
+
+
+def point_latest(data_dir: str | Path) -> bool:
+    """Point ``datasets/latest`` at ``data_dir`` (atomically: a new link renamed over the old) unless it
+    already points at a later window (a backfill never moves it back); True when it moved."""
+    data_dir = Path(data_dir)
+    link = data_dir.parent / LATEST
+    try:
+        current = os.readlink(link)
+    except OSError:
+        current = None
+    if current is not None and current[:10] > data_dir.name[:10]:  # names start with the end date
+        return False
+    tmp = link.with_name(f".{LATEST}.tmp-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    os.symlink(data_dir.name, tmp)  # relative: valid wherever the volume is mounted
+    os.replace(tmp, link)
+    return True
+
+
 def run_dir(storage_root: str | Path, run_id: str) -> Path:
     return Path(storage_root) / "runs" / run_id
 

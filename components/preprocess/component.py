@@ -103,6 +103,7 @@ def preprocess_op(
 
     from components.common.dataset import write_pointer
     from components.common.lock import TASK_WAIT_S, root_of, storage_lock
+    from components.common.runs import point_latest
     from components.common.storage import disk_full_as
     from components.preprocess.config import PreprocessConfig
     from components.preprocess.stage import format_summary, preprocess
@@ -123,5 +124,6 @@ def preprocess_op(
         raise RuntimeError(f"{data_dir}: fingerprint {meta['fingerprint'][:12]} differs from the resolved "
                            f"{input_fingerprint[:12]}: the raw files changed during the run")
     print(format_summary(meta))
+    point_latest(data_dir)  # datasets/latest: what the Katib experiment trains on
     dataset.metadata.update(write_pointer(dataset.path, meta, data_dir))
     return namedtuple("Preprocessed", ["seconds"])(time.perf_counter() - started)

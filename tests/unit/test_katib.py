@@ -4,8 +4,8 @@ spec with Katib placeholders, hyperband's arithmetic; and the search space's mem
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import json
+import os
 import re
 from pathlib import Path
 
@@ -264,9 +264,23 @@ def test_hyperband_budget_grid_and_share():
     assert cpu_quantity(quantity("500m") / 2) == "250m" and memory_quantity(quantity("1Gi") / 3) == "341Mi"
 
 
-def test_the_experiment_is_bound_to_the_current_window():
-    assert window_dataset(dt.date(2026, 3, 2)) == "/mnt/dailyrec/datasets/2026-03-01"
-    assert window_dataset(dt.date(2026, 3, 1), root="/data") == "/data/datasets/2026-02-28"
+def test_the_experiment_is_bound_to_the_current_window(tmp_path):
+    """Katib follows datasets/latest, which each preprocess moves forward (never back: a backfill)."""
+    from components.common.runs import point_latest
+
+    assert window_dataset() == "/mnt/dailyrec/datasets/latest"
+    assert window_dataset(root=str(tmp_path)) == str(tmp_path / "datasets" / "latest")
+    folders = {name: tmp_path / "datasets" / name for name in
+               ("2026-03-01-aaaaaaaaaaaa", "2026-03-02-bbbbbbbbbbbb", "2026-02-20-cccccccccccc")}
+    for folder in folders.values():
+        folder.mkdir(parents=True)
+        (folder / "meta.json").write_text(folder.name)
+    latest = tmp_path / "datasets" / "latest"
+    assert point_latest(folders["2026-03-01-aaaaaaaaaaaa"]) and (latest / "meta.json").read_text() == "2026-03-01-aaaaaaaaaaaa"
+    assert point_latest(folders["2026-03-02-bbbbbbbbbbbb"]) and os.readlink(latest) == "2026-03-02-bbbbbbbbbbbb"
+    assert not point_latest(folders["2026-02-20-cccccccccccc"])  # a backfill of an older day
+    assert os.readlink(latest) == "2026-03-02-bbbbbbbbbbbb"
+    assert sorted(p.name for p in latest.parent.iterdir()) == sorted([*folders, "latest"])  # no temp left
     with pytest.raises(KatibError, match="data: the dataset folder of the window to search on is required"):
         KatibConfig(env="a100")
 
