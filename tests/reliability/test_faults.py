@@ -50,15 +50,16 @@ def test_rank_killed_mid_epoch_resumes_and_finishes_like_an_uninterrupted_run(ti
     clean = LaunchSpec.of(data=str(tiny_dataset), out=str(tmp_path / "clean"), plan=plan, max_restarts=3)
     run_ok(LocalTorchrun().command(clean))
     faulty = LaunchSpec.of(data=str(tiny_dataset), out=str(tmp_path / "faulty"), plan=plan, max_restarts=3)
-    proc = subprocess.Popen(LocalTorchrun().command(faulty), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    log = tmp_path / "faulty.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(LocalTorchrun().command(faulty), stdout=sink, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: (tmp_path / "faulty" / LAST).exists(), 300, "the first mid-epoch checkpoint")
         workers = [p for p in psutil.Process(proc.pid).children(recursive=True)
                    if "components.train" in " ".join(p.cmdline())]
         assert len(workers) == 2
         workers[1].send_signal(signal.SIGKILL)  # rank 1 dies mid-epoch 1, as on a preempted node
-        assert proc.wait(timeout=600) == 0
+        assert proc.wait(timeout=600) == 0, log.read_text()[-4000:]
     finally:
         proc.kill()
     resumed, baseline = read_summary(tmp_path / "faulty"), read_summary(tmp_path / "clean")
