@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kfp import kubernetes
 
+from components.common.monitoring import PUSHGATEWAY_ENV
 from components.register.integrity import SIGNING_KEY_ENV
 from kube.types import MOUNT_PATH, PVC
 
@@ -17,6 +18,10 @@ MLFLOW_CLIENTS = ("train-op", "evaluate-op", "register-op", "tune-op")
 """Tasks that talk to MLflow: only they get its credentials and (NetworkPolicy) its port."""
 SIGNING_SECRET = "dailyrec-model-signing"
 """Optional Secret with key ``key``: the HMAC key that signs registered models' digests."""
+MONITORING_CONFIG = "dailyrec-monitoring"
+"""Optional ConfigMap with key ``pushgateway`` (e.g. http://pushgateway.monitoring:9091): where the exit
+handler pushes the run's outcome (docs/cluster.md, Monitoring)."""
+PUSHGATEWAY_CLIENT_LABEL = "dailyrec.io/pushgateway-client"
 TASK_LABEL = "dailyrec.io/task"
 MLFLOW_CLIENT_LABEL = "dailyrec.io/mlflow-client"
 RUN_ID_ENV = "KFP_RUN_ID"
@@ -45,6 +50,9 @@ def on_cluster(task, name: str):
     kubernetes.use_field_path_as_env(task, RUN_ID_ENV, "metadata.labels['pipeline/runid']")
     if name in MLFLOW_CLIENTS:
         mlflow_client(task)
+    if name == "finalize":  # the exit handler pushes the run's outcome when the ConfigMap names a gateway
+        kubernetes.add_pod_label(task, PUSHGATEWAY_CLIENT_LABEL, "true")
+        kubernetes.use_config_map_as_env(task, MONITORING_CONFIG, {"pushgateway": PUSHGATEWAY_ENV}, optional=True)
     return task
 
 

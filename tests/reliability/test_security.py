@@ -151,3 +151,41 @@ def test_the_credential_scan_catches_planted_secrets():
     # a schema's "secret:" key opens a mapping; the next line is not its value
     assert not findings("secret:\n  description: secret information")
     assert findings('token: "abcdefgh12345678"') and findings("password =  hunter2hunter2")
+
+
+def test_monitoring_reaches_only_what_it_needs(tmp_path, fault_report):
+    """Prometheus (namespace monitoring) may scrape only the trainer pods' metrics port; only the exit
+    handler may push to the Pushgateway, whose address comes from an optional ConfigMap."""
+    import yaml
+
+    from pipelines.compile import compile_pipeline
+    from tests.deploy.conftest import render
+
+    require_tool("kubectl", KUBECTL_HOW)
+    monitoring_ns = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    for overlay in ("local", "a100"):
+        objects = render(overlay)
+        policies = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "NetworkPolicy"}
+        (scrape,) = policies["trainer-metrics"]["ingress"]
+        assert policies["trainer-metrics"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "dailyrec-trainer"}
+        assert scrape["from"] == monitoring_ns and scrape["ports"] == [{"protocol": "TCP", "port": 9108}]
+        (push,) = policies["pushgateway-client"]["egress"]
+        assert policies["pushgateway-client"]["podSelector"]["matchLabels"] == {"dailyrec.io/pushgateway-client": "true"}
+        assert push["to"] == monitoring_ns and push["ports"] == [{"protocol": "TCP", "port": 9091}]
+        (runtime,) = [o for o in objects if o["kind"] == "TrainingRuntime"]
+        pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        (container,) = pod["spec"]["containers"]
+        assert {"name": "DAILYREC_METRICS_PORT", "value": "9108"} in container["env"]
+        assert {"name": "metrics", "containerPort": 9108} in container["ports"]
+        assert pod["metadata"]["annotations"]["prometheus.io/port"] == "9108"
+    _, platform = yaml.safe_load_all(compile_pipeline(tmp_path / "p.yaml").read_text())
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    pushers = {name for name, config in executors.items()
+               if config.get("podMetadata", {}).get("labels", {}).get("dailyrec.io/pushgateway-client") == "true"}
+    assert pushers == {"exec-finalize"}
+    (env,) = executors["exec-finalize"]["configMapAsEnv"]
+    assert env["configMapName"] == "dailyrec-monitoring" and env["optional"] is True
+    assert env["keyToEnv"] == [{"configMapKey": "pushgateway", "envVar": "DAILYREC_PUSHGATEWAY"}]
+    fault_report("security", "who monitoring may reach (NetworkPolicies, compiled pipeline)",
+                 "Prometheus from namespace monitoring scrapes only the trainers' port 9108; only the exit "
+                 "handler may reach the Pushgateway (9091), its address from an optional ConfigMap")
