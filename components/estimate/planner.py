@@ -12,7 +12,7 @@ Choices (each gets a one-line ``rationale`` entry in the plan):
 * world size: on GPUs, the fewest devices (1, 2, 4, 8 in a node, then whole
   nodes) that finish ``max_epochs`` epochs within ``deadline_hours``; without a
   deadline, one GPU. On cpu-local one process per core (1 intra-op thread, 0
-  loader workers: measured best on the 2-vCPU VM);
+  loader workers: the rule and its evidence are in docs/tuning.md);
 * micro_batch: the largest power of two whose peak memory (memory.py) fits under
   ``memory_fraction`` of the device and divides the per-process batch;
   activation checkpointing only if micro-batch 1 does not fit without it;
@@ -518,7 +518,7 @@ def estimate(config: EstimateConfig) -> dict[str, Any]:
         "nproc_per_node": (f"fewest devices finishing {config.max_epochs} epochs in "
                            f"{config.deadline_hours:g} h" if deadline_s and gpu else
                            "one GPU (no deadline given)" if gpu else
-                           "one process per core, 1 intra-op thread each (measured best on the 2-vCPU VM)"
+                           "one process per core, 1 intra-op thread each (docs/tuning.md: one intra-op thread per CPU process)"
                            if c["nproc"] == profile.gpus_per_node else
                            f"{c['nproc']} processes: the largest count <= {profile.gpus_per_node} cores "
                            f"that divides global batch {config.global_batch}"),
@@ -548,8 +548,8 @@ def estimate(config: EstimateConfig) -> dict[str, Any]:
             f"{config.max_lost_minutes:g} min, the per-epoch checkpoint bounds the loss"),
         "num_workers": (f"{num_workers} loader workers: {profile.cpu_cores_per_gpu} CPU cores per GPU, "
                         f"one left for the training process" if gpu else
-                        "0 loader workers: on CPU the cores train (measured best on the 2-vCPU VM)"),
-        "cpu_threads": "1 intra-op thread per process (2 threads were ~60x slower on the 2-vCPU VM)",
+                        "0 loader workers: on CPU the cores train (docs/tuning.md)"),
+        "cpu_threads": "1 intra-op thread per process: CPU training scales with processes (docs/tuning.md)",
         "throughput": rate_note,
         "time": (f"start-up {t['startup_seconds']:,.0f} s + {config.max_epochs} x ({t['steps_per_epoch']:,} steps "
                  f"x {t['step_seconds']:.3g} s + validation {t['validation_seconds']:,.1f} s + checkpoints "
