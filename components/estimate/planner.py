@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -393,191 +393,246 @@ def mapped_train_bytes(meta: dict) -> int:
     return total
 
 
-def estimate(config: EstimateConfig) -> dict[str, Any]:
-    """The plan document ({"train", "rationale", "estimate"}) for ``config``."""
-    profile = load_profile(config.hardware)
-    meta = load_meta(config.data)
-    vocab = Vocab.from_meta(meta)
-    mconf = model_config(config.model)
-    train_rows = int(meta["splits"]["train"]["rows"])
-    val_rows = int(meta["splits"]["val"]["rows"])
-    params = parameter_split(mconf, vocab)
-    precision = "bf16" if profile.bf16 else "fp32"
-    gpu = profile.is_gpu
-    num_workers = min(profile.cpu_cores_per_gpu - 1, 8) if gpu else 0
-    prefetch = 4
-    cap = config.memory_fraction * profile.memory_bytes
-    mfu = config.mfu or profile.mfu
-    probe_on = hardware_present(profile) if config.probe is None else config.probe
-    probed = run_probe(mconf, vocab, profile, precision) if config.probe else None
-    mapped = mapped_train_bytes(meta)
-    deadline_s = config.deadline_hours * 3600 if config.deadline_hours else None
-    max_lost_s = 60 * config.max_lost_minutes
-    training, from_file = config.training()
-    patience = choose_patience(config.max_epochs) if config.patience is None else config.patience
+@dataclass
+class Candidate:
+    """One world size's plan shape (what fits in memory) and, once timed, its predicted seconds."""
 
-    def make_plan(c: dict) -> TrainPlan:
+    nproc: int
+    nnodes: int
+    micro: int
+    accum: int
+    checkpointing: bool
+    breakdown: dict
+    """The memory model's peak per device at ``micro``, term by term."""
+    flops: float
+    """Training FLOPs of one sample."""
+    times: dict = field(default_factory=lambda: {"checkpoint_every_steps": 0})
+    """:func:`time_model`'s terms (until timed: no mid-epoch checkpoints)."""
+
+    @property
+    def world(self) -> int:
+        return self.nproc * self.nnodes
+
+    @property
+    def total_seconds(self) -> float:
+        return self.times["total_seconds"]
+
+
+class Planner:
+    """What every candidate of one estimate shares (config, hardware profile, dataset, model,
+    training settings, the probes' measurements), and the steps that turn them into a plan."""
+
+    def __init__(self, config: EstimateConfig) -> None:
+        self.config = config
+        self.profile = profile = load_profile(config.hardware)
+        self.meta = load_meta(config.data)
+        self.vocab = Vocab.from_meta(self.meta)
+        self.mconf = model_config(config.model)
+        self.train_rows = int(self.meta["splits"]["train"]["rows"])
+        self.val_rows = int(self.meta["splits"]["val"]["rows"])
+        self.params = parameter_split(self.mconf, self.vocab)
+        self.precision = "bf16" if profile.bf16 else "fp32"
+        self.gpu = profile.is_gpu
+        self.num_workers = min(profile.cpu_cores_per_gpu - 1, 8) if self.gpu else 0
+        self.prefetch = 4
+        self.cap = config.memory_fraction * profile.memory_bytes
+        self.mfu = config.mfu or profile.mfu
+        self.probe_on = hardware_present(profile) if config.probe is None else config.probe
+        self.probed = run_probe(self.mconf, self.vocab, profile, self.precision) if config.probe else None
+        self.mapped = mapped_train_bytes(self.meta)
+        self.deadline_s = config.deadline_hours * 3600 if config.deadline_hours else None
+        self.training, self.from_file = config.training()
+        self.patience = choose_patience(config.max_epochs) if config.patience is None else config.patience
+        self.speed: dict | None = None
+        """The launched speed probe's measurement (one for every candidate of a CPU profile)."""
+        self.unprobed = None if hardware_present(profile) else "no such device here"
+        self.tried: list[str] = []
+
+    def plan(self, c: Candidate) -> TrainPlan:
+        config, training = self.config, self.training
         return TrainPlan(
-            model=config.model, micro_batch=c["micro"], grad_accum=c["accum"], nproc_per_node=c["nproc"],
-            nnodes=c["nnodes"], precision=precision, activation_checkpointing=c["checkpointing"],
+            model=config.model, micro_batch=c.micro, grad_accum=c.accum, nproc_per_node=c.nproc,
+            nnodes=c.nnodes, precision=self.precision, activation_checkpointing=c.checkpointing,
             sparse_embeddings="auto", lr=training.lr * config.global_batch / training.global_batch,
             warmup_fraction=training.warmup_fraction, weight_decay=training.weight_decay,
-            max_epochs=config.max_epochs, patience=patience, num_workers=num_workers,
-            prefetch_factor=prefetch, pin_memory=gpu, persistent_workers=num_workers > 0, cpu_threads=1,
-            checkpoint_every_steps=c["times"]["checkpoint_every_steps"],
+            max_epochs=config.max_epochs, patience=self.patience, num_workers=self.num_workers,
+            prefetch_factor=self.prefetch, pin_memory=self.gpu, persistent_workers=self.num_workers > 0,
+            cpu_threads=1, checkpoint_every_steps=c.times["checkpoint_every_steps"],
             max_lost_minutes=config.max_lost_minutes)
 
-    speed = None
-    unprobed = None if hardware_present(profile) else "no such device here"
-    chosen = fastest = None
-    tried = []
-    for nproc, nnodes in world_candidates(profile):
-        world = nproc * nnodes
+    def fit(self, nproc: int, nnodes: int) -> Candidate | None:
+        """The largest micro-batch that fits ``nproc`` x ``nnodes`` (with activation checkpointing only
+        when needed); None when the global batch does not divide; InfeasibleError when nothing fits."""
+        world, config = nproc * nnodes, self.config
         if config.global_batch % world:
-            tried.append(f"{world} processes (global batch {config.global_batch} not divisible)")
-            continue
+            self.tried.append(f"{world} processes (global batch {config.global_batch} not divisible)")
+            return None
         per_process = config.global_batch // world
-        fit = None
         for checkpointing in (False, True):
-            found = largest_micro_batch(mconf, vocab, profile, cap, per_process, world, precision,
-                                        checkpointing, num_workers, prefetch, probed, mapped)
+            found = largest_micro_batch(self.mconf, self.vocab, self.profile, self.cap, per_process, world,
+                                        self.precision, checkpointing, self.num_workers, self.prefetch,
+                                        self.probed, self.mapped)
             if found:
-                fit = (found[0], found[1], checkpointing)
-                break
-        if fit is None:
-            setup = setup_for(mconf, vocab, profile, micro=1, accum=per_process, world=world,
-                              precision=precision, checkpointing=True, num_workers=num_workers,
-                              prefetch=prefetch, mapped_bytes=mapped)
-            need = apply_probe(memory_breakdown(setup), setup, probed)["total"]["total"]
-            raise InfeasibleError(
-                f"{config.model} does not fit on {profile.name}: even micro-batch 1 with activation "
-                f"checkpointing needs {gb(need)} per device, above the cap {gb(cap)} "
-                f"({config.memory_fraction:.0%} of {gb(profile.memory_bytes)})")
-        micro, breakdown, checkpointing = fit
-        accum = per_process // micro
-        reduced = FP32 * (params["total"] if gpu else params["other_tables"] + params["dense"])
-        flops = flops_per_sample(mconf, vocab, checkpointing)
-        candidate = dict(nproc=nproc, nnodes=nnodes, micro=micro, accum=accum, breakdown=breakdown,
-                         checkpointing=checkpointing, flops=flops,
-                         times={"checkpoint_every_steps": 0})
-        if probe_on and speed is None:  # one process's rate: the same for every candidate
-            try:
-                speed = run_speed_probe(config.data, make_plan(candidate), profile)
-            except EstimateError as exc:
-                if config.probe:  # asked for: say why it cannot be done
-                    raise
-                probe_on, unprobed = False, str(exc).removeprefix("--probe: ")
-        times = time_model(
-            profile=profile, flops=flops, micro_batch=micro, grad_accum=accum, nproc=nproc, nnodes=nnodes,
-            reduced_bytes=reduced, optimizer_params=params["total"] if gpu else params["other_tables"]
-            + params["dense"], embedding_bytes=embedding_bytes_per_sample(mconf, vocab, sparse=not gpu),
-            steps_per_epoch=math.ceil(train_rows / config.global_batch), val_rows=val_rows,
-            checkpoint_bytes=CHECKPOINT_BYTES_PER_PARAM * params["total"], max_epochs=config.max_epochs,
-            max_lost_seconds=max_lost_s, mfu=mfu, measured=speed)
-        chosen = {**candidate, "times": times}
-        tried.append(f"{world} x {profile.name}: {times['total_seconds'] / 3600:.2f} h")
-        if fastest is None or times["total_seconds"] < fastest["times"]["total_seconds"]:
-            fastest = chosen
-        if deadline_s is None or times["total_seconds"] <= deadline_s or not gpu:  # CPU: the first is fastest
-            break
-    if fastest is None:  # pragma: no cover - CPU candidates end at 1 process, GPUs at 1 device
-        raise InfeasibleError(f"no world size of {profile.name} divides global batch "
-                              f"{config.global_batch}: {'; '.join(tried)}")
-    if deadline_s is not None and fastest["times"]["total_seconds"] > deadline_s:
-        t = fastest["times"]
+                micro, breakdown = found
+                return Candidate(nproc, nnodes, micro, per_process // micro, checkpointing, breakdown,
+                                 flops_per_sample(self.mconf, self.vocab, checkpointing))
+        setup = setup_for(self.mconf, self.vocab, self.profile, micro=1, accum=per_process, world=world,
+                          precision=self.precision, checkpointing=True, num_workers=self.num_workers,
+                          prefetch=self.prefetch, mapped_bytes=self.mapped)
+        need = apply_probe(memory_breakdown(setup), setup, self.probed)["total"]["total"]
         raise InfeasibleError(
-            f"deadline {config.deadline_hours:g} h ({deadline_s:.3g} s) cannot be met on {profile.name} "
-            f"(at most {profile.max_world} {'devices' if gpu else 'processes'}): {config.max_epochs} "
-            f"epochs of {train_rows:,} rows take {t['total_seconds'] / 3600:.2f} h "
-            f"({t['total_seconds']:,.0f} s) at best ({fastest['nproc']} per node x {fastest['nnodes']} "
-            f"nodes): start-up {t['startup_seconds']:,.0f} s + {config.max_epochs} x "
-            f"{t['epoch_seconds']:,.1f} s per epoch; tried {'; '.join(tried)}")
-    c = chosen
-    world = c["nproc"] * c["nnodes"]
-    t = c["times"]
-    plan = make_plan(c)
-    total_mem = c["breakdown"]["total"]["total"]
-    rate = config.global_batch / t["step_seconds"]
-    if speed:
-        rate_note = (f"probe-measured on this machine: {speed['samples_per_s']:,.0f} samples/s per process "
-                     f"(micro-batch {speed['micro_batch']}, real rows), validation "
-                     f"{speed['eval_samples_per_s']:,.0f} rows/s")
-    else:
-        rate_note = (f"modelled: micro-step bound by {t['bound']} ({c['flops'] / 1e6:.2f} MFLOP/sample at MFU "
-                     f"{mfu:.3g} of {profile.bf16_flops / 1e12:g} TFLOP/s; latency floor "
-                     f"{profile.step_latency_seconds * 1e3:g} ms)"
-                     + (f"; not probed: {unprobed}" if unprobed else ""))
-    rationale = {
-        "model": f"{config.model}: {params['total']:,} parameters ({params['embedding']:,} embedding, "
-                 f"{params['dense']:,} dense) at the dataset's vocab",
-        "micro_batch": f"largest power of two that divides the per-process batch and fits: peak "
-                       f"{gb(total_mem)} <= cap {gb(cap)} ({config.memory_fraction:.0%} of "
-                       f"{gb(profile.memory_bytes)})",
-        "grad_accum": f"{config.global_batch} global = {c['micro']} micro x {c['accum']} accum x "
-                      f"{world} processes",
-        "nproc_per_node": (f"fewest devices finishing {config.max_epochs} epochs in "
-                           f"{config.deadline_hours:g} h" if deadline_s and gpu else
-                           "one GPU (no deadline given)" if gpu else
-                           "one process per core, 1 intra-op thread each (docs/tuning.md: one intra-op thread per CPU process)"
-                           if c["nproc"] == profile.gpus_per_node else
-                           f"{c['nproc']} processes: the largest count <= {profile.gpus_per_node} cores "
-                           f"that divides global batch {config.global_batch}"),
-        "nnodes": f"{c['nnodes']} of at most {profile.max_nodes} in the {profile.name} pool",
-        "precision": ("bf16 autocast: the profile supports it" if precision == "bf16"
-                      else "fp32: no bf16 training on this device"),
-        "activation_checkpointing": ("on: micro-batch 1 does not fit without it" if c["checkpointing"]
-                                     else "off: the model fits without recomputation"),
-        "sparse_embeddings": ("auto: dense tables with NCCL (it cannot reduce sparse gradients)" if gpu
-                              else "auto: sparse item/user tables with gloo (SparseAdam)"),
-        "lr": f"{training.lr:g} x {config.global_batch}/{training.global_batch} (linear scaling), "
-              f"{training.warmup_fraction:.0%} warmup"
-              + (f", weight decay {training.weight_decay:g}: tuned settings of {config.model}"
-                 if from_file else ""),
-        "max_epochs": f"{config.max_epochs} epochs at most; the time estimate assumes all of them",
-        "patience": (f"{patience}: " + (f"early stopping can end the run after epoch {patience + 1} of "
-                                        f"{config.max_epochs} when the first epoch stays the best"
-                                        if 0 < patience <= config.max_epochs - 2 else
-                                        "early stopping cannot end this run before max_epochs")
-                     + (" (given)" if config.patience is not None else
-                        " (1 for short schedules: click models tend to peak after one or two epochs)")),
-        "checkpoint_every_steps": (
-            f"{t['checkpoint_every_steps']}: at most {config.max_lost_minutes:g} min of training lost to a "
-            f"preemption ({t['step_seconds']:.3g} s per step; each write ~{t['checkpoint_write_seconds']:.2g} s)"
-            if t["checkpoint_every_steps"] else
-            f"0: an epoch's training ({t['steps_per_epoch'] * t['step_seconds']:,.0f} s) is under "
-            f"{config.max_lost_minutes:g} min, the per-epoch checkpoint bounds the loss"),
-        "num_workers": (f"{num_workers} loader workers: {profile.cpu_cores_per_gpu} CPU cores per GPU, "
-                        f"one left for the training process" if gpu else
-                        "0 loader workers: on CPU the cores train (docs/tuning.md)"),
-        "cpu_threads": "1 intra-op thread per process: CPU training scales with processes (docs/tuning.md)",
-        "throughput": rate_note,
-        "time": (f"start-up {t['startup_seconds']:,.0f} s + {config.max_epochs} x ({t['steps_per_epoch']:,} steps "
-                 f"x {t['step_seconds']:.3g} s + validation {t['validation_seconds']:,.1f} s + checkpoints "
-                 f"{t['checkpoint_seconds']:,.1f} s) = {duration(t['total_seconds'])}; constants from "
-                 f"{profile.source}"),
-    }
-    estimate_doc = {
-        "hardware": profile.as_dict(),
-        "dataset": {"path": str(config.data), "train_rows": train_rows, "val_rows": val_rows,
-                    "fingerprint": meta.get("fingerprint"), "vocab": dataclasses.asdict(vocab),
-                    "mapped_train_bytes": mapped},
-        "parameters": params,
-        "memory": {**c["breakdown"], "cap_bytes": cap, "device_memory_bytes": profile.memory_bytes,
-                   "memory_fraction": config.memory_fraction},
-        "throughput": {
-            "flops_per_sample": c["flops"], "mfu": None if speed else mfu,
-            "device_flops": profile.bf16_flops, "measured_samples_per_s": speed["samples_per_s"] if speed else None,
-            "source": "probe" if speed else "modelled", "note": rate_note, "samples_per_s": rate,
-        },
-        "times": {**t, "epochs_assumed": config.max_epochs, "deadline_hours": config.deadline_hours,
-                  "max_lost_minutes": config.max_lost_minutes,
-                  "sources": {k: profile.sources.get(k) for k in TIME_FIELDS}},
-        "candidates": tried,
-        "probe": probed,
-        "speed_probe": speed,
-        "config": dataclasses.asdict(config),
-    }
-    return {"train": plan, "rationale": rationale, "estimate": estimate_doc}
+            f"{config.model} does not fit on {self.profile.name}: even micro-batch 1 with activation "
+            f"checkpointing needs {gb(need)} per device, above the cap {gb(self.cap)} "
+            f"({config.memory_fraction:.0%} of {gb(self.profile.memory_bytes)})")
+
+    def measure(self, c: Candidate) -> None:
+        """Run the speed probe once, in ``c``'s processes, where the hardware is here."""
+        if not self.probe_on or self.speed is not None:
+            return
+        try:
+            self.speed = run_speed_probe(self.config.data, self.plan(c), self.profile)
+        except EstimateError as exc:
+            if self.config.probe:  # asked for: say why it cannot be done
+                raise
+            self.probe_on, self.unprobed = False, str(exc).removeprefix("--probe: ")
+
+    def timed(self, c: Candidate) -> Candidate:
+        params, gpu, config = self.params, self.gpu, self.config
+        reduced_params = params["total"] if gpu else params["other_tables"] + params["dense"]
+        c.times = time_model(
+            profile=self.profile, flops=c.flops, micro_batch=c.micro, grad_accum=c.accum, nproc=c.nproc,
+            nnodes=c.nnodes, reduced_bytes=FP32 * reduced_params, optimizer_params=reduced_params,
+            embedding_bytes=embedding_bytes_per_sample(self.mconf, self.vocab, sparse=not gpu),
+            steps_per_epoch=math.ceil(self.train_rows / config.global_batch), val_rows=self.val_rows,
+            checkpoint_bytes=CHECKPOINT_BYTES_PER_PARAM * params["total"], max_epochs=config.max_epochs,
+            max_lost_seconds=60 * config.max_lost_minutes, mfu=self.mfu, measured=self.speed)
+        self.tried.append(f"{c.world} x {self.profile.name}: {c.total_seconds / 3600:.2f} h")
+        return c
+
+    def search(self) -> Candidate:
+        """World sizes in order until one meets the deadline (CPU: the first, the fastest); the chosen
+        candidate, or InfeasibleError with the fastest one's numbers."""
+        chosen = fastest = None
+        for nproc, nnodes in world_candidates(self.profile):
+            candidate = self.fit(nproc, nnodes)
+            if candidate is None:
+                continue
+            self.measure(candidate)
+            chosen = self.timed(candidate)
+            if fastest is None or chosen.total_seconds < fastest.total_seconds:
+                fastest = chosen
+            if self.deadline_s is None or chosen.total_seconds <= self.deadline_s or not self.gpu:
+                break
+        if fastest is None:  # pragma: no cover - CPU candidates end at 1 process, GPUs at 1 device
+            raise InfeasibleError(f"no world size of {self.profile.name} divides global batch "
+                                  f"{self.config.global_batch}: {'; '.join(self.tried)}")
+        if self.deadline_s is not None and fastest.total_seconds > self.deadline_s:
+            config, t = self.config, fastest.times
+            raise InfeasibleError(
+                f"deadline {config.deadline_hours:g} h ({self.deadline_s:.3g} s) cannot be met on "
+                f"{self.profile.name} (at most {self.profile.max_world} {'devices' if self.gpu else 'processes'}): "
+                f"{config.max_epochs} epochs of {self.train_rows:,} rows take {t['total_seconds'] / 3600:.2f} h "
+                f"({t['total_seconds']:,.0f} s) at best ({fastest.nproc} per node x {fastest.nnodes} nodes): "
+                f"start-up {t['startup_seconds']:,.0f} s + {config.max_epochs} x {t['epoch_seconds']:,.1f} s per "
+                f"epoch; tried {'; '.join(self.tried)}")
+        return chosen
+
+    def rate_note(self, c: Candidate) -> str:
+        speed, t, profile = self.speed, c.times, self.profile
+        if speed:
+            return (f"probe-measured on this machine: {speed['samples_per_s']:,.0f} samples/s per process "
+                    f"(micro-batch {speed['micro_batch']}, real rows), validation "
+                    f"{speed['eval_samples_per_s']:,.0f} rows/s")
+        return (f"modelled: micro-step bound by {t['bound']} ({c.flops / 1e6:.2f} MFLOP/sample at MFU "
+                f"{self.mfu:.3g} of {profile.bf16_flops / 1e12:g} TFLOP/s; latency floor "
+                f"{profile.step_latency_seconds * 1e3:g} ms)" + (f"; not probed: {self.unprobed}" if self.unprobed else ""))
+
+    def rationale(self, c: Candidate) -> dict[str, str]:
+        """Why each setting of the plan is what it is, one line each."""
+        config, profile, params, t, training = self.config, self.profile, self.params, c.times, self.training
+        gpu, patience, num_workers = self.gpu, self.patience, self.num_workers
+        return {
+            "model": f"{config.model}: {params['total']:,} parameters ({params['embedding']:,} embedding, "
+                     f"{params['dense']:,} dense) at the dataset's vocab",
+            "micro_batch": f"largest power of two that divides the per-process batch and fits: peak "
+                           f"{gb(c.breakdown['total']['total'])} <= cap {gb(self.cap)} ({config.memory_fraction:.0%} "
+                           f"of {gb(profile.memory_bytes)})",
+            "grad_accum": f"{config.global_batch} global = {c.micro} micro x {c.accum} accum x {c.world} processes",
+            "nproc_per_node": (f"fewest devices finishing {config.max_epochs} epochs in "
+                               f"{config.deadline_hours:g} h" if self.deadline_s and gpu else
+                               "one GPU (no deadline given)" if gpu else
+                               "one process per core, 1 intra-op thread each (docs/tuning.md: one intra-op "
+                               "thread per CPU process)" if c.nproc == profile.gpus_per_node else
+                               f"{c.nproc} processes: the largest count <= {profile.gpus_per_node} cores "
+                               f"that divides global batch {config.global_batch}"),
+            "nnodes": f"{c.nnodes} of at most {profile.max_nodes} in the {profile.name} pool",
+            "precision": ("bf16 autocast: the profile supports it" if self.precision == "bf16"
+                          else "fp32: no bf16 training on this device"),
+            "activation_checkpointing": ("on: micro-batch 1 does not fit without it" if c.checkpointing
+                                         else "off: the model fits without recomputation"),
+            "sparse_embeddings": ("auto: dense tables with NCCL (it cannot reduce sparse gradients)" if gpu
+                                  else "auto: sparse item/user tables with gloo (SparseAdam)"),
+            "lr": f"{training.lr:g} x {config.global_batch}/{training.global_batch} (linear scaling), "
+                  f"{training.warmup_fraction:.0%} warmup"
+                  + (f", weight decay {training.weight_decay:g}: tuned settings of {config.model}"
+                     if self.from_file else ""),
+            "max_epochs": f"{config.max_epochs} epochs at most; the time estimate assumes all of them",
+            "patience": (f"{patience}: " + (f"early stopping can end the run after epoch {patience + 1} of "
+                                            f"{config.max_epochs} when the first epoch stays the best"
+                                            if 0 < patience <= config.max_epochs - 2 else
+                                            "early stopping cannot end this run before max_epochs")
+                         + (" (given)" if config.patience is not None else
+                            " (1 for short schedules: click models tend to peak after one or two epochs)")),
+            "checkpoint_every_steps": (
+                f"{t['checkpoint_every_steps']}: at most {config.max_lost_minutes:g} min of training lost to a "
+                f"preemption ({t['step_seconds']:.3g} s per step; each write ~{t['checkpoint_write_seconds']:.2g} s)"
+                if t["checkpoint_every_steps"] else
+                f"0: an epoch's training ({t['steps_per_epoch'] * t['step_seconds']:,.0f} s) is under "
+                f"{config.max_lost_minutes:g} min, the per-epoch checkpoint bounds the loss"),
+            "num_workers": (f"{num_workers} loader workers: {profile.cpu_cores_per_gpu} CPU cores per GPU, "
+                            f"one left for the training process" if gpu else
+                            "0 loader workers: on CPU the cores train (docs/tuning.md)"),
+            "cpu_threads": "1 intra-op thread per process: CPU training scales with processes (docs/tuning.md)",
+            "throughput": self.rate_note(c),
+            "time": (f"start-up {t['startup_seconds']:,.0f} s + {config.max_epochs} x ({t['steps_per_epoch']:,} "
+                     f"steps x {t['step_seconds']:.3g} s + validation {t['validation_seconds']:,.1f} s + "
+                     f"checkpoints {t['checkpoint_seconds']:,.1f} s) = {duration(t['total_seconds'])}; constants "
+                     f"from {profile.source}"),
+        }
+
+    def document(self, c: Candidate) -> dict[str, Any]:
+        """The plan's ``estimate`` block: every input and every predicted number behind it."""
+        config, profile, speed = self.config, self.profile, self.speed
+        return {
+            "hardware": profile.as_dict(),
+            "dataset": {"path": str(config.data), "train_rows": self.train_rows, "val_rows": self.val_rows,
+                        "fingerprint": self.meta.get("fingerprint"), "vocab": dataclasses.asdict(self.vocab),
+                        "mapped_train_bytes": self.mapped},
+            "parameters": self.params,
+            "memory": {**c.breakdown, "cap_bytes": self.cap, "device_memory_bytes": profile.memory_bytes,
+                       "memory_fraction": config.memory_fraction},
+            "throughput": {
+                "flops_per_sample": c.flops, "mfu": None if speed else self.mfu, "device_flops": profile.bf16_flops,
+                "measured_samples_per_s": speed["samples_per_s"] if speed else None,
+                "source": "probe" if speed else "modelled", "note": self.rate_note(c),
+                "samples_per_s": config.global_batch / c.times["step_seconds"],
+            },
+            "times": {**c.times, "epochs_assumed": config.max_epochs, "deadline_hours": config.deadline_hours,
+                      "max_lost_minutes": config.max_lost_minutes,
+                      "sources": {k: profile.sources.get(k) for k in TIME_FIELDS}},
+            "candidates": self.tried,
+            "probe": self.probed,
+            "speed_probe": speed,
+            "config": dataclasses.asdict(config),
+        }
+
+def estimate(config: EstimateConfig) -> dict[str, Any]:
+    """The plan document ({"train", "rationale", "estimate"}) for ``config``: fit each world size in
+    memory, probe and time it, choose, explain."""
+    planner = Planner(config)
+    chosen = planner.search()
+    return {"train": planner.plan(chosen), "rationale": planner.rationale(chosen),
+            "estimate": planner.document(chosen)}
 
 
 def write(config: EstimateConfig, out: str | Path) -> tuple[Path, dict[str, Any]]:
