@@ -133,6 +133,7 @@ def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str
     from components.common.final_status import final_status
     from components.common.paths import PathError, inside, safe_name
     from components.common.runs import (
+        RunFolder,
         build_summary,
         claimed_by_other,
         run_dir,
@@ -155,8 +156,8 @@ def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str
         run = json.loads((folder / "run.json").read_text())
     except (OSError, ValueError):
         run = {"data_dir": "", "raw_uri": ""}  # failed before the window was resolved
-    for leftover in ("train", "evaluate", "registration.json", "summary.json"):
-        remove_stale_temps(folder / leftover)
+    for leftover in RunFolder(folder).outputs():
+        remove_stale_temps(leftover)
     # decided on the state alone: a KFP backend leaves the error message empty
     outcome = final_status(status.state, status.error_message)
     error = outcome.error
@@ -165,7 +166,7 @@ def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str
     if outcome.failed and launcher == "trainjob":
         from kube.client import delete_run_trainjob
 
-        delete_run_trainjob(cluster_target, str(folder / "train"))
+        delete_run_trainjob(cluster_target, str(RunFolder(folder).train))
     summary = build_summary(folder, run["data_dir"], run["raw_uri"], model_name, rid,
                             status=outcome.status, error=error)
     summary["kfp_state"] = status.state

@@ -23,7 +23,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway, start_http_server
 
 from components.common.progress import get_logger
-from components.common.runs import STAGES
+from components.common.runs import DECISION, STAGES, RunFolder
 from components.common.tracking import check_no_credentials, redact
 
 log = get_logger(__name__)
@@ -158,7 +158,7 @@ def push_run_outcome(summary: dict, gateway: str | None = None, now: float | Non
     decision = None
     if summary.get("run_folder"):
         try:
-            decision = json.loads((Path(summary["run_folder"]) / "evaluate" / "decision.json").read_text())
+            decision = json.loads((RunFolder(Path(summary["run_folder"])).evaluate / DECISION).read_text())
         except (OSError, ValueError):
             decision = None  # the run ended before evaluate
     registry = run_outcome(summary, decision, now)

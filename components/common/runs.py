@@ -18,6 +18,7 @@ import json
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,57 @@ from components.common.storage import atomic_write_bytes, atomic_write_json
 
 STAGES = ("preprocess", "estimate", "train", "evaluate", "register")
 SUMMARY = "summary.json"
+# what each stage writes, by name: the stages write them (into their --out folders), the run
+# folder below finds them
+PLAN = "plan.json"
+TRAIN_SUMMARY = "train_summary.json"
+METRICS, DECISION = "metrics.json", "decision.json"
+REGISTRATION = "registration.json"
+OWNER = "owner.json"
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """One run's folder (``runs/<run id>``) and where each stage's files lie in it."""
+
+    path: Path
+
+    @classmethod
+    def of(cls, storage_root: str | Path, run_id: str) -> RunFolder:
+        return cls(run_dir(storage_root, run_id))
+
+    @property
+    def plan(self) -> Path:
+        return self.path / PLAN
+
+    @property
+    def train(self) -> Path:
+        """The trainer's ``--out``: checkpoints and :data:`TRAIN_SUMMARY`."""
+        return self.path / "train"
+
+    @property
+    def evaluate(self) -> Path:
+        """Evaluate's ``--out``: :data:`METRICS`, :data:`DECISION`, the report and plots."""
+        return self.path / "evaluate"
+
+    @property
+    def registration(self) -> Path:
+        return self.path / REGISTRATION
+
+    @property
+    def summary(self) -> Path:
+        return self.path / SUMMARY
+
+    @property
+    def owner(self) -> Path:
+        return self.path / OWNER
+
+    def stage_record(self, stage: str) -> Path:
+        return self.path / "stages" / f"{stage}.json"
+
+    def outputs(self) -> tuple[Path, ...]:
+        """What the stages write into the folder (the exit handler clears their stale temp files)."""
+        return self.train, self.evaluate, self.registration, self.summary
 
 
 def dataset_dir(storage_root: str | Path, end_date: str, fingerprint: str) -> Path:
@@ -65,9 +117,6 @@ def run_dir(storage_root: str | Path, run_id: str) -> Path:
     return Path(storage_root) / "runs" / run_id
 
 
-OWNER = "owner.json"
-
-
 class RunFolderTaken(RuntimeError):
     """Another KFP run, still unfinished, uses this run folder (the same explicit run_id twice)."""
 
@@ -81,38 +130,38 @@ def claim_run_dir(folder: str | Path, kfp_run_id: str) -> Path:
     :class:`RunFolderTaken` names the other run. Local runs hold the storage root's lock for
     their whole length, so ``pipelines.local`` clears the claim of a killed earlier run first.
     """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / OWNER
+    run = RunFolder(Path(folder))
+    run.path.mkdir(parents=True, exist_ok=True)
+    path = run.owner
     record = json.dumps({"kfp_run_id": kfp_run_id, "claimed_at": time.time()}).encode()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         owner = (_read(path) or {}).get("kfp_run_id")
         if owner == kfp_run_id:
-            return folder
-        if owner is not None and not (folder / SUMMARY).is_file():
+            return run.path
+        if owner is not None and not run.summary.is_file():
             raise RunFolderTaken(
-                f"run folder {folder} is in use by KFP run {owner}, which has not finished: give this run "
+                f"run folder {run.path} is in use by KFP run {owner}, which has not finished: give this run "
                 f"another run_id (or leave it empty for the KFP run id); if that run is gone (cancelled), "
                 f"delete {path}") from None
         atomic_write_bytes(path, record)  # a finished run's folder (or an unreadable claim): ours now
-        return folder
+        return run.path
     with os.fdopen(fd, "wb") as f:
         f.write(record)
-    return folder
+    return run.path
 
 
 def claimed_by_other(folder: str | Path, kfp_run_id: str) -> str | None:
     """The other KFP run that claimed ``folder``; None when unclaimed or ours."""
-    owner = (_read(Path(folder) / OWNER) or {}).get("kfp_run_id")
+    owner = (_read(RunFolder(Path(folder)).owner) or {}).get("kfp_run_id")
     return owner if owner not in (None, kfp_run_id) else None
 
 
 def record_stage(folder: str | Path, stage: str, seconds: float, **info: Any) -> None:
     """Note a stage's wall-clock seconds (and anything else worth a line) in the run folder, and say so."""
     print(f"[dailyrec] stage {stage} done in {seconds:.1f}s", flush=True)
-    atomic_write_json(Path(folder) / "stages" / f"{stage}.json",
+    atomic_write_json(RunFolder(Path(folder)).stage_record(stage),
                       {"stage": stage, "seconds": round(seconds, 3), "finished": time.time(), **info})
 
 
@@ -130,16 +179,16 @@ def _number(value: Any) -> float | None:
 def build_summary(folder: str | Path, data_dir: str | Path, raw_uri: str, model_name: str,
                   run_id: str, status: str = "SUCCEEDED", error: str | None = None) -> dict:
     """The run's summary from what its stages left in ``folder``; stages that did not run are null."""
-    folder = Path(folder)
+    run = RunFolder(Path(folder))
     meta = _read(Path(data_dir) / "meta.json") or {}
-    plan_doc = _read(folder / "plan.json") or {}
-    train = _read(folder / "train" / "train_summary.json") or {}
-    metrics = _read(folder / "evaluate" / "metrics.json") or {}
-    decision = _read(folder / "evaluate" / "decision.json") or {}
-    registration = _read(folder / "registration.json") or {}
+    plan_doc = _read(run.plan) or {}
+    train = _read(run.train / TRAIN_SUMMARY) or {}
+    metrics = _read(run.evaluate / METRICS) or {}
+    decision = _read(run.evaluate / DECISION) or {}
+    registration = _read(run.registration) or {}
     stages = {}
     for stage in STAGES:
-        record = _read(folder / "stages" / f"{stage}.json")
+        record = _read(run.stage_record(stage))
         stages[stage] = record["seconds"] if record else None
     window = meta.get("window") or {}
     plan = plan_doc.get("train") or {}
@@ -165,7 +214,7 @@ def build_summary(folder: str | Path, data_dir: str | Path, raw_uri: str, model_
                                            "precision", "lr", "max_epochs", "patience",
                                            "checkpoint_every_steps", "num_workers")},
         "plan_vs_actual": train.get("plan_vs_actual"),
-        "run_folder": str(folder),
+        "run_folder": str(run.path),
     }
 
 
@@ -180,7 +229,7 @@ def oracle_auc(raw_uri: str, test_days: str | None) -> float | None:
 
 
 def write_summary(folder: str | Path, summary: dict) -> Path:
-    return atomic_write_json(Path(folder) / SUMMARY, summary)
+    return atomic_write_json(RunFolder(Path(folder)).summary, summary)
 
 
 def summary_text(summary: dict) -> str:

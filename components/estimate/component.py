@@ -36,7 +36,7 @@ def estimate_op(
     from pathlib import Path
 
     from components.common.dataset import read_pointer
-    from components.common.runs import record_stage
+    from components.common.runs import RunFolder, record_stage
     from components.common.storage import disk_full_as
     from components.estimate.planner import EstimateConfig, table, write
 
@@ -46,7 +46,7 @@ def estimate_op(
     with disk_full_as("estimate", run_dir):
         path, doc = write(EstimateConfig(data=data_dir, model=model_config, hardware=hardware_profile,
                                          global_batch=global_batch, deadline_hours=deadline_hours or None,
-                                         max_epochs=max_epochs), Path(run_dir) / "plan.json")
+                                         max_epochs=max_epochs), RunFolder(Path(run_dir)).plan)
     print(table(doc))
     shutil.copyfile(path, plan.path)
     train = dataclasses.asdict(doc["train"])

@@ -37,14 +37,14 @@ def evaluate_op(
     from pathlib import Path
 
     from components.common.dataset import read_pointer
-    from components.common.runs import record_stage
+    from components.common.runs import RunFolder, record_stage
     from components.common.storage import disk_full_as
     from components.evaluate import report as reporting
     from components.evaluate.decision import GateRule
     from components.evaluate.stage import EvaluateConfig, evaluate
 
     started = time.perf_counter()
-    out = Path(run_dir) / "evaluate"
+    out = RunFolder(Path(run_dir)).evaluate
     with disk_full_as("evaluate", out):
         result = evaluate(EvaluateConfig(data=read_pointer(dataset.path),
                                          checkpoint=Path(model.path).read_text().strip(), out=str(out),

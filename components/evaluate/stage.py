@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from components.common.progress import get_logger
+from components.common.runs import DECISION, METRICS
 from components.common.storage import atomic_dir, atomic_write_bytes, atomic_write_json
 from components.evaluate import report
 from components.evaluate.decision import GateRule, decide
@@ -38,7 +39,7 @@ from components.train.inference import load_scorer, predict_logits, sigmoid, spl
 from components.train.model import Vocab
 
 log = get_logger(__name__)
-METRICS, DECISION, ROC = "metrics.json", "decision.json", "roc.json"
+ROC = "roc.json"
 
 
 class EvaluateError(ValueError):

@@ -33,14 +33,14 @@ def register_op(
     from pathlib import Path
 
     from components.common.lock import TASK_WAIT_S, root_of, storage_lock
-    from components.common.runs import record_stage
+    from components.common.runs import DECISION, METRICS, RunFolder, record_stage
     from components.common.storage import disk_full_as
     from components.register.stage import RegisterConfig, register, summary_line
 
     started = time.perf_counter()
-    evaluated = Path(run_dir) / "evaluate"
+    evaluated = RunFolder(Path(run_dir)).evaluate
     config = RegisterConfig(checkpoint=Path(model.path).read_text().strip(),
-                            metrics=str(evaluated / "metrics.json"), decision=str(evaluated / "decision.json"),
+                            metrics=str(evaluated / METRICS), decision=str(evaluated / DECISION),
                             model_name=model_name, tracking_uri=tracking_uri, pipeline_run_id=run_id, out=run_dir)
     # alias moves of runs on one storage root are serialized: register's compare-and-set needs it
     with storage_lock(root_of(run_dir), run_id, stage="register", wait_s=TASK_WAIT_S), \

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common.progress import get_logger
+from components.common.runs import REGISTRATION
 from components.common.storage import atomic_write_json
 from components.common.tracking import code_version, connect, ensure_experiment, sqlite_uri
 from components.register.integrity import (
@@ -55,7 +56,6 @@ from components.register.registry import (
 )
 
 log = get_logger(__name__)
-REGISTRATION = "registration.json"
 TAG_LIMIT = 4000  # MLflow caps tag values at 5000 characters
 EXAMPLE_ROWS = 4
 USER_EVENTS_TAG = "dailyrec_user_events"

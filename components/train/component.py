@@ -38,7 +38,7 @@ def train_op(
     from pathlib import Path
 
     from components.common.dataset import read_pointer
-    from components.common.runs import record_stage
+    from components.common.runs import RunFolder, record_stage
     from components.common.storage import atomic_write_bytes
     from components.train.launch import LaunchSpec, launch
     from components.train.trainer import summary_line
@@ -46,7 +46,7 @@ def train_op(
     started = time.perf_counter()
     data_dir = read_pointer(dataset.path)
     # the artifact is the plan; the trainer processes (other pods on a cluster) read it from shared storage
-    plan_path = atomic_write_bytes(Path(run_dir) / "plan.json", Path(plan.path).read_bytes())
+    plan_path = atomic_write_bytes(RunFolder(Path(run_dir)).plan, Path(plan.path).read_bytes())
     init_from = None
     if warm_start and tracking_uri:
         from components.common.tracking import connect
@@ -61,7 +61,7 @@ def train_op(
         from kube.client import TrainJobBackend
 
         backend = TrainJobBackend.from_cluster_target(cluster_target)
-    out = Path(run_dir) / "train"
+    out = RunFolder(Path(run_dir)).train
     summary = launch(LaunchSpec.of(data=data_dir, out=str(out), plan=str(plan_path), init_from=init_from,
                                    tracking_uri=tracking_uri or None, experiment=f"{model_name}-train",
                                    max_restarts=max_restarts), backend)

@@ -32,6 +32,7 @@ from components.common.metrics import roc_auc
 from components.common.monitoring import TrainingMetrics
 from components.common.plan import TrainPlan, drift_lines, plan_vs_actual, read_plan
 from components.common.progress import PROGRESS, get_logger
+from components.common.runs import TRAIN_SUMMARY
 from components.common.storage import (
     NO_RETRY_EXIT,
     NoSpaceError,
@@ -61,7 +62,7 @@ from components.train.model import BSTModel, Vocab, build_model, model_config
 from components.train.schedule import EarlyStopping, warmup_cosine
 
 log = get_logger(__name__)
-SUMMARY = "train_summary.json"
+SUMMARY = TRAIN_SUMMARY
 RESUME_MODES = ("never", "auto")
 
 

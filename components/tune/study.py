@@ -33,6 +33,7 @@ from typing import Any
 
 from components.common.plan import TrainPlan
 from components.common.progress import get_logger
+from components.common.runs import PLAN
 from components.common.storage import atomic_write_json
 from components.tune.space import (
     Architectures,
@@ -470,7 +471,7 @@ def tune(config: TuneConfig) -> dict[str, Any]:
                 {"study": config.study_name},
             )
             plan_file, _ = write_trial_plan(
-                folder / "plan.json",
+                folder / PLAN,
                 data=config.data,
                 model_file=model_file,
                 hardware=config.hardware,
