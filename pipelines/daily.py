@@ -12,70 +12,22 @@ Kubeflow UI shows the run's lineage.
 Built for a runner: a KFP backend (>= 2.14: ``PipelineTaskFinalStatus``) resolves the run's
 schedule time and retries idempotent tasks with backoff; kfp.local (``make run``) cannot
 resolve the schedule-time placeholder and would sleep through backoffs of failures that are
-deterministic there, so its build has neither (:data:`LOCAL`).
+deterministic there, so its build has neither (:data:`pipelines.steps.LOCAL`).
 """
 
-from dataclasses import dataclass
-
-from kfp import dsl, kubernetes
+from kfp import dsl
 
 from components.estimate.component import estimate_op
 from components.evaluate.component import evaluate_op
-from components.preprocess.component import preprocess_op, resolve_window
 from components.register.component import register_op
 from components.train.component import train_op
 from kube.tasks import on_cluster
 from pipelines.images import RUNTIME_IMAGE
+from pipelines.steps import CLUSTER, Runner, harden, prepare_data, task_settings
 
 PIPELINE_NAME = "dailyrec-daily"
 MIN_KFP_BACKEND = (2, 14)
 """Oldest KFP backend that runs this pipeline (``dsl.PipelineTaskFinalStatus`` in the exit handler)."""
-
-
-@dataclass(frozen=True)
-class Runner:
-    """What the pipeline's runner can do."""
-
-    name: str
-    schedule_time: str
-    """What resolve-window gets as the run's schedule time."""
-    retries: bool
-    """Whether tasks carry retry policies."""
-
-
-CLUSTER = Runner("cluster", dsl.PIPELINE_JOB_SCHEDULE_TIME_UTC_PLACEHOLDER, retries=True)
-LOCAL = Runner("local", "", retries=False)
-
-# (retries, timeout in seconds) per task. Retried where a second attempt is safe: resolve lists files
-# and rewrites run.json; preprocess rebuilds atomically (or finds its folder done); estimate rewrites the
-# plan; train resumes from its last checkpoint and follows its own TrainJob; evaluate rewrites its
-# outputs; register finds the version its run registered (tags) instead of registering twice; finalize
-# rewrites the summary. check-parameters is deterministic. The timeout is the pod's activeDeadlineSeconds.
-TASK_POLICY = {
-    "check-parameters": (0, 10 * 60),
-    "resolve-window": (2, 30 * 60),
-    "preprocess-op": (2, 6 * 3600),
-    "estimate-op": (2, 30 * 60),
-    "train-op": (2, 12 * 3600),
-    "evaluate-op": (2, 2 * 3600),
-    "register-op": (2, 30 * 60),
-    "finalize": (2, 30 * 60),
-}
-BACKOFF_S, BACKOFF_FACTOR = 60, 2.0
-
-
-def harden(task, name: str, retries: bool = True):
-    """The task's timeout and, where the runner retries, its retry policy with exponential backoff.
-
-    Argo counts the retry window (``backoff_max_duration``) from the first attempt's start, so it
-    covers every attempt at its full timeout plus the waits between them."""
-    count, timeout = TASK_POLICY[name]
-    kubernetes.set_timeout(task, timeout)
-    if retries and count:
-        waits = sum(BACKOFF_S * BACKOFF_FACTOR ** i for i in range(count))
-        task.set_retry(count, backoff_duration=f"{BACKOFF_S}s", backoff_factor=BACKOFF_FACTOR,
-                       backoff_max_duration=f"{int(timeout * (count + 1) + waits)}s")
-    return task
 
 
 def _set_doc(doc: str):
@@ -192,45 +144,8 @@ def check_parameters(
     check(params)
 
 
-def prepare_data(*, raw_uri, storage_root, run_date, window_days, history_days, seq_len, run_id,
-                 dask_workers, cluster_target, after=None, schedule_time: str = "", retries: bool = False):
-    """The resolve-window and preprocess tasks every dailyrec pipeline starts with: ``(window, data)``.
-
-    Arguments are pipeline parameters (channels), and the runner's schedule time and retry
-    choice. Only preprocess is cached, keyed on the input fingerprint that the never-cached
-    resolve task computes from today's files; it takes no artifact input, so that key stays
-    the same from run to run.
-    """
-    window = resolve_window(raw_uri=raw_uri, storage_root=storage_root, run_date=run_date,
-                            schedule_time=schedule_time, window_days=window_days,
-                            history_days=history_days, seq_len=seq_len, run_id=run_id,
-                            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
-    if after is not None:
-        window.after(after)
-    harden(on_cluster(window, "resolve-window"), "resolve-window", retries)
-    window.set_caching_options(False)  # must see today's files
-    window.set_display_name("resolve window")
-    data = preprocess_op(raw_uri=window.outputs["raw_uri"], data_dir=window.outputs["data_dir"],
-                         end_date=window.outputs["end_date"], window_days=window_days,
-                         history_days=history_days, seq_len=seq_len,
-                         input_fingerprint=window.outputs["input_fingerprint"], dask_workers=dask_workers,
-                         cluster_target=cluster_target)
-    harden(on_cluster(data, "preprocess-op"), "preprocess-op", retries)
-    data.set_caching_options(True)  # same files + window + config + code => same dataset
-    data.set_display_name("preprocess")
-    return window, data
-
-
-def _task(task, name: str, display: str, runner: Runner):
-    """Cluster settings, timeout and retries of a task that is never cached."""
-    harden(on_cluster(task, name), name, runner.retries)
-    task.set_caching_options(False)
-    task.set_display_name(display)
-    return task
-
-
 def daily_pipeline(runner: Runner = CLUSTER):
-    """The ``dailyrec-daily`` pipeline built for ``runner`` (:data:`CLUSTER` or :data:`LOCAL`)."""
+    """The ``dailyrec-daily`` pipeline built for ``runner`` (``pipelines.steps.CLUSTER`` or ``LOCAL``)."""
 
     @dsl.pipeline(name=PIPELINE_NAME, description="Daily retraining of the dailyrec BST click-through model: "
                                                   "preprocess, estimate, train, evaluate, register.")
@@ -267,27 +182,27 @@ def daily_pipeline(runner: Runner = CLUSTER):
         harden(on_cluster(exit_task, "finalize"), "finalize", runner.retries)
         exit_task.set_caching_options(False)
         with dsl.ExitHandler(exit_task, name="daily-run"):
-            checked = _task(check_parameters(**parameters), "check-parameters", "check parameters", runner)
+            checked = task_settings(check_parameters(**parameters), "check-parameters", "check parameters", runner)
             window, data = prepare_data(raw_uri=raw_uri, storage_root=storage_root, run_date=run_date,
                                         window_days=window_days, history_days=history_days, seq_len=seq_len,
                                         run_id=run_id, dask_workers=dask_workers, cluster_target=cluster_target,
                                         after=checked, schedule_time=runner.schedule_time,
                                         retries=runner.retries)
             dataset, run_dir = data.outputs["dataset"], window.outputs["run_dir"]
-            plan = _task(estimate_op(dataset=dataset, run_dir=run_dir, model_config=model_config,
+            plan = task_settings(estimate_op(dataset=dataset, run_dir=run_dir, model_config=model_config,
                                      hardware_profile=hardware_profile, global_batch=global_batch,
                                      deadline_hours=deadline_hours, max_epochs=max_epochs,
                                      preprocess_seconds=data.outputs["seconds"]), "estimate-op", "estimate", runner)
-            trained = _task(train_op(dataset=dataset, plan=plan.outputs["plan"], run_dir=run_dir,
+            trained = task_settings(train_op(dataset=dataset, plan=plan.outputs["plan"], run_dir=run_dir,
                                      warm_start=warm_start, model_name=model_name, tracking_uri=tracking_uri,
                                      launcher=launcher, max_restarts=max_restarts, cluster_target=cluster_target),
                             "train-op", "train", runner)
-            evaluated = _task(evaluate_op(dataset=dataset, model=trained.outputs["model"], run_dir=run_dir,
+            evaluated = task_settings(evaluate_op(dataset=dataset, model=trained.outputs["model"], run_dir=run_dir,
                                           model_name=model_name, tracking_uri=tracking_uri, min_auc=min_auc,
                                           tolerance=tolerance), "evaluate-op", "evaluate", runner)
             # evaluate's single return value is "blessed" (see evaluate_op on kfp.local)
             with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712 (KFP condition)
-                _task(register_op(model=trained.outputs["model"], evaluation=evaluated.outputs["metrics"],
+                task_settings(register_op(model=trained.outputs["model"], evaluation=evaluated.outputs["metrics"],
                                   run_dir=run_dir, model_name=model_name, tracking_uri=tracking_uri,
                                   run_id=window.outputs["run_id"]), "register-op", "register", runner)
 

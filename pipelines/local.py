@@ -95,7 +95,8 @@ def new_run_id() -> str:
 def run_local(params: dict, root: str | Path = ".", run_id: str | None = None, verbose: bool = False) -> dict:
     """Run the pipeline locally; return the run's summary (also on failure: status says so). The terminal
     gets a short console, ``runs/<run id>/logs/`` every line (``verbose``: the terminal gets them too)."""
-    from pipelines.daily import LOCAL, daily_pipeline
+    from pipelines.daily import daily_pipeline
+    from pipelines.steps import LOCAL
 
     daily = daily_pipeline(LOCAL)  # no schedule time, no retries: what kfp.local can run
 

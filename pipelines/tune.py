@@ -25,7 +25,7 @@ from components.common.cli import HelpFormatter
 from components.tune.component import tune_op
 from kube.tasks import TASK_LABEL, mlflow_client
 from kube.types import MOUNT_PATH, PVC
-from pipelines.daily import prepare_data
+from pipelines.steps import prepare_data
 
 PIPELINE_NAME = "dailyrec-tune"
 DEFAULT_CONFIG = "configs/tune.json"

@@ -8,7 +8,8 @@ import pytest
 import yaml
 from kfp import compiler, dsl
 
-from pipelines.daily import CLUSTER, LOCAL, TASK_POLICY, daily_pipeline
+from pipelines.daily import daily_pipeline
+from pipelines.steps import CLUSTER, LOCAL, TASK_POLICY
 
 IDEMPOTENT = ("resolve-window", "preprocess-op", "estimate-op", "train-op", "evaluate-op", "register-op",
               "finalize")
