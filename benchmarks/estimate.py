@@ -2,8 +2,10 @@
 
 (a) Time. For the ``debug`` and ``local`` models, two dataset sizes and 1 and 2
     training processes: the plan of ``python -m components.estimate`` without the
-    probe (the profile's constants only) and with it (real steps of the model on
-    rows sampled across the dataset, timed here), then the real training run of that plan
+    probe (the profile's constants only) and with it (the launched probe: the plan's
+    processes started by the train stage's own torchrun command, timing the launch and
+    real DDP steps of the model on rows sampled across the dataset), then the real training
+    run of that plan
     (``components.train.launch``: torchrun, ``--epochs`` epochs). Predicted =
     the plan's start-up + epochs run x its epoch seconds; measured = the launch's
     wall time (torchrun start to exit). Target: every probe-calibrated prediction
@@ -180,8 +182,9 @@ def readme_table(result: dict) -> str:
              f"({result['machine'].get('cpu_model', 'CPU')}), shared with other work (load average "
              f"{result['load_before']:.1f} before, {result['load_after']:.1f} after: timings are noisy). "
              f"Training wall time of the real launch (torchrun, {result['epochs']} epochs) against the "
-             "plan's prediction without the probe (the cpu-local profile's constants) and with it (real "
-             "steps timed on rows sampled across the dataset).",
+             "plan's prediction without the probe (the cpu-local profile's constants) and with it (the "
+             "plan's processes launched by the train stage's torchrun command: the launch and real DDP steps "
+             "on rows sampled across the dataset, timed under the machine's load of the moment).",
              "",
              "| data | model | processes | train rows | measured | uncalibrated | error | calibrated | error "
              f"| deadline {DEADLINE_FACTOR:g}x measured |",
