@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="samples per optimizer step across all processes (default 1024)")
     p.add_argument("--deadline-hours", type=float, default=None,
                    help="wall-clock hours the training may take, start-up included (default: none)")
+    p.add_argument("--deadline-margin", type=float, default=0.15,
+                   help="headroom a plan keeps for the time model's error: predicted x (1 + margin) must fit "
+                        "the deadline (default 0.15)")
     p.add_argument("--max-epochs", type=int, default=3, help="epochs at most; the time estimate assumes "
                                                               "all of them (default 3)")
     p.add_argument("--patience", type=int, default=None,
@@ -40,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = EstimateConfig(data=args.data, model=args.model, hardware=args.hardware,
                                 global_batch=args.global_batch, deadline_hours=args.deadline_hours,
+                                deadline_margin=args.deadline_margin,
                                 probe=args.probe, max_epochs=args.max_epochs, patience=args.patience,
                                 max_lost_minutes=args.max_lost_minutes,
                                 memory_fraction=args.memory_fraction)

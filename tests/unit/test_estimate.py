@@ -311,10 +311,19 @@ def test_deadline_adds_devices(tmp_path):
               "probe": False}
     free = estimate(EstimateConfig(**config))
     hours = free["estimate"]["times"]["total_seconds"] / 3600
-    tight = estimate(EstimateConfig(**config, deadline_hours=hours / 1.5))
+    tight = estimate(EstimateConfig(**config, deadline_hours=hours / 1.3))
     assert tight["train"].world_size > free["train"].world_size == 1
-    assert tight["estimate"]["times"]["total_seconds"] <= hours / 1.5 * 3600
+    assert tight["estimate"]["times"]["total_seconds"] * 1.15 <= hours / 1.3 * 3600  # with the headroom
     assert tight["train"].global_batch == 65536
+    # the fastest plan (2 GPUs) needs 0.66 of the single GPU's time: it fits a 1/1.5 deadline only
+    # without headroom for the estimate's error
+    fastest = estimate(EstimateConfig(**config, deadline_hours=hours / 1.5, deadline_margin=0.0))
+    assert fastest["estimate"]["times"]["total_seconds"] <= hours / 1.5 * 3600 < \
+        fastest["estimate"]["times"]["total_seconds"] * 1.15
+    with pytest.raises(InfeasibleError, match=r"cannot be met on h100-80gb .*15% headroom for the estimate's error"):
+        estimate(EstimateConfig(**config, deadline_hours=hours / 1.5))
+    with pytest.raises(EstimateError, match=r"deadline_margin must be in \[0, 1\), got 1.5"):
+        EstimateConfig(**config, deadline_margin=1.5)
 
 
 def test_checkpointing_only_when_needed(dataset, tmp_path):
