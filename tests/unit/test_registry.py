@@ -84,7 +84,7 @@ def test_alias_version_reads_the_alias_map(registry):
 def test_a_read_error_after_connecting_is_an_error_not_no_champion(registry, method, exc):
     """Not knowing the champion must stop the gate: treated as "none", any candidate would pass."""
     client = failing(registry.client, method, exc)
-    with pytest.raises(TrackingError) as info:
+    with pytest.raises(TrackingError, match=r"cannot read alias ctr@champion: ") as info:
         alias_version(client, NAME, CHAMPION)
     assert str(info.value) == (f"registry at {registry.uri}: cannot read alias ctr@champion: "
                                f"{type(exc).__name__}: {exc}")
@@ -117,6 +117,6 @@ def test_champion_checkpoint_is_none_without_champion_and_refused_without_a_dige
 
 def test_real_client_error_codes_are_what_the_lookup_expects(registry):
     """The store's own answer for an unknown model carries RESOURCE_DOES_NOT_EXIST."""
-    with pytest.raises(MlflowException) as info:
+    with pytest.raises(MlflowException, match="absent") as info:
         MlflowClient(registry.uri, registry_uri=registry.uri).get_registered_model("absent")
     assert info.value.error_code == "RESOURCE_DOES_NOT_EXIST"
