@@ -89,6 +89,22 @@ _TO_NUMPY = ("pandas 3 gives the same float64 array with NaN for missing values 
              "compares and converts the same)")
 _LABEL_FILL = ('a missing label becomes "none", "nan" or "xxxx" instead of "": none is a label word, '
                "so the row stays invalid")
+_ZERO_COPY_NONE = ("pyarrow reads zero_copy_only=None as false: the same copying conversion")
+_ZERO_COPY_FILLED = ("after fill_null the integer array has no nulls, so numpy views it without a copy; "
+                     "the view is only read")
+_NULL_FILL = "the filled rows are the null rows, which the validity mask sets to 0 in the result"
+_INT64_MAX = ("int64's maximum is far beyond the 1e17-second limit, which refuses the value either way")
+_NO_BAD_ROWS = ("with no bad rows the quarantine has no rows: the filtered (empty) columns give the same "
+                "empty object columns")
+_NONE_COLUMN = "a column of only None is an object column of None either way"
+_UTC_FLAG = "(?i) makes the pattern case-insensitive: utc and UTC match the same text"
+_STR_DTYPE = ("pandas 3 infers its str dtype for the text: the same values and missing values, and "
+              "to_numeric, isin, str.contains and to_datetime answer the same")
+_CANDIDATES = ("the candidates are the non-missing text rows: str.contains gives a bool Series with "
+               "nothing to fill")
+_UNITS_S_MS = ("pandas parses ISO-8601 text to microseconds, or nanoseconds when the text has them: the "
+               "s and ms entries are never read")
+_EMPTY_ANY_TYPE = "an empty column gives empty results whatever its Arrow type"
 EQUIVALENT: dict[tuple[str, str], str] = {
     ("delong", "return float(np.sum((a + a.mean()) * (b - b.mean())) / (len(a) - 1))"): _CENTRED,
     ("delong", "return float(np.sum((a - a.mean()) * (b + b.mean())) / (len(a) - 1))"): _CENTRED,
@@ -190,6 +206,51 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("clean", "rows = np.arange(row_offset, row_offset + n, )"): "numpy 2's default integer is int64",
     ("hashing", "out = np.where(null, 0, keys[np.maximum(codes, 0)] if len(keys) else 1).astype(np.int64)"):
         "no keys means no non-null id: every row is null and gets 0, the fallback is never chosen",
+    ("clean", "values = values.combine_chunks() if (values.num_chunks) or True else pa.array([], values.type)"): "combine_chunks of a chunked array with no chunks is an empty array of its type already",
+    ("clean", "values = values.combine_chunks() if values.num_chunks else pa.array([], None)"): _EMPTY_ANY_TYPE,
+    ("clean", "values = values.combine_chunks() if values.num_chunks else pa.array([], )"): _EMPTY_ANY_TYPE,
+    ("clean", "per_second = 10 ** {\"s\": 1, \"ms\": 3, \"us\": 6, \"ns\": 9}[np.datetime_data(naive.dtype)[0]]"): _UNITS_S_MS,
+    ("clean", "per_second = 10 ** {\"s\": 0, \"XXmsXX\": 3, \"us\": 6, \"ns\": 9}[np.datetime_data(naive.dtype)[0]]"): _UNITS_S_MS,
+    ("clean", "per_second = 10 ** {\"s\": 0, \"MS\": 3, \"us\": 6, \"ns\": 9}[np.datetime_data(naive.dtype)[0]]"): _UNITS_S_MS,
+    ("clean", "per_second = 10 ** {\"s\": 0, \"ms\": 4, \"us\": 6, \"ns\": 9}[np.datetime_data(naive.dtype)[0]]"): _UNITS_S_MS,
+    ("clean", "return np.where(values.isna().to_numpy(), None, naive.view(np.int64) // per_second)"): _NAT,
+    ("clean", "return pc.cast(values, pa.float64(), safe=False).to_numpy(zero_copy_only=False).astype(None)"): "numpy's astype(None) is astype(float64)",
+    ("clean", "parsed_seconds = _datetime_seconds(parsed).astype(None)"): "numpy's astype(None) is astype(float64)",
+    ("clean", "return pc.cast(values, pa.float64(), safe=False).to_numpy(zero_copy_only=None).astype(np.float64)"): _ZERO_COPY_NONE,
+    ("clean", "text = pd.Series(trimmed.to_numpy(zero_copy_only=None), dtype=object)"): _ZERO_COPY_NONE,
+    ("clean", "return pc.fill_null(values, False).to_numpy(zero_copy_only=None).astype(np.int8), valid"): _ZERO_COPY_NONE,
+    ("clean", "text = pd.Series(pc.utf8_lower(pc.utf8_trim_whitespace(values)).to_numpy(zero_copy_only=None),"): _ZERO_COPY_NONE,
+    ("clean", "valid = ~values.is_null().to_numpy(zero_copy_only=None)"): _ZERO_COPY_NONE,
+    ("clean", "present = ~values.is_null().to_numpy(zero_copy_only=None)"): _ZERO_COPY_NONE,
+    ("clean", "raw = pc.fill_null(pc.cast(values, pa.int64()), 0).to_numpy(zero_copy_only=None)"): _ZERO_COPY_NONE,
+    ("clean", "raw = pc.fill_null(values, 0).to_numpy(zero_copy_only=None)"): _ZERO_COPY_NONE,
+    ("clean", "raw = pc.fill_null(pc.cast(values, pa.int64()), 0).to_numpy(zero_copy_only=True)"): _ZERO_COPY_FILLED,
+    ("clean", "raw = pc.fill_null(values, 0).to_numpy(zero_copy_only=True)"): _ZERO_COPY_FILLED,
+    ("clean", "raw = pc.fill_null(pc.cast(values, pa.int64()), 1).to_numpy(zero_copy_only=False)"): _NULL_FILL,
+    ("clean", "raw = pc.fill_null(values, 1).to_numpy(zero_copy_only=False)"): _NULL_FILL,
+    ("clean", "raw = np.where(present, raw, 1)"): _NULL_FILL,
+    ("clean", "present &= raw < np.iinfo(np.int64).max"): _INT64_MAX,
+    ("clean", "picked = table.filter(pa.array(bad)) if (bad.any()) or True else None"): _NO_BAD_ROWS,
+    ("clean", "out[column] = None"): _NONE_COLUMN,
+    ("clean", "out[column] = pd.Series([None] * len(out), dtype=None)"): _NONE_COLUMN,
+    ("clean", "out[column] = pd.Series([None] * len(out), )"): _NONE_COLUMN,
+    ("clean", "trimmed = pc.replace_substring_regex(pc.utf8_trim_whitespace(values), r\"(?i)\\s*utc$\", \"+00:00\")"): _UTC_FLAG,
+    ("clean", "text = pd.Series(trimmed.to_numpy(zero_copy_only=False), dtype=None)"): _STR_DTYPE,
+    ("clean", "text = pd.Series(trimmed.to_numpy(zero_copy_only=False), )"): _STR_DTYPE,
+    ("clean", "seconds = pd.to_numeric(text, errors=\"coerce\").to_numpy(dtype=None, na_value=np.nan).copy()"): _TO_NUMPY,
+    ("clean", "seconds = pd.to_numeric(text, errors=\"coerce\").to_numpy(dtype=np.float64, na_value=None).copy()"): _TO_NUMPY,
+    ("clean", "seconds = pd.to_numeric(text, errors=\"coerce\").to_numpy(na_value=np.nan).copy()"): _TO_NUMPY,
+    ("clean", "seconds = pd.to_numeric(text, errors=\"coerce\").to_numpy(dtype=np.float64, ).copy()"): _TO_NUMPY,
+    ("clean", "numbers = pd.to_numeric(text, errors=\"coerce\").to_numpy(dtype=None, na_value=np.nan).copy()"): _TO_NUMPY,
+    ("clean", "numbers = pd.to_numeric(text, errors=\"coerce\").to_numpy(dtype=np.float64, na_value=None).copy()"): _TO_NUMPY,
+    ("clean", "numbers = pd.to_numeric(text, errors=\"coerce\").to_numpy(na_value=np.nan).copy()"): _TO_NUMPY,
+    ("clean", "numbers = pd.to_numeric(text, errors=\"coerce\").to_numpy(dtype=np.float64, ).copy()"): _TO_NUMPY,
+    ("clean", "has_time = candidates.str.contains(_TIME_OF_DAY).fillna(False).to_numpy(dtype=None)"): _CANDIDATES,
+    ("clean", "has_time = candidates.str.contains(_TIME_OF_DAY).fillna(None).to_numpy(dtype=bool)"): _CANDIDATES,
+    ("clean", "has_time = candidates.str.contains(_TIME_OF_DAY).fillna(True).to_numpy(dtype=bool)"): _CANDIDATES,
+    ("clean", "seconds[text_rows] = np.where(parsed.isna().to_numpy() | ~has_time, None, parsed_seconds)"): "None stored into a float64 array is NaN",
+    ("clean", "parse_labels: dtype=None)"): _STR_DTYPE,
+    ("clean", "parse_labels: )"): _STR_DTYPE,
 }
 """(module name, mutated line as mutmut shows it, stripped) -> why the mutant cannot change
 behaviour; ``"function: line"`` where the same line occurs in two functions. Keyed by text, not
