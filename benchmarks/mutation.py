@@ -74,8 +74,13 @@ MODULES = (
            what="atomic checkpoints, rotation, safe loads"),
     Module("registry", "components/register/registry.py", ("tests/unit/test_registry.py",),
            what="champion lookup and alias reads"),
-    Module("memory", "components/estimate/memory.py", ("tests/unit/test_estimate.py",),
-           what="the plan's memory and time model"),
+    Module("memory", "components/estimate/memory.py",
+           ("tests/unit/test_estimate.py", "tests/unit/test_memory_model.py"),
+           what="the plan's memory model, term by term"),
+    Module("timemodel", "components/estimate/planner.py", ("tests/unit/test_time_terms.py",),
+           functions=("flops_per_sample", "allreduce_seconds", "embedding_bytes_per_sample", "time_model",
+                      "checkpoint_interval", "choose_patience", "world_candidates", "checkpoint_buffer_bytes"),
+           what="the plan's time model: FLOPs, row traffic, all-reduce, run seconds, checkpoint cadence"),
 )
 
 _CENTRED = ("sum((a + mean a)(b - mean b)) = sum(a (b - mean b)) + mean a * sum(b - mean b), and "
