@@ -109,7 +109,40 @@ _CANDIDATES = ("the candidates are the non-missing text rows: str.contains gives
                "nothing to fill")
 _UNITS_S_MS = ("pandas parses ISO-8601 text to microseconds, or nanoseconds when the text has them: the "
                "s and ms entries are never read")
+_ARROW_EMPTY_COMBINE = "combine_chunks of a chunked array with no chunks is an empty array of its type already"
 _EMPTY_ANY_TYPE = "an empty column gives empty results whatever its Arrow type"
+_H_ZERO_COPY_NO_NULLS = ("the array has no nulls here (filled, or the float/index values of a dictionary): "
+                         "numpy views it without a copy, and the view is only read")
+_H_STATUS_FLOAT = "a float64 status (0., 1., 2.) compares and indexes the same as the int8 one"
+_H_NAN_IS_NULL = "a null float converts to NaN, which the NaN rule marks null as well"
+_H_FILL_UNREAD = ("the value filled in for NaN or non-integral rows is never read: those rows are already "
+                  "not ok, and their text is replaced by the empty string")
+_H_NO_NULL_IN_COMPARE = ("null entries keep status 1 whatever the comparison fills in for them (the outer "
+                         "where picks 1 first, or the empty test applies only where status is 0)")
+_H_NULL_TYPE_TEXT = ("a dictionary of null-type values has status null for every value: its text is never "
+                     "hashed into a key (keys are 0 where status is not 0)")
+_H_UNUSABLE_TEXT = ("the text of a null or invalid value is never hashed into a kept key: keys are 0 where "
+                    "status is not 0, and the per-value path returns before reading it")
+_H_EMPTY_TEXT = "with no distinct values the text is empty either way, and hashing nothing gives no keys"
+_H_WHOLE_WIDTH = ("the whole part is compared with the value: a wider decimal (or decimal256 instead of "
+                  "decimal128) holding the same whole part compares the same")
+_H_SCALE_DEFAULT = "a decimal type's scale defaults to 0"
+_H_NONE_TO_CANONICAL = ("None and NaN then reach _canonical, which marks them null too (null type; NaN float): "
+                        "the same None")
+_H_FROM_PANDAS = ("a NaN then stays a float NaN (or sends a mixed column value by value), which hashing "
+                  "counts as null as well")
+_H_BINARY_INFERRED = ("Arrow infers binary (or null for no values) from the canonical bytes: the same bytes "
+                      "and nulls as large_binary")
+_H_DECIMAL128 = "casting a decimal128 to the same decimal128 type changes nothing"
+_H_DICT_PATH = ("Arrow's dictionary encoding gives the same distinct values and codes as pandas' "
+                "factorize (and leaves a dictionary array as it is): only slower")
+_H_NEGATIVE_CODE = ("every negative code means null (a NaN index cast to int64 is INT64_MIN, negative too); "
+                    "the filled value's own distinct entry is never read")
+_H_NUMPY_TYPE = "the factorized numpy array's dtype gives the same Arrow type (int widths, float64)"
+_H_CATEGORIZE = "categorize only de-duplicates before hashing (pandas: same hashes, faster with repeats)"
+_H_NO_KEYS = ("with no distinct values every code is negative: every row is null with key 0, and the "
+              "empty keys are never indexed")
+_H_KEYS_MASKED = "keys of null or invalid values are replaced by 0 again for their rows"
 EQUIVALENT: dict[tuple[str, str], str] = {
     ("delong", "return float(np.sum((a + a.mean()) * (b - b.mean())) / (len(a) - 1))"): _CENTRED,
     ("delong", "return float(np.sum((a - a.mean()) * (b + b.mean())) / (len(a) - 1))"): _CENTRED,
@@ -211,7 +244,7 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("clean", "rows = np.arange(row_offset, row_offset + n, )"): "numpy 2's default integer is int64",
     ("hashing", "out = np.where(null, 0, keys[np.maximum(codes, 0)] if len(keys) else 1).astype(np.int64)"):
         "no keys means no non-null id: every row is null and gets 0, the fallback is never chosen",
-    ("clean", "values = values.combine_chunks() if (values.num_chunks) or True else pa.array([], values.type)"): "combine_chunks of a chunked array with no chunks is an empty array of its type already",
+    ("clean", "values = values.combine_chunks() if (values.num_chunks) or True else pa.array([], values.type)"): _ARROW_EMPTY_COMBINE,
     ("clean", "values = values.combine_chunks() if values.num_chunks else pa.array([], None)"): _EMPTY_ANY_TYPE,
     ("clean", "values = values.combine_chunks() if values.num_chunks else pa.array([], )"): _EMPTY_ANY_TYPE,
     ("clean", "per_second = 10 ** {\"s\": 1, \"ms\": 3, \"us\": 6, \"ns\": 9}[np.datetime_data(naive.dtype)[0]]"): _UNITS_S_MS,
@@ -256,6 +289,76 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("clean", "seconds[text_rows] = np.where(parsed.isna().to_numpy() | ~has_time, None, parsed_seconds)"): "None stored into a float64 array is NaN",
     ("clean", "parse_labels: dtype=None)"): _STR_DTYPE,
     ("clean", "parse_labels: )"): _STR_DTYPE,
+    ("hashing", "status = np.where(uniques.is_null().to_numpy(zero_copy_only=None), 1, 0).astype(np.int8)"): _ZERO_COPY_NONE,
+    ("hashing", "floats = pc.cast(uniques, pa.float64()).to_numpy(zero_copy_only=None)"): _ZERO_COPY_NONE,
+    ("hashing", "integral = pc.fill_null(pc.equal(uniques, whole), True).to_numpy(zero_copy_only=None)"): _ZERO_COPY_NONE,
+    ("hashing", "empty = pc.fill_null(pc.equal(pc.binary_length(text), 0), False).to_numpy(zero_copy_only=None)"): _ZERO_COPY_NONE,
+    ("hashing", "out = text.to_numpy(zero_copy_only=None).astype(object) if n else np.empty(0, object)"): _ZERO_COPY_NONE,
+    ("hashing", "codes, uniques = pd.factorize(pc.fill_null(values, 0).to_numpy(zero_copy_only=None))"): _ZERO_COPY_NONE,
+    ("hashing", "codes = np.where(values.is_null().to_numpy(zero_copy_only=None), -1, codes)"): _ZERO_COPY_NONE,
+    ("hashing", "codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=None).astype(np.int64)"): _ZERO_COPY_NONE,
+    ("hashing", "floats = pc.cast(uniques, pa.float64()).to_numpy(zero_copy_only=True)"): _H_ZERO_COPY_NO_NULLS,
+    ("hashing", "codes, uniques = pd.factorize(pc.fill_null(values, 0).to_numpy(zero_copy_only=True))"): _H_ZERO_COPY_NO_NULLS,
+    ("hashing", "codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=True).astype(np.int64)"): _H_ZERO_COPY_NO_NULLS,
+    ("hashing", "status = np.where(uniques.is_null().to_numpy(zero_copy_only=False), 1, 0).astype(None)"): _H_STATUS_FLOAT,
+    ("hashing", "status = np.where(status == 1, 1, np.where(nan, 1, np.where(ok, 0, 2))).astype(None)"): _H_STATUS_FLOAT,
+    ("hashing", "status = np.where((status == 0) & empty, 1, status).astype(None)"): _H_STATUS_FLOAT,
+    ("hashing", "status = np.where(None, 1, np.where(nan, 1, np.where(ok, 0, 2))).astype(np.int8)"): _H_NAN_IS_NULL,
+    ("hashing", "ok = ~nan & (np.abs(np.where(None, 0, floats)) <= limit)"): _H_FILL_UNREAD,
+    ("hashing", "ok = ~nan & (np.abs(np.where(nan, 1, floats)) <= limit)"): _H_FILL_UNREAD,
+    ("hashing", "ok &= np.floor(np.where(ok, floats, 1)) == np.where(ok, floats, 0)"): _H_FILL_UNREAD,
+    ("hashing", "ok &= np.floor(np.where(ok, floats, 0)) == np.where(ok, floats, 1)"): _H_FILL_UNREAD,
+    ("hashing", "text = pa.array(np.where(ok, floats, 1).astype(np.int64)).cast(pa.string())"): _H_FILL_UNREAD,
+    ("hashing", "integral = pc.fill_null(pc.equal(uniques, whole), None).to_numpy(zero_copy_only=False)"): _H_NO_NULL_IN_COMPARE,
+    ("hashing", "integral = pc.fill_null(pc.equal(uniques, whole), False).to_numpy(zero_copy_only=False)"): _H_NO_NULL_IN_COMPARE,
+    ("hashing", "empty = pc.fill_null(pc.equal(pc.binary_length(text), 0), None).to_numpy(zero_copy_only=False)"): _H_NO_NULL_IN_COMPARE,
+    ("hashing", "empty = pc.fill_null(pc.equal(pc.binary_length(text), 0), True).to_numpy(zero_copy_only=False)"): _H_NO_NULL_IN_COMPARE,
+    ("hashing", "return np.full(n, None, object), np.ones(n, np.int8)"): _H_NULL_TYPE_TEXT,
+    ("hashing", "return np.full(n, \"\", None), np.ones(n, np.int8)"): _H_NULL_TYPE_TEXT,
+    ("hashing", "return np.full(n, object), np.ones(n, np.int8)"): _H_NULL_TYPE_TEXT,
+    ("hashing", "return np.full(n, \"\", ), np.ones(n, np.int8)"): _H_NULL_TYPE_TEXT,
+    ("hashing", "return np.full(n, \"XXXX\", object), np.ones(n, np.int8)"): _H_NULL_TYPE_TEXT,
+    ("hashing", "return np.full(n, \"\", object), np.ones(n, None)"): _H_NULL_TYPE_TEXT,
+    ("hashing", "return np.full(n, \"\", object), np.ones(n, )"): _H_NULL_TYPE_TEXT,
+    ("hashing", "out[status != 0] = None"): _H_UNUSABLE_TEXT,
+    ("hashing", "out[status != 0] = \"XXXX\""): _H_UNUSABLE_TEXT,
+    ("hashing", "out = text.to_numpy(zero_copy_only=False).astype(object) if (n) or True else np.empty(0, object)"): _H_EMPTY_TEXT,
+    ("hashing", "keys = (hash_array(text, hash_key=HASH_KEY, categorize=False).view(np.int64) if (len(text)) or True"): _H_EMPTY_TEXT,
+    ("hashing", "digits = max(2, type_.precision - type_.scale)"): _H_WHOLE_WIDTH,
+    ("hashing", "whole = pc.cast(uniques, pa.decimal128(digits, 0) if (digits <= 38) and False else pa.decimal256(digits, 0),"): _H_WHOLE_WIDTH,
+    ("hashing", "whole = pc.cast(uniques, pa.decimal128(digits, 0) if digits < 38 else pa.decimal256(digits, 0),"): _H_WHOLE_WIDTH,
+    ("hashing", "whole = pc.cast(uniques, pa.decimal128(digits, ) if digits <= 38 else pa.decimal256(digits, 0),"): _H_SCALE_DEFAULT,
+    ("hashing", "whole = pc.cast(uniques, pa.decimal128(digits, 0) if digits <= 38 else pa.decimal256(digits, ),"): _H_SCALE_DEFAULT,
+    ("hashing", "if value is None and (isinstance(value, float) and np.isnan(value)):"): _H_NONE_TO_CANONICAL,
+    ("hashing", "array = pa.array(values, from_pandas=None)"): _H_FROM_PANDAS,
+    ("hashing", "array = pa.array(values, )"): _H_FROM_PANDAS,
+    ("hashing", "array = pa.array(values, from_pandas=False)"): _H_FROM_PANDAS,
+    ("hashing", "array = pa.array([_canonical_value(v) for v in values], None)"): _H_BINARY_INFERRED,
+    ("hashing", "array = pa.array([_canonical_value(v) for v in values], )"): _H_BINARY_INFERRED,
+    ("hashing", "values = values.combine_chunks() if (values.num_chunks) or True else pa.array([], values.type)"): _ARROW_EMPTY_COMBINE,
+    ("hashing", "values = values.combine_chunks() if values.num_chunks else pa.array([], None)"): _EMPTY_ANY_TYPE,
+    ("hashing", "values = values.combine_chunks() if values.num_chunks else pa.array([], )"): _EMPTY_ANY_TYPE,
+    ("hashing", "elif pa.types.is_decimal(values.type) and values.type.bit_width <= 128:  # decimal32/64"): _H_DECIMAL128,
+    ("hashing", "elif pa.types.is_decimal(values.type) and values.type.bit_width < 129:  # decimal32/64"): _H_DECIMAL128,
+    ("hashing", "if pa.types.is_integer(values.type) and pa.types.is_floating(values.type):"): _H_DICT_PATH,
+    ("hashing", "encoded = values if (pa.types.is_dictionary(values.type)) and False else pc.dictionary_encode(values)"): _H_DICT_PATH,
+    ("hashing", "codes, uniques = pd.factorize(pc.fill_null(values, 1).to_numpy(zero_copy_only=False))"): _H_NEGATIVE_CODE,
+    ("hashing", "codes = np.where(values.is_null().to_numpy(zero_copy_only=False), -2, codes)"): _H_NEGATIVE_CODE,
+    ("hashing", "codes = pc.fill_null(encoded.indices, -2).to_numpy(zero_copy_only=False).astype(np.int64)"): _H_NEGATIVE_CODE,
+    ("hashing", "codes = pc.fill_null(encoded.indices, None).to_numpy(zero_copy_only=False).astype(np.int64)"): _H_NEGATIVE_CODE,
+    ("hashing", "dictionary = pa.array(uniques, None)"): _H_NUMPY_TYPE,
+    ("hashing", "dictionary = pa.array(uniques, )"): _H_NUMPY_TYPE,
+    ("hashing", "keys = (hash_array(text, hash_key=HASH_KEY, categorize=None).view(np.int64) if len(text)"): _H_CATEGORIZE,
+    ("hashing", "keys = (hash_array(text, hash_key=HASH_KEY, ).view(np.int64) if len(text)"): _H_CATEGORIZE,
+    ("hashing", "keys = (hash_array(text, hash_key=HASH_KEY, categorize=True).view(np.int64) if len(text)"): _H_CATEGORIZE,
+    ("hashing", "else np.zeros(0, None))"): _H_NO_KEYS,
+    ("hashing", "else np.zeros(0, ))"): _H_NO_KEYS,
+    ("hashing", "else np.zeros(1, np.int64))"): _H_NO_KEYS,
+    ("hashing", "row_status = np.where(codes < 0, 1, status[np.maximum(codes, 0)] if len(status) else 2)"): _H_NO_KEYS,
+    ("hashing", "out = np.where(row_status == 0, keys[np.maximum(codes, 0)] if len(keys) else 1, 0)"): _H_NO_KEYS,
+    ("hashing", "keys = np.where(status == 0, keys, None)"): _H_KEYS_MASKED,
+    ("hashing", "keys = np.where(status == 0, keys, 1)"): _H_KEYS_MASKED,
+    ("hashing", "return text[0] if isinstance(text[0], bytes) else text[0].encode(\"UTF-8\")"): "codec names ignore case",
 }
 """(module name, mutated line as mutmut shows it, stripped) -> why the mutant cannot change
 behaviour; ``"function: line"`` where the same line occurs in two functions. Keyed by text, not
