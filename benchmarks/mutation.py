@@ -110,6 +110,8 @@ _CANDIDATES = ("the candidates are the non-missing text rows: str.contains gives
 _UNITS_S_MS = ("pandas parses ISO-8601 text to microseconds, or nanoseconds when the text has them: the "
                "s and ms entries are never read")
 _ARROW_EMPTY_COMBINE = "combine_chunks of a chunked array with no chunks is an empty array of its type already"
+_NO_CODE = ("an exception without an error_code is not a missing model whatever the default "
+            "compared, as long as the default is not RESOURCE_DOES_NOT_EXIST itself")
 _EMPTY_ANY_TYPE = "an empty column gives empty results whatever its Arrow type"
 _H_ZERO_COPY_NO_NULLS = ("the array has no nulls here (filled, or the float/index values of a dictionary): "
                          "numpy views it without a copy, and the view is only read")
@@ -359,6 +361,8 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("hashing", "keys = np.where(status == 0, keys, None)"): _H_KEYS_MASKED,
     ("hashing", "keys = np.where(status == 0, keys, 1)"): _H_KEYS_MASKED,
     ("hashing", "return text[0] if isinstance(text[0], bytes) else text[0].encode(\"UTF-8\")"): "codec names ignore case",
+    ("registry", 'return getattr(exc, "error_code", None) == "RESOURCE_DOES_NOT_EXIST"'): _NO_CODE,
+    ("registry", 'return getattr(exc, "error_code", "XXXX") == "RESOURCE_DOES_NOT_EXIST"'): _NO_CODE,
 }
 """(module name, mutated line as mutmut shows it, stripped) -> why the mutant cannot change
 behaviour; ``"function: line"`` where the same line occurs in two functions. Keyed by text, not
