@@ -212,7 +212,7 @@ def test_delong_matches_sklearn_and_brute_force_with_ties() -> None:
     assert result["positives"] + result["negatives"] == n
     assert result["ci_low"] < result["delta"] < result["ci_high"]
     assert result["z"] == pytest.approx(result["delta"] / result["se"])
-    assert 0.0 <= result["p_value"] <= 1.0
+    assert result["p_value"] == pytest.approx(math.erfc(abs(result["z"]) / math.sqrt(2)), rel=1e-12)  # two-sided
 
 
 def test_delong_identical_scores() -> None:
