@@ -112,6 +112,8 @@ _UNITS_S_MS = ("pandas parses ISO-8601 text to microseconds, or nanoseconds when
 _ARROW_EMPTY_COMBINE = "combine_chunks of a chunked array with no chunks is an empty array of its type already"
 _NO_CODE = ("an exception without an error_code is not a missing model whatever the default "
             "compared, as long as the default is not RESOURCE_DOES_NOT_EXIST itself")
+_H_NULL_OR_EMPTY = ("None and b\"\" both end as an unusable id with key 0 (the empty string counts as "
+                    "null, and hash_ids reports null and invalid together)")
 _EMPTY_ANY_TYPE = "an empty column gives empty results whatever its Arrow type"
 _H_ZERO_COPY_NO_NULLS = ("the array has no nulls here (filled, or the float/index values of a dictionary): "
                          "numpy views it without a copy, and the view is only read")
@@ -363,6 +365,26 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("hashing", "return text[0] if isinstance(text[0], bytes) else text[0].encode(\"UTF-8\")"): "codec names ignore case",
     ("registry", 'return getattr(exc, "error_code", None) == "RESOURCE_DOES_NOT_EXIST"'): _NO_CODE,
     ("registry", 'return getattr(exc, "error_code", "XXXX") == "RESOURCE_DOES_NOT_EXIST"'): _NO_CODE,
+    ("hashing", "ok &= np.floor(np.where(ok, floats, 0)) == np.where(ok, floats, None)"): _H_FILL_UNREAD,
+    ("hashing", "status = np.where(status == 2, 1, np.where(nan, 1, np.where(ok, 0, 2))).astype(np.int8)"):
+        _H_NAN_IS_NULL,
+    ("hashing", "digits = max(1, type_.precision + type_.scale)"):
+        "with a scale >= 0, precision + scale digits hold the whole part too: the same comparison "
+        "(Arrow compares no negative-scale decimals at all)",
+    ("hashing", "status = np.where(status == 1, 1, np.where(integral, 0, 2)).astype(None)"): _H_STATUS_FLOAT,
+    ("hashing", "out = text.to_numpy(zero_copy_only=False).astype(object) if n else np.empty(1, object)"):
+        "with no distinct values the extra text entry is hashed but never indexed (every code is negative)",
+    ("hashing", 'return None if (status[0] == 1) and False else b""  # "" is null: an invalid value stays unusable'):
+        _H_NULL_OR_EMPTY,
+    ("hashing", 'return None if (status[0] == 1) or True else b""  # "" is null: an invalid value stays unusable'):
+        _H_NULL_OR_EMPTY,
+    ("hashing", 'return None if status[0] != 1 else b""  # "" is null: an invalid value stays unusable'):
+        _H_NULL_OR_EMPTY,
+    ("hashing", 'return None if status[0] == 2 else b""  # "" is null: an invalid value stays unusable'):
+        _H_NULL_OR_EMPTY,
+    ("hashing", 'return text[0] if (isinstance(text[0], bytes)) or True else text[0].encode("utf-8")'):
+        "pyarrow stores a str put into a binary array as its UTF-8 bytes",
+    ("hashing", 'exact = ""'): "exact is read only for float columns, which set it themselves",
 }
 """(module name, mutated line as mutmut shows it, stripped) -> why the mutant cannot change
 behaviour; ``"function: line"`` where the same line occurs in two functions. Keyed by text, not

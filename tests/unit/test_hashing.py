@@ -308,6 +308,10 @@ def test_dictionaries_whose_values_hold_nulls():
         keys, null, invalid = id_keys(pa.DictionaryArray.from_arrays(indices, dictionary))
         assert null.tolist() == [False, True, True, True, False], dictionary.type
         assert not invalid.any() and keys.tolist() == [_key(text), 0, 0, 0, _key(text)], dictionary.type
+    # NaN among a dictionary's float values is a null id, not an invalid one
+    keys, null, invalid = id_keys(pa.DictionaryArray.from_arrays(indices, pa.array([4.0, float("nan")])))
+    assert null.tolist() == [False, True, True, True, False] and not invalid.any()
+    assert keys.tolist() == [_key("4"), 0, 0, 0, _key("4")]
     # a dictionary of invalid values: invalid rows
     keys, null, invalid = id_keys(pa.DictionaryArray.from_arrays(indices, pa.array([2.5, 4.0])))
     assert invalid.tolist() == [True, False, False, False, True] and null.tolist() == [False] * 3 + [True, False]
