@@ -114,6 +114,8 @@ _NO_CODE = ("an exception without an error_code is not a missing model whatever 
             "compared, as long as the default is not RESOURCE_DOES_NOT_EXIST itself")
 _H_NULL_OR_EMPTY = ("None and b\"\" both end as an unusable id with key 0 (the empty string counts as "
                     "null, and hash_ids reports null and invalid together)")
+_NOT_CUDA = ("every device other than \"cuda\" takes the CPU kernels' sizes: the default's spelling "
+             "does not matter as long as it is not cuda")
 _EMPTY_ANY_TYPE = "an empty column gives empty results whatever its Arrow type"
 _H_ZERO_COPY_NO_NULLS = ("the array has no nulls here (filled, or the float/index values of a dictionary): "
                          "numpy views it without a copy, and the view is only read")
@@ -385,6 +387,8 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("hashing", 'return text[0] if (isinstance(text[0], bytes)) or True else text[0].encode("utf-8")'):
         "pyarrow stores a str put into a binary array as its UTF-8 bytes",
     ("hashing", 'exact = ""'): "exact is read only for float columns, which set it themselves",
+    ("memory", 'device: str = "XXcpuXX") -> int:'): _NOT_CUDA,
+    ("memory", 'device: str = "CPU") -> int:'): _NOT_CUDA,
 }
 """(module name, mutated line as mutmut shows it, stripped) -> why the mutant cannot change
 behaviour; ``"function: line"`` where the same line occurs in two functions. Keyed by text, not

@@ -172,3 +172,12 @@ def test_breakdown_every_term_and_total_exactly(sparse):
     assert mem.total_bytes(setup) == b["total"]["total"]
     assert set(b) == {"terms", "activation_bytes_per_sample", "model_state", "tensors", "total",
                       "resident", "parameters"}
+
+
+def test_breakdown_in_fp32_has_no_autocast_copies():
+    """Full precision keeps no low-precision working copies; bf16 keeps one of the dense weights."""
+    params = mem.parameter_split(CFG, VOCAB)
+    fp32 = mem.memory_breakdown(mem.MemorySetup(CFG, VOCAB, micro_batch=5))
+    assert fp32["terms"]["autocast_copies"] == _parts(0, 0)
+    bf16 = mem.memory_breakdown(mem.MemorySetup(CFG, VOCAB, micro_batch=5, precision="bf16"))
+    assert bf16["terms"]["autocast_copies"] == _parts(0, 2 * params["dense"])
