@@ -116,6 +116,8 @@ _H_NULL_OR_EMPTY = ("None and b\"\" both end as an unusable id with key 0 (the e
                     "null, and hash_ids reports null and invalid together)")
 _NOT_CUDA = ("every device other than \"cuda\" takes the CPU kernels' sizes: the default's spelling "
              "does not matter as long as it is not cuda")
+_ROW_LABEL = ("only the names item and user are looked up (the sparse tables' rows); the other rows' "
+              "names are labels")
 _EMPTY_ANY_TYPE = "an empty column gives empty results whatever its Arrow type"
 _H_ZERO_COPY_NO_NULLS = ("the array has no nulls here (filled, or the float/index values of a dictionary): "
                          "numpy views it without a copy, and the view is only read")
@@ -389,6 +391,14 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("hashing", 'exact = ""'): "exact is read only for float columns, which set it themselves",
     ("memory", 'device: str = "XXcpuXX") -> int:'): _NOT_CUDA,
     ("memory", 'device: str = "CPU") -> int:'): _NOT_CUDA,
+    ("timemodel", 'rows = {"item": (t, config.d_model), "XXcategoryXX": (t, config.d_model), "gap": (vocab.seq_len, config.d_model),'): _ROW_LABEL,
+    ("timemodel", 'rows = {"item": (t, config.d_model), "CATEGORY": (t, config.d_model), "gap": (vocab.seq_len, config.d_model),'): _ROW_LABEL,
+    ("timemodel", 'rows = {"item": (t, config.d_model), "category": (t, config.d_model), "XXgapXX": (vocab.seq_len, config.d_model),'): _ROW_LABEL,
+    ("timemodel", 'rows = {"item": (t, config.d_model), "category": (t, config.d_model), "GAP": (vocab.seq_len, config.d_model),'): _ROW_LABEL,
+    ("timemodel", '"user": (1, config.user_width), "XXcontextXX": (2, config.context_dim)}'): _ROW_LABEL,
+    ("timemodel", '"user": (1, config.user_width), "CONTEXT": (2, config.context_dim)}'): _ROW_LABEL,
+    ("timemodel", "if vocab.dense or config.dense_embed:"):
+        "the term is 2 x dense x 2 x frequencies x dense_embed: with either of them 0 it adds 0",
 }
 """(module name, mutated line as mutmut shows it, stripped) -> why the mutant cannot change
 behaviour; ``"function: line"`` where the same line occurs in two functions. Keyed by text, not

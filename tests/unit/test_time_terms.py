@@ -167,6 +167,10 @@ def test_long_epochs_write_mid_epoch_checkpoints():
     assert t["checkpoint_every_steps"] == 8000
     assert t["checkpoint_seconds"] == pytest.approx((2 + 1) * 1.0)
     assert t["epoch_seconds"] == pytest.approx(10_000 * 7.5e-3 + 501 * 1e-5 / 4 + 3.0)
+    # a write of 3 s (3e8 bytes at 1e8 bytes/s): last, best and the mid-epoch one, 3 s each
+    t = time_model(profile=PROFILE, **(CASE | {"steps_per_epoch": 10_000, "max_lost_seconds": 60,
+                                                "checkpoint_bytes": 3e8}))
+    assert t["checkpoint_write_seconds"] == pytest.approx(3.0) and t["checkpoint_seconds"] == pytest.approx(9.0)
     # 20,000 steps: twice
     t = time_model(profile=PROFILE, **(CASE | {"steps_per_epoch": 20_000, "max_lost_seconds": 60}))
     assert t["checkpoint_seconds"] == pytest.approx(4.0)
