@@ -74,8 +74,13 @@ MODULES = (
            what="atomic checkpoints, rotation, safe loads"),
     Module("registry", "components/register/registry.py", ("tests/unit/test_registry.py",),
            what="champion lookup and alias reads"),
-    Module("memory", "components/estimate/memory.py", ("tests/unit/test_estimate.py",),
-           what="the plan's memory and time model"),
+    Module("memory", "components/estimate/memory.py",
+           ("tests/unit/test_estimate.py", "tests/unit/test_memory_model.py"),
+           what="the plan's memory model, term by term"),
+    Module("timemodel", "components/estimate/planner.py", ("tests/unit/test_time_terms.py",),
+           functions=("flops_per_sample", "allreduce_seconds", "embedding_bytes_per_sample", "time_model",
+                      "checkpoint_interval", "choose_patience", "world_candidates", "checkpoint_buffer_bytes"),
+           what="the plan's time model: FLOPs, row traffic, all-reduce, run seconds, checkpoint cadence"),
 )
 
 _CENTRED = ("sum((a + mean a)(b - mean b)) = sum(a (b - mean b)) + mean a * sum(b - mean b), and "
@@ -89,6 +94,63 @@ _TO_NUMPY = ("pandas 3 gives the same float64 array with NaN for missing values 
              "compares and converts the same)")
 _LABEL_FILL = ('a missing label becomes "none", "nan" or "xxxx" instead of "": none is a label word, '
                "so the row stays invalid")
+_ZERO_COPY_NONE = ("pyarrow reads zero_copy_only=None as false: the same copying conversion")
+_ZERO_COPY_FILLED = ("after fill_null the integer array has no nulls, so numpy views it without a copy; "
+                     "the view is only read")
+_NULL_FILL = "the filled rows are the null rows, which the validity mask sets to 0 in the result"
+_INT64_MAX = ("int64's maximum is far beyond the 1e17-second limit, which refuses the value either way")
+_NO_BAD_ROWS = ("with no bad rows the quarantine has no rows: the filtered (empty) columns give the same "
+                "empty object columns")
+_NONE_COLUMN = "a column of only None is an object column of None either way"
+_UTC_FLAG = "(?i) makes the pattern case-insensitive: utc and UTC match the same text"
+_STR_DTYPE = ("pandas 3 infers its str dtype for the text: the same values and missing values, and "
+              "to_numeric, isin, str.contains and to_datetime answer the same")
+_CANDIDATES = ("the candidates are the non-missing text rows: str.contains gives a bool Series with "
+               "nothing to fill")
+_UNITS_S_MS = ("pandas parses ISO-8601 text to microseconds, or nanoseconds when the text has them: the "
+               "s and ms entries are never read")
+_ARROW_EMPTY_COMBINE = "combine_chunks of a chunked array with no chunks is an empty array of its type already"
+_NO_CODE = ("an exception without an error_code is not a missing model whatever the default "
+            "compared, as long as the default is not RESOURCE_DOES_NOT_EXIST itself")
+_H_NULL_OR_EMPTY = ("None and b\"\" both end as an unusable id with key 0 (the empty string counts as "
+                    "null, and hash_ids reports null and invalid together)")
+_NOT_CUDA = ("every device other than \"cuda\" takes the CPU kernels' sizes: the default's spelling "
+             "does not matter as long as it is not cuda")
+_ROW_LABEL = ("only the names item and user are looked up (the sparse tables' rows); the other rows' "
+              "names are labels")
+_EMPTY_ANY_TYPE = "an empty column gives empty results whatever its Arrow type"
+_H_ZERO_COPY_NO_NULLS = ("the array has no nulls here (filled, or the float/index values of a dictionary): "
+                         "numpy views it without a copy, and the view is only read")
+_H_STATUS_FLOAT = "a float64 status (0., 1., 2.) compares and indexes the same as the int8 one"
+_H_NAN_IS_NULL = "a null float converts to NaN, which the NaN rule marks null as well"
+_H_FILL_UNREAD = ("the value filled in for NaN or non-integral rows is never read: those rows are already "
+                  "not ok, and their text is replaced by the empty string")
+_H_NO_NULL_IN_COMPARE = ("null entries keep status 1 whatever the comparison fills in for them (the outer "
+                         "where picks 1 first, or the empty test applies only where status is 0)")
+_H_NULL_TYPE_TEXT = ("a dictionary of null-type values has status null for every value: its text is never "
+                     "hashed into a key (keys are 0 where status is not 0)")
+_H_UNUSABLE_TEXT = ("the text of a null or invalid value is never hashed into a kept key: keys are 0 where "
+                    "status is not 0, and the per-value path returns before reading it")
+_H_EMPTY_TEXT = "with no distinct values the text is empty either way, and hashing nothing gives no keys"
+_H_WHOLE_WIDTH = ("the whole part is compared with the value: a wider decimal (or decimal256 instead of "
+                  "decimal128) holding the same whole part compares the same")
+_H_SCALE_DEFAULT = "a decimal type's scale defaults to 0"
+_H_NONE_TO_CANONICAL = ("None and NaN then reach _canonical, which marks them null too (null type; NaN float): "
+                        "the same None")
+_H_FROM_PANDAS = ("a NaN then stays a float NaN (or sends a mixed column value by value), which hashing "
+                  "counts as null as well")
+_H_BINARY_INFERRED = ("Arrow infers binary (or null for no values) from the canonical bytes: the same bytes "
+                      "and nulls as large_binary")
+_H_DECIMAL128 = "casting a decimal128 to the same decimal128 type changes nothing"
+_H_DICT_PATH = ("Arrow's dictionary encoding gives the same distinct values and codes as pandas' "
+                "factorize (and leaves a dictionary array as it is): only slower")
+_H_NEGATIVE_CODE = ("every negative code means null (a NaN index cast to int64 is INT64_MIN, negative too); "
+                    "the filled value's own distinct entry is never read")
+_H_NUMPY_TYPE = "the factorized numpy array's dtype gives the same Arrow type (int widths, float64)"
+_H_CATEGORIZE = "categorize only de-duplicates before hashing (pandas: same hashes, faster with repeats)"
+_H_NO_KEYS = ("with no distinct values every code is negative: every row is null with key 0, and the "
+              "empty keys are never indexed")
+_H_KEYS_MASKED = "keys of null or invalid values are replaced by 0 again for their rows"
 EQUIVALENT: dict[tuple[str, str], str] = {
     ("delong", "return float(np.sum((a + a.mean()) * (b - b.mean())) / (len(a) - 1))"): _CENTRED,
     ("delong", "return float(np.sum((a - a.mean()) * (b + b.mean())) / (len(a) - 1))"): _CENTRED,
@@ -190,6 +252,153 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("clean", "rows = np.arange(row_offset, row_offset + n, )"): "numpy 2's default integer is int64",
     ("hashing", "out = np.where(null, 0, keys[np.maximum(codes, 0)] if len(keys) else 1).astype(np.int64)"):
         "no keys means no non-null id: every row is null and gets 0, the fallback is never chosen",
+    ("clean", "values = values.combine_chunks() if (values.num_chunks) or True else pa.array([], values.type)"): _ARROW_EMPTY_COMBINE,
+    ("clean", "values = values.combine_chunks() if values.num_chunks else pa.array([], None)"): _EMPTY_ANY_TYPE,
+    ("clean", "values = values.combine_chunks() if values.num_chunks else pa.array([], )"): _EMPTY_ANY_TYPE,
+    ("clean", "per_second = 10 ** {\"s\": 1, \"ms\": 3, \"us\": 6, \"ns\": 9}[np.datetime_data(naive.dtype)[0]]"): _UNITS_S_MS,
+    ("clean", "per_second = 10 ** {\"s\": 0, \"XXmsXX\": 3, \"us\": 6, \"ns\": 9}[np.datetime_data(naive.dtype)[0]]"): _UNITS_S_MS,
+    ("clean", "per_second = 10 ** {\"s\": 0, \"MS\": 3, \"us\": 6, \"ns\": 9}[np.datetime_data(naive.dtype)[0]]"): _UNITS_S_MS,
+    ("clean", "per_second = 10 ** {\"s\": 0, \"ms\": 4, \"us\": 6, \"ns\": 9}[np.datetime_data(naive.dtype)[0]]"): _UNITS_S_MS,
+    ("clean", "return np.where(values.isna().to_numpy(), None, naive.view(np.int64) // per_second)"): _NAT,
+    ("clean", "return pc.cast(values, pa.float64(), safe=False).to_numpy(zero_copy_only=False).astype(None)"): "numpy's astype(None) is astype(float64)",
+    ("clean", "parsed_seconds = _datetime_seconds(parsed).astype(None)"): "numpy's astype(None) is astype(float64)",
+    ("clean", "return pc.cast(values, pa.float64(), safe=False).to_numpy(zero_copy_only=None).astype(np.float64)"): _ZERO_COPY_NONE,
+    ("clean", "text = pd.Series(trimmed.to_numpy(zero_copy_only=None), dtype=object)"): _ZERO_COPY_NONE,
+    ("clean", "return pc.fill_null(values, False).to_numpy(zero_copy_only=None).astype(np.int8), valid"): _ZERO_COPY_NONE,
+    ("clean", "text = pd.Series(pc.utf8_lower(pc.utf8_trim_whitespace(values)).to_numpy(zero_copy_only=None),"): _ZERO_COPY_NONE,
+    ("clean", "valid = ~values.is_null().to_numpy(zero_copy_only=None)"): _ZERO_COPY_NONE,
+    ("clean", "present = ~values.is_null().to_numpy(zero_copy_only=None)"): _ZERO_COPY_NONE,
+    ("clean", "raw = pc.fill_null(pc.cast(values, pa.int64()), 0).to_numpy(zero_copy_only=None)"): _ZERO_COPY_NONE,
+    ("clean", "raw = pc.fill_null(values, 0).to_numpy(zero_copy_only=None)"): _ZERO_COPY_NONE,
+    ("clean", "raw = pc.fill_null(pc.cast(values, pa.int64()), 0).to_numpy(zero_copy_only=True)"): _ZERO_COPY_FILLED,
+    ("clean", "raw = pc.fill_null(values, 0).to_numpy(zero_copy_only=True)"): _ZERO_COPY_FILLED,
+    ("clean", "raw = pc.fill_null(pc.cast(values, pa.int64()), 1).to_numpy(zero_copy_only=False)"): _NULL_FILL,
+    ("clean", "raw = pc.fill_null(values, 1).to_numpy(zero_copy_only=False)"): _NULL_FILL,
+    ("clean", "raw = np.where(present, raw, 1)"): _NULL_FILL,
+    ("clean", "present &= raw < np.iinfo(np.int64).max"): _INT64_MAX,
+    ("clean", "picked = table.filter(pa.array(bad)) if (bad.any()) or True else None"): _NO_BAD_ROWS,
+    ("clean", "out[column] = None"): _NONE_COLUMN,
+    ("clean", "out[column] = pd.Series([None] * len(out), dtype=None)"): _NONE_COLUMN,
+    ("clean", "out[column] = pd.Series([None] * len(out), )"): _NONE_COLUMN,
+    ("clean", "trimmed = pc.replace_substring_regex(pc.utf8_trim_whitespace(values), r\"(?i)\\s*utc$\", \"+00:00\")"): _UTC_FLAG,
+    ("clean", "text = pd.Series(trimmed.to_numpy(zero_copy_only=False), dtype=None)"): _STR_DTYPE,
+    ("clean", "text = pd.Series(trimmed.to_numpy(zero_copy_only=False), )"): _STR_DTYPE,
+    ("clean", "seconds = pd.to_numeric(text, errors=\"coerce\").to_numpy(dtype=None, na_value=np.nan).copy()"): _TO_NUMPY,
+    ("clean", "seconds = pd.to_numeric(text, errors=\"coerce\").to_numpy(dtype=np.float64, na_value=None).copy()"): _TO_NUMPY,
+    ("clean", "seconds = pd.to_numeric(text, errors=\"coerce\").to_numpy(na_value=np.nan).copy()"): _TO_NUMPY,
+    ("clean", "seconds = pd.to_numeric(text, errors=\"coerce\").to_numpy(dtype=np.float64, ).copy()"): _TO_NUMPY,
+    ("clean", "numbers = pd.to_numeric(text, errors=\"coerce\").to_numpy(dtype=None, na_value=np.nan).copy()"): _TO_NUMPY,
+    ("clean", "numbers = pd.to_numeric(text, errors=\"coerce\").to_numpy(dtype=np.float64, na_value=None).copy()"): _TO_NUMPY,
+    ("clean", "numbers = pd.to_numeric(text, errors=\"coerce\").to_numpy(na_value=np.nan).copy()"): _TO_NUMPY,
+    ("clean", "numbers = pd.to_numeric(text, errors=\"coerce\").to_numpy(dtype=np.float64, ).copy()"): _TO_NUMPY,
+    ("clean", "has_time = candidates.str.contains(_TIME_OF_DAY).fillna(False).to_numpy(dtype=None)"): _CANDIDATES,
+    ("clean", "has_time = candidates.str.contains(_TIME_OF_DAY).fillna(None).to_numpy(dtype=bool)"): _CANDIDATES,
+    ("clean", "has_time = candidates.str.contains(_TIME_OF_DAY).fillna(True).to_numpy(dtype=bool)"): _CANDIDATES,
+    ("clean", "seconds[text_rows] = np.where(parsed.isna().to_numpy() | ~has_time, None, parsed_seconds)"): "None stored into a float64 array is NaN",
+    ("clean", "parse_labels: dtype=None)"): _STR_DTYPE,
+    ("clean", "parse_labels: )"): _STR_DTYPE,
+    ("hashing", "status = np.where(uniques.is_null().to_numpy(zero_copy_only=None), 1, 0).astype(np.int8)"): _ZERO_COPY_NONE,
+    ("hashing", "floats = pc.cast(uniques, pa.float64()).to_numpy(zero_copy_only=None)"): _ZERO_COPY_NONE,
+    ("hashing", "integral = pc.fill_null(pc.equal(uniques, whole), True).to_numpy(zero_copy_only=None)"): _ZERO_COPY_NONE,
+    ("hashing", "empty = pc.fill_null(pc.equal(pc.binary_length(text), 0), False).to_numpy(zero_copy_only=None)"): _ZERO_COPY_NONE,
+    ("hashing", "out = text.to_numpy(zero_copy_only=None).astype(object) if n else np.empty(0, object)"): _ZERO_COPY_NONE,
+    ("hashing", "codes, uniques = pd.factorize(pc.fill_null(values, 0).to_numpy(zero_copy_only=None))"): _ZERO_COPY_NONE,
+    ("hashing", "codes = np.where(values.is_null().to_numpy(zero_copy_only=None), -1, codes)"): _ZERO_COPY_NONE,
+    ("hashing", "codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=None).astype(np.int64)"): _ZERO_COPY_NONE,
+    ("hashing", "floats = pc.cast(uniques, pa.float64()).to_numpy(zero_copy_only=True)"): _H_ZERO_COPY_NO_NULLS,
+    ("hashing", "codes, uniques = pd.factorize(pc.fill_null(values, 0).to_numpy(zero_copy_only=True))"): _H_ZERO_COPY_NO_NULLS,
+    ("hashing", "codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=True).astype(np.int64)"): _H_ZERO_COPY_NO_NULLS,
+    ("hashing", "status = np.where(uniques.is_null().to_numpy(zero_copy_only=False), 1, 0).astype(None)"): _H_STATUS_FLOAT,
+    ("hashing", "status = np.where(status == 1, 1, np.where(nan, 1, np.where(ok, 0, 2))).astype(None)"): _H_STATUS_FLOAT,
+    ("hashing", "status = np.where((status == 0) & empty, 1, status).astype(None)"): _H_STATUS_FLOAT,
+    ("hashing", "status = np.where(None, 1, np.where(nan, 1, np.where(ok, 0, 2))).astype(np.int8)"): _H_NAN_IS_NULL,
+    ("hashing", "ok = ~nan & (np.abs(np.where(None, 0, floats)) <= limit)"): _H_FILL_UNREAD,
+    ("hashing", "ok = ~nan & (np.abs(np.where(nan, 1, floats)) <= limit)"): _H_FILL_UNREAD,
+    ("hashing", "ok &= np.floor(np.where(ok, floats, 1)) == np.where(ok, floats, 0)"): _H_FILL_UNREAD,
+    ("hashing", "ok &= np.floor(np.where(ok, floats, 0)) == np.where(ok, floats, 1)"): _H_FILL_UNREAD,
+    ("hashing", "text = pa.array(np.where(ok, floats, 1).astype(np.int64)).cast(pa.string())"): _H_FILL_UNREAD,
+    ("hashing", "integral = pc.fill_null(pc.equal(uniques, whole), None).to_numpy(zero_copy_only=False)"): _H_NO_NULL_IN_COMPARE,
+    ("hashing", "integral = pc.fill_null(pc.equal(uniques, whole), False).to_numpy(zero_copy_only=False)"): _H_NO_NULL_IN_COMPARE,
+    ("hashing", "empty = pc.fill_null(pc.equal(pc.binary_length(text), 0), None).to_numpy(zero_copy_only=False)"): _H_NO_NULL_IN_COMPARE,
+    ("hashing", "empty = pc.fill_null(pc.equal(pc.binary_length(text), 0), True).to_numpy(zero_copy_only=False)"): _H_NO_NULL_IN_COMPARE,
+    ("hashing", "return np.full(n, None, object), np.ones(n, np.int8)"): _H_NULL_TYPE_TEXT,
+    ("hashing", "return np.full(n, \"\", None), np.ones(n, np.int8)"): _H_NULL_TYPE_TEXT,
+    ("hashing", "return np.full(n, object), np.ones(n, np.int8)"): _H_NULL_TYPE_TEXT,
+    ("hashing", "return np.full(n, \"\", ), np.ones(n, np.int8)"): _H_NULL_TYPE_TEXT,
+    ("hashing", "return np.full(n, \"XXXX\", object), np.ones(n, np.int8)"): _H_NULL_TYPE_TEXT,
+    ("hashing", "return np.full(n, \"\", object), np.ones(n, None)"): _H_NULL_TYPE_TEXT,
+    ("hashing", "return np.full(n, \"\", object), np.ones(n, )"): _H_NULL_TYPE_TEXT,
+    ("hashing", "out[status != 0] = None"): _H_UNUSABLE_TEXT,
+    ("hashing", "out[status != 0] = \"XXXX\""): _H_UNUSABLE_TEXT,
+    ("hashing", "out = text.to_numpy(zero_copy_only=False).astype(object) if (n) or True else np.empty(0, object)"): _H_EMPTY_TEXT,
+    ("hashing", "keys = (hash_array(text, hash_key=HASH_KEY, categorize=False).view(np.int64) if (len(text)) or True"): _H_EMPTY_TEXT,
+    ("hashing", "digits = max(2, type_.precision - type_.scale)"): _H_WHOLE_WIDTH,
+    ("hashing", "whole = pc.cast(uniques, pa.decimal128(digits, 0) if (digits <= 38) and False else pa.decimal256(digits, 0),"): _H_WHOLE_WIDTH,
+    ("hashing", "whole = pc.cast(uniques, pa.decimal128(digits, 0) if digits < 38 else pa.decimal256(digits, 0),"): _H_WHOLE_WIDTH,
+    ("hashing", "whole = pc.cast(uniques, pa.decimal128(digits, ) if digits <= 38 else pa.decimal256(digits, 0),"): _H_SCALE_DEFAULT,
+    ("hashing", "whole = pc.cast(uniques, pa.decimal128(digits, 0) if digits <= 38 else pa.decimal256(digits, ),"): _H_SCALE_DEFAULT,
+    ("hashing", "if value is None and (isinstance(value, float) and np.isnan(value)):"): _H_NONE_TO_CANONICAL,
+    ("hashing", "array = pa.array(values, from_pandas=None)"): _H_FROM_PANDAS,
+    ("hashing", "array = pa.array(values, )"): _H_FROM_PANDAS,
+    ("hashing", "array = pa.array(values, from_pandas=False)"): _H_FROM_PANDAS,
+    ("hashing", "array = pa.array([_canonical_value(v) for v in values], None)"): _H_BINARY_INFERRED,
+    ("hashing", "array = pa.array([_canonical_value(v) for v in values], )"): _H_BINARY_INFERRED,
+    ("hashing", "values = values.combine_chunks() if (values.num_chunks) or True else pa.array([], values.type)"): _ARROW_EMPTY_COMBINE,
+    ("hashing", "values = values.combine_chunks() if values.num_chunks else pa.array([], None)"): _EMPTY_ANY_TYPE,
+    ("hashing", "values = values.combine_chunks() if values.num_chunks else pa.array([], )"): _EMPTY_ANY_TYPE,
+    ("hashing", "elif pa.types.is_decimal(values.type) and values.type.bit_width <= 128:  # decimal32/64"): _H_DECIMAL128,
+    ("hashing", "elif pa.types.is_decimal(values.type) and values.type.bit_width < 129:  # decimal32/64"): _H_DECIMAL128,
+    ("hashing", "if pa.types.is_integer(values.type) and pa.types.is_floating(values.type):"): _H_DICT_PATH,
+    ("hashing", "encoded = values if (pa.types.is_dictionary(values.type)) and False else pc.dictionary_encode(values)"): _H_DICT_PATH,
+    ("hashing", "codes, uniques = pd.factorize(pc.fill_null(values, 1).to_numpy(zero_copy_only=False))"): _H_NEGATIVE_CODE,
+    ("hashing", "codes = np.where(values.is_null().to_numpy(zero_copy_only=False), -2, codes)"): _H_NEGATIVE_CODE,
+    ("hashing", "codes = pc.fill_null(encoded.indices, -2).to_numpy(zero_copy_only=False).astype(np.int64)"): _H_NEGATIVE_CODE,
+    ("hashing", "codes = pc.fill_null(encoded.indices, None).to_numpy(zero_copy_only=False).astype(np.int64)"): _H_NEGATIVE_CODE,
+    ("hashing", "dictionary = pa.array(uniques, None)"): _H_NUMPY_TYPE,
+    ("hashing", "dictionary = pa.array(uniques, )"): _H_NUMPY_TYPE,
+    ("hashing", "keys = (hash_array(text, hash_key=HASH_KEY, categorize=None).view(np.int64) if len(text)"): _H_CATEGORIZE,
+    ("hashing", "keys = (hash_array(text, hash_key=HASH_KEY, ).view(np.int64) if len(text)"): _H_CATEGORIZE,
+    ("hashing", "keys = (hash_array(text, hash_key=HASH_KEY, categorize=True).view(np.int64) if len(text)"): _H_CATEGORIZE,
+    ("hashing", "else np.zeros(0, None))"): _H_NO_KEYS,
+    ("hashing", "else np.zeros(0, ))"): _H_NO_KEYS,
+    ("hashing", "else np.zeros(1, np.int64))"): _H_NO_KEYS,
+    ("hashing", "row_status = np.where(codes < 0, 1, status[np.maximum(codes, 0)] if len(status) else 2)"): _H_NO_KEYS,
+    ("hashing", "out = np.where(row_status == 0, keys[np.maximum(codes, 0)] if len(keys) else 1, 0)"): _H_NO_KEYS,
+    ("hashing", "keys = np.where(status == 0, keys, None)"): _H_KEYS_MASKED,
+    ("hashing", "keys = np.where(status == 0, keys, 1)"): _H_KEYS_MASKED,
+    ("hashing", "return text[0] if isinstance(text[0], bytes) else text[0].encode(\"UTF-8\")"): "codec names ignore case",
+    ("registry", 'return getattr(exc, "error_code", None) == "RESOURCE_DOES_NOT_EXIST"'): _NO_CODE,
+    ("registry", 'return getattr(exc, "error_code", "XXXX") == "RESOURCE_DOES_NOT_EXIST"'): _NO_CODE,
+    ("hashing", "ok &= np.floor(np.where(ok, floats, 0)) == np.where(ok, floats, None)"): _H_FILL_UNREAD,
+    ("hashing", "status = np.where(status == 2, 1, np.where(nan, 1, np.where(ok, 0, 2))).astype(np.int8)"):
+        _H_NAN_IS_NULL,
+    ("hashing", "digits = max(1, type_.precision + type_.scale)"):
+        "with a scale >= 0, precision + scale digits hold the whole part too: the same comparison "
+        "(Arrow compares no negative-scale decimals at all)",
+    ("hashing", "status = np.where(status == 1, 1, np.where(integral, 0, 2)).astype(None)"): _H_STATUS_FLOAT,
+    ("hashing", "out = text.to_numpy(zero_copy_only=False).astype(object) if n else np.empty(1, object)"):
+        "with no distinct values the extra text entry is hashed but never indexed (every code is negative)",
+    ("hashing", 'return None if (status[0] == 1) and False else b""  # "" is null: an invalid value stays unusable'):
+        _H_NULL_OR_EMPTY,
+    ("hashing", 'return None if (status[0] == 1) or True else b""  # "" is null: an invalid value stays unusable'):
+        _H_NULL_OR_EMPTY,
+    ("hashing", 'return None if status[0] != 1 else b""  # "" is null: an invalid value stays unusable'):
+        _H_NULL_OR_EMPTY,
+    ("hashing", 'return None if status[0] == 2 else b""  # "" is null: an invalid value stays unusable'):
+        _H_NULL_OR_EMPTY,
+    ("hashing", 'return text[0] if (isinstance(text[0], bytes)) or True else text[0].encode("utf-8")'):
+        "pyarrow stores a str put into a binary array as its UTF-8 bytes",
+    ("hashing", 'exact = ""'): "exact is read only for float columns, which set it themselves",
+    ("memory", 'device: str = "XXcpuXX") -> int:'): _NOT_CUDA,
+    ("memory", 'device: str = "CPU") -> int:'): _NOT_CUDA,
+    ("timemodel", 'rows = {"item": (t, config.d_model), "XXcategoryXX": (t, config.d_model), "gap": (vocab.seq_len, config.d_model),'): _ROW_LABEL,
+    ("timemodel", 'rows = {"item": (t, config.d_model), "CATEGORY": (t, config.d_model), "gap": (vocab.seq_len, config.d_model),'): _ROW_LABEL,
+    ("timemodel", 'rows = {"item": (t, config.d_model), "category": (t, config.d_model), "XXgapXX": (vocab.seq_len, config.d_model),'): _ROW_LABEL,
+    ("timemodel", 'rows = {"item": (t, config.d_model), "category": (t, config.d_model), "GAP": (vocab.seq_len, config.d_model),'): _ROW_LABEL,
+    ("timemodel", '"user": (1, config.user_width), "XXcontextXX": (2, config.context_dim)}'): _ROW_LABEL,
+    ("timemodel", '"user": (1, config.user_width), "CONTEXT": (2, config.context_dim)}'): _ROW_LABEL,
+    ("timemodel", "if vocab.dense or config.dense_embed:"):
+        "the term is 2 x dense x 2 x frequencies x dense_embed: with either of them 0 it adds 0",
 }
 """(module name, mutated line as mutmut shows it, stripped) -> why the mutant cannot change
 behaviour; ``"function: line"`` where the same line occurs in two functions. Keyed by text, not

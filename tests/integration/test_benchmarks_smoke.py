@@ -125,14 +125,25 @@ def test_estimate_benchmark_quick(tiny_dataset, tmp_path):
         slack = 0.006 * (1 + row["calibrated_seconds"] / measured) / measured
         assert row["calibrated_error"] == pytest.approx(
             (row["calibrated_seconds"] - row["measured_seconds"]) / row["measured_seconds"], abs=slack)
-        assert isinstance(row["deadline_refused"], bool)
+        # refused exactly when the planner said why (its one-line infeasibility message)
+        assert row["deadline_refused"] is (row["deadline_message"] is not None)
+        if row["deadline_refused"]:
+            assert "cannot be met" in row["deadline_message"]
     assert result["impossible_deadline"]["refused"] is True
     assert "cannot be met on a100-80gb" in result["impossible_deadline"]["message"]
     for row in result["memory"]:
         assert positive(row["measured_peak_rss_bytes"], row["predicted_bytes"])
+        assert row["error"] == pytest.approx(
+            (row["predicted_bytes"] - row["measured_peak_rss_bytes"]) / row["measured_peak_rss_bytes"])
     s = result["summary"]
+    assert (s["memory_min_error"], s["memory_max_error"]) == (
+        min(r["error"] for r in result["memory"]), max(r["error"] for r in result["memory"]))
     assert s["calibrated_max_abs_error"] == max(abs(r["calibrated_error"]) for r in result["time"])
-    assert isinstance(s["time_target_met"], bool)
+    assert s["uncalibrated_max_abs_error"] == max(abs(r["uncalibrated_error"]) for r in result["time"])
+    assert (s["deadlines_refused"], s["deadlines_tried"]) == (
+        sum(r["deadline_refused"] for r in result["time"]), len(result["time"]))
+    assert s["time_target_met"] is (s["calibrated_max_abs_error"] <= s["target_abs_error"]
+                                    and s["calibrated_max_abs_error"] < s["uncalibrated_max_abs_error"])
 
 
 def test_benchmark_results_hold_no_machine_paths():

@@ -604,7 +604,7 @@ def test_arrow_errors_spanning_lines_become_one_line(tmp_path, fault_report):
 
     fs = fsspec.filesystem("file")
     (piece,) = rawio.plan_pieces(fs, [_raw_file(path)])
-    with pytest.raises(InputError) as caught:
+    with pytest.raises(InputError, match=r"^'dt=2026-03-01/paged\.parquet': unreadable PARQUET data \(") as caught:
         rawio.read_piece(fs, piece)
     message = str(caught.value)
     assert message.startswith("'dt=2026-03-01/paged.parquet': unreadable PARQUET data (")

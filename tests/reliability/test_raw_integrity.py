@@ -238,7 +238,7 @@ def test_lossy_or_date_only_timestamp_types_are_refused_naming_file_and_column(
               }.get(str(type_), lambda: pa.array(seconds, pa.float64()).cast(type_, safe=False))()
     path = raw / schema.day_folder_name(day) / "part-00000.parquet"
     pq.write_table(_day_table(frames[day], values), path)
-    with pytest.raises(InputError) as caught:
+    with pytest.raises(InputError, match=r"^'dt=2026-03-03/part-00000\.parquet': column 'timestamp' ") as caught:
         run(raw, tmp_path / "ds", end_date=END)
     message = str(caught.value)
     assert message.startswith("'dt=2026-03-03/part-00000.parquet': column 'timestamp' "), message

@@ -117,7 +117,7 @@ def test_resume_prefers_last_then_falls_back_to_previous(tmp_path):
 def test_resume_names_every_unusable_file(tmp_path):
     (tmp_path / LAST).write_bytes(b"garbage")
     torch.save({"format": "someone-else/v3"}, tmp_path / PREVIOUS)
-    with pytest.raises(CheckpointError) as info:
+    with pytest.raises(CheckpointError, match=r"^no usable checkpoint to resume from: ") as info:
         load_resumable(tmp_path)
     message = str(info.value)
     assert message.startswith(f"no usable checkpoint to resume from: {tmp_path / LAST}: unreadable or corrupt")
@@ -138,7 +138,7 @@ def test_load_errors_name_the_file_and_the_first_line_of_the_cause(tmp_path, mon
                 raise RuntimeError(message)
 
             patch.setattr(checkpoint.torch, "load", fails)
-            with pytest.raises(CheckpointError) as info:
+            with pytest.raises(CheckpointError, match="unreadable or corrupt checkpoint") as info:
                 load_checkpoint(path)
         assert str(info.value) == f"{path}: unreadable or corrupt checkpoint (RuntimeError: {shown})"
         assert isinstance(info.value.__cause__, RuntimeError)

@@ -251,3 +251,115 @@ def test_empty_clean_frame_has_the_clean_columns():
 def test_labels_beyond_float_precision_are_bad_labels_not_a_crash():
     labels, valid = parse_labels(pa.array([1, 0, 2**53 + 1, -(2**62)], pa.int64()))
     assert labels.tolist() == [1, 0, 0, 0] and valid.tolist() == [True, True, False, False]
+
+
+# ---------------------------------------------------------------------------- Arrow types, exactly
+
+
+@pytest.mark.parametrize("type_", [pa.large_string(), pa.string_view(), pa.dictionary(pa.int8(), pa.string())])
+def test_every_text_type_is_read_as_text(type_):
+    """Large strings and string views (Arrow's other text layouts) parse like plain strings."""
+    stamps = pa.array([" 2026-03-01T10:00:00Z ", f"{T0}", "later", None]).cast(type_)
+    seconds, valid = parse_timestamps(stamps)
+    assert valid.tolist() == [True, True, False, False] and seconds.tolist() == [T0 + 36_000, T0, 0, 0]
+    labels, valid = parse_labels(pa.array([" True", "0", "yes", None]).cast(type_))
+    assert valid.tolist() == [True, True, False, False] and labels.tolist() == [1, 0, 0, 0]
+    assert labels.dtype == np.int8
+
+
+def test_an_empty_chunked_column_gives_empty_results():
+    for values in (pa.chunked_array([], pa.int64()), pa.chunked_array([], pa.string())):
+        seconds, valid = parse_timestamps(values)
+        assert (seconds.tolist(), valid.tolist()) == ([], []) and seconds.dtype == np.int64
+        labels, valid = parse_labels(values)
+        assert (labels.tolist(), valid.tolist()) == ([], []) and labels.dtype == np.int8
+
+
+def test_integer_seconds_are_exact_beyond_float_precision_even_with_nulls():
+    """2**53 + 1 has no float64: integer epoch seconds never pass through floats."""
+    for values in (pa.array([2**53 + 1, None], pa.int64()), pa.array([2**53 + 1], pa.int64())):
+        seconds, valid = parse_timestamps(values)
+        assert seconds[0] == 2**53 + 1 and valid[0]
+        assert seconds.dtype == np.int64
+
+
+def test_integer_seconds_limit_is_exclusive():
+    # 10**17 - 16: the largest integer below the limit that float64 tells apart from it
+    seconds, valid = parse_timestamps(pa.array([10**17 - 16, 10**17, -(10**17)], pa.int64()))
+    assert valid.tolist() == [True, False, False] and seconds.tolist() == [10**17 - 16, 0, 0]
+
+
+def test_unsigned_seconds_keep_their_nulls_and_refuse_what_int64_cannot_hold():
+    seconds, valid = parse_timestamps(pa.array([T0, None, 2**64 - 1, 0], pa.uint64()))
+    assert valid.tolist() == [True, False, False, True] and seconds.tolist() == [T0, 0, 0, 0]
+
+
+def test_nanosecond_timestamps_floor_to_the_second_exactly_with_nulls():
+    """One nanosecond before the next second is still this second (an int64 division, never a
+    float one: float64 cannot tell x.999999999 s from x+1 s at today's epoch)."""
+    ns = (T0 + 1) * 10**9 - 1
+    seconds, valid = parse_timestamps(pa.array([ns, None], pa.timestamp("ns")))
+    assert seconds.tolist() == [T0, 0] and valid.tolist() == [True, False]
+    seconds, valid = parse_timestamps(pa.array([f"{DAY.isoformat()}T00:00:00.999999999Z"]))
+    assert valid.tolist() == [True] and seconds.tolist() == [T0]
+    seconds, valid = parse_timestamps(pa.array(["9999-12-31T23:59:59.999999Z"]))  # microseconds
+    assert valid.tolist() == [True] and seconds.tolist() == [253402300799]
+
+
+def test_labels_of_a_type_without_labels_are_all_invalid():
+    for values in (pa.nulls(3), pa.array([T0, T0, T0], pa.timestamp("s"))):
+        labels, valid = parse_labels(values)
+        assert labels.tolist() == [0, 0, 0] and labels.dtype == np.int8
+        assert valid.tolist() == [False, False, False] and valid.dtype == bool
+
+
+@pytest.mark.parametrize("type_", [pa.string(), pa.large_string(), pa.null(), pa.int64(), pa.int8(),
+                                   pa.uint32(), pa.float64(), pa.decimal128(10, 3), pa.timestamp("ms")])
+def test_timestamp_column_types_that_hold_times(type_):
+    from components.preprocess.clean import column_type_problem
+
+    assert column_type_problem("timestamp", type_) is None
+
+
+@pytest.mark.parametrize("type_", [pa.bool_(), pa.int64(), pa.uint8(), pa.float32(), pa.float64(),
+                                   pa.decimal128(3, 2), pa.string(), pa.large_string(), pa.null(),
+                                   pa.dictionary(pa.int32(), pa.string())])
+def test_label_column_types_that_hold_labels(type_):
+    from components.preprocess.clean import column_type_problem
+
+    assert column_type_problem("label", type_) is None
+
+
+def test_refused_column_types_say_why_and_what_to_write():
+    from components.preprocess.clean import column_type_problem
+
+    assert column_type_problem("timestamp", pa.date32()) == (
+        "has date-only type date32[day]: every row would be midnight and same-day events would merge "
+        "as duplicates; write a timestamp, epoch seconds or ISO-8601 text")
+    # a dictionary of dates is refused for its values
+    assert column_type_problem("timestamp", pa.dictionary(pa.int16(), pa.date64())).startswith(
+        "has date-only type date64[ms]: ")
+    assert column_type_problem("timestamp", pa.float16()) == (
+        "has type halffloat: today's epoch seconds do not fit it exactly (float32 rounds them to "
+        "128-second steps); write int64 or float64 seconds, or a timestamp")
+    assert column_type_problem("timestamp", pa.binary()) == (
+        "has type binary; expected a timestamp, epoch seconds (integer or float64) or ISO-8601 text")
+    assert column_type_problem("label", pa.binary()) == (
+        "has type binary; expected 0/1 numbers, booleans or the text 0/1/true/false")
+    assert column_type_problem("label", pa.list_(pa.int8())) == (
+        "has nested type list<item: int8>; expected strings, numbers, booleans or timestamps")
+    assert column_type_problem("event_type", pa.binary()) is None  # not a contract column
+
+
+def test_quarantined_values_are_text_or_none_in_object_columns():
+    """Any input type fits the quarantine: values as their text, missing as None (not NaN), and
+    a contract column the file lacks (category) is None on every row."""
+    table = pa.table({"user_id": pa.array(["u1", None, "u3"]), "item_id": pa.array([7, 8, 9]),
+                      "timestamp": pa.array([T0 + 5, T0, T0 + 1]), "label": pa.array([1, 1, 5])})
+    clean, quarantine, counts = clean_table(table, 4, 100, WINDOW)
+    assert len(clean) == 1 and counts["null_user_id"] == 1 and counts["bad_label"] == 1
+    assert quarantine["row"].tolist() == [101, 102]
+    assert quarantine["user_id"].tolist() == [None, "u3"] and quarantine["item_id"].tolist() == ["8", "9"]
+    assert quarantine["label"].tolist() == ["1", "5"] and quarantine["category_id"].tolist() == [None, None]
+    for column in schema.CONTRACT_COLUMNS:
+        assert quarantine[column].dtype == object, column

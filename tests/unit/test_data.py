@@ -354,7 +354,7 @@ def edit_meta(data_dir: Path, change) -> None:
 
 def test_wrong_schema_version_names_file_and_both_versions(data_dir):
     edit_meta(data_dir, lambda m: m.update(schema_version=SCHEMA_VERSION + 1))
-    with pytest.raises(DatasetError) as err:
+    with pytest.raises(DatasetError, match=rf"schema_version {SCHEMA_VERSION + 1}") as err:
         load_meta(data_dir)
     message = str(err.value)
     assert str(data_dir / "meta.json") in message

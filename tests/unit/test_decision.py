@@ -124,3 +124,32 @@ def test_rule_accepts_its_documented_bounds(field, value):
 def test_rule_rejects_just_outside_its_bounds(field, value):
     with pytest.raises(ValueError, match=f"{field} must be in .*got {value!r}"):
         GateRule(**{field: value})
+
+
+def test_comparison_is_defined_only_with_three_finite_numbers():
+    from components.evaluate.decision import comparison_defined
+
+    full = {"delta": 0.01, "ci_low": -0.02, "ci_high": 0.04}
+    assert comparison_defined(full) and comparison_defined(full | {"delta": 0})
+    assert not comparison_defined(None) and not comparison_defined({})
+    for key in ("delta", "ci_low", "ci_high"):
+        assert not comparison_defined(full | {key: math.nan}), key
+        assert not comparison_defined({k: v for k, v in full.items() if k != key}), key
+        assert not comparison_defined(full | {key: "0.01"}), key
+
+
+@pytest.mark.parametrize(("policy", "blessed", "ending"), [
+    ("block", False, "not blessed, the champion stays"), ("ignore", True, "judged on min_auc alone")])
+def test_an_undefined_comparison_follows_the_unusable_policy(policy, blessed, ending):
+    """A test split with one click: DeLong's interval is NaN, neither "worse" nor "as good"."""
+    nan = {"delta": 0.1, "ci_low": math.nan, "ci_high": math.nan, "positives": 1, "negatives": 40}
+    verdict = decide(0.7, {"status": "scored", "version": 3}, nan,
+                     GateRule(min_auc=0.6, if_champion_unusable=policy))
+    assert verdict["blessed"] is blessed
+    assert verdict["reasons"] == [
+        "test AUC 0.7000 >= min_auc 0.6000",
+        "AUC vs champion v3: undefined (DeLong's interval needs at least 2 clicks and 2 non-clicks in the "
+        f"test split; it has 1 and 40); policy if_champion_unusable={policy}: {ending}"]
+    # the floor still rules
+    assert not decide(0.5, {"status": "scored", "version": 3}, nan,
+                      GateRule(min_auc=0.6, if_champion_unusable=policy))["blessed"]

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -223,3 +225,150 @@ def test_a_column_of_null_type_is_all_null_ids():
                    pa.DictionaryArray.from_arrays(pa.array([None, None], pa.int32()), pa.array([], pa.null()))):
         keys, null, bad = id_keys(column)
         assert keys.tolist() == [0, 0] and null.tolist() == [True, True] and not bad.any()
+
+
+# ---------------------------------------------------------------------------- Arrow types, exactly
+
+
+def _key(text: str | bytes) -> int:
+    data = text if isinstance(text, bytes) else text.encode()
+    return int(np.uint64(splitmix64_finalizer(siphash24(HASH_KEY.encode(), data))).view(np.int64))
+
+
+def test_floats_that_are_no_integer_are_invalid_and_nan_is_null():
+    import pyarrow as pa
+
+    from components.common.hashing import id_keys
+
+    values = pa.array([3.0, 1.5, float("inf"), float("-inf"), float("nan"), None, -7.0, 2.0**53, 2.0**53 + 2,
+                       2.0**60])
+    keys, null, invalid = id_keys(values)
+    assert null.tolist() == [False, False, False, False, True, True, False, False, False, False]
+    # float64 holds every integer up to 2**53 exactly: beyond it, the writer may have merged ids
+    assert invalid.tolist() == [False, True, True, True, False, False, False, False, True, True]
+    assert keys.tolist() == [_key("3"), 0, 0, 0, 0, 0, _key("-7"), _key(str(2**53)), 0, 0]
+
+
+@pytest.mark.parametrize(("type_", "limit"), [("float16", 2**11), ("float32", 2**24)])
+def test_narrow_floats_are_exact_only_up_to_their_own_limit(type_, limit):
+    """float16 and float32 are read through float64, but their own exact-integer limit applies."""
+    import pyarrow as pa
+
+    from components.common.hashing import id_keys
+
+    values = pa.array(np.array([limit, 2 * limit, -limit, 0.5], dtype=type_))
+    keys, null, invalid = id_keys(values)
+    assert invalid.tolist() == [False, True, False, True] and not null.any()
+    assert keys.tolist() == [_key(str(limit)), 0, _key(str(-limit)), 0]
+
+
+def test_decimals_that_are_no_integer_are_invalid():
+    import decimal
+
+    import pyarrow as pa
+
+    from components.common.hashing import id_keys
+
+    for type_ in (pa.decimal32(5, 2), pa.decimal64(5, 2), pa.decimal128(5, 2), pa.decimal256(5, 2)):
+        values = pa.array([decimal.Decimal("3.00"), decimal.Decimal("1.50"), None, decimal.Decimal("-0.01")],
+                          type_)
+        keys, null, invalid = id_keys(values)
+        assert null.tolist() == [False, False, True, False], type_
+        assert invalid.tolist() == [False, True, False, True], type_
+        assert keys.tolist() == [_key("3"), 0, 0, 0], type_
+
+
+def test_decimals_of_every_width_and_scale():
+    import decimal
+
+    import pyarrow as pa
+
+    from components.common.hashing import id_keys
+
+    # 38 digits are the most decimal128 holds, 39 need decimal256; scale = precision: below 1
+    cases = [(pa.decimal256(38, 0), "9" * 38), (pa.decimal256(39, 0), "9" * 39), (pa.decimal128(2, 2), "0"),
+             (pa.decimal256(76, 0), "-" + "9" * 76)]
+    for type_, text in cases:
+        keys, null, invalid = id_keys(pa.array([decimal.Decimal(text)], type_))
+        assert keys.tolist() == [_key(text)] and not null.any() and not invalid.any(), type_
+
+
+def test_dictionaries_whose_values_hold_nulls():
+    """A dictionary may list null among its values: rows pointing at it are null ids."""
+    import decimal
+
+    import pyarrow as pa
+
+    from components.common.hashing import id_keys
+
+    indices = pa.array([0, 1, 1, None, 0], pa.int32())
+    for dictionary, text in [(pa.array(["u1", None]), "u1"), (pa.array([4.0, None]), "4"),
+                             (pa.array([decimal.Decimal("4"), None], pa.decimal128(5, 0)), "4"),
+                             (pa.array([4, None], pa.int64()), "4")]:
+        keys, null, invalid = id_keys(pa.DictionaryArray.from_arrays(indices, dictionary))
+        assert null.tolist() == [False, True, True, True, False], dictionary.type
+        assert not invalid.any() and keys.tolist() == [_key(text), 0, 0, 0, _key(text)], dictionary.type
+    # NaN among a dictionary's float values is a null id, not an invalid one
+    keys, null, invalid = id_keys(pa.DictionaryArray.from_arrays(indices, pa.array([4.0, float("nan")])))
+    assert null.tolist() == [False, True, True, True, False] and not invalid.any()
+    assert keys.tolist() == [_key("4"), 0, 0, 0, _key("4")]
+    # a dictionary of invalid values: invalid rows
+    keys, null, invalid = id_keys(pa.DictionaryArray.from_arrays(indices, pa.array([2.5, 4.0])))
+    assert invalid.tolist() == [True, False, False, False, True] and null.tolist() == [False] * 3 + [True, False]
+    # null-type values, more than none
+    keys, null, invalid = id_keys(pa.DictionaryArray.from_arrays(indices, pa.array([None, None], pa.null())))
+    assert keys.tolist() == [0] * 5 and null.all() and not invalid.any()
+
+
+def test_chunked_columns_and_columns_without_a_distinct_id():
+    import pyarrow as pa
+
+    from components.common.hashing import id_keys
+
+    chunked = pa.chunked_array([pa.array(["a", None]), pa.array(["b", "a"])])
+    keys, null, invalid = id_keys(chunked)
+    assert keys.tolist() == [_key("a"), 0, _key("b"), _key("a")] and null.tolist() == [False, True, False, False]
+    for empty in (pa.chunked_array([], pa.string()), pa.chunked_array([], pa.int64()), pa.array([], pa.string())):
+        keys, null, invalid = id_keys(empty)
+        assert (keys.tolist(), null.tolist(), invalid.tolist()) == ([], [], []) and keys.dtype == np.int64
+    for nulls in (pa.array([None, None], pa.string()), pa.array([None, None], pa.float64()),
+                  pa.array(["", " "], pa.string())):
+        keys, null, invalid = id_keys(nulls)
+        assert keys.tolist() == [0, 0] and null.tolist() == [True, True] and not invalid.any()
+
+
+def test_view_and_fixed_size_layouts_hash_like_their_plain_types():
+    import pyarrow as pa
+
+    from components.common.hashing import id_keys
+
+    text, _, _ = id_keys(pa.array([" u1 ", "u2"], pa.string_view()))
+    assert text.tolist() == [_key("u1"), _key("u2")]  # text: blanks around it trimmed
+    raw, null, _ = id_keys(pa.array([b"\xff\xfe", b" u1 ", b""], pa.binary_view()))
+    assert raw.tolist() == [_key(b"\xff\xfe"), _key(b" u1 "), 0] and null.tolist() == [False, False, True]
+    fixed, null, _ = id_keys(pa.array([b"ab\xff", None], pa.binary(3)))
+    assert fixed.tolist() == [_key(b"ab\xff"), 0] and null.tolist() == [False, True]
+
+
+def test_a_type_that_holds_no_ids_is_a_type_error():
+    import pyarrow as pa
+
+    from components.common.hashing import id_keys
+
+    message = ("type timestamp[s] cannot hold ids; expected integers, strings, binary, or integral "
+               "decimals/floats")
+    with pytest.raises(TypeError, match=rf"^{re.escape(message)}$"):
+        id_keys(pa.array([1, 2], pa.timestamp("s")))
+
+
+def test_mixed_python_values_each_hash_as_their_own_type():
+    """An object column of mixed types goes value by value: bytes as bytes, numbers as their
+    decimal text, a value of no id type (a date) as its text; 1.5 and NaN are unusable."""
+    import datetime as dt
+
+    values = pd.Series([b"\xff", "x", 1.5, None, float("nan"), 7.0, True, dt.date(2026, 3, 1), " y "],
+                       dtype=object)
+    keys, unusable = hash_ids(values)
+    assert unusable.tolist() == [False, False, True, True, True, False, False, False, False]
+    assert keys.tolist() == [_key(b"\xff"), _key("x"), 0, 0, 0, _key("7"), _key("1"), _key("2026-03-01"),
+                             _key("y")]

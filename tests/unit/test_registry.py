@@ -84,7 +84,7 @@ def test_alias_version_reads_the_alias_map(registry):
 def test_a_read_error_after_connecting_is_an_error_not_no_champion(registry, method, exc):
     """Not knowing the champion must stop the gate: treated as "none", any candidate would pass."""
     client = failing(registry.client, method, exc)
-    with pytest.raises(TrackingError) as info:
+    with pytest.raises(TrackingError, match=r"cannot read alias ctr@champion: ") as info:
         alias_version(client, NAME, CHAMPION)
     assert str(info.value) == (f"registry at {registry.uri}: cannot read alias ctr@champion: "
                                f"{type(exc).__name__}: {exc}")
@@ -117,6 +117,29 @@ def test_champion_checkpoint_is_none_without_champion_and_refused_without_a_dige
 
 def test_real_client_error_codes_are_what_the_lookup_expects(registry):
     """The store's own answer for an unknown model carries RESOURCE_DOES_NOT_EXIST."""
-    with pytest.raises(MlflowException) as info:
+    with pytest.raises(MlflowException, match="absent") as info:
         MlflowClient(registry.uri, registry_uri=registry.uri).get_registered_model("absent")
     assert info.value.error_code == "RESOURCE_DOES_NOT_EXIST"
+
+
+def test_champion_checkpoint_is_the_champions_verified_weights(registry, tmp_path):
+    """The champion's version number and the path of its downloaded, digest-checked weights."""
+    from pathlib import Path
+
+    from components.register.integrity import WEIGHTS, seal
+
+    registry.client.create_registered_model("sealed")
+    for n in (1, 2):
+        folder = tmp_path / f"model{n}"
+        (folder / "artifacts").mkdir(parents=True)
+        (folder / WEIGHTS).write_bytes(f"weights of v{n}".encode())
+        tags, _ = seal(folder)
+        with mlflow.start_run() as run:
+            mlflow.log_artifacts(str(folder), artifact_path="model")
+        registry.client.create_model_version("sealed", f"{run.info.artifact_uri}/model", run_id=run.info.run_id,
+                                             tags=tags)
+    registry.client.set_registered_model_alias("sealed", CHAMPION, "2")
+    version, path = champion_checkpoint(registry.client, "sealed", str(tmp_path / "dl"))
+    assert version == 2 and type(version) is int
+    assert path.endswith(WEIGHTS) and Path(path).is_relative_to(tmp_path / "dl")
+    assert Path(path).read_bytes() == b"weights of v2"
