@@ -161,6 +161,28 @@ def test_measured_rates_replace_the_modelled_ones():
     assert no_setup["startup_seconds"] == pytest.approx(35.0)
 
 
+def test_a_probe_launched_in_the_plans_world_replaces_allreduce_and_start_up():
+    """Measured micro-steps of the plan's own world size already paid DDP's all-reduce, and the
+    launched probe timed the whole start-up: neither the modelled all-reduce, the parallel loss nor
+    the per-process start-up is added; pods and image pull still are."""
+    launched = {"samples_per_s": 1000.0, "eval_samples_per_s": 4000.0, "setup_seconds": 2.0,
+                "processes": 2, "startup_seconds": 7.5}
+    t = time_model(profile=PROFILE, **CASE, measured=launched)
+    assert t["allreduce_seconds"] == 0 and t["step_seconds"] == pytest.approx(2 * 0.1)
+    assert t["validation_seconds"] == pytest.approx(501 / 4000)  # each of the 2 processes its share
+    assert t["startup_seconds"] == pytest.approx(7.5 + 5 + 20)
+    assert t["total_seconds"] == pytest.approx(32.5 + 3 * t["epoch_seconds"])
+    # measured in another world size: the modelled all-reduce and parallel loss come back
+    other = time_model(profile=PROFILE, **CASE, measured=launched | {"processes": 1})
+    assert other["allreduce_seconds"] == pytest.approx(2 * 0.5 * 4e6 / 1e9 + 1e-3)
+    assert other["step_seconds"] == pytest.approx(2 * 0.1 / 0.8 + 5e-3)
+    assert other["startup_seconds"] == pytest.approx(7.5 + 5 + 20)  # the launch was still timed
+    # no processes recorded (an in-process probe): one process, as before
+    single = time_model(profile=PROFILE, **(CASE | {"nproc": 1}),
+                        measured={"samples_per_s": 1000.0, "eval_samples_per_s": 4000.0})
+    assert single["step_seconds"] == pytest.approx(2 * 0.1) and single["allreduce_seconds"] == 0
+
+
 def test_long_epochs_write_mid_epoch_checkpoints():
     # 10,000 steps of 7.5 ms = 75 s > 60 s: a checkpoint every 60 / 0.0075 = 8000 steps, once
     t = time_model(profile=PROFILE, **(CASE | {"steps_per_epoch": 10_000, "max_lost_seconds": 60}))
