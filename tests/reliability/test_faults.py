@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from components.common.plan import TrainPlan, write_plan
@@ -22,7 +21,7 @@ from components.datagen import DatagenConfig, generate
 from components.train.checkpoint import LAST, PREVIOUS, CheckpointError
 from components.train.launch import LaunchSpec, LocalTorchrun
 from components.train.trainer import TrainConfig, read_summary, train
-from tests.reliability.waiting import wait_for
+from tests.reliability.waiting import trainer_processes, wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,8 +54,7 @@ def test_rank_killed_mid_epoch_resumes_and_finishes_like_an_uninterrupted_run(ti
         proc = subprocess.Popen(LocalTorchrun().command(faulty), stdout=sink, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: (tmp_path / "faulty" / LAST).exists(), 300, "the first mid-epoch checkpoint")
-        workers = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                   if "components.train" in " ".join(p.cmdline())]
+        workers = trainer_processes(proc.pid)
         assert len(workers) == 2
         workers[1].send_signal(signal.SIGKILL)  # rank 1 dies mid-epoch 1, as on a preempted node
         assert proc.wait(timeout=600) == 0, log.read_text()[-4000:]

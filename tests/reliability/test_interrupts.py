@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from components.common.storage import NoSpaceError, atomic_write_bytes, disk_full_as
-from tests.reliability.waiting import wait_for
+from tests.reliability.waiting import trainer_processes, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -26,9 +26,13 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 def assert_all_gone(pids: list[int], timeout: float) -> float:
     started = time.monotonic()
-    wait_for(lambda: not [p for p in pids if psutil.pid_exists(p) and
-                          psutil.Process(p).status() != psutil.STATUS_ZOMBIE], timeout,
-             f"processes {pids} to end")
+    def alive(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:  # gone between listing and looking
+            return False
+
+    wait_for(lambda: not [p for p in pids if alive(p)], timeout, f"processes {pids} to end")
     return time.monotonic() - started
 
 
@@ -68,8 +72,7 @@ def test_sigterm_to_make_run_stops_torchrun_and_its_workers(tmp_path, fault_repo
                              "--set", "window_days=4", "--set", "history_days=1", "--set", "max_epochs=50"],
                             cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        workers = wait_for(lambda: [p for p in psutil.Process(proc.pid).children(recursive=True)
-                                    if "components.train" in " ".join(p.cmdline())], 300, "training workers")
+        workers = wait_for(lambda: trainer_processes(proc.pid), 300, "training workers")
         tree = psutil.Process(proc.pid).children(recursive=True)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 128 + signal.SIGTERM
