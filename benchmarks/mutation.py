@@ -83,6 +83,9 @@ MODULES = (
            what="the plan's time model: FLOPs, row traffic, all-reduce, run seconds, checkpoint cadence"),
 )
 
+_ONE_PROCESS = ("a probe that records no process count measured one process: None, like 1, differs from "
+                "every world > 1 (the modelled all-reduce is added), and a world of 1 has no all-reduce "
+                "and no parallel loss either way")
 _CENTRED = ("sum((a + mean a)(b - mean b)) = sum(a (b - mean b)) + mean a * sum(b - mean b), and "
             "sum(b - mean b) = 0: the same covariance up to rounding (1e-16)")
 _V01_SHIFT = ("V01 enters only through variances and covariances, which do not change when every "
@@ -397,6 +400,8 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("timemodel", 'rows = {"item": (t, config.d_model), "category": (t, config.d_model), "GAP": (vocab.seq_len, config.d_model),'): _ROW_LABEL,
     ("timemodel", '"user": (1, config.user_width), "XXcontextXX": (2, config.context_dim)}'): _ROW_LABEL,
     ("timemodel", '"user": (1, config.user_width), "CONTEXT": (2, config.context_dim)}'): _ROW_LABEL,
+    ("timemodel", 'in_world = bool(measured) and measured.get("processes", None) == world'): _ONE_PROCESS,
+    ("timemodel", 'in_world = bool(measured) and measured.get("processes", ) == world'): _ONE_PROCESS,
     ("timemodel", "if vocab.dense or config.dense_embed:"):
         "the term is 2 x dense x 2 x frequencies x dense_embed: with either of them 0 it adds 0",
 }

@@ -177,7 +177,11 @@ def test_a_probe_launched_in_the_plans_world_replaces_allreduce_and_start_up():
     assert other["allreduce_seconds"] == pytest.approx(2 * 0.5 * 4e6 / 1e9 + 1e-3)
     assert other["step_seconds"] == pytest.approx(2 * 0.1 / 0.8 + 5e-3)
     assert other["startup_seconds"] == pytest.approx(7.5 + 5 + 20)  # the launch was still timed
-    # no processes recorded (an in-process probe): one process, as before
+    # no processes recorded (an in-process probe measured one process): in a world of 2 the modelled
+    # all-reduce and parallel loss are added
+    unrecorded = time_model(profile=PROFILE, **CASE, measured={"samples_per_s": 1000.0, "eval_samples_per_s": 4000.0})
+    assert unrecorded["step_seconds"] == pytest.approx(2 * 0.1 / 0.8 + 5e-3)
+    # ... and in a world of 1 there is nothing to add
     single = time_model(profile=PROFILE, **(CASE | {"nproc": 1}),
                         measured={"samples_per_s": 1000.0, "eval_samples_per_s": 4000.0})
     assert single["step_seconds"] == pytest.approx(2 * 0.1) and single["allreduce_seconds"] == 0
