@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import io
-import json
 import logging
-import os
-import tempfile
 
 import pytest
 from kfp.local import logging_utils, status
 
 from components.common.progress import LOG_FORMAT, PROGRESS, PROGRESS_LEVELS
-from components.datagen import DatagenConfig, generate
 from pipelines.console import STAGE_LINE, RunConsole
-
-
-@pytest.fixture
-def local_env(monkeypatch):
-    """run_local points TMPDIR into the run folder: give it back afterwards."""
-    monkeypatch.setenv("TMPDIR", os.environ.get("TMPDIR", tempfile.gettempdir()))
-    yield
-    tempfile.tempdir = None
 
 
 def kfp_task(name: str, streamed: list[str], ok: bool = True) -> None:
@@ -100,34 +88,6 @@ def test_the_stages_progress_lines_are_what_the_console_shows():
 
 
 @pytest.mark.integration
-def test_make_run_prints_a_short_console_and_one_summary(tmp_path, local_env, capsys):
-    from pipelines.local import main
-
-    raw = tmp_path / "raw"
-    generate(DatagenConfig(out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5))
-    config = tmp_path / "tiny.json"
-    config.write_text(json.dumps({"model_config": "debug", "hardware_profile": "cpu-local", "global_batch": 512,
-                                  "deadline_hours": 0, "max_epochs": 1, "window_days": 4, "history_days": 1,
-                                  "min_auc": 0.0}))
-    code = main(["--config", str(config), "--data", str(raw), "--root", str(tmp_path / "store"),
-                 "--run-id", "tiny"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert len(out) < 6000, f"{len(out)} characters:\n{out}"  # KFP's own output of this run: ~58 KB
-    assert "executor_input" not in out and '"parameterValues"' not in out and "[KFP Executor" not in out
-    assert "OMP_NUM_THREADS" not in out  # torchrun's banner: the thread variables are set
-    assert out.count("run tiny: SUCCEEDED") == 1  # the summary, once
-    for task in ("check-parameters", "resolve-window", "preprocess", "estimate", "train", "evaluate",
-                 "register", "finalize"):
-        assert f" {task} " in out and any(f" {task} " in line and " done in " in line
-                                          for line in out.splitlines()), task
-    assert "phase sequence: started" in out and "epoch 1/1  loss " in out  # progress of long tasks
-    logs = tmp_path / "store" / "runs" / "tiny" / "logs"
-    assert f"logs     {logs}/" in out
-    assert "executor_input" in (logs / "train-op.log").read_text()
-    assert json.loads((tmp_path / "store" / "runs" / "tiny" / "summary.json").read_text())["logs"] == str(logs)
-
-
 def test_verbose_leaves_kfps_output_on_the_terminal(tmp_path, capsys):
     from pipelines.local import quiet_console
 

@@ -142,13 +142,38 @@ def artifact_metadata(run) -> dict[str, dict]:
 
 
 @pytest.mark.integration
-def test_two_daily_runs_through_kfp_local(tmp_path, local_env):
+def check_console(out: str, code: int, run) -> None:
+    """What `make run` prints: one line per task start and end, progress, the summary once; KFP's
+    executor JSON and torchrun's banner only in the per-task logs the summary names."""
+    assert code == 0, out
+    assert len(out) < 6000, f"{len(out)} characters:\n{out}"  # KFP's own output of this run: ~58 KB
+    assert "executor_input" not in out and '"parameterValues"' not in out and "[KFP Executor" not in out
+    assert "OMP_NUM_THREADS" not in out  # torchrun's banner: the thread variables are set
+    assert out.count(f"run {run.name}: SUCCEEDED") == 1  # the summary, once
+    for task in ("check-parameters", "resolve-window", "preprocess", "estimate", "train", "evaluate",
+                 "register", "finalize"):
+        assert f" {task} " in out and any(f" {task} " in line and " done in " in line
+                                          for line in out.splitlines()), task
+    assert "phase sequence: started" in out and "epoch 1/" in out  # progress of long tasks
+    logs = run / "logs"
+    assert f"logs     {logs}/" in out
+    assert "executor_input" in (logs / "train-op.log").read_text()
+    assert json.loads((run / "summary.json").read_text())["logs"] == str(logs)
+
+
+def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
+    from pipelines.local import main
+
     raw = tmp_path / "raw"
     generate(DatagenConfig(out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5))
     root = tmp_path / "store"
 
-    # day 1: no champion yet -> blessed, registered, champion
-    first = run_local(tiny_params(raw_uri=str(raw)), root, run_id="day1")
+    # day 1, as `make run` runs it: no champion yet -> blessed, registered, champion
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny_params()))
+    code = main(["--config", str(config), "--data", str(raw), "--root", str(root), "--run-id", "day1"])
+    check_console(capsys.readouterr().out, code, root / "runs" / "day1")
+    first = json.loads((root / "runs" / "day1" / "summary.json").read_text())
     assert first["status"] == "SUCCEEDED", first
     assert set(first) >= SUMMARY_KEYS
     assert first["run_date"] == "2026-01-05" and first["plan"]["model"] == "debug"
