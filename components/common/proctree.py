@@ -37,24 +37,36 @@ class Stopped(BaseException):
         super().__init__(f"stopped by {signal.Signals(signum).name}")
 
 
+def stop_all(procs: list[psutil.Process], grace_s: float = GRACE_S) -> None:
+    """SIGTERM to ``procs``, SIGKILL to those still alive after ``grace_s``."""
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+
+
+def stop_until_none(find, grace_s: float = GRACE_S) -> list[int]:
+    """Stop what ``find()`` returns, again until it returns nothing (a dying parent may just have
+    started one more); returns their pids."""
+    stopped: list[int] = []
+    for _ in range(5):
+        procs = find()
+        if not procs:
+            break
+        stop_all(procs, grace_s)
+        stopped += [p.pid for p in procs]
+    return stopped
+
+
 def stop_descendants(grace_s: float = GRACE_S) -> list[int]:
     """SIGTERM to every descendant of this process, SIGKILL to those still alive after ``grace_s``;
-    returns their pids. Repeats until none is left (a dying parent may just have started one)."""
-    me, stopped = psutil.Process(), []
-    for _ in range(5):
-        children = me.children(recursive=True)
-        if not children:
-            break
-        for child in children:
-            with contextlib.suppress(psutil.Error):
-                child.terminate()
-        _, alive = psutil.wait_procs(children, timeout=grace_s)
-        for child in alive:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-        psutil.wait_procs(alive, timeout=grace_s)
-        stopped += [c.pid for c in children]
-    return stopped
+    returns their pids."""
+    me = psutil.Process()
+    return stop_until_none(lambda: me.children(recursive=True), grace_s)
 
 
 @contextlib.contextmanager
@@ -87,28 +99,11 @@ def carrying(token: str, exclude: set[int]) -> list[psutil.Process]:
     return found
 
 
-def stop_all(procs: list[psutil.Process], grace_s: float = GRACE_S) -> None:
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-
-
 def watch(pid: int, token: str, grace_s: float = GRACE_S) -> list[int]:
     """Wait for ``pid`` to end, then stop what still carries ``token``; returns their pids."""
     with contextlib.suppress(psutil.NoSuchProcess):
         psutil.Process(pid).wait()
-    stopped: list[int] = []
-    for _ in range(5):  # a dying task shell may just have started one more
-        procs = carrying(token, {os.getpid()})
-        if not procs:
-            break
-        stop_all(procs, grace_s)
-        stopped += [p.pid for p in procs]
-    return stopped
+    return stop_until_none(lambda: carrying(token, {os.getpid()}), grace_s)
 
 
 @contextlib.contextmanager
