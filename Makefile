@@ -41,7 +41,7 @@ DRY_RUN ?=
 PUSH ?=
 SKIP_IMAGES ?=
 
-.PHONY: help install run data next-day preprocess tune compile ui serve images lock deploy trigger test test-tools test-reliability mutation bench docs lint clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess tune compile ui serve images lock deploy trigger test test-tools test-reliability mutation bench docs lint format clean clean-data clean-runs
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -144,8 +144,13 @@ docs: install ## rewrite the generated blocks of README.md and docs/ from benchm
 	$(PY) -m benchmarks.readme
 	$(PY) -m tests.reliability.report benchmarks/results/reliability.json
 
-lint: install ## ruff
+lint: install ## ruff: lint and check the formatting (what CI checks)
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: install ## ruff: format the code and apply the safe lint fixes
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
 
 clean-data: ## delete the sample logs and datasets (data/, datasets/)
 	rm -rf data datasets

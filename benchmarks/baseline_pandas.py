@@ -29,11 +29,17 @@ from components.preprocess.sequences import context_features
 from components.preprocess.stage import SPLITS, Window, array_specs
 
 
-def user_histories(group: pd.DataFrame, seq_len: int, label: int = 1, prefix: str = "hist") -> pd.DataFrame:
+def user_histories(
+    group: pd.DataFrame, seq_len: int, label: int = 1, prefix: str = "hist"
+) -> pd.DataFrame:
     """One user's rows (sorted by time) -> their history columns (clicks: label 1; skips: label 0)."""
     ts = group["ts"].to_numpy()
     clicks = group["label"].to_numpy() == label
-    click_ts, click_item, click_cat = ts[clicks], group["item"].to_numpy()[clicks], group["cat"].to_numpy()[clicks]
+    click_ts, click_item, click_cat = (
+        ts[clicks],
+        group["item"].to_numpy()[clicks],
+        group["cat"].to_numpy()[clicks],
+    )
     end = np.searchsorted(click_ts, ts, side="left")
     idx = end[:, None] + np.arange(-seq_len, 0)
     valid = idx >= 0
@@ -43,29 +49,37 @@ def user_histories(group: pd.DataFrame, seq_len: int, label: int = 1, prefix: st
         safe[:] = 0
         click_item = click_cat = click_ts = np.zeros(1, np.int64)
     gap = np.searchsorted(GAP_EDGES_SECONDS, ts[:, None] - click_ts[safe], side="right") + 1
-    return pd.DataFrame({
-        f"{prefix}_item": list(np.where(valid, click_item[safe], 0)),
-        f"{prefix}_cat": list(np.where(valid, click_cat[safe], 0)),
-        f"{prefix}_gap": list(np.where(valid, gap, 0)),
-        f"{prefix}_len": np.minimum(end, seq_len),
-    }, index=group.index)
+    return pd.DataFrame(
+        {
+            f"{prefix}_item": list(np.where(valid, click_item[safe], 0)),
+            f"{prefix}_cat": list(np.where(valid, click_cat[safe], 0)),
+            f"{prefix}_gap": list(np.where(valid, gap, 0)),
+            f"{prefix}_len": np.minimum(end, seq_len),
+        },
+        index=group.index,
+    )
 
 
 def run_baseline(config: PreprocessConfig) -> dict[str, int]:
     fs, day_paths = rawio.list_days(config.raw)
     window = Window(config.end_date or max(day_paths), config)
-    files = rawio.list_files(fs, {d: p for d, p in day_paths.items()
-                                  if window.first_read <= d <= window.end})
+    files = rawio.list_files(
+        fs, {d: p for d, p in day_paths.items() if window.first_read <= d <= window.end}
+    )
     frames = []
     for piece in rawio.plan_pieces(fs, files):
         day = DayWindow.for_day(schema.epoch_day(piece.file.day), config.max_skew_hours)
-        clean, _, _ = clean_table(rawio.read_piece(fs, piece), piece.file.index, piece.row_offset, day)
+        clean, _, _ = clean_table(
+            rawio.read_piece(fs, piece), piece.file.index, piece.row_offset, day
+        )
         frames.append(clean)
     df = pd.concat(frames, ignore_index=True)
     df = df.sort_values(["user_key", "ts", "item_key", "cat_key", "label", "day"])
     df = df.drop_duplicates(["user_key", "ts", "item_key", "cat_key", "label"])
     df["item"] = bucketize(df["item_key"].to_numpy(), config.item_buckets)
-    df["cat"] = bucketize(df["cat_key"].to_numpy(), config.category_buckets, df["cat_key"].to_numpy() == 0)
+    df["cat"] = bucketize(
+        df["cat_key"].to_numpy(), config.category_buckets, df["cat_key"].to_numpy() == 0
+    )
     by_user = df.groupby("user_key", sort=False, group_keys=False)[["ts", "label", "item", "cat"]]
     df = df.join(by_user.apply(user_histories, seq_len=config.seq_len))
     df = df.join(by_user.apply(user_histories, seq_len=config.neg_len, label=0, prefix="neg"))
@@ -80,14 +94,21 @@ def run_baseline(config: PreprocessConfig) -> dict[str, int]:
         in_split = ((df["day"] >= starts[split]) & (df["day"] < end)).to_numpy()
         part = df[in_split]
         arrays = {
-            **{f"{p}_{n}": np.stack(part[f"{p}_{n}"].to_numpy()) if len(part) else None
-               for p in ("hist", "neg") for n in ("item", "cat", "gap")},
-            "hist_len": part["hist_len"].to_numpy(), "neg_len": part["neg_len"].to_numpy(),
+            **{
+                f"{p}_{n}": np.stack(part[f"{p}_{n}"].to_numpy()) if len(part) else None
+                for p in ("hist", "neg")
+                for n in ("item", "cat", "gap")
+            },
+            "hist_len": part["hist_len"].to_numpy(),
+            "neg_len": part["neg_len"].to_numpy(),
             "dense": dense[in_split],
-            "target_item": part["item"].to_numpy(), "target_cat": part["cat"].to_numpy(),
+            "target_item": part["item"].to_numpy(),
+            "target_cat": part["cat"].to_numpy(),
             "user": bucketize(part["user_key"].to_numpy(), config.user_buckets),
-            "user_key": part["user_key"].to_numpy(), "context": context_features(part["ts"].to_numpy()),
-            "ts": part["ts"].to_numpy(), "label": part["label"].to_numpy(),
+            "user_key": part["user_key"].to_numpy(),
+            "context": context_features(part["ts"].to_numpy()),
+            "ts": part["ts"].to_numpy(),
+            "label": part["label"].to_numpy(),
         }
         folder = Path(config.out) / split
         folder.mkdir(parents=True, exist_ok=True)

@@ -77,7 +77,7 @@ PEAK_BF16_FLOPS: list[tuple[str, float]] = [
     ("H200", 989e12),
     ("H100 PCIe", 756e12),
     ("H100 NVL", 835e12),
-    ("H100", 989e12),    # SXM ("NVIDIA H100 80GB HBM3")
+    ("H100", 989e12),  # SXM ("NVIDIA H100 80GB HBM3")
     ("H800", 989e12),
     ("A100", 312e12),
     ("A800", 312e12),
@@ -89,8 +89,11 @@ PEAK_BF16_FLOPS: list[tuple[str, float]] = [
 
 PROFILES: list[tuple[str, str]] = [
     # (substring of the device name, hardware profile); first match wins
-    ("H200", "h200-141gb"), ("H100", "h100-80gb"), ("A100-SXM4-80GB", "a100-80gb"),
-    ("A100 80GB", "a100-80gb"), ("A100", "a100-40gb"),
+    ("H200", "h200-141gb"),
+    ("H100", "h100-80gb"),
+    ("A100-SXM4-80GB", "a100-80gb"),
+    ("A100 80GB", "a100-80gb"),
+    ("A100", "a100-40gb"),
 ]
 BATCHES = "256,1024,4096,16384"
 SYNTHETIC_BATCHES = 4  # measure() keeps this many batches on the device
@@ -104,7 +107,9 @@ def profile_for(name: str, given: str | None) -> str | None:
     return given or next((profile for key, profile in PROFILES if key in name), None)
 
 
-def synthetic_batches(vocab: Vocab, rows: int, count: int, device: torch.device, seed: int = 0) -> list[dict]:
+def synthetic_batches(
+    vocab: Vocab, rows: int, count: int, device: torch.device, seed: int = 0
+) -> list[dict]:
     """``count`` random batches of the batch contract, right-aligned histories of random length."""
     g = torch.Generator(device=device)
     g.manual_seed(seed)
@@ -118,23 +123,29 @@ def synthetic_batches(vocab: Vocab, rows: int, count: int, device: torch.device,
         hist_len = ints(length + 1, (rows,))
         valid = torch.arange(length, device=device) >= (length - hist_len).unsqueeze(1)
         neg_len = ints(vocab.neg_len + 1, (rows,), 0)
-        neg_valid = torch.arange(vocab.neg_len, device=device) >= (vocab.neg_len - neg_len).unsqueeze(1)
-        batches.append({
-            "hist_item": ints(vocab.item, (rows, length)) * valid,
-            "hist_cat": ints(vocab.category, (rows, length)) * valid,
-            "hist_gap": ints(vocab.gap, (rows, length)) * valid,
-            "hist_len": hist_len,
-            "neg_item": ints(vocab.item, (rows, vocab.neg_len)) * neg_valid,
-            "neg_cat": ints(vocab.category, (rows, vocab.neg_len)) * neg_valid,
-            "neg_gap": ints(vocab.gap, (rows, vocab.neg_len)) * neg_valid,
-            "neg_len": neg_len,
-            "dense": torch.randn(rows, vocab.dense, generator=g, device=device),
-            "target_item": ints(vocab.item, (rows,)),
-            "target_cat": ints(vocab.category, (rows,)),
-            "user": ints(vocab.user, (rows,)),
-            "context": torch.stack([ints(vocab.hour, (rows,), 0), ints(vocab.dow, (rows,), 0)], dim=1),
-            "label": (torch.rand(rows, generator=g, device=device) < 0.05).float(),
-        })
+        neg_valid = torch.arange(vocab.neg_len, device=device) >= (
+            vocab.neg_len - neg_len
+        ).unsqueeze(1)
+        batches.append(
+            {
+                "hist_item": ints(vocab.item, (rows, length)) * valid,
+                "hist_cat": ints(vocab.category, (rows, length)) * valid,
+                "hist_gap": ints(vocab.gap, (rows, length)) * valid,
+                "hist_len": hist_len,
+                "neg_item": ints(vocab.item, (rows, vocab.neg_len)) * neg_valid,
+                "neg_cat": ints(vocab.category, (rows, vocab.neg_len)) * neg_valid,
+                "neg_gap": ints(vocab.gap, (rows, vocab.neg_len)) * neg_valid,
+                "neg_len": neg_len,
+                "dense": torch.randn(rows, vocab.dense, generator=g, device=device),
+                "target_item": ints(vocab.item, (rows,)),
+                "target_cat": ints(vocab.category, (rows,)),
+                "user": ints(vocab.user, (rows,)),
+                "context": torch.stack(
+                    [ints(vocab.hour, (rows,), 0), ints(vocab.dow, (rows,), 0)], dim=1
+                ),
+                "label": (torch.rand(rows, generator=g, device=device) < 0.05).float(),
+            }
+        )
     return batches
 
 
@@ -154,8 +165,15 @@ def counted_flops(config: ModelConfig, seq_len: int, rows: int = 8) -> float:
     return counter.get_total_flops() / rows
 
 
-def measure(precision: str, vocab: Vocab, batch: int, steps: int, warmup: int, device: torch.device,
-            seed: int = 0) -> dict:
+def measure(
+    precision: str,
+    vocab: Vocab,
+    batch: int,
+    steps: int,
+    warmup: int,
+    device: torch.device,
+    seed: int = 0,
+) -> dict:
     """samples/s and peak memory of ``steps`` training steps of the prod model in ``precision``."""
     cuda = device.type == "cuda"
     if cuda:
@@ -164,7 +182,9 @@ def measure(precision: str, vocab: Vocab, batch: int, steps: int, warmup: int, d
     torch.manual_seed(seed)
     model = build_model(MODEL, vocab, sparse=False).to(device)
     model.train()
-    plan = TrainPlan(model=MODEL, micro_batch=batch, precision=precision, sparse_embeddings="off", seed=seed)
+    plan = TrainPlan(
+        model=MODEL, micro_batch=batch, precision=precision, sparse_embeddings="off", seed=seed
+    )
     optim = Optimizers(model, plan, warmup + steps)
     dense = list(model.dense_parameters())
     loss_fn = torch.nn.BCEWithLogitsLoss(reduction="sum")
@@ -198,41 +218,84 @@ def measure(precision: str, vocab: Vocab, batch: int, steps: int, warmup: int, d
     else:
         seconds = time.perf_counter() - t0
         peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process_max_rss"
-    return {"precision": precision, "batch": batch, "steps": steps, "warmup_steps": warmup,
-            "seconds": round(seconds, 6), "step_ms": 1000 * seconds / steps,
-            "samples_per_s": rate(batch * steps, seconds), "peak_memory_bytes": int(peak),
-            "peak_memory_reserved_bytes": reserved, "peak_memory_kind": kind}
+    return {
+        "precision": precision,
+        "batch": batch,
+        "steps": steps,
+        "warmup_steps": warmup,
+        "seconds": round(seconds, 6),
+        "step_ms": 1000 * seconds / steps,
+        "samples_per_s": rate(batch * steps, seconds),
+        "peak_memory_bytes": int(peak),
+        "peak_memory_reserved_bytes": reserved,
+        "peak_memory_kind": kind,
+    }
 
 
 def against_estimate(run: dict, vocab: Vocab, profile_name: str | None) -> dict:
     """The estimate's memory and step time for this run's setup next to the measured ones."""
     config = model_config(MODEL)
-    setup = MemorySetup(config=config, vocab=vocab, micro_batch=run["batch"], precision=run["precision"],
-                        sparse=False, device="cuda")
+    setup = MemorySetup(
+        config=config,
+        vocab=vocab,
+        micro_batch=run["batch"],
+        precision=run["precision"],
+        sparse=False,
+        device="cuda",
+    )
     terms = memory_breakdown(setup)["terms"]
     # what the caching allocator holds here: model state, activations, workspace and the batches made on
     # the device (no loader, no CUDA context: neither is in the allocator's statistics)
-    predicted = (sum(terms[k]["total"] for k in ("weights", "gradients", "optimizer", "autocast_copies",
-                                                  "ddp_buckets", "activations", "workspace"))
-                 + SYNTHETIC_BATCHES * run["batch"] * batch_bytes_per_sample(vocab))
-    out = {"predicted_bytes": predicted,
-           "allocated_error": (predicted - run["peak_memory_bytes"]) / run["peak_memory_bytes"]}
+    predicted = sum(
+        terms[k]["total"]
+        for k in (
+            "weights",
+            "gradients",
+            "optimizer",
+            "autocast_copies",
+            "ddp_buckets",
+            "activations",
+            "workspace",
+        )
+    ) + SYNTHETIC_BATCHES * run["batch"] * batch_bytes_per_sample(vocab)
+    out = {
+        "predicted_bytes": predicted,
+        "allocated_error": (predicted - run["peak_memory_bytes"]) / run["peak_memory_bytes"],
+    }
     if run.get("peak_memory_reserved_bytes"):
-        out["reserved_error"] = (predicted - run["peak_memory_reserved_bytes"]) / run["peak_memory_reserved_bytes"]
+        out["reserved_error"] = (predicted - run["peak_memory_reserved_bytes"]) / run[
+            "peak_memory_reserved_bytes"
+        ]
     if profile_name:
         try:
             profile = load_profile(profile_name)
         except HardwareError:
             return out
         params = count_parameters(MODEL, vocab)
-        t = time_model(profile=profile, flops=flops_per_sample(config, vocab), micro_batch=run["batch"],
-                       grad_accum=1, nproc=1, nnodes=1, reduced_bytes=0, optimizer_params=params["total"],
-                       embedding_bytes=embedding_bytes_per_sample(config, vocab, sparse=False),
-                       steps_per_epoch=1, val_rows=0, checkpoint_bytes=0, max_epochs=1,
-                       max_lost_seconds=600, mfu=profile.mfu)
-        out |= {"profile": profile_name, "predicted_step_ms": 1000 * t["step_seconds"], "bound": t["bound"],
-                "step_error": (t["step_seconds"] * 1000 - run["step_ms"]) / run["step_ms"],
-                "optimizer_bytes_per_step": params["total"] * OPTIMIZER_BYTES_PER_PARAM}
+        t = time_model(
+            profile=profile,
+            flops=flops_per_sample(config, vocab),
+            micro_batch=run["batch"],
+            grad_accum=1,
+            nproc=1,
+            nnodes=1,
+            reduced_bytes=0,
+            optimizer_params=params["total"],
+            embedding_bytes=embedding_bytes_per_sample(config, vocab, sparse=False),
+            steps_per_epoch=1,
+            val_rows=0,
+            checkpoint_bytes=0,
+            max_epochs=1,
+            max_lost_seconds=600,
+            mfu=profile.mfu,
+        )
+        out |= {
+            "profile": profile_name,
+            "predicted_step_ms": 1000 * t["step_seconds"],
+            "bound": t["bound"],
+            "step_error": (t["step_seconds"] * 1000 - run["step_ms"]) / run["step_ms"],
+            "optimizer_bytes_per_step": params["total"] * OPTIMIZER_BYTES_PER_PARAM,
+        }
     return out
 
 
@@ -241,13 +304,17 @@ def constants(sweep: list[dict], peak: float | None, flops: float) -> dict:
     smallest = min(sweep, key=lambda r: r["batch"])
     best = max(sweep, key=lambda r: r["samples_per_s"])
     return {
-        "mfu_by_batch": {str(r["batch"]): (flops * r["samples_per_s"] / peak if peak else None) for r in sweep},
+        "mfu_by_batch": {
+            str(r["batch"]): (flops * r["samples_per_s"] / peak if peak else None) for r in sweep
+        },
         "mfu": flops * best["samples_per_s"] / peak if peak else None,
-        "samples_per_s": best["samples_per_s"], "at_batch": best["batch"],
-        "step_latency_seconds": smallest["step_ms"] / 1000, "step_latency_batch": smallest["batch"],
+        "samples_per_s": best["samples_per_s"],
+        "at_batch": best["batch"],
+        "step_latency_seconds": smallest["step_ms"] / 1000,
+        "step_latency_batch": smallest["batch"],
         "note": "mfu and samples_per_s at the fastest micro-batch; step_latency_seconds = the step at the "
-                "smallest (an upper bound on the floor). Put them in the device's hardware profile with "
-                "benchmarks/results/gpu.json as their source.",
+        "smallest (an upper bound on the floor). Put them in the device's hardware profile with "
+        "benchmarks/results/gpu.json as their source.",
     }
 
 
@@ -259,23 +326,32 @@ def readme_table(result: dict) -> str:
         f"({params['total'] / 1e6:.1f} M parameters, {params['dense'] / 1e6:.2f} M outside the embedding "
         f"tables), dense tables + fused AdamW, synthetic batches of {result['batch']:,}, "
         f"{result['flops_per_sample'] / 1e6:.1f} MFLOP per sample (forward + backward); MFU against "
-        + (f"{peak / 1e12:.0f} TFLOP/s dense bf16 ({result['peak_flops_source']})." if peak
-           else "no known peak (pass --peak-flops)."),
+        + (
+            f"{peak / 1e12:.0f} TFLOP/s dense bf16 ({result['peak_flops_source']})."
+            if peak
+            else "no known peak (pass --peak-flops)."
+        ),
         "",
         "| precision | samples/s | step (ms) | achieved TFLOP/s | MFU | peak memory (GiB) |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in result["runs"]:
         mfu = f"{100 * r['mfu']:.2f}%" if r["mfu"] is not None else "n/a"
-        lines.append(f"| {r['precision']} | {r['samples_per_s']:,.0f} | {r['step_ms']:.2f} | "
-                     f"{r['achieved_flops'] / 1e12:.2f} | {mfu} | {r['peak_memory_bytes'] / 2**30:.2f} |")
+        lines.append(
+            f"| {r['precision']} | {r['samples_per_s']:,.0f} | {r['step_ms']:.2f} | "
+            f"{r['achieved_flops'] / 1e12:.2f} | {mfu} | {r['peak_memory_bytes'] / 2**30:.2f} |"
+        )
     if result.get("bf16_speedup"):
         lines += ["", f"- bf16 autocast / fp32: **{result['bf16_speedup']:.2f}x** samples/s"]
-    lines += ["", "bf16 micro-batch sweep against the estimate (memory: tensors + workspace + on-device "
-                  "batches; step: the hardware profile's time model):", "",
-              "| micro-batch | samples/s | step (ms) | predicted step (ms) | MFU | allocated (GiB) | "
-              "reserved (GiB) | predicted (GiB) | error vs reserved |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "bf16 micro-batch sweep against the estimate (memory: tensors + workspace + on-device "
+        "batches; step: the hardware profile's time model):",
+        "",
+        "| micro-batch | samples/s | step (ms) | predicted step (ms) | MFU | allocated (GiB) | "
+        "reserved (GiB) | predicted (GiB) | error vs reserved |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in result["sweep"]:
         e = r["estimate"]
         reserved = r.get("peak_memory_reserved_bytes")
@@ -286,37 +362,67 @@ def readme_table(result: dict) -> str:
             + f"{r['peak_memory_bytes'] / 2**30:.2f} | "
             + (f"{reserved / 2**30:.2f} | " if reserved else "— | ")
             + f"{e['predicted_bytes'] / 2**30:.2f} | "
-            + (f"{e['reserved_error']:+.1%} |" if "reserved_error" in e else "— |"))
+            + (f"{e['reserved_error']:+.1%} |" if "reserved_error" in e else "— |")
+        )
     c = result["constants"]
     if c.get("mfu") is not None:
-        lines += ["", f"- measured constants for the `{result.get('profile')}` profile: MFU {c['mfu']:.3f} at "
-                      f"micro-batch {c['at_batch']:,} ({c['samples_per_s']:,.0f} samples/s); step floor "
-                      f"<= {1000 * c['step_latency_seconds']:.2f} ms (micro-batch {c['step_latency_batch']})"]
+        lines += [
+            "",
+            f"- measured constants for the `{result.get('profile')}` profile: MFU {c['mfu']:.3f} at "
+            f"micro-batch {c['at_batch']:,} ({c['samples_per_s']:,.0f} samples/s); step floor "
+            f"<= {1000 * c['step_latency_seconds']:.2f} ms (micro-batch {c['step_latency_batch']})",
+        ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dry", action="store_true",
-                   help="CPU, tiny vocab, 2 steps: check the script end to end (no published block; "
-                        "results to a temp file unless --results)")
-    p.add_argument("--batch", type=int, default=None, help="samples per step (default 4096, --dry 32)")
-    p.add_argument("--steps", type=int, default=None, help="timed steps per precision (default 50, --dry 2)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 10, --dry 1)")
-    p.add_argument("--precisions", default="fp32,bf16",
-                   help="precisions compared at --batch (default fp32,bf16)")
-    p.add_argument("--batches", default=None,
-                   help=f"bf16 micro-batch sweep against the estimate (default {BATCHES}; --dry 8,32)")
-    p.add_argument("--profile", default=None,
-                   help="hardware profile of the estimate (default: by device name, e.g. h200-141gb)")
-    p.add_argument("--peak-flops", type=float, default=None, help="peak dense bf16 FLOP/s of the GPU")
-    p.add_argument("--results", default=None,
-                   help="JSON output (default: benchmarks/results/gpu.json; --dry: a temp file)")
+    p.add_argument(
+        "--dry",
+        action="store_true",
+        help="CPU, tiny vocab, 2 steps: check the script end to end (no published block; "
+        "results to a temp file unless --results)",
+    )
+    p.add_argument(
+        "--batch", type=int, default=None, help="samples per step (default 4096, --dry 32)"
+    )
+    p.add_argument(
+        "--steps", type=int, default=None, help="timed steps per precision (default 50, --dry 2)"
+    )
+    p.add_argument(
+        "--warmup", type=int, default=None, help="untimed steps first (default 10, --dry 1)"
+    )
+    p.add_argument(
+        "--precisions",
+        default="fp32,bf16",
+        help="precisions compared at --batch (default fp32,bf16)",
+    )
+    p.add_argument(
+        "--batches",
+        default=None,
+        help=f"bf16 micro-batch sweep against the estimate (default {BATCHES}; --dry 8,32)",
+    )
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="hardware profile of the estimate (default: by device name, e.g. h200-141gb)",
+    )
+    p.add_argument(
+        "--peak-flops", type=float, default=None, help="peak dense bf16 FLOP/s of the GPU"
+    )
+    p.add_argument(
+        "--results",
+        default=None,
+        help="JSON output (default: benchmarks/results/gpu.json; --dry: a temp file)",
+    )
     p.add_argument("--no-readme", action="store_true", help=NO_README_HELP)
     args = p.parse_args(argv)
     if not args.dry and not torch.cuda.is_available():
-        print("gpu.py: error: no CUDA device (torch.cuda.is_available() is False); "
-              "--dry checks the script on CPU", file=sys.stderr)
+        print(
+            "gpu.py: error: no CUDA device (torch.cuda.is_available() is False); "
+            "--dry checks the script on CPU",
+            file=sys.stderr,
+        )
         return 2
     batch = args.batch or (32 if args.dry else 4096)
     steps = args.steps or (2 if args.dry else 50)
@@ -344,11 +450,16 @@ def main(argv: list[str] | None = None) -> int:
         r["achieved_flops"] = flops * r["samples_per_s"]
         r["mfu"] = r["achieved_flops"] / peak if peak else None
         runs.append(r)
-        print(f"  {precision:5s} {r['samples_per_s']:12,.0f} samples/s  {r['step_ms']:8.2f} ms/step  "
-              f"peak {r['peak_memory_bytes'] / 2**30:6.2f} GiB"
-              + (f"  MFU {100 * r['mfu']:.2f}%" if r["mfu"] is not None else ""), flush=True)
+        print(
+            f"  {precision:5s} {r['samples_per_s']:12,.0f} samples/s  {r['step_ms']:8.2f} ms/step  "
+            f"peak {r['peak_memory_bytes'] / 2**30:6.2f} GiB"
+            + (f"  MFU {100 * r['mfu']:.2f}%" if r["mfu"] is not None else ""),
+            flush=True,
+        )
     sweep = []
-    sizes = [int(b) for b in (args.batches or ("8,32" if args.dry else BATCHES)).split(",") if b.strip()]
+    sizes = [
+        int(b) for b in (args.batches or ("8,32" if args.dry else BATCHES)).split(",") if b.strip()
+    ]
     profile_name = profile_for(name, args.profile) if not args.dry else args.profile
     for size in sizes:
         r = measure("bf16", vocab, size, steps, warmup, device)
@@ -357,24 +468,55 @@ def main(argv: list[str] | None = None) -> int:
         r["estimate"] = against_estimate(r, vocab, profile_name)
         sweep.append(r)
         e = r["estimate"]
-        print(f"  bf16 x{size:6d} {r['samples_per_s']:12,.0f} samples/s  {r['step_ms']:8.2f} ms/step"
-              + (f" (model {e['predicted_step_ms']:.2f})" if "predicted_step_ms" in e else "")
-              + f"  allocated {r['peak_memory_bytes'] / 2**30:6.2f} GiB vs predicted "
-              f"{e['predicted_bytes'] / 2**30:6.2f} GiB", flush=True)
+        print(
+            f"  bf16 x{size:6d} {r['samples_per_s']:12,.0f} samples/s  {r['step_ms']:8.2f} ms/step"
+            + (f" (model {e['predicted_step_ms']:.2f})" if "predicted_step_ms" in e else "")
+            + f"  allocated {r['peak_memory_bytes'] / 2**30:6.2f} GiB vs predicted "
+            f"{e['predicted_bytes'] / 2**30:6.2f} GiB",
+            flush=True,
+        )
     by = {r["precision"]: r for r in runs}
     result = {
-        "benchmark": NAME, "dry": args.dry, "machine": machine(),
-        "device": {"name": name, "type": device.type, "total_memory_bytes": total_memory,
-                   "torch": torch.__version__, "cuda": torch.version.cuda},
-        "model": MODEL, "vocab": dataclasses.asdict(vocab), "parameters": count_parameters(MODEL, vocab),
-        "sparse_embeddings": False, "optimizer": "AdamW(fused=True)", "batch": batch, "steps": steps,
-        "warmup_steps": warmup, "flops_per_sample": flops, "analytic_flops_per_sample": analytic,
-        "peak_flops": peak, "peak_flops_source": source, "runs": runs, "sweep": sweep,
-        "profile": profile_name, "constants": constants(sweep, peak, flops) if sweep else {},
-        "bf16_speedup": (rate(by["bf16"]["samples_per_s"], by["fp32"]["samples_per_s"])
-                         if "bf16" in by and "fp32" in by else None),
+        "benchmark": NAME,
+        "dry": args.dry,
+        "machine": machine(),
+        "device": {
+            "name": name,
+            "type": device.type,
+            "total_memory_bytes": total_memory,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+        },
+        "model": MODEL,
+        "vocab": dataclasses.asdict(vocab),
+        "parameters": count_parameters(MODEL, vocab),
+        "sparse_embeddings": False,
+        "optimizer": "AdamW(fused=True)",
+        "batch": batch,
+        "steps": steps,
+        "warmup_steps": warmup,
+        "flops_per_sample": flops,
+        "analytic_flops_per_sample": analytic,
+        "peak_flops": peak,
+        "peak_flops_source": source,
+        "runs": runs,
+        "sweep": sweep,
+        "profile": profile_name,
+        "constants": constants(sweep, peak, flops) if sweep else {},
+        "bf16_speedup": (
+            rate(by["bf16"]["samples_per_s"], by["fp32"]["samples_per_s"])
+            if "bf16" in by and "fp32" in by
+            else None
+        ),
     }
-    publish(NAME, result, readme_table(result), args.results, throwaway=args.dry, readme=not args.no_readme)
+    publish(
+        NAME,
+        result,
+        readme_table(result),
+        args.results,
+        throwaway=args.dry,
+        readme=not args.no_readme,
+    )
     return 0
 
 

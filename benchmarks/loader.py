@@ -55,8 +55,9 @@ def epochs(loader, sampler: ShardedBatchSampler):
         epoch += 1
 
 
-def measure_loader(data: Path, workers: int, micro_batch: int, batches: int, warmup: int,
-                   seed: int = 0) -> dict:
+def measure_loader(
+    data: Path, workers: int, micro_batch: int, batches: int, warmup: int, seed: int = 0
+) -> dict:
     """Batches/s of the trainer's loader at ``workers`` worker processes, epochs back to back."""
     meta = load_meta(data, splits=("train",))
     dataset = BatchDataset(data, "train", meta)
@@ -76,20 +77,35 @@ def measure_loader(data: Path, workers: int, micro_batch: int, batches: int, war
     batches_iter.close()
     del batches_iter, loader
     gc.collect()  # shuts the persistent workers down before the next measurement
-    return {"num_workers": workers, "batches": batches, "rows": rows, "seconds": round(seconds, 4),
-            "batches_per_s": rate(batches, seconds), "samples_per_s": rate(rows, seconds),
-            "main_cpu_ms_per_batch": 1000 * cpu / batches}
+    return {
+        "num_workers": workers,
+        "batches": batches,
+        "rows": rows,
+        "seconds": round(seconds, 4),
+        "batches_per_s": rate(batches, seconds),
+        "samples_per_s": rate(rows, seconds),
+        "main_cpu_ms_per_batch": 1000 * cpu / batches,
+    }
 
 
-def measure_model(data: Path, config: str, micro_batch: int, steps: int, warmup: int,
-                  threads: int = 1, seed: int = 0) -> dict:
+def measure_model(
+    data: Path,
+    config: str,
+    micro_batch: int,
+    steps: int,
+    warmup: int,
+    threads: int = 1,
+    seed: int = 0,
+) -> dict:
     """Optimizer steps/s of the model on pre-gathered batches: what the trainer's step costs."""
     torch.set_num_threads(threads)
     meta = load_meta(data, splits=("train",))
     dataset = BatchDataset(data, "train", meta)
     rng = np.random.default_rng(seed)
     rows = min(micro_batch, len(dataset))
-    batches = [dataset[np.sort(rng.choice(len(dataset), size=rows, replace=False))] for _ in range(4)]
+    batches = [
+        dataset[np.sort(rng.choice(len(dataset), size=rows, replace=False))] for _ in range(4)
+    ]
     torch.manual_seed(seed)
     model = build_model(config, Vocab.from_meta(meta), sparse=True)
     model.init_from_meta(meta)
@@ -113,10 +129,17 @@ def measure_model(data: Path, config: str, micro_batch: int, steps: int, warmup:
     for i in range(steps):
         step(batches[i % len(batches)])
     seconds = time.perf_counter() - t0
-    return {"model": config, "micro_batch": rows, "threads": threads, "sparse_embeddings": True,
-            "optimizers": "SparseAdam (item/user) + AdamW(fused=True)", "steps": steps,
-            "seconds": round(seconds, 4), "steps_per_s": rate(steps, seconds),
-            "samples_per_s": rate(steps * rows, seconds)}
+    return {
+        "model": config,
+        "micro_batch": rows,
+        "threads": threads,
+        "sparse_embeddings": True,
+        "optimizers": "SparseAdam (item/user) + AdamW(fused=True)",
+        "steps": steps,
+        "seconds": round(seconds, 4),
+        "steps_per_s": rate(steps, seconds),
+        "samples_per_s": rate(steps * rows, seconds),
+    }
 
 
 def readme_table(result: dict) -> str:
@@ -130,14 +153,21 @@ def readme_table(result: dict) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for r in result["loaders"]:
-        lines.append(f"| make_loader, num_workers={r['num_workers']} | {r['batches_per_s']:,.1f} | "
-                     f"{r['samples_per_s']:,.0f} | {r['main_cpu_ms_per_batch']:.2f} | "
-                     f"**{r['ratio']:.1f}x** |")
-    lines.append(f"| model step (`{model['model']}`, fwd+bwd+optimizer, {model['threads']} thread) | "
-                 f"{model['steps_per_s']:,.2f} | {model['samples_per_s']:,.0f} | | 1x |")
-    lines += ["", f"- loader batches/s / model steps/s (goal: >= {TARGET_RATIO:.0f}x; measured: best "
-                  f"**{result['best_ratio']:.1f}x**); consumer CPU ms/batch is what the training process "
-                  "itself pays per batch"]
+        lines.append(
+            f"| make_loader, num_workers={r['num_workers']} | {r['batches_per_s']:,.1f} | "
+            f"{r['samples_per_s']:,.0f} | {r['main_cpu_ms_per_batch']:.2f} | "
+            f"**{r['ratio']:.1f}x** |"
+        )
+    lines.append(
+        f"| model step (`{model['model']}`, fwd+bwd+optimizer, {model['threads']} thread) | "
+        f"{model['steps_per_s']:,.2f} | {model['samples_per_s']:,.0f} | | 1x |"
+    )
+    lines += [
+        "",
+        f"- loader batches/s / model steps/s (goal: >= {TARGET_RATIO:.0f}x; measured: best "
+        f"**{result['best_ratio']:.1f}x**); consumer CPU ms/batch is what the training process "
+        "itself pays per batch",
+    ]
     return "\n".join(lines)
 
 
@@ -145,8 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     p = dataset_benchmark_parser(__doc__, "loader")
     p.add_argument("--workers", default="0,1,2", help="loader worker counts to measure")
     p.add_argument("--micro-batch", type=int, default=MICRO_BATCH)
-    p.add_argument("--model", default="local", help="named model config whose step the loader must feed")
-    p.add_argument("--batches", type=int, default=None, help="timed loader batches per worker count")
+    p.add_argument(
+        "--model", default="local", help="named model config whose step the loader must feed"
+    )
+    p.add_argument(
+        "--batches", type=int, default=None, help="timed loader batches per worker count"
+    )
     p.add_argument("--steps", type=int, default=None, help="timed model steps")
     args = p.parse_args(argv)
     data = require_dataset(args.data, "loader.py")
@@ -157,22 +191,43 @@ def main(argv: list[str] | None = None) -> int:
 
     meta = load_meta(data, splits=("train",))
     model = measure_model(data, args.model, args.micro_batch, steps, model_warmup)
-    print(f"  model step   {model['steps_per_s']:8.2f} steps/s  {model['samples_per_s']:10,.0f} samples/s",
-          flush=True)
+    print(
+        f"  model step   {model['steps_per_s']:8.2f} steps/s  {model['samples_per_s']:10,.0f} samples/s",
+        flush=True,
+    )
     loaders = []
     for w in workers:
         r = measure_loader(data, w, args.micro_batch, batches, loader_warmup)
         r["ratio"] = rate(r["batches_per_s"], model["steps_per_s"])
         loaders.append(r)
-        print(f"  num_workers={w}  {r['batches_per_s']:8.1f} batches/s "
-              f"{r['samples_per_s']:10,.0f} samples/s  "
-              f"{r['ratio']:6.1f}x the model", flush=True)
+        print(
+            f"  num_workers={w}  {r['batches_per_s']:8.1f} batches/s "
+            f"{r['samples_per_s']:10,.0f} samples/s  "
+            f"{r['ratio']:6.1f}x the model",
+            flush=True,
+        )
     best = max((r["ratio"] for r in loaders), default=0.0)
-    result = {"benchmark": NAME, "machine": machine(), "quick": args.quick, "data": str(data),
-              "train_rows": int(meta["splits"]["train"]["rows"]), "micro_batch": args.micro_batch,
-              "model_step": model, "loaders": loaders, "target_ratio": TARGET_RATIO,
-              "best_ratio": best, "meets_target": best >= TARGET_RATIO}
-    publish(NAME, result, readme_table(result), args.results, throwaway=args.quick, readme=not args.no_readme)
+    result = {
+        "benchmark": NAME,
+        "machine": machine(),
+        "quick": args.quick,
+        "data": str(data),
+        "train_rows": int(meta["splits"]["train"]["rows"]),
+        "micro_batch": args.micro_batch,
+        "model_step": model,
+        "loaders": loaders,
+        "target_ratio": TARGET_RATIO,
+        "best_ratio": best,
+        "meets_target": best >= TARGET_RATIO,
+    }
+    publish(
+        NAME,
+        result,
+        readme_table(result),
+        args.results,
+        throwaway=args.quick,
+        readme=not args.no_readme,
+    )
     return 0
 
 

@@ -24,8 +24,13 @@ def tree_rss(proc: psutil.Process) -> int:
 def run_measured(cmd: list[str], interval: float = 0.05, env: dict | None = None) -> dict:
     """Run ``cmd``; return seconds, peak tree RSS (bytes) and the output tail. Raises on failure."""
     start = time.perf_counter()
-    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env={**os.environ, **(env or {})})
+    child = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     proc = psutil.Process(child.pid)
     peak = 0
     done = threading.Event()
@@ -55,9 +60,15 @@ def machine() -> dict:
     model = platform.processor()
     try:
         with open("/proc/cpuinfo") as fh:
-            model = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
+            model = next(
+                line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")
+            )
     except (OSError, StopIteration):
         pass
-    return {"cpus": os.cpu_count(), "cpu_model": model,
-            "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "python": platform.python_version(), "system": platform.system()}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "system": platform.system(),
+    }

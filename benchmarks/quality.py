@@ -74,16 +74,29 @@ class World:
     history_days: int
 
     def flags(self) -> list[str]:
-        return ["--days", str(self.days), "--users", str(self.users), "--items", str(self.items),
-                "--events-per-day", str(self.events_per_day), "--seed", str(self.seed)]
+        return [
+            "--days",
+            str(self.days),
+            "--users",
+            str(self.users),
+            "--items",
+            str(self.items),
+            "--events-per-day",
+            str(self.events_per_day),
+            "--seed",
+            str(self.seed),
+        ]
 
 
 _LOCAL = json.loads(CONFIG.read_text())
 # make run's sample and window (the Makefile's and configs/local.json's defaults); another seed
 # with 3x the events per day (a shorter window keeps its training rows near the first world's).
-WORLDS = (World("make-run", 14, 20_000, 50_000, 100_000, 7, _LOCAL["window_days"],
-                _LOCAL["history_days"]),
-          World("seed-8-3x", 8, 20_000, 50_000, 300_000, 8, 6, 2))
+WORLDS = (
+    World(
+        "make-run", 14, 20_000, 50_000, 100_000, 7, _LOCAL["window_days"], _LOCAL["history_days"]
+    ),
+    World("seed-8-3x", 8, 20_000, 50_000, 300_000, 8, 6, 2),
+)
 QUICK = World("quick", 8, 2_000, 3_000, 6_000, 5, 6, 1)
 
 
@@ -92,8 +105,9 @@ QUICK = World("quick", 8, 2_000, 3_000, 6_000, 5, 6, 1)
 
 def tabular(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:
     """The baselines' feature matrix: count features plus sequence-derived ones."""
-    hist_item, hist_cat, neg_item, neg_cat = (arrays[k] for k in ("hist_item", "hist_cat",
-                                                                  "neg_item", "neg_cat"))
+    hist_item, hist_cat, neg_item, neg_cat = (
+        arrays[k] for k in ("hist_item", "hist_cat", "neg_item", "neg_cat")
+    )
     target_item, target_cat = arrays["target_item"][:, None], arrays["target_cat"][:, None]
     derived = {
         "target_in_history": ((hist_item == target_item) & (hist_item > 0)).sum(1),
@@ -110,8 +124,21 @@ def tabular(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:
 
 
 def split_arrays(data: Path, split: str) -> dict[str, np.ndarray]:
-    names = ("hist_item", "hist_cat", "hist_gap", "hist_len", "neg_item", "neg_cat", "dense",
-             "target_item", "target_cat", "context", "label", "user_key", "ts")
+    names = (
+        "hist_item",
+        "hist_cat",
+        "hist_gap",
+        "hist_len",
+        "neg_item",
+        "neg_cat",
+        "dense",
+        "target_item",
+        "target_cat",
+        "context",
+        "label",
+        "user_key",
+        "ts",
+    )
     return {n: np.load(data / split / f"{n}.npy", mmap_mode="r") for n in names}
 
 
@@ -119,11 +146,25 @@ def lightgbm_scores(train, val, test) -> tuple[np.ndarray, dict]:
     import lightgbm as lgb
 
     (x_tr, y_tr), (x_va, y_va), (x_te, _) = train, val, test
-    model = lgb.LGBMClassifier(n_estimators=2000, learning_rate=0.05, num_leaves=63,
-                               min_child_samples=100, subsample=0.8, subsample_freq=1,
-                               colsample_bytree=0.8, verbose=-1, n_jobs=2)
-    model.fit(x_tr, y_tr, eval_X=(x_va,), eval_y=(y_va,), eval_metric="auc",
-              callbacks=[lgb.early_stopping(50, verbose=False)])
+    model = lgb.LGBMClassifier(
+        n_estimators=2000,
+        learning_rate=0.05,
+        num_leaves=63,
+        min_child_samples=100,
+        subsample=0.8,
+        subsample_freq=1,
+        colsample_bytree=0.8,
+        verbose=-1,
+        n_jobs=2,
+    )
+    model.fit(
+        x_tr,
+        y_tr,
+        eval_X=(x_va,),
+        eval_y=(y_va,),
+        eval_metric="auc",
+        callbacks=[lgb.early_stopping(50, verbose=False)],
+    )
     return model.predict_proba(x_te)[:, 1], {"trees": int(model.best_iteration_)}
 
 
@@ -153,9 +194,14 @@ def oracle_scores(raw: Path, data: Path, test: dict[str, np.ndarray]) -> np.ndar
     frame["user_key"] = hash_ids(frame["user_id"].to_numpy())[0]
     frame["ts"] = frame["timestamp"].astype(np.int64)
     key = ["user_key", "ts", "label"]
-    rows = pd.DataFrame({"user_key": test["user_key"], "ts": test["ts"],
-                         "label": test["label"].astype(frame["label"].dtype),
-                         "order": np.arange(len(test["ts"]))})
+    rows = pd.DataFrame(
+        {
+            "user_key": test["user_key"],
+            "ts": test["ts"],
+            "label": test["label"].astype(frame["label"].dtype),
+            "order": np.arange(len(test["ts"])),
+        }
+    )
     # (user, second, label) is unique but for a handful of rows: average p there
     truth = frame.groupby(key, as_index=False)["p"].mean()
     joined = rows.merge(truth, on=key, how="left").sort_values("order")
@@ -174,25 +220,55 @@ def train_dailyrec(data: Path, work: Path, epochs: int) -> tuple[np.ndarray, dic
 
     config = json.loads(CONFIG.read_text())
     plan = work / "plan.json"
-    run_measured([sys.executable, "-m", "components.estimate", "--data", str(data),
-                  "--model", config["model_config"], "--hardware", config["hardware_profile"],
-                  "--global-batch", str(config["global_batch"]), "--max-epochs", str(epochs),
-                  "--out", str(plan)])
+    run_measured(
+        [
+            sys.executable,
+            "-m",
+            "components.estimate",
+            "--data",
+            str(data),
+            "--model",
+            config["model_config"],
+            "--hardware",
+            config["hardware_profile"],
+            "--global-batch",
+            str(config["global_batch"]),
+            "--max-epochs",
+            str(epochs),
+            "--out",
+            str(plan),
+        ]
+    )
     out = work / "train"
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
     # restarts resume from the last checkpoint, as the pipeline's own launch does after a crash
-    run_measured([sys.executable, "-m", "components.train.launch", "--data", str(data),
-                  "--plan", str(plan), "--out", str(out), "--max-restarts", "2"])
+    run_measured(
+        [
+            sys.executable,
+            "-m",
+            "components.train.launch",
+            "--data",
+            str(data),
+            "--plan",
+            str(plan),
+            "--out",
+            str(out),
+            "--max-restarts",
+            "2",
+        ]
+    )
     seconds = time.perf_counter() - started
     summary = json.loads((out / "train_summary.json").read_text())
     scorer = load_scorer(out / "best.pt")
     meta = load_meta(data)
     logits = predict_logits(scorer.model, split_rows(data, "test", meta, 8192))
-    return sigmoid(logits), {"train_seconds": round(seconds, 1),
-                             "epochs_run": len(summary.get("epochs", [])),
-                             "best_epoch": summary.get("best_epoch"),
-                             "best_val_auc": summary.get("best_val_auc")}
+    return sigmoid(logits), {
+        "train_seconds": round(seconds, 1),
+        "epochs_run": len(summary.get("epochs", [])),
+        "best_epoch": summary.get("best_epoch"),
+        "best_val_auc": summary.get("best_val_auc"),
+    }
 
 
 # ----------------------------------------------------------------------------- run
@@ -201,18 +277,34 @@ def train_dailyrec(data: Path, work: Path, epochs: int) -> tuple[np.ndarray, dic
 def prepare(world: World, root: Path) -> tuple[Path, Path]:
     raw, data = root / world.name / "raw", root / world.name / "dataset"
     if not (raw / "datagen.json").exists():
-        run_measured([sys.executable, "-m", "components.datagen", "--out", str(raw), *world.flags()])
-    run_measured([sys.executable, "-m", "components.preprocess", "--raw", str(raw), "--out",
-                  str(data), "--days", str(world.window_days), "--history-days",
-                  str(world.history_days)])
+        run_measured(
+            [sys.executable, "-m", "components.datagen", "--out", str(raw), *world.flags()]
+        )
+    run_measured(
+        [
+            sys.executable,
+            "-m",
+            "components.preprocess",
+            "--raw",
+            str(raw),
+            "--out",
+            str(data),
+            "--days",
+            str(world.window_days),
+            "--history-days",
+            str(world.history_days),
+        ]
+    )
     return raw, data
 
 
 def measure_world(world: World, root: Path, epochs: int) -> dict:
     raw, data = prepare(world, root)
     train, val, test = (split_arrays(data, s) for s in ("train", "val", "test"))
-    xy = {name: (tabular(a)[0], np.asarray(a["label"])) for name, a in
-          (("train", train), ("val", val), ("test", test))}
+    xy = {
+        name: (tabular(a)[0], np.asarray(a["label"]))
+        for name, a in (("train", train), ("val", val), ("test", test))
+    }
     labels, users = np.asarray(test["label"]), np.asarray(test["user_key"])
     scores, extra = {}, {}
     started = time.perf_counter()
@@ -225,14 +317,16 @@ def measure_world(world: World, root: Path, epochs: int) -> dict:
     oracle = oracle_scores(raw, data, test)
     if oracle is not None:
         scores["oracle"] = oracle
-    models = {name: {**summarize(s, labels, users), **extra.get(name, {})}
-              for name, s in scores.items()}
+    models = {
+        name: {**summarize(s, labels, users), **extra.get(name, {})} for name, s in scores.items()
+    }
     best = max(BASELINES, key=lambda n: models[n]["auc"])
     test_delong = delong(scores["dailyrec"], scores[best], labels)
     result = {
-        "world": world.__dict__, "rows": {s: len(a["label"]) for s, a in
-                                          (("train", train), ("val", val), ("test", test))},
-        "models": models, "best_baseline": best,
+        "world": world.__dict__,
+        "rows": {s: len(a["label"]) for s, a in (("train", train), ("val", val), ("test", test))},
+        "models": models,
+        "best_baseline": best,
         "vs_best_baseline": {k: test_delong[k] for k in ("delta", "ci_low", "ci_high", "p_value")},
     }
     if oracle is not None:
@@ -242,24 +336,36 @@ def measure_world(world: World, root: Path, epochs: int) -> dict:
 
 
 def table(results: list[dict], host: dict) -> str:
-    lines = [f"Test AUC / GAUC / logloss, same rows and split per world ({host['cpus']} x "
-             f"{host['cpu_model']}). Goal: dailyrec >= best baseline + {MARGIN} with the DeLong "
-             f"95% interval above 0; within {ORACLE_GAP} of the oracle on the make-run world.",
-             "", "| world | train rows | model | AUC | GAUC | logloss |", "|---|---:|---|---:|---:|---:|"]
+    lines = [
+        f"Test AUC / GAUC / logloss, same rows and split per world ({host['cpus']} x "
+        f"{host['cpu_model']}). Goal: dailyrec >= best baseline + {MARGIN} with the DeLong "
+        f"95% interval above 0; within {ORACLE_GAP} of the oracle on the make-run world.",
+        "",
+        "| world | train rows | model | AUC | GAUC | logloss |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
     for r in results:
         # a fixed order: the stored results file keeps the models sorted by name
         for name in [n for n in (*BASELINES, "dailyrec", "oracle") if n in r["models"]]:
             m = r["models"][name]
-            lines.append(f"| {r['world']['name']} | {r['rows']['train']:,} | {name} | {m['auc']:.4f} "
-                         f"| {m['gauc']:.4f} | {m['logloss']:.4f} |")
-    lines += ["", f"| world | dailyrec - best baseline (95% CI) | oracle gap | "
-                  f">= +{MARGIN} with the interval above 0 |", "|---|---|---:|---|"]
+            lines.append(
+                f"| {r['world']['name']} | {r['rows']['train']:,} | {name} | {m['auc']:.4f} "
+                f"| {m['gauc']:.4f} | {m['logloss']:.4f} |"
+            )
+    lines += [
+        "",
+        f"| world | dailyrec - best baseline (95% CI) | oracle gap | "
+        f">= +{MARGIN} with the interval above 0 |",
+        "|---|---|---:|---|",
+    ]
     for r in results:
         v = r["vs_best_baseline"]
         gap = f"{r['oracle_gap']:.4f}" if "oracle_gap" in r else "n/a"
-        lines.append(f"| {r['world']['name']} | {v['delta']:+.4f} vs {r['best_baseline']} "
-                     f"({v['ci_low']:+.4f} .. {v['ci_high']:+.4f}) | {gap} | "
-                     f"{'yes' if r['margin_met'] else 'no'} |")
+        lines.append(
+            f"| {r['world']['name']} | {v['delta']:+.4f} vs {r['best_baseline']} "
+            f"({v['ci_low']:+.4f} .. {v['ci_high']:+.4f}) | {gap} | "
+            f"{'yes' if r['margin_met'] else 'no'} |"
+        )
     return "\n".join(lines)
 
 
@@ -271,22 +377,42 @@ def readme_table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="a tiny world and 1 epoch: a smoke test")
-    p.add_argument("--worlds", default=",".join(w.name for w in WORLDS),
-                   help="comma-separated worlds to measure (default: all)")
-    p.add_argument("--epochs", type=int, default=None,
-                   help="max epochs of dailyrec (default: configs/local.json's max_epochs)")
+    p.add_argument(
+        "--worlds",
+        default=",".join(w.name for w in WORLDS),
+        help="comma-separated worlds to measure (default: all)",
+    )
+    p.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="max epochs of dailyrec (default: configs/local.json's max_epochs)",
+    )
     p.add_argument("--scratch", default=str(SCRATCH), help="where worlds and datasets are kept")
-    p.add_argument("--results", default=None, help="JSON output (default: benchmarks/results/quality.json)")
+    p.add_argument(
+        "--results", default=None, help="JSON output (default: benchmarks/results/quality.json)"
+    )
     p.add_argument("--no-readme", action="store_true", help=NO_README_HELP)
     args = p.parse_args(argv)
     epochs = args.epochs or (1 if args.quick else json.loads(CONFIG.read_text())["max_epochs"])
     worlds = [QUICK] if args.quick else [w for w in WORLDS if w.name in args.worlds.split(",")]
     results = [measure_world(w, Path(args.scratch), epochs) for w in worlds]
     host = machine()
-    result = {"benchmark": NAME, "machine": host, "epochs": epochs, "worlds": results,
-              "targets": {"margin": MARGIN, "oracle_gap": ORACLE_GAP}}
-    publish(NAME, result, table(results, host), results=args.results, throwaway=args.quick,
-            readme=not args.no_readme)
+    result = {
+        "benchmark": NAME,
+        "machine": host,
+        "epochs": epochs,
+        "worlds": results,
+        "targets": {"margin": MARGIN, "oracle_gap": ORACLE_GAP},
+    }
+    publish(
+        NAME,
+        result,
+        table(results, host),
+        results=args.results,
+        throwaway=args.quick,
+        readme=not args.no_readme,
+    )
     return 0
 
 

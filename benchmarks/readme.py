@@ -45,8 +45,10 @@ def block_home(name: str, root: Path | None = None) -> Path | None:
     start, _ = markers(name)
     homes = [p for p in doc_files(root) if start in p.read_text()]
     if len(homes) > 1:
-        raise ValueError(f"block {start} is in {len(homes)} files "
-                         f"({', '.join(p.relative_to(root).as_posix() for p in homes)}): keep it in one")
+        raise ValueError(
+            f"block {start} is in {len(homes)} files "
+            f"({', '.join(p.relative_to(root).as_posix() for p in homes)}): keep it in one"
+        )
     return homes[0] if homes else None
 
 
@@ -58,7 +60,9 @@ def update_block(name: str, text: str, root: Path | None = None) -> Path | None:
     start, end = markers(name)
     home = block_home(name, root)
     if home is None:
-        print(f"no {start} ... {end} markers in README.md or docs/*.md; the {name} block is not written")
+        print(
+            f"no {start} ... {end} markers in README.md or docs/*.md; the {name} block is not written"
+        )
         return None
     content = home.read_text()
     pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
@@ -84,8 +88,10 @@ def require_dataset(data: str | Path, prog: str) -> Path:
     """The dataset folder, or exit with one line that says how to make it."""
     data = Path(data)
     if not (data / "meta.json").is_file():
-        sys.exit(f"{prog}: error: {data} is not a preprocessed dataset (no meta.json); "
-                 f"`make run` creates data/dataset, or pass --data DIR")
+        sys.exit(
+            f"{prog}: error: {data} is not a preprocessed dataset (no meta.json); "
+            f"`make run` creates data/dataset, or pass --data DIR"
+        )
     return data
 
 
@@ -101,11 +107,17 @@ def repo_relative(value):
     if isinstance(value, list):
         return [repo_relative(v) for v in value]
     prefix = str(ROOT) + "/"
-    return value[len(prefix):] if isinstance(value, str) and value.startswith(prefix) else value
+    return value[len(prefix) :] if isinstance(value, str) and value.startswith(prefix) else value
 
 
-def publish(name: str, result: dict, table: str, results: str | None = None,
-            throwaway: bool = False, readme: bool = True) -> Path:
+def publish(
+    name: str,
+    result: dict,
+    table: str,
+    results: str | None = None,
+    throwaway: bool = False,
+    readme: bool = True,
+) -> Path:
     """Write the JSON, print the table, and (for real measurements) refresh the published block."""
     from components.common.storage import atomic_write_json
 
@@ -119,12 +131,20 @@ def publish(name: str, result: dict, table: str, results: str | None = None,
 def dataset_benchmark_parser(doc: str, name: str) -> argparse.ArgumentParser:
     """The flags every benchmark over a preprocessed dataset shares."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
-    p.add_argument("--data", default=str(DEFAULT_DATA), help="preprocessed dataset (default: data/dataset)")
-    p.add_argument("--quick", action="store_true",
-                   help="tiny sizes: a smoke test, not a measurement (no published block; results to a "
-                        "temp file unless --results)")
-    p.add_argument("--results", default=None,
-                   help=f"JSON output (default: benchmarks/results/{name}.json; --quick: a temp file)")
+    p.add_argument(
+        "--data", default=str(DEFAULT_DATA), help="preprocessed dataset (default: data/dataset)"
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny sizes: a smoke test, not a measurement (no published block; results to a "
+        "temp file unless --results)",
+    )
+    p.add_argument(
+        "--results",
+        default=None,
+        help=f"JSON output (default: benchmarks/results/{name}.json; --quick: a temp file)",
+    )
     p.add_argument("--no-readme", action="store_true", help=NO_README_HELP)
     return p
 
@@ -139,10 +159,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.readme",
         description="Rewrite the generated blocks of README.md and docs/ that need no measurement: "
-                    "each benchmark's table from its stored results file, and the picture of the "
-                    "pipeline from the compiled pipeline.")
-    p.add_argument("names", nargs="*", metavar="NAME",
-                   help=f"blocks to rewrite (default: all): pipeline-graph, {', '.join(PUBLISHED)}")
+        "each benchmark's table from its stored results file, and the picture of the "
+        "pipeline from the compiled pipeline.",
+    )
+    p.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"blocks to rewrite (default: all): pipeline-graph, {', '.join(PUBLISHED)}",
+    )
     args = p.parse_args(argv)
     unknown = sorted(set(args.names) - {"pipeline-graph", *PUBLISHED})
     if unknown:
@@ -155,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         elif (RESULTS / f"{name}.json").is_file():
             text = table_from_results(name)
         else:
-            print(f"{name}: no {RESULTS.relative_to(ROOT)}/{name}.json yet; run the benchmark first")
+            print(
+                f"{name}: no {RESULTS.relative_to(ROOT)}/{name}.json yet; run the benchmark first"
+            )
             continue
         home = update_block(name, text)
         if home is not None:

@@ -86,7 +86,9 @@ def subset_dataset(src: Path, dst: Path, rows: int, eval_rows: int) -> dict:
             array = np.load(src / split / f"{name}.npy", mmap_mode="r")
             np.save(dst / split / f"{name}.npy", np.ascontiguousarray(array[:n]))
         positives = int(np.load(dst / split / "label.npy").sum())
-        new["splits"][split].update(rows=n, positives=positives, positive_rate=positives / n if n else 0.0)
+        new["splits"][split].update(
+            rows=n, positives=positives, positive_rate=positives / n if n else 0.0
+        )
     new["benchmark_subset"] = {"source": str(src), "rows": taken, "how": "first rows of each split"}
     atomic_write_json(dst / "meta.json", new)
     return new
@@ -96,15 +98,20 @@ class PerSampleDataset(Dataset):
     """The naive dataset: one row per ``__getitem__``, as a dict of tensors read from the memmaps."""
 
     def __init__(self, data_dir: Path, split: str = "train") -> None:
-        self.arrays = {name: np.load(Path(data_dir) / split / f"{name}.npy", mmap_mode="r")
-                       for name in BATCH_SPEC}
+        self.arrays = {
+            name: np.load(Path(data_dir) / split / f"{name}.npy", mmap_mode="r")
+            for name in BATCH_SPEC
+        }
         self.rows = len(self.arrays["label"])
 
     def __len__(self) -> int:
         return self.rows
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {name: torch.tensor(self.arrays[name][i], dtype=dtype) for name, dtype in BATCH_SPEC.items()}
+        return {
+            name: torch.tensor(self.arrays[name][i], dtype=dtype)
+            for name, dtype in BATCH_SPEC.items()
+        }
 
 
 # ----------------------------------------------------------------------------- runs
@@ -118,7 +125,9 @@ def run_naive(data: Path, steps: int, warmup: int, max_seconds: float, seed: int
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     loss_fn = torch.nn.BCEWithLogitsLoss()
-    loader = DataLoader(PerSampleDataset(data), batch_size=GLOBAL_BATCH, shuffle=True, num_workers=0)
+    loader = DataLoader(
+        PerSampleDataset(data), batch_size=GLOBAL_BATCH, shuffle=True, num_workers=0
+    )
     iterator = iter(loader)
     wait = seconds = 0.0
     samples = timed = 0
@@ -142,36 +151,68 @@ def run_naive(data: Path, steps: int, warmup: int, max_seconds: float, seed: int
             timed += 1
             if seconds >= max_seconds:
                 break
-    return {"setup": "naive", "processes": 1, "threads": torch.get_num_threads(),
-            "description": "per-sample Dataset + default collate, DataLoader(batch_size=1024, "
-                           "shuffle=True, num_workers=0), fp32, dense embeddings, AdamW (not fused), "
-                           "default torch threads",
-            "steps": timed, "warmup_steps": warmup, "samples": samples, "seconds": round(seconds, 3),
-            "samples_per_s": rate(samples, seconds), "data_wait_fraction": wait / seconds if seconds else 0.0}
+    return {
+        "setup": "naive",
+        "processes": 1,
+        "threads": torch.get_num_threads(),
+        "description": "per-sample Dataset + default collate, DataLoader(batch_size=1024, "
+        "shuffle=True, num_workers=0), fp32, dense embeddings, AdamW (not fused), "
+        "default torch threads",
+        "steps": timed,
+        "warmup_steps": warmup,
+        "samples": samples,
+        "seconds": round(seconds, 3),
+        "samples_per_s": rate(samples, seconds),
+        "data_wait_fraction": wait / seconds if seconds else 0.0,
+    }
 
 
 def run_tuned(data: Path, work: Path, nproc: int, workers: int) -> dict:
     """The real trainer under torchrun: 1 epoch at the global batch, split over ``nproc`` processes."""
     if GLOBAL_BATCH % nproc:
         raise ValueError(f"global batch {GLOBAL_BATCH} does not split over {nproc} processes")
-    plan = TrainPlan(model=MODEL, micro_batch=GLOBAL_BATCH // nproc, nproc_per_node=nproc,
-                     num_workers=workers, cpu_threads=1, lr=LR, max_epochs=1, patience=0)
+    plan = TrainPlan(
+        model=MODEL,
+        micro_batch=GLOBAL_BATCH // nproc,
+        nproc_per_node=nproc,
+        num_workers=workers,
+        cpu_threads=1,
+        lr=LR,
+        max_epochs=1,
+        patience=0,
+    )
     plan_path = write_plan(work / f"plan-{nproc}.json", plan)
     out = work / f"tuned-{nproc}"
     started = time.perf_counter()
-    summary = launch(LaunchSpec.of(data=str(data), out=str(out), plan=str(plan_path), nproc=nproc,
-                                resume="never", max_epochs=1))
+    summary = launch(
+        LaunchSpec.of(
+            data=str(data),
+            out=str(out),
+            plan=str(plan_path),
+            nproc=nproc,
+            resume="never",
+            max_epochs=1,
+        )
+    )
     epoch = summary["history"][0]
-    return {"setup": "tuned", "processes": summary["world_size"], "threads": plan.cpu_threads,
-            "num_workers": workers, "micro_batch": plan.micro_batch, "global_batch": plan.global_batch,
-            "sparse_embeddings": summary["sparse_embeddings"], "precision": summary["precision"],
-            "description": f"components.train trainer via torchrun, {nproc} process(es), "
-                           f"micro-batch {plan.micro_batch}, {workers} loader worker(s) each, "
-                           "1 thread, sparse tables + SparseAdam, AdamW(fused=True)",
-            "epoch_seconds": round(epoch["seconds"], 3),
-            "wall_seconds": round(time.perf_counter() - started, 3),
-            "samples_per_s": summary["samples_per_s"], "data_wait_fraction": summary["data_wait_fraction"],
-            "val_auc": summary["best_val_auc"]}
+    return {
+        "setup": "tuned",
+        "processes": summary["world_size"],
+        "threads": plan.cpu_threads,
+        "num_workers": workers,
+        "micro_batch": plan.micro_batch,
+        "global_batch": plan.global_batch,
+        "sparse_embeddings": summary["sparse_embeddings"],
+        "precision": summary["precision"],
+        "description": f"components.train trainer via torchrun, {nproc} process(es), "
+        f"micro-batch {plan.micro_batch}, {workers} loader worker(s) each, "
+        "1 thread, sparse tables + SparseAdam, AdamW(fused=True)",
+        "epoch_seconds": round(epoch["seconds"], 3),
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        "samples_per_s": summary["samples_per_s"],
+        "data_wait_fraction": summary["data_wait_fraction"],
+        "val_auc": summary["best_val_auc"],
+    }
 
 
 # ----------------------------------------------------------------------------- report
@@ -204,36 +245,63 @@ def readme_table(result: dict) -> str:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in [naive, *result["tuned"]]:
-        label = ("naive (per-sample Dataset, default collate, dense tables, AdamW)" if r["setup"] == "naive"
-                 else f"tuned trainer (torchrun, micro-batch {r['micro_batch']}, "
-                      f"{r['num_workers']} loader worker(s))")
-        lines.append(f"| {label} | {r['processes']} | {r['threads']} | {r['samples_per_s']:,.0f} | "
-                     f"{100 * r['data_wait_fraction']:.1f}% | "
-                     f"{rate(r['samples_per_s'], naive['samples_per_s']):.2f}x |")
+        label = (
+            "naive (per-sample Dataset, default collate, dense tables, AdamW)"
+            if r["setup"] == "naive"
+            else f"tuned trainer (torchrun, micro-batch {r['micro_batch']}, "
+            f"{r['num_workers']} loader worker(s))"
+        )
+        lines.append(
+            f"| {label} | {r['processes']} | {r['threads']} | {r['samples_per_s']:,.0f} | "
+            f"{100 * r['data_wait_fraction']:.1f}% | "
+            f"{rate(r['samples_per_s'], naive['samples_per_s']):.2f}x |"
+        )
     lines.append("")
     if "speedup" in s:
-        lines.append(f"- tuned / naive samples/s, 1 process (goal: >= {TARGET_SPEEDUP:.0f}x; measured: "
-                     f"**{s['speedup']:.2f}x**); tuned data-wait (goal: <= {100 * TARGET_WAIT:.0f}%; "
-                     f"measured: {100 * s['tuned_data_wait_fraction']:.1f}%)")
+        lines.append(
+            f"- tuned / naive samples/s, 1 process (goal: >= {TARGET_SPEEDUP:.0f}x; measured: "
+            f"**{s['speedup']:.2f}x**); tuned data-wait (goal: <= {100 * TARGET_WAIT:.0f}%; "
+            f"measured: {100 * s['tuned_data_wait_fraction']:.1f}%)"
+        )
     if "scaling_efficiency" in s:
-        lines.append(f"- 2 processes vs 1 at the same global batch: scaling efficiency "
-                     f"**{s['scaling_efficiency']:.2f}** (samples/s at 2 / (2 x samples/s at 1)) on "
-                     f"{m['cpus']} cores")
+        lines.append(
+            f"- 2 processes vs 1 at the same global batch: scaling efficiency "
+            f"**{s['scaling_efficiency']:.2f}** (samples/s at 2 / (2 x samples/s at 1)) on "
+            f"{m['cpus']} cores"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = dataset_benchmark_parser(__doc__, "train")
-    p.add_argument("--rows", type=int, default=None,
-                   help="first N train rows used by every run (0 = all; default 200000, --quick 2048)")
-    p.add_argument("--eval-rows", type=int, default=None,
-                   help="val/test rows kept (validation runs after the epoch, not timed; default 20000)")
-    p.add_argument("--naive-steps", type=int, default=None, help="timed naive steps (default 30, --quick 2)")
-    p.add_argument("--naive-warmup", type=int, default=None, help="untimed naive steps first (default 2)")
-    p.add_argument("--naive-seconds", type=float, default=180.0, help="stop the naive run after this long")
-    p.add_argument("--workers", type=int, default=1, help="loader workers per tuned training process")
+    p.add_argument(
+        "--rows",
+        type=int,
+        default=None,
+        help="first N train rows used by every run (0 = all; default 200000, --quick 2048)",
+    )
+    p.add_argument(
+        "--eval-rows",
+        type=int,
+        default=None,
+        help="val/test rows kept (validation runs after the epoch, not timed; default 20000)",
+    )
+    p.add_argument(
+        "--naive-steps", type=int, default=None, help="timed naive steps (default 30, --quick 2)"
+    )
+    p.add_argument(
+        "--naive-warmup", type=int, default=None, help="untimed naive steps first (default 2)"
+    )
+    p.add_argument(
+        "--naive-seconds", type=float, default=180.0, help="stop the naive run after this long"
+    )
+    p.add_argument(
+        "--workers", type=int, default=1, help="loader workers per tuned training process"
+    )
     p.add_argument("--nprocs", default="1,2", help="process counts of the tuned runs")
-    p.add_argument("--work", default=None, help="folder for the subset and run outputs (default: a temp dir)")
+    p.add_argument(
+        "--work", default=None, help="folder for the subset and run outputs (default: a temp dir)"
+    )
     args = p.parse_args(argv)
     src = require_dataset(args.data, "train.py")
     rows = args.rows if args.rows is not None else (2048 if args.quick else 200_000)
@@ -247,24 +315,48 @@ def main(argv: list[str] | None = None) -> int:
         meta = subset_dataset(src, work / "data", rows, eval_rows)
         data = work / "data"
         taken = meta["benchmark_subset"]["rows"]
-        print(f"  {taken['train']:,} training rows ({math.ceil(taken['train'] / GLOBAL_BATCH)} steps of "
-              f"{GLOBAL_BATCH}) from {src}", flush=True)
+        print(
+            f"  {taken['train']:,} training rows ({math.ceil(taken['train'] / GLOBAL_BATCH)} steps of "
+            f"{GLOBAL_BATCH}) from {src}",
+            flush=True,
+        )
         # the naive run goes first, in this process, with torch's default threads untouched
         naive = run_naive(data, naive_steps, naive_warmup, args.naive_seconds)
-        print(f"  naive        {naive['samples_per_s']:10,.0f} samples/s  data-wait "
-              f"{100 * naive['data_wait_fraction']:5.1f}%  "
-              f"({naive['steps']} steps, {naive['threads']} threads)",
-              flush=True)
+        print(
+            f"  naive        {naive['samples_per_s']:10,.0f} samples/s  data-wait "
+            f"{100 * naive['data_wait_fraction']:5.1f}%  "
+            f"({naive['steps']} steps, {naive['threads']} threads)",
+            flush=True,
+        )
         tuned = []
         for nproc in nprocs:
             r = run_tuned(data, work, nproc, args.workers)
             tuned.append(r)
-            print(f"  tuned x{nproc}     {r['samples_per_s']:10,.0f} samples/s  data-wait "
-                  f"{100 * r['data_wait_fraction']:5.1f}%", flush=True)
-    result = {"benchmark": NAME, "machine": machine(), "quick": args.quick, "data": str(src),
-              "model": MODEL, "global_batch": GLOBAL_BATCH, "rows": taken, "naive": naive,
-              "tuned": tuned, "summary": summarize(naive, tuned)}
-    publish(NAME, result, readme_table(result), args.results, throwaway=args.quick, readme=not args.no_readme)
+            print(
+                f"  tuned x{nproc}     {r['samples_per_s']:10,.0f} samples/s  data-wait "
+                f"{100 * r['data_wait_fraction']:5.1f}%",
+                flush=True,
+            )
+    result = {
+        "benchmark": NAME,
+        "machine": machine(),
+        "quick": args.quick,
+        "data": str(src),
+        "model": MODEL,
+        "global_batch": GLOBAL_BATCH,
+        "rows": taken,
+        "naive": naive,
+        "tuned": tuned,
+        "summary": summarize(naive, tuned),
+    }
+    publish(
+        NAME,
+        result,
+        readme_table(result),
+        args.results,
+        throwaway=args.quick,
+        readme=not args.no_readme,
+    )
     return 0
 
 

@@ -93,8 +93,13 @@ class TrainJobBackend(TrainingBackend):
 
     name = "trainjob"
 
-    def __init__(self, target: TrainJobTarget, apis: tuple[Any, Any] | None = None,
-                 sleep: Callable[[float], None] = time.sleep, echo: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        target: TrainJobTarget,
+        apis: tuple[Any, Any] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        echo: Callable[[str], None] = print,
+    ) -> None:
         self.target = target
         self._apis = apis
         self._sleep = sleep
@@ -118,8 +123,13 @@ class TrainJobBackend(TrainingBackend):
         name, ns = body["metadata"]["name"], self.target.namespace
         custom, core = self.apis()
         self._create_or_adopt(custom, body)
-        log.info("TrainJob %s/%s: %d node(s) x %d process(es); rank 0's log follows", ns, name,
-                 plan.nnodes, plan.nproc_per_node)
+        log.info(
+            "TrainJob %s/%s: %d node(s) x %d process(es); rank 0's log follows",
+            ns,
+            name,
+            plan.nnodes,
+            plan.nproc_per_node,
+        )
         follower = LogFollower(core, ns, name, self._echo, poll_s=self.target.poll_s)
         follower.start()
         previous = signal.signal(signal.SIGTERM, _raise_cancelled)  # KFP cancels a run with SIGTERM
@@ -137,8 +147,10 @@ class TrainJobBackend(TrainingBackend):
         if verdict.state != "succeeded":
             tail = self._log_tail(core, name)
             self._delete_quietly(custom, name)
-            raise LaunchError(f"TrainJob {ns}/{name} {verdict.state}: {verdict.reason}"
-                              + (f"\nlast log lines:\n{tail}" if tail else ""))
+            raise LaunchError(
+                f"TrainJob {ns}/{name} {verdict.state}: {verdict.reason}"
+                + (f"\nlast log lines:\n{tail}" if tail else "")
+            )
         summary = read_summary(spec.out)  # collected first: the job's pods go with it
         self._delete_quietly(custom, name)
         return summary
@@ -148,12 +160,18 @@ class TrainJobBackend(TrainingBackend):
 
         name = body["metadata"]["name"]
         try:
-            self._call(lambda: custom.create_namespaced_custom_object(
-                tj.GROUP, tj.VERSION, self.target.namespace, tj.PLURAL, body), f"create TrainJob {name}")
+            self._call(
+                lambda: custom.create_namespaced_custom_object(
+                    tj.GROUP, tj.VERSION, self.target.namespace, tj.PLURAL, body
+                ),
+                f"create TrainJob {name}",
+            )
         except ApiException as exc:
             if exc.status != 409:
-                raise LaunchError(f"cannot create TrainJob {name}: {exc.status} {exc.reason}: "
-                                  f"{' '.join(str(exc.body).split())[:300]}") from None
+                raise LaunchError(
+                    f"cannot create TrainJob {name}: {exc.status} {exc.reason}: "
+                    f"{' '.join(str(exc.body).split())[:300]}"
+                ) from None
             log.info("TrainJob %s exists (a retried task): following it", name)
 
     def _call(self, fn: Callable[[], Any], what: str) -> Any:
@@ -166,40 +184,62 @@ class TrainJobBackend(TrainingBackend):
                 if not transient(exc):
                     raise
                 if attempt == self.target.api_retries:
-                    raise LaunchError(f"{what}: the Kubernetes API failed {attempt + 1} times in a row; "
-                                      f"last: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
-                log.warning("%s: %s (attempt %d of %d); retrying in %.0fs", what, type(exc).__name__,
-                            attempt + 1, self.target.api_retries + 1, delay)
+                    raise LaunchError(
+                        f"{what}: the Kubernetes API failed {attempt + 1} times in a row; "
+                        f"last: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+                    ) from None
+                log.warning(
+                    "%s: %s (attempt %d of %d); retrying in %.0fs",
+                    what,
+                    type(exc).__name__,
+                    attempt + 1,
+                    self.target.api_retries + 1,
+                    delay,
+                )
                 self._sleep(delay)
                 delay = min(delay * 2, MAX_BACKOFF_S)
         raise AssertionError("unreachable")
 
-    def observe(self, custom: Any, core: Any, name: str) -> tuple[dict | None, list[dict], list[dict]]:
+    def observe(
+        self, custom: Any, core: Any, name: str
+    ) -> tuple[dict | None, list[dict], list[dict]]:
         """(TrainJob status, pods, events) as the API's JSON: the job's own events and those of
         every pod not yet running (the scheduler reports on the pod, not the job)."""
         ns = self.target.namespace
         job = custom.get_namespaced_custom_object(tj.GROUP, tj.VERSION, ns, tj.PLURAL, name)
-        pods = [as_json(p) for p in core.list_namespaced_pod(
-            ns, label_selector=f"{tj.JOBSET_LABEL}={name}").items]
+        pods = [
+            as_json(p)
+            for p in core.list_namespaced_pod(ns, label_selector=f"{tj.JOBSET_LABEL}={name}").items
+        ]
         events = []
         for involved in (name, *tj.pending_pods(pods)):
-            events += [as_json(e) for e in core.list_namespaced_event(
-                ns, field_selector=f"involvedObject.name={involved}").items]
+            events += [
+                as_json(e)
+                for e in core.list_namespaced_event(
+                    ns, field_selector=f"involvedObject.name={involved}"
+                ).items
+            ]
         return job.get("status"), pods, events
 
     def _follow(self, custom: Any, core: Any, name: str) -> tj.Verdict:
         started = time.monotonic()
         running_since_start, last = None, None
         while True:
-            status, pods, events = self._call(lambda: self.observe(custom, core, name),
-                                              f"following TrainJob {name}")
+            status, pods, events = self._call(
+                lambda: self.observe(custom, core, name), f"following TrainJob {name}"
+            )
             elapsed = time.monotonic() - started
             if running_since_start is None and tj.any_running(pods):
                 running_since_start = elapsed
             pending = elapsed if running_since_start is None else 0.0
             verdict = tj.assess(status, events, pods, elapsed, pending, self.target)
             if verdict != last:
-                log.info("TrainJob %s: %s%s", name, verdict.state, f" ({verdict.reason})" if verdict.reason else "")
+                log.info(
+                    "TrainJob %s: %s%s",
+                    name,
+                    verdict.state,
+                    f" ({verdict.reason})" if verdict.reason else "",
+                )
                 last = verdict
             if verdict.state != "running":
                 return verdict
@@ -207,19 +247,34 @@ class TrainJobBackend(TrainingBackend):
 
     def _delete_quietly(self, custom: Any, name: str) -> None:
         try:
-            self._call(lambda: delete_trainjob(custom, self.target.namespace, name), f"delete TrainJob {name}")
+            self._call(
+                lambda: delete_trainjob(custom, self.target.namespace, name),
+                f"delete TrainJob {name}",
+            )
         except Exception as exc:  # the verdict is what matters; say what is left behind
-            log.warning("TrainJob %s/%s could not be deleted (%s): delete it with kubectl -n %s delete "
-                        "trainjob %s", self.target.namespace, name, type(exc).__name__,
-                        self.target.namespace, name)
+            log.warning(
+                "TrainJob %s/%s could not be deleted (%s): delete it with kubectl -n %s delete "
+                "trainjob %s",
+                self.target.namespace,
+                name,
+                type(exc).__name__,
+                self.target.namespace,
+                name,
+            )
 
     def _log_tail(self, core: Any, name: str, lines: int = 40) -> str:
         try:
-            pods = core.list_namespaced_pod(self.target.namespace, label_selector=rank0_selector(name)).items
+            pods = core.list_namespaced_pod(
+                self.target.namespace, label_selector=rank0_selector(name)
+            ).items
             if not pods:
                 return ""
-            return core.read_namespaced_pod_log(pods[0].metadata.name, self.target.namespace,
-                                                container=TRAINER_CONTAINER, tail_lines=lines)
+            return core.read_namespaced_pod_log(
+                pods[0].metadata.name,
+                self.target.namespace,
+                container=TRAINER_CONTAINER,
+                tail_lines=lines,
+            )
         except Exception as exc:  # logs are a courtesy; the verdict already says what failed
             return f"(logs unavailable: {type(exc).__name__})"
 
@@ -235,9 +290,16 @@ class LogFollower:
     restart (a new pod uid), and never repeats a pod it has streamed to its end.
     """
 
-    def __init__(self, core: Any, namespace: str, name: str, echo: Callable[[str], None],
-                 poll_s: float = 15) -> None:
-        self.core, self.namespace, self.name, self.echo, self.poll_s = core, namespace, name, echo, poll_s
+    def __init__(
+        self, core: Any, namespace: str, name: str, echo: Callable[[str], None], poll_s: float = 15
+    ) -> None:
+        self.core, self.namespace, self.name, self.echo, self.poll_s = (
+            core,
+            namespace,
+            name,
+            echo,
+            poll_s,
+        )
         self.done: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"logs-{name}", daemon=True)
@@ -260,15 +322,21 @@ class LogFollower:
     def follow_once(self) -> int:
         """Stream the current rank-0 pod's log to its end if it runs and was not streamed yet;
         returns the lines echoed."""
-        pods = self.core.list_namespaced_pod(self.namespace, label_selector=rank0_selector(self.name)).items
+        pods = self.core.list_namespaced_pod(
+            self.namespace, label_selector=rank0_selector(self.name)
+        ).items
         lines = 0
         for pod in pods:
             uid = pod.metadata.uid or pod.metadata.name
             if uid in self.done or (pod.status.phase not in ("Running", "Succeeded", "Failed")):
                 continue
-            stream = self.core.read_namespaced_pod_log(pod.metadata.name, self.namespace,
-                                                       container=TRAINER_CONTAINER, follow=True,
-                                                       _preload_content=False)
+            stream = self.core.read_namespaced_pod_log(
+                pod.metadata.name,
+                self.namespace,
+                container=TRAINER_CONTAINER,
+                follow=True,
+                _preload_content=False,
+            )
             try:
                 for raw in stream:
                     self.echo(f"[rank 0] {raw.decode(errors='replace').rstrip()}")
@@ -286,8 +354,9 @@ def delete_trainjob(custom: Any, namespace: str, name: str) -> bool:
     from kubernetes.client.exceptions import ApiException
 
     try:
-        custom.delete_namespaced_custom_object(tj.GROUP, tj.VERSION, namespace, tj.PLURAL, name,
-                                               propagation_policy="Foreground")
+        custom.delete_namespaced_custom_object(
+            tj.GROUP, tj.VERSION, namespace, tj.PLURAL, name, propagation_policy="Foreground"
+        )
         log.info("deleted TrainJob %s/%s", namespace, name)
         return True
     except ApiException as exc:
@@ -321,14 +390,25 @@ def run_identity(environ: dict[str, str] | None = None) -> tuple[str, dict[str, 
     env = os.environ if environ is None else environ
     owner = None
     if env.get("KFP_POD_NAME") and env.get("KFP_POD_UID"):
-        owner = {"apiVersion": "v1", "kind": "Pod", "name": env["KFP_POD_NAME"], "uid": env["KFP_POD_UID"],
-                 "blockOwnerDeletion": False, "controller": False}
+        owner = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": env["KFP_POD_NAME"],
+            "uid": env["KFP_POD_UID"],
+            "blockOwnerDeletion": False,
+            "controller": False,
+        }
     return env.get("KFP_RUN_ID") or env.get("KFP_POD_NAME") or f"pid-{os.getpid()}", owner
 
 
 @contextlib.contextmanager
-def dask_cluster(target: DaskTarget, workers: int, run_id: str | None = None,
-                 owner: dict[str, str] | None = None, scratch: str | None = None) -> Iterator[Any]:
+def dask_cluster(
+    target: DaskTarget,
+    workers: int,
+    run_id: str | None = None,
+    owner: dict[str, str] | None = None,
+    scratch: str | None = None,
+) -> Iterator[Any]:
     """A DaskCluster for this run for the duration of the block (deleted afterwards, also on errors).
 
     Named by the run id and labelled with it; owned by this task's pod, so Kubernetes deletes it
@@ -345,8 +425,12 @@ def dask_cluster(target: DaskTarget, workers: int, run_id: str | None = None,
     name = cluster_name(run_id)
     spec = cluster_spec(name, workers, target, run_id=run_id, owner=owner, scratch=scratch)
     _delete_leftover_dask(target.namespace, name)
-    cluster = KubeCluster(custom_cluster_spec=spec, namespace=target.namespace, shutdown_on_close=True,
-                          create_mode=CreateMode.CREATE_ONLY)
+    cluster = KubeCluster(
+        custom_cluster_spec=spec,
+        namespace=target.namespace,
+        shutdown_on_close=True,
+        create_mode=CreateMode.CREATE_ONLY,
+    )
     try:
         yield cluster
     finally:
@@ -361,8 +445,16 @@ def _delete_leftover_dask(namespace: str, name: str) -> None:
         config.load_incluster_config()
     try:
         client.CustomObjectsApi().delete_namespaced_custom_object(
-            "kubernetes.dask.org", "v1", namespace, "daskclusters", name, propagation_policy="Foreground")
-        log.info("deleted DaskCluster %s/%s left by an earlier attempt of this run", namespace, name)
+            "kubernetes.dask.org",
+            "v1",
+            namespace,
+            "daskclusters",
+            name,
+            propagation_policy="Foreground",
+        )
+        log.info(
+            "deleted DaskCluster %s/%s left by an earlier attempt of this run", namespace, name
+        )
     except ApiException as exc:
         if exc.status == 404:
             return
@@ -370,14 +462,16 @@ def _delete_leftover_dask(namespace: str, name: str) -> None:
     for _ in range(60):  # foreground deletion: gone once its pods are
         try:
             client.CustomObjectsApi().get_namespaced_custom_object(
-                "kubernetes.dask.org", "v1", namespace, "daskclusters", name)
+                "kubernetes.dask.org", "v1", namespace, "daskclusters", name
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return
             raise
         time.sleep(2)
-    raise RuntimeError(f"DaskCluster {namespace}/{name} of an earlier attempt is still being deleted")
-
+    raise RuntimeError(
+        f"DaskCluster {namespace}/{name} of an earlier attempt is still being deleted"
+    )
 
 
 @contextlib.contextmanager
@@ -406,5 +500,7 @@ def preprocess_cluster(cluster_target: str, workers: int, config: Any) -> Iterat
     while not volume.exists() and volume != volume.parent:
         volume = volume.parent
     check_space(by_format, shutil.disk_usage(volume).free, config.seq_len, where=str(volume))
-    with dask_cluster(target, workers, scratch=scratch_limit(sum(by_format.values()), workers)) as cluster:
+    with dask_cluster(
+        target, workers, scratch=scratch_limit(sum(by_format.values()), workers)
+    ) as cluster:
         yield cluster.scheduler_address

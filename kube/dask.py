@@ -37,17 +37,25 @@ def cluster_name(run_id: str) -> str:
 
 def safe_label(value: str) -> str:
     """A label value (63 chars of [A-Za-z0-9._-], alphanumeric at both ends)."""
-    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", re.sub(r"[^A-Za-z0-9._-]", "-", value)[:63]) or "x"
+    return (
+        re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", re.sub(r"[^A-Za-z0-9._-]", "-", value)[:63])
+        or "x"
+    )
 
 
 def estimate_dataset_bytes(input_bytes: dict[str, int], seq_len: int = 20) -> int:
     """Bytes a dataset of this input needs on the volume: rows estimated per format, times
     ``DATASET_BYTES_PER_ROW`` scaled to ``seq_len`` (the history arrays are 3 int32 per position)."""
-    rows = sum(size / RAW_BYTES_PER_ROW.get(fmt, RAW_BYTES_PER_ROW["csv"]) for fmt, size in input_bytes.items())
+    rows = sum(
+        size / RAW_BYTES_PER_ROW.get(fmt, RAW_BYTES_PER_ROW["csv"])
+        for fmt, size in input_bytes.items()
+    )
     return int(rows * (DATASET_BYTES_PER_ROW + 12 * (seq_len - 20)))
 
 
-def check_space(input_bytes: dict[str, int], free_bytes: int, seq_len: int = 20, where: str = "") -> int:
+def check_space(
+    input_bytes: dict[str, int], free_bytes: int, seq_len: int = 20, where: str = ""
+) -> int:
     """The estimate, or ValueError with the numbers when it does not fit in ``free_bytes``."""
     need = estimate_dataset_bytes(input_bytes, seq_len)
     if need > free_bytes:
@@ -55,7 +63,8 @@ def check_space(input_bytes: dict[str, int], free_bytes: int, seq_len: int = 20,
         raise ValueError(
             f"{where or 'the shared volume'}: the dataset needs ~{need / 2**30:.1f} GiB "
             f"({total / 2**30:.1f} GiB of input at ~{DATASET_BYTES_PER_ROW} bytes per row) but only "
-            f"{free_bytes / 2**30:.1f} GiB are free; grow the PVC (sizing: kube/dask.py)")
+            f"{free_bytes / 2**30:.1f} GiB are free; grow the PVC (sizing: kube/dask.py)"
+        )
     return need
 
 
@@ -64,20 +73,36 @@ def scratch_limit(input_bytes: int, workers: int) -> str:
     return memory_quantity(max(2 * 2**30, -(-2 * input_bytes // max(workers, 1)) // 2**20 * 2**20))
 
 
-def cluster_spec(name: str, workers: int, target: DaskTarget, run_id: str | None = None,
-                 owner: dict | None = None, scratch: str | None = None) -> dict:
+def cluster_spec(
+    name: str,
+    workers: int,
+    target: DaskTarget,
+    run_id: str | None = None,
+    owner: dict | None = None,
+    scratch: str | None = None,
+) -> dict:
     """The DaskCluster resource: the operator's template plus resources, the shared volume,
     non-root, the run's label and owner."""
     from dask_kubernetes.operator import make_cluster_spec
 
-    resources = {"requests": {"cpu": target.worker_cpu, "memory": target.worker_memory},
-                 "limits": {"memory": target.worker_memory}}
-    spec = make_cluster_spec(name=name, image=target.image, n_workers=workers, resources=resources,
-                             env={"MLFLOW_DISABLE_TELEMETRY": "true", **target.env},
-                             idle_timeout=target.idle_timeout_s)
+    resources = {
+        "requests": {"cpu": target.worker_cpu, "memory": target.worker_memory},
+        "limits": {"memory": target.worker_memory},
+    }
+    spec = make_cluster_spec(
+        name=name,
+        image=target.image,
+        n_workers=workers,
+        resources=resources,
+        env={"MLFLOW_DISABLE_TELEMETRY": "true", **target.env},
+        idle_timeout=target.idle_timeout_s,
+    )
     meta = spec["metadata"]
     meta["namespace"] = target.namespace
-    meta["labels"] = {"app.kubernetes.io/part-of": "dailyrec", **({RUN_LABEL: safe_label(run_id)} if run_id else {})}
+    meta["labels"] = {
+        "app.kubernetes.io/part-of": "dailyrec",
+        **({RUN_LABEL: safe_label(run_id)} if run_id else {}),
+    }
     if owner:  # garbage-collected with the task's pod if the task dies before deleting it
         meta["ownerReferences"] = [dict(owner)]
     empty_dir = {"sizeLimit": scratch} if scratch else {}
@@ -90,13 +115,23 @@ def cluster_spec(name: str, workers: int, target: DaskTarget, run_id: str | None
         pod["volumes"] = [STORAGE.volume(), {"name": "scratch", "emptyDir": dict(empty_dir)}]
         pod["automountServiceAccountToken"] = False
         pod["enableServiceLinks"] = False
-        pod["securityContext"] = {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
-                                  "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
+        pod["securityContext"] = {
+            "runAsNonRoot": True,
+            "runAsUser": 10001,
+            "runAsGroup": 10001,
+            "fsGroup": 10001,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
         for container in pod["containers"]:
             container["volumeMounts"] = [STORAGE.mount(), {"name": "scratch", "mountPath": "/tmp"}]
             container.setdefault("resources", copy.deepcopy(resources))
-            container["securityContext"] = {"allowPrivilegeEscalation": False, "privileged": False,
-                                            "readOnlyRootFilesystem": True,
-                                            "capabilities": {"drop": ["ALL"]}}
-            container.setdefault("env", []).append({"name": "DASK_TEMPORARY_DIRECTORY", "value": "/tmp"})
+            container["securityContext"] = {
+                "allowPrivilegeEscalation": False,
+                "privileged": False,
+                "readOnlyRootFilesystem": True,
+                "capabilities": {"drop": ["ALL"]},
+            }
+            container.setdefault("env", []).append(
+                {"name": "DASK_TEMPORARY_DIRECTORY", "value": "/tmp"}
+            )
     return spec

@@ -124,8 +124,10 @@ class KatibConfig:
         if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", self.name) or len(self.name) > 63:
             raise KatibError(f"name {self.name!r} must be a lower-case DNS label")
         if not self.data:
-            raise KatibError("data: the dataset folder of the window to search on is required "
-                             "(make deploy passes the current window's)")
+            raise KatibError(
+                "data: the dataset folder of the window to search on is required "
+                "(make deploy passes the current window's)"
+            )
         if self.algorithm not in ALGORITHMS:
             raise KatibError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         for name in ("global_batch", "max_epochs", "max_failed_trial_count"):
@@ -627,21 +629,39 @@ def write_experiment(
 
 def main(argv: list[str] | None = None) -> int:
     DOCS = field_docs(KatibConfig)
-    p = argparse.ArgumentParser(prog="python -m kube.katib", description=__doc__.splitlines()[0],
-                                formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m kube.katib",
+        description=__doc__.splitlines()[0],
+        formatter_class=HelpFormatter,
+    )
     p.add_argument("--env", default="a100", help="cluster environment (kube/clusters/<env>.json)")
-    p.add_argument("--out", default="build/katib-experiment.yaml", help="where to write the Experiment YAML")
+    p.add_argument(
+        "--out", default="build/katib-experiment.yaml", help="where to write the Experiment YAML"
+    )
     p.add_argument("--name", default=KatibConfig.name, help=DOCS["name"])
-    p.add_argument("--data", default=None,
-                   help="dataset folder on the shared volume (default: datasets/latest, the newest window)")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="dataset folder on the shared volume (default: datasets/latest, the newest window)",
+    )
     p.add_argument("--base-model", default=KatibConfig.base_model, help=DOCS["base_model"])
-    p.add_argument("--hardware", default=None, help="hardware profile the trials are planned for (default: a100-40gb)")
-    p.add_argument("--global-batch", type=int, default=KatibConfig.global_batch, help=DOCS["global_batch"])
+    p.add_argument(
+        "--hardware",
+        default=None,
+        help="hardware profile the trials are planned for (default: a100-40gb)",
+    )
+    p.add_argument(
+        "--global-batch", type=int, default=KatibConfig.global_batch, help=DOCS["global_batch"]
+    )
     p.add_argument("--max-epochs", type=int, default=KatibConfig.max_epochs, help="hyperband's r_l")
     p.add_argument("--eta", type=int, default=KatibConfig.eta, help=DOCS["eta"])
-    p.add_argument("--algorithm", choices=ALGORITHMS, default=KatibConfig.algorithm, help=DOCS["algorithm"])
+    p.add_argument(
+        "--algorithm", choices=ALGORITHMS, default=KatibConfig.algorithm, help=DOCS["algorithm"]
+    )
     p.add_argument("--image", default=None, help="trainer image (default: the runtime's)")
-    p.add_argument("--space", default=None, help="search space JSON (text or file); default: the built-in one")
+    p.add_argument(
+        "--space", default=None, help="search space JSON (text or file); default: the built-in one"
+    )
     args = p.parse_args(argv)
     try:
         space = SearchSpace.from_dict(json_arg(args.space, "--space"))

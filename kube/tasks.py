@@ -50,18 +50,29 @@ def on_cluster(task, name: str):
     kubernetes.use_field_path_as_env(task, RUN_ID_ENV, "metadata.labels['pipeline/runid']")
     if name in MLFLOW_CLIENTS:
         mlflow_client(task)
-    if name == "finalize":  # the exit handler pushes the run's outcome when the ConfigMap names a gateway
+    if (
+        name == "finalize"
+    ):  # the exit handler pushes the run's outcome when the ConfigMap names a gateway
         kubernetes.add_pod_label(task, PUSHGATEWAY_CLIENT_LABEL, "true")
-        kubernetes.use_config_map_as_env(task, MONITORING_CONFIG, {"pushgateway": PUSHGATEWAY_ENV}, optional=True)
+        kubernetes.use_config_map_as_env(
+            task, MONITORING_CONFIG, {"pushgateway": PUSHGATEWAY_ENV}, optional=True
+        )
     return task
 
 
 def mlflow_client(task):
     """Let a task reach MLflow (pod label for the NetworkPolicy) with the pipeline's credentials."""
     kubernetes.add_pod_label(task, MLFLOW_CLIENT_LABEL, "true")
-    kubernetes.use_secret_as_env(task, secret_name=MLFLOW_SECRET, secret_key_to_env={
-        "username": "MLFLOW_TRACKING_USERNAME", "password": "MLFLOW_TRACKING_PASSWORD"})
+    kubernetes.use_secret_as_env(
+        task,
+        secret_name=MLFLOW_SECRET,
+        secret_key_to_env={
+            "username": "MLFLOW_TRACKING_USERNAME",
+            "password": "MLFLOW_TRACKING_PASSWORD",
+        },
+    )
     # optional: with it, registered models are signed and loaders require the signature
-    kubernetes.use_secret_as_env(task, secret_name=SIGNING_SECRET, secret_key_to_env={"key": SIGNING_KEY_ENV},
-                                 optional=True)
+    kubernetes.use_secret_as_env(
+        task, secret_name=SIGNING_SECRET, secret_key_to_env={"key": SIGNING_KEY_ENV}, optional=True
+    )
     return task

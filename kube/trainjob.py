@@ -24,8 +24,10 @@ from kube.types import TRAINER_CONTAINER, TrainJobTarget
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
 MANAGER = "dailyrec.io/launcher"
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
-RANK0_LABELS = {"jobset.sigs.k8s.io/replicatedjob-name": TRAINER_CONTAINER,
-                "batch.kubernetes.io/job-completion-index": "0"}
+RANK0_LABELS = {
+    "jobset.sigs.k8s.io/replicatedjob-name": TRAINER_CONTAINER,
+    "batch.kubernetes.io/job-completion-index": "0",
+}
 """JobSet's labels on the pod of node 0, where rank 0 logs (also Katib's primary pod)."""
 # torchrun through our wrapper: a rank failing on a full disk makes the pod exit with NO_RETRY_EXIT,
 # which the TrainingRuntime's podFailurePolicy turns into a failed JobSet instead of a restart
@@ -55,40 +57,66 @@ def resources_per_node(plan: TrainPlan, target: TrainJobTarget) -> dict[str, dic
     return {"requests": dict(sized), "limits": dict(sized)}
 
 
-def build_trainjob(spec: LaunchSpec, plan: TrainPlan, target: TrainJobTarget,
-                   labels: dict[str, str] | None = None) -> dict:
+def build_trainjob(
+    spec: LaunchSpec, plan: TrainPlan, target: TrainJobTarget, labels: dict[str, str] | None = None
+) -> dict:
     """The TrainJob for one training run, as a plain dict ready for the Kubernetes API."""
     from kubeflow_trainer_api import models as m
 
     resources = resources_per_node(plan, target)
-    env = {"PYTHONUNBUFFERED": "1", "MLFLOW_DISABLE_TELEMETRY": "true",
-           # no in-pod torchrun restarts (their shared static store can hang restarted workers):
-           # the TrainingRuntime's JobSet failurePolicy recreates the pods, which resume from last.pt
-           "PET_MAX_RESTARTS": "0", **target.env}
+    env = {
+        "PYTHONUNBUFFERED": "1",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        # no in-pod torchrun restarts (their shared static store can hang restarted workers):
+        # the TrainingRuntime's JobSet failurePolicy recreates the pods, which resume from last.pt
+        "PET_MAX_RESTARTS": "0",
+        **target.env,
+    }
     patches = None
     if target.node_selector or target.tolerations:
-        pod = m.TrainerV1alpha1PodTemplatePatch(spec=m.TrainerV1alpha1PodSpecPatch(
-            node_selector=target.node_selector or None, tolerations=target.tolerations or None))
+        pod = m.TrainerV1alpha1PodTemplatePatch(
+            spec=m.TrainerV1alpha1PodSpecPatch(
+                node_selector=target.node_selector or None, tolerations=target.tolerations or None
+            )
+        )
         replicated = m.TrainerV1alpha1ReplicatedJobPatch(
             name=TRAINER_CONTAINER,
-            template=m.TrainerV1alpha1JobTemplatePatch(spec=m.TrainerV1alpha1JobSpecPatch(template=pod)))
-        patches = [m.TrainerV1alpha1RuntimePatch(
-            manager=MANAGER, training_runtime_spec=m.TrainerV1alpha1TrainingRuntimeSpecPatch(
-                template=m.TrainerV1alpha1JobSetTemplatePatch(
-                    spec=m.TrainerV1alpha1JobSetSpecPatch(replicated_jobs=[replicated]))))]
+            template=m.TrainerV1alpha1JobTemplatePatch(
+                spec=m.TrainerV1alpha1JobSpecPatch(template=pod)
+            ),
+        )
+        patches = [
+            m.TrainerV1alpha1RuntimePatch(
+                manager=MANAGER,
+                training_runtime_spec=m.TrainerV1alpha1TrainingRuntimeSpecPatch(
+                    template=m.TrainerV1alpha1JobSetTemplatePatch(
+                        spec=m.TrainerV1alpha1JobSetSpecPatch(replicated_jobs=[replicated])
+                    )
+                ),
+            )
+        ]
     job = m.TrainerV1alpha1TrainJob(
-        api_version=f"{GROUP}/{VERSION}", kind="TrainJob",
-        metadata={"name": trainjob_name(spec.out), "namespace": target.namespace,
-                  "labels": {"app.kubernetes.io/part-of": "dailyrec", **(labels or {})}},
+        api_version=f"{GROUP}/{VERSION}",
+        kind="TrainJob",
+        metadata={
+            "name": trainjob_name(spec.out),
+            "namespace": target.namespace,
+            "labels": {"app.kubernetes.io/part-of": "dailyrec", **(labels or {})},
+        },
         spec=m.TrainerV1alpha1TrainJobSpec(
-            runtime_ref=m.TrainerV1alpha1RuntimeRef(name=target.runtime, kind=target.runtime_kind,
-                                                    api_group=GROUP),
+            runtime_ref=m.TrainerV1alpha1RuntimeRef(
+                name=target.runtime, kind=target.runtime_kind, api_group=GROUP
+            ),
             active_deadline_seconds=int(target.timeout_s),
             trainer=m.TrainerV1alpha1Trainer(
-                image=target.image, num_nodes=plan.nnodes, num_proc_per_node=plan.nproc_per_node,
+                image=target.image,
+                num_nodes=plan.nnodes,
+                num_proc_per_node=plan.nproc_per_node,
                 resources_per_node=_quantities(m, resources) if resources else None,
-                command=TRAINER_COMMAND, args=spec.trainer_args(),
-                env=[{"name": k, "value": v} for k, v in sorted(env.items())]),
+                command=TRAINER_COMMAND,
+                args=spec.trainer_args(),
+                env=[{"name": k, "value": v} for k, v in sorted(env.items())],
+            ),
             runtime_patches=patches,
         ),
     )
@@ -98,8 +126,10 @@ def build_trainjob(spec: LaunchSpec, plan: TrainPlan, target: TrainJobTarget,
 def _quantities(m: Any, resources: dict[str, dict[str, str]]) -> dict:
     """The models want every quantity wrapped (a oneOf of string and number)."""
     quantity = m.IoK8sApimachineryPkgApiResourceQuantity
-    return {kind: {name: quantity(actual_instance=value) for name, value in values.items()}
-            for kind, values in resources.items()}
+    return {
+        kind: {name: quantity(actual_instance=value) for name, value in values.items()}
+        for kind, values in resources.items()
+    }
 
 
 # ----------------------------------------------------------------------------- reading the API
@@ -112,8 +142,14 @@ class Verdict:
     reason: str = ""
 
 
-def assess(status: dict | None, events: list[dict], pods: list[dict], elapsed_s: float,
-           pending_s: float, target: TrainJobTarget) -> Verdict:
+def assess(
+    status: dict | None,
+    events: list[dict],
+    pods: list[dict],
+    elapsed_s: float,
+    pending_s: float,
+    target: TrainJobTarget,
+) -> Verdict:
     """What a TrainJob's state means, from one observation of the API.
 
     ``status``: the TrainJob's ``.status``; ``pods``: its pods as the API returns them
@@ -121,8 +157,11 @@ def assess(status: dict | None, events: list[dict], pods: list[dict], elapsed_s:
     and of those pods (the scheduler's ``FailedScheduling`` is an event on the pod);
     ``pending_s``: for how long no pod has been running.
     """
-    conditions = {c.get("type"): c for c in (status or {}).get("conditions") or []
-                  if str(c.get("status")) == "True"}
+    conditions = {
+        c.get("type"): c
+        for c in (status or {}).get("conditions") or []
+        if str(c.get("status")) == "True"
+    }
     if "Complete" in conditions:
         return Verdict("succeeded", conditions["Complete"].get("message", ""))
     warnings = [e for e in events if e.get("type") == "Warning"]
@@ -132,11 +171,21 @@ def assess(status: dict | None, events: list[dict], pods: list[dict], elapsed_s:
         reason = f"{c.get('reason', 'Failed')}: {c.get('message', '')}".rstrip(": ")
         return Verdict("failed", f"{reason}{f' ({detail})' if detail else ''}")
     if elapsed_s > target.timeout_s:
-        return Verdict("timeout", f"still running after {elapsed_s:.0f}s (limit {target.timeout_s:.0f}s)")
+        return Verdict(
+            "timeout", f"still running after {elapsed_s:.0f}s (limit {target.timeout_s:.0f}s)"
+        )
     if pending_s > target.pending_timeout_s:
-        cause = (_pod_waiting(pods) or _unschedulable(pods)
-                 or (f"{warnings[-1].get('reason')}: {warnings[-1].get('message')}" if warnings
-                     else "no pod was created" if not pods else "pods pending, no reason reported"))
+        cause = (
+            _pod_waiting(pods)
+            or _unschedulable(pods)
+            or (
+                f"{warnings[-1].get('reason')}: {warnings[-1].get('message')}"
+                if warnings
+                else "no pod was created"
+                if not pods
+                else "pods pending, no reason reported"
+            )
+        )
         return Verdict("timeout", f"no pod running after {pending_s:.0f}s: {cause}")
     return Verdict("running")
 
@@ -149,7 +198,9 @@ def _statuses(pod: dict) -> list[dict]:
 def _pod_failure(pods: list[dict]) -> str:
     for pod in pods:
         for cs in _statuses(pod):
-            term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+            term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get(
+                "terminated"
+            )
             if term and term.get("exitCode", 0) != 0:
                 return f"container {cs.get('name')} exited {term.get('exitCode')} ({term.get('reason', '')})"
     return ""
@@ -159,7 +210,11 @@ def _pod_waiting(pods: list[dict]) -> str:
     for pod in pods:
         for cs in _statuses(pod):
             waiting = (cs.get("state") or {}).get("waiting")
-            if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+            if waiting and waiting.get("reason") not in (
+                None,
+                "ContainerCreating",
+                "PodInitializing",
+            ):
                 return f"{waiting.get('reason')}: {waiting.get('message', '')}".rstrip(": ")
     return ""
 
@@ -180,5 +235,8 @@ def any_running(pods: list[dict]) -> bool:
 
 def pending_pods(pods: list[dict]) -> list[str]:
     """Names of the pods not yet running: whose events explain why."""
-    return [p["metadata"]["name"] for p in pods
-            if (p.get("status") or {}).get("phase") in (None, "Pending")]
+    return [
+        p["metadata"]["name"]
+        for p in pods
+        if (p.get("status") or {}).get("phase") in (None, "Pending")
+    ]

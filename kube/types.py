@@ -61,9 +61,24 @@ IMAGE_REPOS = {"runtime": RUNTIME_REPO, "trainer": TRAINER_REPO}
 
 # ----------------------------------------------------------------------------- quantities
 
-_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-           "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
-           "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_SUFFIX = {
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+}
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 
 
@@ -111,8 +126,10 @@ class NodeProfile:
             return self.cpu, self.memory
         if not 1 <= gpus <= self.gpus:
             raise ValueError(f"{gpus} GPUs per node requested; the node profile has {self.gpus}")
-        return (cpu_quantity(quantity(self.cpu) * gpus / self.gpus),
-                memory_quantity(quantity(self.memory) * gpus / self.gpus))
+        return (
+            cpu_quantity(quantity(self.cpu) * gpus / self.gpus),
+            memory_quantity(quantity(self.memory) * gpus / self.gpus),
+        )
 
 
 @dataclass(frozen=True)
@@ -157,9 +174,11 @@ def placement(env: str, overlays: Path = OVERLAYS) -> Placement:
     if len(accelerators) > 1:
         raise ValueError(f"{folder}: one accelerator per node pool, got {accelerators}")
     accelerator = accelerators[0] if accelerators else None
-    node = NodeProfile(cpu=str(requests.get("cpu", NodeProfile.cpu)),
-                       memory=str(requests.get("memory", NodeProfile.memory)),
-                       gpus=int(requests[accelerator]) if accelerator else 0)
+    node = NodeProfile(
+        cpu=str(requests.get("cpu", NodeProfile.cpu)),
+        memory=str(requests.get("memory", NodeProfile.memory)),
+        gpus=int(requests[accelerator]) if accelerator else 0,
+    )
     return Placement(selector, tolerations, node, accelerator)
 
 
@@ -194,8 +213,10 @@ class TrainJobTarget:
         if isinstance(self.node, dict):
             object.__setattr__(self, "node", NodeProfile(**self.node))
         if self.runtime_kind not in ("TrainingRuntime", "ClusterTrainingRuntime"):
-            raise ValueError(f"runtime_kind must be TrainingRuntime or ClusterTrainingRuntime, "
-                             f"got {self.runtime_kind!r}")
+            raise ValueError(
+                f"runtime_kind must be TrainingRuntime or ClusterTrainingRuntime, "
+                f"got {self.runtime_kind!r}"
+            )
         for name in ("timeout_s", "pending_timeout_s", "poll_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
@@ -231,12 +252,18 @@ class DaskTarget:
 
 
 def _from_json(cls: type, text_or_path: str) -> Any:
-    text = Path(text_or_path).read_text() if not text_or_path.lstrip().startswith("{") else text_or_path
+    text = (
+        Path(text_or_path).read_text()
+        if not text_or_path.lstrip().startswith("{")
+        else text_or_path
+    )
     doc = {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(doc) - known)
     if unknown:
-        raise ValueError(f"cluster target: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        raise ValueError(
+            f"cluster target: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
     return cls(**doc)
 
 
@@ -255,12 +282,18 @@ def cluster_target(env: str, images: dict[str, str] | None = None) -> str:
     doc = {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
     typed = sorted(set(doc.get("trainjob", {})) & set(PLACEMENT_KEYS))
     if typed:
-        raise ValueError(f"{path}: {', '.join(typed)} come from manifests/overlays/{env} (the node pool "
-                         f"is defined once, there); remove them here")
+        raise ValueError(
+            f"{path}: {', '.join(typed)} come from manifests/overlays/{env} (the node pool "
+            f"is defined once, there); remove them here"
+        )
     where = placement(env)
-    doc["trainjob"] = {**doc.get("trainjob", {}), "accelerator": where.accelerator,
-                       "node": dataclasses.asdict(where.node), "node_selector": where.node_selector,
-                       "tolerations": where.tolerations}
+    doc["trainjob"] = {
+        **doc.get("trainjob", {}),
+        "accelerator": where.accelerator,
+        "node": dataclasses.asdict(where.node),
+        "node_selector": where.node_selector,
+        "tolerations": where.tolerations,
+    }
     doc.setdefault("dask", {})
     doc["dask"].setdefault("image", RUNTIME_IMAGE)
     if images:

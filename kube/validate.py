@@ -34,8 +34,11 @@ def strict_schema(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {k: strict_schema(v) for k, v in schema.items()}
-    if ("properties" in out and "additionalProperties" not in out
-            and not out.get("x-kubernetes-preserve-unknown-fields")):
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
@@ -51,7 +54,9 @@ def crd_schemas(folder: str | Path | None = DEFAULT_CRDS) -> dict[tuple[str, str
         crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:
-            schemas[(f"{group}/{version['name']}", kind)] = strict_schema(version["schema"]["openAPIV3Schema"])
+            schemas[(f"{group}/{version['name']}", kind)] = strict_schema(
+                version["schema"]["openAPIV3Schema"]
+            )
     return schemas
 
 
@@ -97,7 +102,9 @@ def cel_problems(schema: dict, value: Any, path: str = "") -> list[str]:
     return problems
 
 
-def validate_objects(objects: list[dict], schemas: dict[tuple[str, str], dict]) -> tuple[list[str], list[str]]:
+def validate_objects(
+    objects: list[dict], schemas: dict[tuple[str, str], dict]
+) -> tuple[list[str], list[str]]:
     """``(problems, unchecked kinds)`` for a list of Kubernetes objects."""
     import jsonschema
     import kubernetes_validate
@@ -107,8 +114,10 @@ def validate_objects(objects: list[dict], schemas: dict[tuple[str, str], dict]) 
         key = (obj.get("apiVersion", ""), obj.get("kind", ""))
         where = f"{key[1]}/{(obj.get('metadata') or {}).get('name', '?')}"
         if key in schemas:
-            problems += [f"{where}: {e.message} at {'/'.join(map(str, e.absolute_path))}"
-                         for e in jsonschema.Draft7Validator(schemas[key]).iter_errors(obj)]
+            problems += [
+                f"{where}: {e.message} at {'/'.join(map(str, e.absolute_path))}"
+                for e in jsonschema.Draft7Validator(schemas[key]).iter_errors(obj)
+            ]
             problems += [f"{where}: {p}" for p in cel_problems(schemas[key], obj)]
             continue
         try:
@@ -126,8 +135,9 @@ def validate_cluster_spec(spec: dict, kubernetes_version: str = "1.32") -> list[
     import jsonschema
     import kubernetes_validate
 
-    templates = yaml.safe_load((Path(operator.__file__).parent / "customresources" / "templates.yaml")
-                               .read_text())
+    templates = yaml.safe_load(
+        (Path(operator.__file__).parent / "customresources" / "templates.yaml").read_text()
+    )
     definitions = templates["definitions"]
 
     def resolve(node: Any) -> Any:
@@ -139,12 +149,19 @@ def validate_cluster_spec(spec: dict, kubernetes_version: str = "1.32") -> list[
             return {k: resolve(v) for k, v in node.items()}
         return [resolve(v) for v in node] if isinstance(node, list) else node
 
-    problems = [f"DaskCluster: {e.message} at {'/'.join(map(str, e.absolute_path))}"
-                for e in jsonschema.Draft7Validator(resolve(definitions["dask.k8s.api.v1.DaskCluster"]))
-                .iter_errors(spec)]
+    problems = [
+        f"DaskCluster: {e.message} at {'/'.join(map(str, e.absolute_path))}"
+        for e in jsonschema.Draft7Validator(
+            resolve(definitions["dask.k8s.api.v1.DaskCluster"])
+        ).iter_errors(spec)
+    ]
     for role in ("scheduler", "worker"):
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{role}"},
-               "spec": spec["spec"][role]["spec"]}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{role}"},
+            "spec": spec["spec"][role]["spec"],
+        }
         try:
             kubernetes_validate.validate(pod, kubernetes_version, strict=True)
         except kubernetes_validate.ValidationError as exc:

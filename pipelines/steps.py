@@ -49,14 +49,31 @@ def harden(task, name: str, retries: bool = True):
     count, timeout = TASK_POLICY[name]
     kubernetes.set_timeout(task, timeout)
     if retries and count:
-        waits = sum(BACKOFF_S * BACKOFF_FACTOR ** i for i in range(count))
-        task.set_retry(count, backoff_duration=f"{BACKOFF_S}s", backoff_factor=BACKOFF_FACTOR,
-                       backoff_max_duration=f"{int(timeout * (count + 1) + waits)}s")
+        waits = sum(BACKOFF_S * BACKOFF_FACTOR**i for i in range(count))
+        task.set_retry(
+            count,
+            backoff_duration=f"{BACKOFF_S}s",
+            backoff_factor=BACKOFF_FACTOR,
+            backoff_max_duration=f"{int(timeout * (count + 1) + waits)}s",
+        )
     return task
 
 
-def prepare_data(*, raw_uri, storage_root, run_date, window_days, history_days, seq_len, run_id,
-                 dask_workers, cluster_target, after=None, schedule_time: str = "", retries: bool = False):
+def prepare_data(
+    *,
+    raw_uri,
+    storage_root,
+    run_date,
+    window_days,
+    history_days,
+    seq_len,
+    run_id,
+    dask_workers,
+    cluster_target,
+    after=None,
+    schedule_time: str = "",
+    retries: bool = False,
+):
     """The resolve-window and preprocess tasks every dailyrec pipeline starts with: ``(window, data)``.
 
     Arguments are pipeline parameters (channels), and the runner's schedule time and retry
@@ -64,20 +81,33 @@ def prepare_data(*, raw_uri, storage_root, run_date, window_days, history_days, 
     resolve task computes from today's files; it takes no artifact input, so that key stays
     the same from run to run.
     """
-    window = resolve_window(raw_uri=raw_uri, storage_root=storage_root, run_date=run_date,
-                            schedule_time=schedule_time, window_days=window_days,
-                            history_days=history_days, seq_len=seq_len, run_id=run_id,
-                            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+    window = resolve_window(
+        raw_uri=raw_uri,
+        storage_root=storage_root,
+        run_date=run_date,
+        schedule_time=schedule_time,
+        window_days=window_days,
+        history_days=history_days,
+        seq_len=seq_len,
+        run_id=run_id,
+        kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+    )
     if after is not None:
         window.after(after)
     harden(on_cluster(window, "resolve-window"), "resolve-window", retries)
     window.set_caching_options(False)  # must see today's files
     window.set_display_name("resolve window")
-    data = preprocess_op(raw_uri=window.outputs["raw_uri"], data_dir=window.outputs["data_dir"],
-                         end_date=window.outputs["end_date"], window_days=window_days,
-                         history_days=history_days, seq_len=seq_len,
-                         input_fingerprint=window.outputs["input_fingerprint"], dask_workers=dask_workers,
-                         cluster_target=cluster_target)
+    data = preprocess_op(
+        raw_uri=window.outputs["raw_uri"],
+        data_dir=window.outputs["data_dir"],
+        end_date=window.outputs["end_date"],
+        window_days=window_days,
+        history_days=history_days,
+        seq_len=seq_len,
+        input_fingerprint=window.outputs["input_fingerprint"],
+        dask_workers=dask_workers,
+        cluster_target=cluster_target,
+    )
     harden(on_cluster(data, "preprocess-op"), "preprocess-op", retries)
     data.set_caching_options(True)  # same files + window + config + code => same dataset
     data.set_display_name("preprocess")

@@ -219,19 +219,29 @@ def main(argv: list[str] | None = None) -> int:
     from components.common.proctree import Stopped, stop_tree_on_signals
     from pipelines.local import LocalRunError, load_config
 
-    p = argparse.ArgumentParser(prog="python -m pipelines.tune", description=__doc__.splitlines()[0],
-                                formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m pipelines.tune",
+        description=__doc__.splitlines()[0],
+        formatter_class=HelpFormatter,
+    )
     p.add_argument("--config", default=DEFAULT_CONFIG, help="JSON file of dailyrec-tune parameters")
     p.add_argument(
-        "--data", default=None, help="raw events folder (dt=YYYY-MM-DD/ in the raw contract); default: raw_uri, else ROOT/raw"
+        "--data",
+        default=None,
+        help="raw events folder (dt=YYYY-MM-DD/ in the raw contract); default: raw_uri, else ROOT/raw",
     )
     p.add_argument("--root", default=".", help="storage root: datasets/, runs/ and tuned/ go here")
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a parameter"
     )
-    p.add_argument("--run-id", default=None, help="folder name of the run under ROOT/runs (default: a new id)")
     p.add_argument(
-        "--compile", default=None, metavar="FILE", help="only write the pipeline YAML to FILE (default: run the search)"
+        "--run-id", default=None, help="folder name of the run under ROOT/runs (default: a new id)"
+    )
+    p.add_argument(
+        "--compile",
+        default=None,
+        metavar="FILE",
+        help="only write the pipeline YAML to FILE (default: run the search)",
     )
     args = p.parse_args(argv)
     if args.compile:

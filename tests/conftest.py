@@ -37,23 +37,32 @@ def _isolated_mlflow_env():
             os.environ[key] = value
 
 
-def random_events(rng: np.random.Generator, day: dt.date, n: int, users: int = 40,
-                  items: int = 200, click_rate: float = 0.3) -> pd.DataFrame:
+def random_events(
+    rng: np.random.Generator,
+    day: dt.date,
+    n: int,
+    users: int = 40,
+    items: int = 200,
+    click_rate: float = 0.3,
+) -> pd.DataFrame:
     """n events of one day with integer ids; clicks common enough to fill histories."""
     start = schema.day_start_epoch(day)
     item = rng.integers(0, items, n)
-    return pd.DataFrame({
-        "user_id": rng.integers(0, users, n),
-        "item_id": item,
-        "category_id": item % 17,
-        # few distinct seconds, so same-second ties are exercised
-        "timestamp": start + rng.integers(0, 200, n) * 432,
-        "label": (rng.random(n) < click_rate).astype(np.int8),
-    })
+    return pd.DataFrame(
+        {
+            "user_id": rng.integers(0, users, n),
+            "item_id": item,
+            "category_id": item % 17,
+            # few distinct seconds, so same-second ties are exercised
+            "timestamp": start + rng.integers(0, 200, n) * 432,
+            "label": (rng.random(n) < click_rate).astype(np.int8),
+        }
+    )
 
 
-def write_day(root: Path, day: dt.date, frame: pd.DataFrame, fmt: str = "parquet",
-              name: str = "part-00000") -> Path:
+def write_day(
+    root: Path, day: dt.date, frame: pd.DataFrame, fmt: str = "parquet", name: str = "part-00000"
+) -> Path:
     folder = root / schema.day_folder_name(day)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.{fmt}"

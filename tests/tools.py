@@ -36,8 +36,9 @@ def missing(what: str, how: str) -> None:
     """Skip (fail under CI) a test that cannot run without ``what``; ``how`` says how to get it."""
     message = f"{what} is missing: {how}"
     if under_ci():
-        pytest.fail(f"{message} (CI=true: a tool the test suite promises must be present)",
-                    pytrace=False)
+        pytest.fail(
+            f"{message} (CI=true: a tool the test suite promises must be present)", pytrace=False
+        )
     pytest.skip(message)
 
 

@@ -13,10 +13,16 @@ class HelpFormatter(argparse.HelpFormatter):
     is not printed). Descriptions and epilogs keep their line breaks (each line is wrapped)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        text = (action.help or "").rstrip().removesuffix(".")  # a config field's docstring is a sentence
+        text = (
+            (action.help or "").rstrip().removesuffix(".")
+        )  # a config field's docstring is a sentence
         if action.required:
             return f"{text} (required)"
-        if "default" in text.lower() or action.default is argparse.SUPPRESS or not action.option_strings:
+        if (
+            "default" in text.lower()
+            or action.default is argparse.SUPPRESS
+            or not action.option_strings
+        ):
             return text
         return f"{text} (default: %(default)s)"
 
@@ -24,15 +30,25 @@ class HelpFormatter(argparse.HelpFormatter):
         lines = []
         for line in text.splitlines():
             hanging = indent + " " * (len(line) - len(line.lstrip()))
-            lines.append(textwrap.fill(line.strip(), width, initial_indent=hanging, subsequent_indent=hanging,
-                                       break_on_hyphens=False)
-                         if line.strip() else "")
+            lines.append(
+                textwrap.fill(
+                    line.strip(),
+                    width,
+                    initial_indent=hanging,
+                    subsequent_indent=hanging,
+                    break_on_hyphens=False,
+                )
+                if line.strip()
+                else ""
+            )
         return "\n".join(lines)
 
 
 def cli_parser(prog: str, description: str, **kwargs) -> argparse.ArgumentParser:
     """An argument parser with :class:`HelpFormatter`; the description and any epilog keep their lines."""
-    return argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter, **kwargs)
+    return argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=HelpFormatter, **kwargs
+    )
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -45,7 +61,12 @@ def field_docs(cls: type) -> dict[str, str]:
     body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
     docs = {}
     for node, after in zip(body, body[1:], strict=False):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
             docs[node.target.id] = " ".join(after.value.value.split())
     return docs

@@ -22,7 +22,11 @@ COUNT_STATS = ("log_impressions", "log_clicks", "click_logit")
 RECENCY_EVENTS = ("exposure", "click")
 DENSE_FEATURES: tuple[str, ...] = (
     *(f"{entity}_{stat}" for entity in COUNT_ENTITIES for stat in COUNT_STATS),
-    *(f"{entity}_log_seconds_since_{event}" for entity in USER_ENTITIES for event in RECENCY_EVENTS),
+    *(
+        f"{entity}_log_seconds_since_{event}"
+        for entity in USER_ENTITIES
+        for event in RECENCY_EVENTS
+    ),
 )
 """Columns of the ``dense`` array, in order (how each is computed: components/preprocess/counts.py)."""
 
@@ -72,15 +76,19 @@ def check_fingerprint(data_dir: str | Path, expected: str) -> dict:
     try:
         meta = json.loads(meta_path.read_text())
     except FileNotFoundError:
-        raise DatasetMismatch(f"{data_dir}: no meta.json: the dataset folder is gone; run again with "
-                              "caching off for preprocess to rebuild it") from None
+        raise DatasetMismatch(
+            f"{data_dir}: no meta.json: the dataset folder is gone; run again with "
+            "caching off for preprocess to rebuild it"
+        ) from None
     except ValueError as exc:
         raise DatasetMismatch(f"{meta_path}: not valid JSON ({exc})") from None
     found = meta.get("fingerprint") if isinstance(meta, dict) else None
     if found != expected:
-        raise DatasetMismatch(f"{data_dir}: meta.json fingerprint {str(found)[:KEY_DIGEST_CHARS]} is not the "
-                              f"expected {expected[:KEY_DIGEST_CHARS]}: the folder holds another dataset; run "
-                              "again with caching off for preprocess to rebuild it")
+        raise DatasetMismatch(
+            f"{data_dir}: meta.json fingerprint {str(found)[:KEY_DIGEST_CHARS]} is not the "
+            f"expected {expected[:KEY_DIGEST_CHARS]}: the folder holds another dataset; run "
+            "again with caching off for preprocess to rebuild it"
+        )
     return meta
 
 
@@ -89,8 +97,11 @@ def write_pointer(path: str | Path, meta: dict, uri: str) -> dict:
     stay on shared storage); returns the artifact's metadata (uri, fingerprint, rows per split)."""
     pointer = {"uri": uri, "fingerprint": meta["fingerprint"], "splits": meta["splits"]}
     Path(path).write_text(json.dumps(pointer))
-    return {"uri": uri, "fingerprint": meta["fingerprint"],
-            **{f"{split}_rows": meta["splits"][split]["rows"] for split in SPLITS}}
+    return {
+        "uri": uri,
+        "fingerprint": meta["fingerprint"],
+        **{f"{split}_rows": meta["splits"][split]["rows"] for split in SPLITS},
+    }
 
 
 def read_pointer(path: str | Path) -> str:
@@ -100,6 +111,8 @@ def read_pointer(path: str | Path) -> str:
         pointer = json.loads(Path(path).read_text())
         uri, fingerprint = pointer["uri"], pointer["fingerprint"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise DatasetMismatch(f"{path}: not a dataset pointer ({type(exc).__name__}: {exc})") from None
+        raise DatasetMismatch(
+            f"{path}: not a dataset pointer ({type(exc).__name__}: {exc})"
+        ) from None
     check_fingerprint(uri, fingerprint)
     return uri

@@ -20,10 +20,16 @@ from dataclasses import dataclass
 SUCCEEDED, FAILED, CANCELED = "SUCCEEDED", "FAILED", "CANCELED"
 STATES = {
     # kfp.local and the SDK's documented values
-    "SUCCEEDED": SUCCEEDED, "FAILED": FAILED, "CANCELLED": CANCELED,
+    "SUCCEEDED": SUCCEEDED,
+    "FAILED": FAILED,
+    "CANCELLED": CANCELED,
     # MLMD execution states (ml_metadata Execution.State), as the KFP backend driver passes them
-    "COMPLETE": SUCCEEDED, "CACHED": SUCCEEDED, "CANCELED": CANCELED,
-    "UNKNOWN": FAILED, "NEW": FAILED, "RUNNING": FAILED,
+    "COMPLETE": SUCCEEDED,
+    "CACHED": SUCCEEDED,
+    "CANCELED": CANCELED,
+    "UNKNOWN": FAILED,
+    "NEW": FAILED,
+    "RUNNING": FAILED,
 }
 
 
@@ -49,5 +55,6 @@ def final_status(state: str | None, error_message: str | None = None) -> FinalSt
         return FinalStatus(status, error_message)
     if raw not in STATES:
         return FinalStatus(status, f"the run ended in the unknown state {state!r}")
-    return FinalStatus(status, f"the run ended {raw} (the KFP backend gives no message: "
-                               "see the failed task's log)")
+    return FinalStatus(
+        status, f"the run ended {raw} (the KFP backend gives no message: see the failed task's log)"
+    )

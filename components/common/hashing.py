@@ -40,9 +40,15 @@ def id_type_problem(type_: pa.DataType) -> str | None:
     """Why a column of this Arrow type cannot hold ids (None: it can)."""
     if pa.types.is_dictionary(type_):
         return id_type_problem(type_.value_type)
-    if (pa.types.is_null(type_) or pa.types.is_integer(type_) or pa.types.is_floating(type_)
-            or pa.types.is_decimal(type_) or pa.types.is_boolean(type_) or _is_text(type_)
-            or _is_binary(type_)):
+    if (
+        pa.types.is_null(type_)
+        or pa.types.is_integer(type_)
+        or pa.types.is_floating(type_)
+        or pa.types.is_decimal(type_)
+        or pa.types.is_boolean(type_)
+        or _is_text(type_)
+        or _is_binary(type_)
+    ):
         return None
     return f"type {type_} cannot hold ids; expected integers, strings, binary, or integral decimals/floats"
 
@@ -60,12 +66,16 @@ def id_keys(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray,
     if problem:
         raise TypeError(problem)
     if pa.types.is_string_view(values.type) or pa.types.is_binary_view(values.type):
-        values = values.cast(pa.large_string() if pa.types.is_string_view(values.type) else pa.large_binary())
+        values = values.cast(
+            pa.large_string() if pa.types.is_string_view(values.type) else pa.large_binary()
+        )
     if pa.types.is_null(values.type):
         n = len(values)
         return np.zeros(n, np.int64), np.ones(n, bool), np.zeros(n, bool)
     exact = None
-    if pa.types.is_floating(values.type):  # float16/32 have no Arrow kernels here: float64, same limit
+    if pa.types.is_floating(
+        values.type
+    ):  # float16/32 have no Arrow kernels here: float64, same limit
         exact = _EXACT_FLOAT_INT[values.type.bit_width]
         values = pc.cast(values, pa.float64())
     elif pa.types.is_decimal(values.type) and values.type.bit_width < 128:  # decimal32/64
@@ -81,8 +91,11 @@ def id_keys(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray,
         codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
         dictionary = encoded.dictionary
     text, status = _canonical(dictionary, exact)  # status: 0 ok, 1 null, 2 invalid
-    keys = (hash_array(text, hash_key=HASH_KEY, categorize=False).view(np.int64) if len(text)
-            else np.zeros(0, np.int64))
+    keys = (
+        hash_array(text, hash_key=HASH_KEY, categorize=False).view(np.int64)
+        if len(text)
+        else np.zeros(0, np.int64)
+    )
     keys = np.where(status == 0, keys, 0)
     row_status = np.where(codes < 0, 1, status[np.maximum(codes, 0)] if len(status) else 1)
     out = np.where(row_status == 0, keys[np.maximum(codes, 0)] if len(keys) else 0, 0)
@@ -98,7 +111,12 @@ def hash_ids(values) -> tuple[np.ndarray, np.ndarray]:
     """
     try:
         array = pa.array(values, from_pandas=True)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):  # mixed types: one by one
+    except (
+        pa.ArrowInvalid,
+        pa.ArrowTypeError,
+        TypeError,
+        OverflowError,
+    ):  # mixed types: one by one
         array = pa.array([_canonical_value(v) for v in values], pa.large_binary())
     keys, null, invalid = id_keys(array)
     return keys, null | invalid
@@ -144,14 +162,19 @@ def _canonical(uniques: pa.Array, exact: int | None = None) -> tuple[np.ndarray,
     elif pa.types.is_decimal(type_):
         # Truncated to scale 0 (or widened from a negative scale), then compared: equal = integral.
         digits = max(1, type_.precision - type_.scale)
-        whole = pc.cast(uniques, pa.decimal128(digits, 0) if digits <= 38 else pa.decimal256(digits, 0),
-                        safe=False)
+        whole = pc.cast(
+            uniques,
+            pa.decimal128(digits, 0) if digits <= 38 else pa.decimal256(digits, 0),
+            safe=False,
+        )
         integral = pc.fill_null(pc.equal(uniques, whole), True).to_numpy(zero_copy_only=False)
         status = np.where(status == 1, 1, np.where(integral, 0, 2)).astype(np.int8)
         text = pc.cast(whole, pa.string())
     else:  # text (blanks around it trimmed) or binary: the value itself; empty counts as null
         text = pc.utf8_trim(uniques, characters=ID_BLANKS) if _is_text(type_) else uniques
-        empty = pc.fill_null(pc.equal(pc.binary_length(text), 0), False).to_numpy(zero_copy_only=False)
+        empty = pc.fill_null(pc.equal(pc.binary_length(text), 0), False).to_numpy(
+            zero_copy_only=False
+        )
         status = np.where((status == 0) & empty, 1, status).astype(np.int8)
     out = text.to_numpy(zero_copy_only=False).astype(object) if n else np.empty(0, object)
     out[status != 0] = ""
@@ -159,13 +182,20 @@ def _canonical(uniques: pa.Array, exact: int | None = None) -> tuple[np.ndarray,
 
 
 def _is_text(type_: pa.DataType) -> bool:
-    return (pa.types.is_string(type_) or pa.types.is_large_string(type_)
-            or pa.types.is_string_view(type_))
+    return (
+        pa.types.is_string(type_)
+        or pa.types.is_large_string(type_)
+        or pa.types.is_string_view(type_)
+    )
 
 
 def _is_binary(type_: pa.DataType) -> bool:
-    return (pa.types.is_binary(type_) or pa.types.is_large_binary(type_)
-            or pa.types.is_fixed_size_binary(type_) or pa.types.is_binary_view(type_))
+    return (
+        pa.types.is_binary(type_)
+        or pa.types.is_large_binary(type_)
+        or pa.types.is_fixed_size_binary(type_)
+        or pa.types.is_binary_view(type_)
+    )
 
 
 def bucketize(keys: np.ndarray, buckets: int, null: np.ndarray | None = None) -> np.ndarray:
@@ -176,4 +206,3 @@ def bucketize(keys: np.ndarray, buckets: int, null: np.ndarray | None = None) ->
     if null is not None:
         out[null] = PAD
     return out.astype(np.int32)
-

@@ -51,8 +51,11 @@ def root_of(folder: str | os.PathLike) -> Path:
 
 def holder_text(info: dict) -> str:
     """``run R, pid P on HOST, since T`` of a holder record (what is known of it)."""
-    parts = [f"run {info.get('run_id') or '?'}", f"pid {info.get('pid', '?')} on {info.get('host', '?')}",
-             f"since {info.get('since', '?')}"]
+    parts = [
+        f"run {info.get('run_id') or '?'}",
+        f"pid {info.get('pid', '?')} on {info.get('host', '?')}",
+        f"since {info.get('since', '?')}",
+    ]
     if info.get("stage"):
         parts.insert(1, f"stage {info['stage']}")
     return ", ".join(parts)
@@ -67,8 +70,13 @@ def _read_holder(fd: int) -> dict:
 
 
 @contextlib.contextmanager
-def storage_lock(storage_root: str | os.PathLike, run_id: str, stage: str | None = None,
-                 wait_s: float = 0.0, poll_s: float = 2.0) -> Iterator[dict]:
+def storage_lock(
+    storage_root: str | os.PathLike,
+    run_id: str,
+    stage: str | None = None,
+    wait_s: float = 0.0,
+    poll_s: float = 2.0,
+) -> Iterator[dict]:
     """Hold the storage root's lock for the block; yields the holder record.
 
     ``wait_s`` 0 fails at once with :class:`LockBusy`; otherwise it waits up to
@@ -92,20 +100,33 @@ def storage_lock(storage_root: str | os.PathLike, run_id: str, stage: str | None
                     return
                 now = time.monotonic()
                 if now >= deadline:
-                    raise LockBusy(f"another run holds the lock on {path} ({holder_text(info)}); "
-                                   f"wait for it to finish or stop it") from None
+                    raise LockBusy(
+                        f"another run holds the lock on {path} ({holder_text(info)}); "
+                        f"wait for it to finish or stop it"
+                    ) from None
                 if now - said >= 60:
-                    log.warning("%s: waiting for the lock on %s held by %s", stage or run_id, path,
-                                holder_text(info))
+                    log.warning(
+                        "%s: waiting for the lock on %s held by %s",
+                        stage or run_id,
+                        path,
+                        holder_text(info),
+                    )
                     said = now
                 time.sleep(min(poll_s, max(deadline - now, 0.05)))
-        info = {"run_id": run_id, "stage": stage, "pid": os.getpid(), "host": socket.gethostname(),
-                "since": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "token": os.environ.get(TOKEN_ENV) or uuid.uuid4().hex}
+        info = {
+            "run_id": run_id,
+            "stage": stage,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "token": os.environ.get(TOKEN_ENV) or uuid.uuid4().hex,
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
         previous = os.environ.get(TOKEN_ENV)
-        os.environ[TOKEN_ENV] = info["token"]  # child processes (tasks, workers) are part of this holder
+        os.environ[TOKEN_ENV] = info[
+            "token"
+        ]  # child processes (tasks, workers) are part of this holder
         try:
             yield info
         finally:

@@ -70,7 +70,10 @@ class TrainingMetrics:
 
     def __init__(self, port: int | None = None, address: str = "0.0.0.0") -> None:
         self.registry = CollectorRegistry()
-        self.gauges = {name: Gauge(name, text, registry=self.registry) for name, text in TRAINING_METRICS.items()}
+        self.gauges = {
+            name: Gauge(name, text, registry=self.registry)
+            for name, text in TRAINING_METRICS.items()
+        }
         self.server = None
         if port is not None:
             self.server, _ = start_http_server(port, addr=address, registry=self.registry)
@@ -102,7 +105,9 @@ class TrainingMetrics:
             self.server = None
 
 
-def run_outcome(summary: dict, decision: dict | None = None, now: float | None = None) -> CollectorRegistry:
+def run_outcome(
+    summary: dict, decision: dict | None = None, now: float | None = None
+) -> CollectorRegistry:
     """The run's outcome as gauges (the names in :data:`RUN_METRICS`), from its summary and, for the
     champion's AUC and the tolerance, evaluate's decision.json. A value the run does not have is NaN
     (comparisons with it are false: no alert fires on it); only the last success time is left out of a
@@ -119,13 +124,19 @@ def run_outcome(summary: dict, decision: dict | None = None, now: float | None =
             gauges[name] = Gauge(name, RUN_METRICS[name], list(labels or {}), registry=registry)
         (gauges[name].labels(**labels) if labels else gauges[name]).set(float(value))
 
-    succeeded = summary.get("status") in SUCCEEDED  # kfp.local says SUCCEEDED, a KFP backend COMPLETE
+    succeeded = (
+        summary.get("status") in SUCCEEDED
+    )  # kfp.local says SUCCEEDED, a KFP backend COMPLETE
     gauge("dailyrec_run_succeeded", int(succeeded))
     gauge("dailyrec_run_finished_timestamp_seconds", now)
     if succeeded:  # pushadd keeps the previous value when this run failed
         gauge("dailyrec_run_last_success_timestamp_seconds", now)
     for stage in STAGES:
-        gauge("dailyrec_run_stage_seconds", (summary.get("stage_seconds") or {}).get(stage), {"stage": stage})
+        gauge(
+            "dailyrec_run_stage_seconds",
+            (summary.get("stage_seconds") or {}).get(stage),
+            {"stage": stage},
+        )
     gauge("dailyrec_run_total_seconds", summary.get("total_seconds"))
     gauge("dailyrec_run_test_auc", summary.get("test_auc"))
     blessed = summary.get("blessed")
@@ -158,13 +169,20 @@ def push_run_outcome(summary: dict, gateway: str | None = None, now: float | Non
     decision = None
     if summary.get("run_folder"):
         try:
-            decision = json.loads((RunFolder(Path(summary["run_folder"])).evaluate / DECISION).read_text())
+            decision = json.loads(
+                (RunFolder(Path(summary["run_folder"])).evaluate / DECISION).read_text()
+            )
         except (OSError, ValueError):
             decision = None  # the run ended before evaluate
     registry = run_outcome(summary, decision, now)
     try:
-        pushadd_to_gateway(gateway, job=JOB, registry=registry,
-                           grouping_key={"model": summary.get("model_name") or "dailyrec"}, timeout=10)
+        pushadd_to_gateway(
+            gateway,
+            job=JOB,
+            registry=registry,
+            grouping_key={"model": summary.get("model_name") or "dailyrec"},
+            timeout=10,
+        )
     except OSError as exc:  # URLError, a refused connection, an HTTP error status
         log.warning("run outcome not pushed to %s: %s", redact(gateway), exc)
         return False

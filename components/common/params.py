@@ -47,8 +47,10 @@ def _run_id(value: str) -> None:
         try:
             safe_name(value, "run id")
         except PathError:
-            raise ValueError("must be 1-128 characters of letters, digits, '.', '_', '-' (it names the run's "
-                             "folder under storage_root/runs; '/' and '..' would leave it)") from None
+            raise ValueError(
+                "must be 1-128 characters of letters, digits, '.', '_', '-' (it names the run's "
+                "folder under storage_root/runs; '/' and '..' would leave it)"
+            ) from None
 
 
 def _at_least(low: float) -> Callable[[Any], None]:
@@ -57,14 +59,20 @@ def _at_least(low: float) -> Callable[[Any], None]:
             raise ValueError("must be a finite number")
         if value < low:
             raise ValueError(f"must be >= {low}")
+
     return check
 
 
 def _within(low: float, high: float, high_open: bool = False) -> Callable[[Any], None]:
     def check(value: Any) -> None:
-        if not (isinstance(value, int | float) and math.isfinite(value) and low <= value
-                and (value < high if high_open else value <= high)):
+        if not (
+            isinstance(value, int | float)
+            and math.isfinite(value)
+            and low <= value
+            and (value < high if high_open else value <= high)
+        ):
             raise ValueError(f"must be in [{low}, {high}{')' if high_open else ']'}")
+
     return check
 
 
@@ -72,6 +80,7 @@ def _one_of(*choices: str) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if value not in choices:
             raise ValueError(f"must be one of {', '.join(choices)}")
+
     return check
 
 
@@ -85,7 +94,9 @@ def _uri(value: str) -> None:
 def _tracking_uri(value: str) -> None:
     _uri(value)
     if value and not re.match(r"(https?|sqlite|databricks|file)://", value):
-        raise ValueError("must be an http(s)://, sqlite:/// or databricks:// URI (or empty: no registry)")
+        raise ValueError(
+            "must be an http(s)://, sqlite:/// or databricks:// URI (or empty: no registry)"
+        )
 
 
 def _model_name(value: str) -> None:
@@ -108,7 +119,9 @@ def _hardware(value: str) -> None:
         raise ValueError(str(exc)) from None
 
 
-_SECRET_KEY = re.compile(r"(?i)password|passwd|secret|token|credential|access_key|private_key|api_key")
+_SECRET_KEY = re.compile(
+    r"(?i)password|passwd|secret|token|credential|access_key|private_key|api_key"
+)
 
 
 def _secret_keys(node: Any, path: str = "") -> list[str]:
@@ -139,20 +152,38 @@ def _json_object(value: str) -> None:
             raise ValueError("must be a JSON object")
         secrets = _secret_keys(doc)
         if secrets:  # it becomes TrainJob and Dask pod specs, readable by anyone who can list them
-            raise ValueError(f"holds credentials ({', '.join(secrets[:3])}); give pods credentials through "
-                             f"Kubernetes Secrets (manifests/README.md), never in the cluster target")
+            raise ValueError(
+                f"holds credentials ({', '.join(secrets[:3])}); give pods credentials through "
+                f"Kubernetes Secrets (manifests/README.md), never in the cluster target"
+            )
 
 
 RULES: dict[str, Callable[[Any], None]] = {
-    "run_id": _run_id, "run_date": _date,
-    "window_days": _at_least(3), "history_days": _at_least(0), "seq_len": _at_least(1),
-    "global_batch": _at_least(1), "max_epochs": _at_least(1), "max_restarts": _at_least(0),
-    "dask_workers": _at_least(0), "deadline_hours": _at_least(0), "timeout_hours": _at_least(0),
-    "trials": _at_least(1), "min_epochs": _at_least(1), "reduction_factor": _at_least(2),
-    "min_auc": _within(0, 1), "tolerance": _within(0, 1, high_open=True),
-    "launcher": _one_of(*LAUNCHERS), "tracking_uri": _tracking_uri, "raw_uri": _uri, "storage_root": _uri,
-    "model_name": _model_name, "model_config": _model_config, "base_model": _model_config,
-    "hardware_profile": _hardware, "cluster_target": _json_object,
+    "run_id": _run_id,
+    "run_date": _date,
+    "window_days": _at_least(3),
+    "history_days": _at_least(0),
+    "seq_len": _at_least(1),
+    "global_batch": _at_least(1),
+    "max_epochs": _at_least(1),
+    "max_restarts": _at_least(0),
+    "dask_workers": _at_least(0),
+    "deadline_hours": _at_least(0),
+    "timeout_hours": _at_least(0),
+    "trials": _at_least(1),
+    "min_epochs": _at_least(1),
+    "reduction_factor": _at_least(2),
+    "min_auc": _within(0, 1),
+    "tolerance": _within(0, 1, high_open=True),
+    "launcher": _one_of(*LAUNCHERS),
+    "tracking_uri": _tracking_uri,
+    "raw_uri": _uri,
+    "storage_root": _uri,
+    "model_name": _model_name,
+    "model_config": _model_config,
+    "base_model": _model_config,
+    "hardware_profile": _hardware,
+    "cluster_target": _json_object,
 }
 
 
@@ -160,13 +191,19 @@ def check_parameters(params: dict[str, Any]) -> dict[str, Any]:
     """``params`` unchanged, or :class:`ParameterError` for the first one that cannot work."""
     for key, value in params.items():
         if isinstance(value, str) and _CONTROL.search(value):
-            raise ParameterError(f"parameter {key}: {redact(value)!r} contains control characters "
-                                 f"(newline, tab, ...)")
-        if isinstance(value, str) and value != redact(value):  # a URI with credentials, in any parameter
-            raise ParameterError(f"parameter {key}={redact(value)!r}: carries credentials (user:password@ or "
-                                 f"a token in a URI); pass them through the environment (MLflow: "
-                                 f"MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD; object stores: their own "
-                                 f"variables), a Kubernetes Secret on the cluster (see docs/pipeline.md, Credentials)")
+            raise ParameterError(
+                f"parameter {key}: {redact(value)!r} contains control characters "
+                f"(newline, tab, ...)"
+            )
+        if isinstance(value, str) and value != redact(
+            value
+        ):  # a URI with credentials, in any parameter
+            raise ParameterError(
+                f"parameter {key}={redact(value)!r}: carries credentials (user:password@ or "
+                f"a token in a URI); pass them through the environment (MLflow: "
+                f"MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD; object stores: their own "
+                f"variables), a Kubernetes Secret on the cluster (see docs/pipeline.md, Credentials)"
+            )
         rule = RULES.get(key)
         if rule is None:
             continue
@@ -179,9 +216,13 @@ def check_parameters(params: dict[str, Any]) -> dict[str, Any]:
             raise ParameterError(f"parameter {key}={shown!r}: {exc}") from None
     target = json.loads(params.get("cluster_target") or "{}")
     if params.get("launcher") == "trainjob" and "trainjob" not in target:
-        raise ParameterError("parameter cluster_target: launcher=trainjob needs its \"trainjob\" block "
-                             "(make deploy sets it from kube/clusters/<env>.json)")
+        raise ParameterError(
+            'parameter cluster_target: launcher=trainjob needs its "trainjob" block '
+            "(make deploy sets it from kube/clusters/<env>.json)"
+        )
     if params.get("dask_workers", 0) > 0 and "dask" not in target:
-        raise ParameterError("parameter cluster_target: dask_workers > 0 needs its \"dask\" block "
-                             "(make deploy sets it from kube/clusters/<env>.json)")
+        raise ParameterError(
+            'parameter cluster_target: dask_workers > 0 needs its "dask" block '
+            "(make deploy sets it from kube/clusters/<env>.json)"
+        )
     return params

@@ -15,8 +15,10 @@ class PathError(ValueError):
 def safe_name(value: str, what: str) -> str:
     """A single path component: letters, digits, ``._-``; no ``/``, no ``..``."""
     if not _NAME.fullmatch(value or "") or value in (".", ".."):
-        raise PathError(f"{what} {value!r} must be 1-128 characters of letters, digits, '.', '_', '-' "
-                        f"(it names a folder under the storage root)")
+        raise PathError(
+            f"{what} {value!r} must be 1-128 characters of letters, digits, '.', '_', '-' "
+            f"(it names a folder under the storage root)"
+        )
     return value
 
 

@@ -86,8 +86,16 @@ class TrainPlan:
     """Free-form notes (ignored by the trainer)."""
 
     def __post_init__(self) -> None:
-        for name in ("micro_batch", "grad_accum", "nproc_per_node", "nnodes", "max_epochs",
-                     "eval_batch", "prefetch_factor", "cpu_threads"):
+        for name in (
+            "micro_batch",
+            "grad_accum",
+            "nproc_per_node",
+            "nnodes",
+            "max_epochs",
+            "eval_batch",
+            "prefetch_factor",
+            "cpu_threads",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"plan.train.{name} must be an integer >= 1, got {value!r}")
@@ -95,16 +103,27 @@ class TrainPlan:
             if getattr(self, name) < 0:
                 raise ValueError(f"plan.train.{name} must be >= 0, got {getattr(self, name)!r}")
         if self.precision not in PRECISIONS:
-            raise ValueError(f"plan.train.precision must be one of {PRECISIONS}, got {self.precision!r}")
+            raise ValueError(
+                f"plan.train.precision must be one of {PRECISIONS}, got {self.precision!r}"
+            )
         if self.sparse_embeddings not in SPARSE_MODES:
             raise ValueError(
-                f"plan.train.sparse_embeddings must be one of {SPARSE_MODES}, got {self.sparse_embeddings!r}")
+                f"plan.train.sparse_embeddings must be one of {SPARSE_MODES}, got {self.sparse_embeddings!r}"
+            )
         if not 0 < self.lr < 1:
             raise ValueError(f"plan.train.lr must be in (0, 1), got {self.lr!r}")
         if not 0 <= self.warmup_fraction < 1:
-            raise ValueError(f"plan.train.warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
-        for name in ("weight_decay", "grad_clip", "min_delta", "embedding_l2", "max_lost_minutes",
-                     "progress_seconds"):
+            raise ValueError(
+                f"plan.train.warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}"
+            )
+        for name in (
+            "weight_decay",
+            "grad_clip",
+            "min_delta",
+            "embedding_l2",
+            "max_lost_minutes",
+            "progress_seconds",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"plan.train.{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -121,15 +140,26 @@ class TrainPlan:
         return dataclasses.replace(self, **changes)
 
 
-def plan_document(train: TrainPlan, rationale: dict[str, str] | None = None,
-                  estimate: dict[str, Any] | None = None) -> dict[str, Any]:
+def plan_document(
+    train: TrainPlan,
+    rationale: dict[str, str] | None = None,
+    estimate: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The JSON document of a plan."""
-    return {"format": PLAN_FORMAT, "train": dataclasses.asdict(train),
-            "rationale": rationale or {}, "estimate": estimate or {}}
+    return {
+        "format": PLAN_FORMAT,
+        "train": dataclasses.asdict(train),
+        "rationale": rationale or {},
+        "estimate": estimate or {},
+    }
 
 
-def write_plan(path: str | Path, train: TrainPlan, rationale: dict[str, str] | None = None,
-               estimate: dict[str, Any] | None = None) -> Path:
+def write_plan(
+    path: str | Path,
+    train: TrainPlan,
+    rationale: dict[str, str] | None = None,
+    estimate: dict[str, Any] | None = None,
+) -> Path:
     return atomic_write_json(path, plan_document(train, rationale, estimate))
 
 
@@ -143,8 +173,10 @@ def read_plan(path: str | Path) -> tuple[TrainPlan, dict[str, Any]]:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
-        raise ValueError(f"{path}: not a {PLAN_FORMAT} plan (format field is "
-                         f"{doc.get('format') if isinstance(doc, dict) else None!r})")
+        raise ValueError(
+            f"{path}: not a {PLAN_FORMAT} plan (format field is "
+            f"{doc.get('format') if isinstance(doc, dict) else None!r})"
+        )
     known = {f.name for f in dataclasses.fields(TrainPlan)}
     train = doc.get("train", {})
     unknown = sorted(set(train) - known)
@@ -166,11 +198,17 @@ def _compare(predicted: float | None, measured: float | None) -> dict[str, Any] 
     if not predicted or measured is None:
         return None
     ratio = measured / predicted
-    return {"predicted": predicted, "measured": measured, "ratio": ratio,
-            "drift": not 1 / DRIFT_FACTOR <= ratio <= DRIFT_FACTOR}
+    return {
+        "predicted": predicted,
+        "measured": measured,
+        "ratio": ratio,
+        "drift": not 1 / DRIFT_FACTOR <= ratio <= DRIFT_FACTOR,
+    }
 
 
-def plan_vs_actual(estimate: dict[str, Any] | None, summary: dict[str, Any]) -> dict[str, Any] | None:
+def plan_vs_actual(
+    estimate: dict[str, Any] | None, summary: dict[str, Any]
+) -> dict[str, Any] | None:
     """The plan's predictions next to a training run's measurements (None without a plan estimate).
 
     * ``seconds``: the plan's start-up + ``epochs_run`` x its epoch seconds (the epochs that
@@ -189,8 +227,14 @@ def plan_vs_actual(estimate: dict[str, Any] | None, summary: dict[str, Any]) -> 
     epochs = summary.get("epochs_run") or 0
     out: dict[str, Any] = {"epochs_run": epochs, "epochs_planned": times.get("epochs_assumed")}
     resumed = summary.get("resumed_from")
-    out["seconds"] = None if resumed else _compare(
-        times.get("startup_seconds", 0.0) + epochs * times["epoch_seconds"], summary.get("process_seconds"))
+    out["seconds"] = (
+        None
+        if resumed
+        else _compare(
+            times.get("startup_seconds", 0.0) + epochs * times["epoch_seconds"],
+            summary.get("process_seconds"),
+        )
+    )
     if resumed:
         out["seconds_note"] = "resumed run: this process did not run every epoch"
     throughput = (estimate or {}).get("throughput") or {}
@@ -203,7 +247,9 @@ def plan_vs_actual(estimate: dict[str, Any] | None, summary: dict[str, Any]) -> 
         predicted = (memory.get("total") or {}).get("total", predicted) - runtime
         measured = summary.get("peak_memory_reserved_bytes", measured)
     out["peak_memory_bytes"] = _compare(predicted, measured)
-    out["drift"] = [k for k in ("seconds", "samples_per_s", "peak_memory_bytes") if (out[k] or {}).get("drift")]
+    out["drift"] = [
+        k for k in ("seconds", "samples_per_s", "peak_memory_bytes") if (out[k] or {}).get("drift")
+    ]
     return out
 
 
@@ -214,13 +260,23 @@ def drift_lines(pva: dict[str, Any] | None) -> list[str]:
 
     def show(key: str, fmt) -> str | None:
         c = pva.get(key)
-        return None if not c else f"{key.replace('_', ' ')} {fmt(c['measured'])} measured vs " \
-                                  f"{fmt(c['predicted'])} planned (x{c['ratio']:.2f})"
+        return (
+            None
+            if not c
+            else f"{key.replace('_', ' ')} {fmt(c['measured'])} measured vs "
+            f"{fmt(c['predicted'])} planned (x{c['ratio']:.2f})"
+        )
 
-    parts = [show("seconds", lambda v: f"{v:,.0f}"), show("samples_per_s", lambda v: f"{v:,.0f}"),
-             show("peak_memory_bytes", lambda v: f"{v / 2**30:.2f} GiB")]
+    parts = [
+        show("seconds", lambda v: f"{v:,.0f}"),
+        show("samples_per_s", lambda v: f"{v:,.0f}"),
+        show("peak_memory_bytes", lambda v: f"{v / 2**30:.2f} GiB"),
+    ]
     lines = [f"plan vs actual ({pva['epochs_run']} epoch(s)): " + "; ".join(p for p in parts if p)]
     if pva["drift"]:
-        lines.insert(0, f"DRIFT: {', '.join(pva['drift'])} more than {DRIFT_FACTOR:g}x off the plan: "
-                        "recalibrate the hardware profile (python -m components.estimate --probe)")
+        lines.insert(
+            0,
+            f"DRIFT: {', '.join(pva['drift'])} more than {DRIFT_FACTOR:g}x off the plan: "
+            "recalibrate the hardware profile (python -m components.estimate --probe)",
+        )
     return lines

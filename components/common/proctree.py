@@ -70,9 +70,12 @@ def stop_descendants(grace_s: float = GRACE_S) -> list[int]:
 
 
 @contextlib.contextmanager
-def stop_tree_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP),
-                         grace_s: float = GRACE_S) -> Iterator[None]:
+def stop_tree_on_signals(
+    signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP),
+    grace_s: float = GRACE_S,
+) -> Iterator[None]:
     """Within the block, a signal in ``signals`` stops every descendant, then raises :class:`Stopped`."""
+
     def handler(signum, frame):
         for sig in signals:  # a second signal while stopping must not interrupt the cleanup
             signal.signal(sig, signal.SIG_IGN)
@@ -111,9 +114,14 @@ def orphan_watchdog(token: str) -> Iterator[subprocess.Popen]:
     """For the block: a watchdog process that stops this run's leftovers if this process dies, even by
     SIGKILL (see the module's docstring). It ends by itself when this process does."""
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}  # it must not match itself
-    dog = subprocess.Popen([sys.executable, "-m", "components.common.proctree", str(os.getpid()), token],
-                           env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, start_new_session=True)  # outside our signals
+    dog = subprocess.Popen(
+        [sys.executable, "-m", "components.common.proctree", str(os.getpid()), token],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # outside our signals
     try:
         yield dog
     finally:

@@ -144,8 +144,11 @@ def claim_run_dir(folder: str | Path, kfp_run_id: str) -> Path:
             raise RunFolderTaken(
                 f"run folder {run.path} is in use by KFP run {owner}, which has not finished: give this run "
                 f"another run_id (or leave it empty for the KFP run id); if that run is gone (cancelled), "
-                f"delete {path}") from None
-        atomic_write_bytes(path, record)  # a finished run's folder (or an unreadable claim): ours now
+                f"delete {path}"
+            ) from None
+        atomic_write_bytes(
+            path, record
+        )  # a finished run's folder (or an unreadable claim): ours now
         return run.path
     with os.fdopen(fd, "wb") as f:
         f.write(record)
@@ -161,8 +164,10 @@ def claimed_by_other(folder: str | Path, kfp_run_id: str) -> str | None:
 def record_stage(folder: str | Path, stage: str, seconds: float, **info: Any) -> None:
     """Note a stage's wall-clock seconds (and anything else worth a line) in the run folder, and say so."""
     print(f"[dailyrec] stage {stage} done in {seconds:.1f}s", flush=True)
-    atomic_write_json(RunFolder(Path(folder)).stage_record(stage),
-                      {"stage": stage, "seconds": round(seconds, 3), "finished": time.time(), **info})
+    atomic_write_json(
+        RunFolder(Path(folder)).stage_record(stage),
+        {"stage": stage, "seconds": round(seconds, 3), "finished": time.time(), **info},
+    )
 
 
 def _read(path: Path) -> dict | None:
@@ -176,8 +181,15 @@ def _number(value: Any) -> float | None:
     return None if not isinstance(value, int | float) or math.isnan(value) else float(value)
 
 
-def build_summary(folder: str | Path, data_dir: str | Path, raw_uri: str, model_name: str,
-                  run_id: str, status: str = "SUCCEEDED", error: str | None = None) -> dict:
+def build_summary(
+    folder: str | Path,
+    data_dir: str | Path,
+    raw_uri: str,
+    model_name: str,
+    run_id: str,
+    status: str = "SUCCEEDED",
+    error: str | None = None,
+) -> dict:
     """The run's summary from what its stages left in ``folder``; stages that did not run are null."""
     run = RunFolder(Path(folder))
     meta = _read(Path(data_dir) / "meta.json") or {}
@@ -192,27 +204,57 @@ def build_summary(folder: str | Path, data_dir: str | Path, raw_uri: str, model_
         stages[stage] = record["seconds"] if record else None
     window = meta.get("window") or {}
     plan = plan_doc.get("train") or {}
-    champion = registration.get("champion_version") if registration else decision.get("champion_version")
-    failed_stage = next((s for s in STAGES if stages[s] is None), None) if status != "SUCCEEDED" else None
+    champion = (
+        registration.get("champion_version") if registration else decision.get("champion_version")
+    )
+    failed_stage = (
+        next((s for s in STAGES if stages[s] is None), None) if status != "SUCCEEDED" else None
+    )
     if failed_stage == "register" and decision.get("blessed") is False:
         failed_stage = None  # not blessed: register was skipped, the run failed after evaluate
     return {
-        "run_id": run_id, "status": status, "error": error, "failed_stage": failed_stage,
-        "run_date": window.get("end"), "window": window, "dataset": str(data_dir),
+        "run_id": run_id,
+        "status": status,
+        "error": error,
+        "failed_stage": failed_stage,
+        "run_date": window.get("end"),
+        "window": window,
+        "dataset": str(data_dir),
         "dataset_fingerprint": meta.get("fingerprint"),
-        "dataset_rows": {s: (meta.get("splits") or {}).get(s, {}).get("rows") for s in ("train", "val", "test")},
-        "best_val_auc": _number(train.get("best_val_auc")), "epochs_run": train.get("epochs_run"),
-        "test_auc": _number(metrics.get("test_auc")), "test_gauc": _number(metrics.get("test_gauc")),
-        "test_logloss": _number(metrics.get("test_logloss")), "test_ece": _number(metrics.get("test_ece")),
+        "dataset_rows": {
+            s: (meta.get("splits") or {}).get(s, {}).get("rows") for s in ("train", "val", "test")
+        },
+        "best_val_auc": _number(train.get("best_val_auc")),
+        "epochs_run": train.get("epochs_run"),
+        "test_auc": _number(metrics.get("test_auc")),
+        "test_gauc": _number(metrics.get("test_gauc")),
+        "test_logloss": _number(metrics.get("test_logloss")),
+        "test_ece": _number(metrics.get("test_ece")),
         "oracle_auc": oracle_auc(raw_uri, window.get("test_days")),
-        "blessed": decision.get("blessed"), "decision_reasons": decision.get("reasons"),
-        "model_name": model_name, "model_version": registration.get("version"),
-        "champion_version": champion, "previous_version": registration.get("previous_version"),
+        "blessed": decision.get("blessed"),
+        "decision_reasons": decision.get("reasons"),
+        "model_name": model_name,
+        "model_version": registration.get("version"),
+        "champion_version": champion,
+        "previous_version": registration.get("previous_version"),
         "stage_seconds": stages,
         "total_seconds": round(sum(v for v in stages.values() if v), 3),
-        "plan": {k: plan.get(k) for k in ("model", "nproc_per_node", "nnodes", "micro_batch", "grad_accum",
-                                           "precision", "lr", "max_epochs", "patience",
-                                           "checkpoint_every_steps", "num_workers")},
+        "plan": {
+            k: plan.get(k)
+            for k in (
+                "model",
+                "nproc_per_node",
+                "nnodes",
+                "micro_batch",
+                "grad_accum",
+                "precision",
+                "lr",
+                "max_epochs",
+                "patience",
+                "checkpoint_every_steps",
+                "num_workers",
+            )
+        },
         "plan_vs_actual": train.get("plan_vs_actual"),
         "run_folder": str(run.path),
     }
@@ -234,6 +276,7 @@ def write_summary(folder: str | Path, summary: dict) -> Path:
 
 def summary_text(summary: dict) -> str:
     """The readable end of a run."""
+
     def f(value, fmt=".4f"):
         return "—" if value is None else format(value, fmt)
 
@@ -251,13 +294,26 @@ def summary_text(summary: dict) -> str:
         f"  model    best val AUC {f(summary['best_val_auc'])} after {summary['epochs_run']} epoch(s); "
         f"test AUC {f(summary['test_auc'])}  GAUC {f(summary['test_gauc'])}"
         + (f"  (oracle {f(summary['oracle_auc'])})" if summary["oracle_auc"] else ""),
-        f"  decision {verdict}" + "".join(f"\n           - {r}" for r in summary["decision_reasons"] or []),
+        f"  decision {verdict}"
+        + "".join(f"\n           - {r}" for r in summary["decision_reasons"] or []),
         f"  registry {summary['model_name']}: "
-        + (f"version {summary['model_version']} registered; " if summary["model_version"] else
-           "nothing registered; ")
-        + (f"champion = v{summary['champion_version']}" if summary["champion_version"] else "no champion")
-        + (f", previous = v{summary['previous_version']}" if summary.get("previous_version") else ""),
-        "  seconds  " + ", ".join(f"{k} {f(summary['stage_seconds'].get(k), '.1f')}" for k in STAGES),
+        + (
+            f"version {summary['model_version']} registered; "
+            if summary["model_version"]
+            else "nothing registered; "
+        )
+        + (
+            f"champion = v{summary['champion_version']}"
+            if summary["champion_version"]
+            else "no champion"
+        )
+        + (
+            f", previous = v{summary['previous_version']}"
+            if summary.get("previous_version")
+            else ""
+        ),
+        "  seconds  "
+        + ", ".join(f"{k} {f(summary['stage_seconds'].get(k), '.1f')}" for k in STAGES),
     ]
     lines += [f"  estimate {line}" for line in drift_lines(summary.get("plan_vs_actual"))]
     return "\n".join(lines)

@@ -22,13 +22,30 @@ CONTRACT_COLUMNS: tuple[str, ...] = (USER_ID, ITEM_ID, CATEGORY_ID, TIMESTAMP, L
 
 # file name ending -> (format, compression); the longest matching ending wins
 RAW_FORMATS: dict[str, tuple[str, str | None]] = {
-    ".parquet": ("parquet", None), ".pq": ("parquet", None), ".csv": ("csv", None),
-    ".csv.gz": ("csv", "gzip"), ".csv.gzip": ("csv", "gzip"), ".csv.bz2": ("csv", "bz2"),
-    ".csv.zst": ("csv", "zstd"), ".csv.zstd": ("csv", "zstd"),
+    ".parquet": ("parquet", None),
+    ".pq": ("parquet", None),
+    ".csv": ("csv", None),
+    ".csv.gz": ("csv", "gzip"),
+    ".csv.gzip": ("csv", "gzip"),
+    ".csv.bz2": ("csv", "bz2"),
+    ".csv.zst": ("csv", "zstd"),
+    ".csv.zstd": ("csv", "zstd"),
 }
 # Data files compressed in a way the reader does not take: refused, never skipped.
-UNREAD_COMPRESSIONS: tuple[str, ...] = (".snappy", ".lz4", ".deflate", ".zip", ".xz", ".lzma", ".br",
-                                        ".7z", ".lzo", ".z", ".tar", ".tgz")
+UNREAD_COMPRESSIONS: tuple[str, ...] = (
+    ".snappy",
+    ".lz4",
+    ".deflate",
+    ".zip",
+    ".xz",
+    ".lzma",
+    ".br",
+    ".7z",
+    ".lzo",
+    ".z",
+    ".tar",
+    ".tgz",
+)
 DAY_FOLDER = re.compile(r"^dt=(\d{4}-\d{2}-\d{2})$")
 # What a misnamed day folder may mean: dt=2026-1-5, dt=20260105, dt=2026-02-30, date=2026-03-05,
 # DT=2026-03-05, 2026-03-05, dt=2026-03-05.bak ...

@@ -200,6 +200,6 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
             removed.append(item)
     for owner in sorted(path.parent.glob(f"{path.name}{TMP_MARKER}*{OWNER_SUFFIX}")):
         with _owner_free(owner) as free:  # an owner whose temp is gone: its writer died in between
-            if free and not owner.with_name(owner.name[:-len(OWNER_SUFFIX)]).exists():
+            if free and not owner.with_name(owner.name[: -len(OWNER_SUFFIX)]).exists():
                 owner.unlink(missing_ok=True)
     return removed

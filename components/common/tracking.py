@@ -33,8 +33,12 @@ from components.common.progress import get_logger
 log = get_logger(__name__)
 
 # Fail fast on a dead server; our own loop below does the retrying with backoff.
-_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
-                  "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+_HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+}
 
 
 class TrackingError(RuntimeError):
@@ -46,8 +50,10 @@ class CredentialError(ValueError):
 
 
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@?#\s]*)@")
-_SECRET_QUERY = re.compile(r"(?i)([?&](?:[a-z0-9_-]*(?:token|password|passwd|secret|key|signature|"
-                           r"credential)[a-z0-9_-]*)=)[^&#\s]*")
+_SECRET_QUERY = re.compile(
+    r"(?i)([?&](?:[a-z0-9_-]*(?:token|password|passwd|secret|key|signature|"
+    r"credential)[a-z0-9_-]*)=)[^&#\s]*"
+)
 
 
 def redact(text: str) -> str:
@@ -62,7 +68,8 @@ def check_no_credentials(uri: str, what: str = "tracking_uri") -> str:
             f"{what}: {redact(uri)} carries credentials; they would be written to parameters, logs and "
             f"process lists. Pass the URI without them and set MLFLOW_TRACKING_USERNAME and "
             f"MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) in the environment: a Kubernetes "
-            f"Secret on the cluster (see docs/pipeline.md, Credentials)")
+            f"Secret on the cluster (see docs/pipeline.md, Credentials)"
+        )
     return uri
 
 
@@ -75,7 +82,7 @@ def sqlite_path(tracking_uri: str) -> Path | None:
     """The database file of a ``sqlite:///`` URI; None for any other URI."""
     if not tracking_uri.startswith("sqlite:///"):
         return None
-    return Path(tracking_uri[len("sqlite:///"):])
+    return Path(tracking_uri[len("sqlite:///") :])
 
 
 def artifact_location(tracking_uri: str, experiment: str) -> str | None:
@@ -119,12 +126,18 @@ def connect(tracking_uri: str, attempts: int = 3, backoff_s: float = 1.0) -> Any
             if db is not None and (problem := sqlite_problem(db)):
                 raise TrackingError(problem) from exc
             if attempt == attempts:
-                raise TrackingError(f"MLflow tracking at {redact(tracking_uri)} unusable after "
-                                    f"{attempts} attempts: {type(exc).__name__}: "
-                                    f"{redact(str(exc))[:300]}") from exc
+                raise TrackingError(
+                    f"MLflow tracking at {redact(tracking_uri)} unusable after "
+                    f"{attempts} attempts: {type(exc).__name__}: "
+                    f"{redact(str(exc))[:300]}"
+                ) from exc
             wait = backoff_s * 2 ** (attempt - 1)
-            log.warning("MLflow tracking at %s failed (%s); retrying in %.0fs",
-                        redact(tracking_uri), type(exc).__name__, wait)
+            log.warning(
+                "MLflow tracking at %s failed (%s); retrying in %.0fs",
+                redact(tracking_uri),
+                type(exc).__name__,
+                wait,
+            )
             time.sleep(wait)
     raise AssertionError("unreachable")
 
@@ -156,15 +169,21 @@ def sqlite_problem(db: Path) -> str | None:
     try:
         revision, tables = _schema_of(db)
     except sqlite3.DatabaseError as exc:
-        return (f"{db}: not a usable SQLite database ({exc}); move it aside (it is not the registry any more) "
-                f"and rerun to start a new one, or restore it from a backup")
+        return (
+            f"{db}: not a usable SQLite database ({exc}); move it aside (it is not the registry any more) "
+            f"and rerun to start a new one, or restore it from a backup"
+        )
     head = _schema_head()
     if revision is None:
-        return (f"{db}: an incomplete MLflow database ({tables} tables, no schema version: its creation was "
-                f"interrupted); move it aside and rerun to create a new one")
+        return (
+            f"{db}: an incomplete MLflow database ({tables} tables, no schema version: its creation was "
+            f"interrupted); move it aside and rerun to create a new one"
+        )
     if revision != head:
-        return (f"{db}: MLflow schema at revision {revision}, this MLflow needs {head}: back it up, then run "
-                f"`mlflow db upgrade sqlite:///{db}` (an interrupted migration: restore the backup first)")
+        return (
+            f"{db}: MLflow schema at revision {revision}, this MLflow needs {head}: back it up, then run "
+            f"`mlflow db upgrade sqlite:///{db}` (an interrupted migration: restore the backup first)"
+        )
     return None
 
 
@@ -175,12 +194,21 @@ def _holds_data(db: Path) -> bool:
 
     try:
         with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
-            tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
-            checks = {"runs": "select count(*) from runs", "registered_models": "select count(*) from registered_models",
-                      "model_versions": "select count(*) from model_versions",
-                      "logged_models": "select count(*) from logged_models",
-                      "experiments": "select count(*) from experiments where experiment_id != 0"}
-            return any(con.execute(query).fetchone()[0] for table, query in checks.items() if table in tables)
+            tables = {
+                r[0] for r in con.execute("select name from sqlite_master where type = 'table'")
+            }
+            checks = {
+                "runs": "select count(*) from runs",
+                "registered_models": "select count(*) from registered_models",
+                "model_versions": "select count(*) from model_versions",
+                "logged_models": "select count(*) from logged_models",
+                "experiments": "select count(*) from experiments where experiment_id != 0",
+            }
+            return any(
+                con.execute(query).fetchone()[0]
+                for table, query in checks.items()
+                if table in tables
+            )
     except sqlite3.DatabaseError:
         return True
 
@@ -209,9 +237,13 @@ def ensure_sqlite(db: Path) -> None:
 
     with owned_temp(db) as tmp:
         try:
-            store = SqlAlchemyStore(f"sqlite:///{tmp.as_posix()}", (db.parent / "artifacts").as_uri())
+            store = SqlAlchemyStore(
+                f"sqlite:///{tmp.as_posix()}", (db.parent / "artifacts").as_uri()
+            )
             store.engine.dispose()
-            with contextlib.suppress(FileExistsError):  # another process got there first: keep theirs
+            with contextlib.suppress(
+                FileExistsError
+            ):  # another process got there first: keep theirs
                 os.link(tmp, db)  # unlike rename, never replaces an existing file
         finally:
             tmp.unlink(missing_ok=True)
@@ -223,7 +255,9 @@ def ensure_experiment(client: Any, name: str, tracking_uri: str) -> str:
     if found is not None:
         return found.experiment_id
     try:
-        return client.create_experiment(name, artifact_location=artifact_location(tracking_uri, name))
+        return client.create_experiment(
+            name, artifact_location=artifact_location(tracking_uri, name)
+        )
     except Exception:  # created concurrently by another process: use theirs
         found = client.get_experiment_by_name(name)
         if found is None:
@@ -247,9 +281,13 @@ def code_version() -> str:
 
 
 # Where a SQLite registry records absolute artifact locations (MLflow stores them as given).
-_LOCATION_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"),
-                     ("model_versions", "source"), ("model_versions", "storage_location"),
-                     ("logged_models", "artifact_location"))
+_LOCATION_COLUMNS = (
+    ("experiments", "artifact_location"),
+    ("runs", "artifact_uri"),
+    ("model_versions", "source"),
+    ("model_versions", "storage_location"),
+    ("logged_models", "artifact_location"),
+)
 
 
 def relocate_sqlite(db: Path) -> str | None:
@@ -266,25 +304,34 @@ def relocate_sqlite(db: Path) -> str | None:
     if not db.is_file() or not (here / "artifacts").is_dir():
         return None
     with contextlib.closing(sqlite3.connect(db, timeout=30)) as conn:
-        tables = {name for (name,) in conn.execute("select name from sqlite_master where type='table'")}
+        tables = {
+            name for (name,) in conn.execute("select name from sqlite_master where type='table'")
+        }
         if "experiments" not in tables:
             return None
         old = None
         for (location,) in conn.execute("select artifact_location from experiments"):
             if location and location.startswith("file://") and "/artifacts/" in location:
-                old = location[:location.rindex("/artifacts/")]
+                old = location[: location.rindex("/artifacts/")]
                 break
         new = here.as_uri()
         if old is None or old == new:
             return None
         with conn:  # one transaction: all locations move, or none
             for table, column in _LOCATION_COLUMNS:
-                if table not in tables or column not in {r[1] for r in conn.execute(f"pragma table_info({table})")}:
+                if table not in tables or column not in {
+                    r[1] for r in conn.execute(f"pragma table_info({table})")
+                }:
                     continue
-                conn.execute(f"update {table} set {column} = ? || substr({column}, ?) "  # noqa: S608 (fixed names)
-                             f"where {column} like ? escape '\\'",
-                             (new + "/artifacts/", len(old + "/artifacts/") + 1,
-                              _like_prefix(old + "/artifacts/") + "%"))
+                conn.execute(
+                    f"update {table} set {column} = ? || substr({column}, ?) "  # noqa: S608 (fixed names)
+                    f"where {column} like ? escape '\\'",
+                    (
+                        new + "/artifacts/",
+                        len(old + "/artifacts/") + 1,
+                        _like_prefix(old + "/artifacts/") + "%",
+                    ),
+                )
     return f"{db}: the registry moved from {old} to {new}; its artifact locations now point here"
 
 
@@ -315,9 +362,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from components.common.cli import HelpFormatter
 
-    parser = argparse.ArgumentParser(prog="python -m components.common.tracking", formatter_class=HelpFormatter,
-                                     description="Create (atomically), repair or relocate a local MLflow SQLite "
-                                                 "registry before a server opens it.")
+    parser = argparse.ArgumentParser(
+        prog="python -m components.common.tracking",
+        formatter_class=HelpFormatter,
+        description="Create (atomically), repair or relocate a local MLflow SQLite "
+        "registry before a server opens it.",
+    )
     parser.add_argument("db", help="the SQLite file, e.g. runs/mlflow.db (required)")
     args = parser.parse_args(argv)
     try:

@@ -37,22 +37,38 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     parser.add_argument(
-        "--out", required=True, metavar="DIR", default=argparse.SUPPRESS,
+        "--out",
+        required=True,
+        metavar="DIR",
+        default=argparse.SUPPRESS,
         help="output folder (replaced atomically; refused if it is a non-empty folder of something else)",
     )
     parser.add_argument("--days", type=int, default=14, help="number of days")
-    parser.add_argument("--append-days", type=int, default=None, metavar="N",
-                        help="extend the dataset already in --out by N days (its own parameters; "
-                             "other options are ignored)")
+    parser.add_argument(
+        "--append-days",
+        type=int,
+        default=None,
+        metavar="N",
+        help="extend the dataset already in --out by N days (its own parameters; "
+        "other options are ignored)",
+    )
     parser.add_argument("--users", type=int, default=20_000, help="distinct users")
     parser.add_argument("--items", type=int, default=50_000, help="distinct items")
     parser.add_argument("--categories", type=int, default=500, help="item categories (<= items)")
     parser.add_argument("--events-per-day", type=int, default=200_000, help="exposure rows per day")
     parser.add_argument("--seed", type=int, default=7, help="random seed (same seed => same files)")
-    parser.add_argument("--start-date", type=_iso_date, default=dt.date(2026, 1, 1), help="first day, YYYY-MM-DD")
-    parser.add_argument("--click-rate", type=float, default=0.08, help="target share of clicked exposures")
-    parser.add_argument("--id-format", choices=ID_FORMATS, default="int", help="int64 ids or strings like u17")
-    parser.add_argument("--rows-per-file", type=int, default=1_000_000, help="most rows per part file")
+    parser.add_argument(
+        "--start-date", type=_iso_date, default=dt.date(2026, 1, 1), help="first day, YYYY-MM-DD"
+    )
+    parser.add_argument(
+        "--click-rate", type=float, default=0.08, help="target share of clicked exposures"
+    )
+    parser.add_argument(
+        "--id-format", choices=ID_FORMATS, default="int", help="int64 ids or strings like u17"
+    )
+    parser.add_argument(
+        "--rows-per-file", type=int, default=1_000_000, help="most rows per part file"
+    )
     return parser
 
 
@@ -64,18 +80,22 @@ def _range(values: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        config = extended(args.out, args.append_days) if args.append_days is not None else DatagenConfig(
-            out=args.out,
-            days=args.days,
-            users=args.users,
-            items=args.items,
-            events_per_day=args.events_per_day,
-            seed=args.seed,
-            categories=args.categories,
-            start_date=args.start_date,
-            click_rate=args.click_rate,
-            id_format=args.id_format,
-            rows_per_file=args.rows_per_file,
+        config = (
+            extended(args.out, args.append_days)
+            if args.append_days is not None
+            else DatagenConfig(
+                out=args.out,
+                days=args.days,
+                users=args.users,
+                items=args.items,
+                events_per_day=args.events_per_day,
+                seed=args.seed,
+                categories=args.categories,
+                start_date=args.start_date,
+                click_rate=args.click_rate,
+                id_format=args.id_format,
+                rows_per_file=args.rows_per_file,
+            )
         )
         summary = generate(config)
     except (ValueError, OSError) as exc:

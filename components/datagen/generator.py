@@ -151,20 +151,26 @@ class DatagenConfig:
             try:
                 start = dt.date.fromisoformat(start)
             except ValueError:
-                raise ValueError(f"start_date must be a date YYYY-MM-DD, got {self.start_date!r}") from None
+                raise ValueError(
+                    f"start_date must be a date YYYY-MM-DD, got {self.start_date!r}"
+                ) from None
         if not isinstance(start, dt.date) or isinstance(start, dt.datetime):
             raise ValueError(f"start_date must be a date YYYY-MM-DD, got {self.start_date!r}")
         object.__setattr__(self, "start_date", start)
         try:
             start + dt.timedelta(days=self.days)
         except OverflowError:
-            raise ValueError(f"days ({self.days}) from start_date {start} runs past year 9999") from None
+            raise ValueError(
+                f"days ({self.days}) from start_date {start} runs past year 9999"
+            ) from None
         rate = self.click_rate
         if not isinstance(rate, numbers.Real) or isinstance(rate, bool) or not 0.0 < rate < 1.0:
             raise ValueError(f"click_rate must be a number strictly between 0 and 1, got {rate!r}")
         object.__setattr__(self, "click_rate", float(rate))
         if self.id_format not in ID_FORMATS:
-            raise ValueError(f"id_format must be one of {', '.join(ID_FORMATS)}, got {self.id_format!r}")
+            raise ValueError(
+                f"id_format must be one of {', '.join(ID_FORMATS)}, got {self.id_format!r}"
+            )
 
     @property
     def dates(self) -> list[dt.date]:
@@ -238,9 +244,9 @@ class _World:
 
         activity = rng.lognormal(0.0, USER_ACTIVITY_SIGMA, n_users)
         self.user_cdf = np.cumsum(activity) / activity.sum()
-        self.user_bias = USER_BIAS_SD * rng.standard_normal(n_users) + USER_ACTIVITY_EFFECT * _standardize(
-            np.log(activity)
-        )
+        self.user_bias = USER_BIAS_SD * rng.standard_normal(
+            n_users
+        ) + USER_ACTIVITY_EFFECT * _standardize(np.log(activity))
 
         n_favourites = min(FAVOURITES_PER_USER, n_cats)
         self.favourite_categories = self.draw_favourite_categories(rng, (n_users, n_favourites))
@@ -269,14 +275,18 @@ class _World:
         return np.minimum(drawn, len(self.category_cdf) - 1).astype(np.int32)
 
     def draw_popular_items(self, uniform: np.ndarray) -> np.ndarray:
-        position = np.searchsorted(self.popularity_cum, uniform * self.popularity_cum[-1], side="right")
+        position = np.searchsorted(
+            self.popularity_cum, uniform * self.popularity_cum[-1], side="right"
+        )
         return self.items_by_category[np.minimum(position, len(self.popularity_cum) - 1)]
 
     def draw_items_in(self, categories: np.ndarray, uniform: np.ndarray) -> np.ndarray:
         low, high = self.category_cum_low[categories], self.category_cum_high[categories]
         position = np.searchsorted(self.popularity_cum, low + uniform * (high - low), side="right")
         # Rounding at a category's edge must not leak into the neighbour.
-        position = np.clip(position, self.category_first[categories], self.category_end[categories] - 1)
+        position = np.clip(
+            position, self.category_first[categories], self.category_end[categories] - 1
+        )
         return self.items_by_category[position]
 
     def interest(self, users: np.ndarray, categories: np.ndarray) -> np.ndarray:
@@ -332,12 +342,18 @@ class _ClickHistory:
         new_index = np.maximum(last[:, None] - column, 0)
         old_index = np.clip(column - n_new, 0, HISTORY_LENGTH - 1)
         rows = clicked_users[:, None]
-        self.items[clicked_users] = np.where(from_new, items[new_index], self.items[rows, old_index])
+        self.items[clicked_users] = np.where(
+            from_new, items[new_index], self.items[rows, old_index]
+        )
         self.categories[clicked_users] = np.where(
             from_new, categories[new_index], self.categories[rows, old_index]
         )
-        self.times[clicked_users] = np.where(from_new, timestamps[new_index], self.times[rows, old_index])
-        self.count[clicked_users] = np.minimum(self.count[clicked_users] + n_new[:, 0], HISTORY_LENGTH)
+        self.times[clicked_users] = np.where(
+            from_new, timestamps[new_index], self.times[rows, old_index]
+        )
+        self.count[clicked_users] = np.minimum(
+            self.count[clicked_users] + n_new[:, 0], HISTORY_LENGTH
+        )
 
 
 # --- one day ---------------------------------------------------------------------
@@ -362,7 +378,11 @@ def _hour_target_logit(hour_traffic: np.ndarray, click_rate: float) -> np.ndarra
 def _hour_traffic() -> np.ndarray:
     """Relative session starts per UTC hour: a night low, a lunch bump, an evening peak."""
     hours = np.arange(24) + 0.5
-    return 0.15 + np.exp(-(((hours - 20.5) / 3.0) ** 2)) + 0.45 * np.exp(-(((hours - 12.5) / 2.0) ** 2))
+    return (
+        0.15
+        + np.exp(-(((hours - 20.5) / 3.0) ** 2))
+        + 0.45 * np.exp(-(((hours - 12.5) / 2.0) ** 2))
+    )
 
 
 def _layout_day(rng: np.random.Generator, world: _World, n_events: int, hour_cdf: np.ndarray):
@@ -378,7 +398,9 @@ def _layout_day(rng: np.random.Generator, world: _World, n_events: int, hour_cdf
 
     session_users = world.draw_users(rng.random(n_sessions))
     # A session's theme: usually one of the user's favourites (by weight), else any category.
-    favourite_slot = (rng.random(n_sessions)[:, None] > world.favourite_cdf_per_user[session_users]).sum(axis=1)
+    favourite_slot = (
+        rng.random(n_sessions)[:, None] > world.favourite_cdf_per_user[session_users]
+    ).sum(axis=1)
     favourite_slot = np.minimum(favourite_slot, world.favourite_categories.shape[1] - 1)
     themes = np.where(
         rng.random(n_sessions) < THEME_FROM_FAVOURITE,
@@ -391,7 +413,10 @@ def _layout_day(rng: np.random.Generator, world: _World, n_events: int, hour_cdf
     session_of_event = np.repeat(np.arange(n_sessions), lengths)
     first_event = np.cumsum(lengths) - lengths
     gaps = np.minimum(
-        1 + rng.lognormal(math.log(SESSION_GAP_MEDIAN_S), SESSION_GAP_SIGMA, n_events).astype(np.int64),
+        1
+        + rng.lognormal(math.log(SESSION_GAP_MEDIAN_S), SESSION_GAP_SIGMA, n_events).astype(
+            np.int64
+        ),
         SESSION_GAP_MAX_S,
     )
     gaps[first_event] = 0
@@ -399,8 +424,12 @@ def _layout_day(rng: np.random.Generator, world: _World, n_events: int, hour_cdf
     offset_in_session = elapsed - elapsed[first_event][session_of_event]
     duration = offset_in_session[first_event + lengths - 1]
     # Sessions that would run past midnight start earlier, so every event stays in its day.
-    session_start = np.clip(np.minimum(session_start, schema.SECONDS_PER_DAY - 1 - duration), 0, None)
-    seconds = np.minimum(session_start[session_of_event] + offset_in_session, schema.SECONDS_PER_DAY - 1)
+    session_start = np.clip(
+        np.minimum(session_start, schema.SECONDS_PER_DAY - 1 - duration), 0, None
+    )
+    seconds = np.minimum(
+        session_start[session_of_event] + offset_in_session, schema.SECONDS_PER_DAY - 1
+    )
 
     order = np.argsort(seconds, kind="stable")
     return session_users[session_of_event][order], seconds[order], themes[session_of_event][order]
@@ -431,7 +460,9 @@ class _DayResult:
 class _DayWriter:
     """Buffers a day's time-ordered rows and writes raw + truth parts of ``rows_per_file``."""
 
-    def __init__(self, out: Path, day: dt.date, config: DatagenConfig, id_names: dict | None) -> None:
+    def __init__(
+        self, out: Path, day: dt.date, config: DatagenConfig, id_names: dict | None
+    ) -> None:
         folder = schema.day_folder_name(day)
         self.raw_dir = out / folder
         self.truth_dir = out / TRUTH_DIR / folder
@@ -450,34 +481,50 @@ class _DayWriter:
         merged = {name: np.concatenate([chunk[name] for chunk in self.buffer]) for name in columns}
         start = 0
         while self.buffered - start >= self.rows_per_file:
-            self._write({name: values[start : start + self.rows_per_file] for name, values in merged.items()})
+            self._write(
+                {
+                    name: values[start : start + self.rows_per_file]
+                    for name, values in merged.items()
+                }
+            )
             start += self.rows_per_file
         self.buffer = [{name: values[start:] for name, values in merged.items()}]
         self.buffered -= start
 
     def close(self) -> int:
         if self.buffered:
-            merged = {name: np.concatenate([chunk[name] for chunk in self.buffer]) for name in self.buffer[0]}
+            merged = {
+                name: np.concatenate([chunk[name] for chunk in self.buffer])
+                for name in self.buffer[0]
+            }
             self._write(merged)
         self.buffer, self.buffered = [], 0
         return self.parts
 
     def _write(self, rows: dict[str, np.ndarray]) -> None:
-        raw = pa.table({
-            schema.USER_ID: self._ids(schema.USER_ID, rows["user"]),
-            schema.ITEM_ID: self._ids(schema.ITEM_ID, rows["item"]),
-            schema.CATEGORY_ID: self._ids(schema.CATEGORY_ID, rows["category"]),
-            schema.TIMESTAMP: pa.array(rows["timestamp"], type=pa.int64()),
-            schema.LABEL: pa.array(rows["label"], type=pa.int8()),
-        })
+        raw = pa.table(
+            {
+                schema.USER_ID: self._ids(schema.USER_ID, rows["user"]),
+                schema.ITEM_ID: self._ids(schema.ITEM_ID, rows["item"]),
+                schema.CATEGORY_ID: self._ids(schema.CATEGORY_ID, rows["category"]),
+                schema.TIMESTAMP: pa.array(rows["timestamp"], type=pa.int64()),
+                schema.LABEL: pa.array(rows["label"], type=pa.int8()),
+            }
+        )
         truth = pa.table({TRUTH_COLUMN: pa.array(rows[TRUTH_COLUMN], type=pa.float32())})
         name = f"part-{self.parts:05d}.parquet"
         # Dictionaries help the repetitive ids but only cost time on near-unique p values.
-        for folder, table, dictionary in ((self.raw_dir, raw, True), (self.truth_dir, truth, False)):
+        for folder, table, dictionary in (
+            (self.raw_dir, raw, True),
+            (self.truth_dir, truth, False),
+        ):
             folder.mkdir(parents=True, exist_ok=True)
             pq.write_table(
-                table, folder / name, row_group_size=self.row_group_rows,
-                compression=PARQUET_COMPRESSION, use_dictionary=dictionary,
+                table,
+                folder / name,
+                row_group_size=self.row_group_rows,
+                compression=PARQUET_COMPRESSION,
+                use_dictionary=dictionary,
             )
         self.parts += 1
 
@@ -504,7 +551,9 @@ class _Simulator:
         rng, world, history = self.rng, self.world, self.history
         users, seconds, themes = _layout_day(rng, world, self.config.events_per_day, self.hour_cdf)
         day_start = schema.day_start_epoch(day)
-        slice_bounds = np.searchsorted(seconds, np.arange(0, schema.SECONDS_PER_DAY + 1, SLICE_SECONDS))
+        slice_bounds = np.searchsorted(
+            seconds, np.arange(0, schema.SECONDS_PER_DAY + 1, SLICE_SECONDS)
+        )
         source_cdf = np.cumsum(SOURCE_PROBABILITIES)
         day_p, day_labels, day_items = [], [], []
 
@@ -537,19 +586,29 @@ class _Simulator:
                 + REPEAT_ITEM_EFFECT * repeat
             )
             hour = (slice_index * SLICE_SECONDS) // 3600
-            self.intercept = _calibrate_intercept(logits, self.hour_target_rate[hour], self.intercept)
+            self.intercept = _calibrate_intercept(
+                logits, self.hour_target_rate[hour], self.intercept
+            )
             p = _sigmoid(self.intercept + logits)
             labels = rng.random(n) < p
 
             clicked = np.flatnonzero(labels)
-            history.record(slice_users[clicked], items[clicked], categories[clicked], timestamps[clicked])
+            history.record(
+                slice_users[clicked], items[clicked], categories[clicked], timestamps[clicked]
+            )
 
             p32 = p.astype(np.float32)
             label8 = labels.astype(np.int8)
-            writer.add({
-                "user": slice_users, "item": items, "category": categories,
-                "timestamp": timestamps, "label": label8, TRUTH_COLUMN: p32,
-            })
+            writer.add(
+                {
+                    "user": slice_users,
+                    "item": items,
+                    "category": categories,
+                    "timestamp": timestamps,
+                    "label": label8,
+                    TRUTH_COLUMN: p32,
+                }
+            )
             day_p.append(p32)
             day_labels.append(label8)
             day_items.append(items)
@@ -590,15 +649,23 @@ def _check_replaceable(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise ValueError(f"out {out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()) and not (out / SUMMARY_FILE).is_file():
-        raise ValueError(f"out {out} is a non-empty folder without {SUMMARY_FILE}; refusing to replace it")
+        raise ValueError(
+            f"out {out} is a non-empty folder without {SUMMARY_FILE}; refusing to replace it"
+        )
 
 
 def _id_names(config: DatagenConfig) -> dict[str, pa.Array] | None:
     if config.id_format == "int":
         return None
-    counts = {schema.USER_ID: config.users, schema.ITEM_ID: config.items, schema.CATEGORY_ID: config.categories}
+    counts = {
+        schema.USER_ID: config.users,
+        schema.ITEM_ID: config.items,
+        schema.CATEGORY_ID: config.categories,
+    }
     return {
-        column: pa.array([f"{ID_PREFIXES[column]}{i}" for i in range(1, counts[column] + 1)], type=pa.string())
+        column: pa.array(
+            [f"{ID_PREFIXES[column]}{i}" for i in range(1, counts[column] + 1)], type=pa.string()
+        )
         for column in counts
     }
 
@@ -620,7 +687,9 @@ def _model_description() -> dict[str, Any]:
         "user_bias_sd": USER_BIAS_SD,
         "session_mean_events": SESSION_MEAN_EVENTS,
         "hour_click_amplitude": HOUR_CLICK_AMPLITUDE,
-        "source_probabilities": dict(zip(("theme", "popular", "recent"), SOURCE_PROBABILITIES, strict=True)),
+        "source_probabilities": dict(
+            zip(("theme", "popular", "recent"), SOURCE_PROBABILITIES, strict=True)
+        ),
         "slice_seconds": SLICE_SECONDS,
         "popularity_predictor": "item appeal (true history-blind item click propensity)",
     }
@@ -675,8 +744,13 @@ def generate(config: DatagenConfig) -> dict[str, Any]:
                 log.info(
                     "%s: %d rows in %d part(s), click rate %.4f, oracle AUC %.4f, popularity AUC %.4f, "
                     "%.0f rows/s",
-                    key, result.rows, result.parts, result.clicks / result.rows,
-                    result.oracle_auc, result.popularity_auc, result.rows / max(elapsed, 1e-9),
+                    key,
+                    result.rows,
+                    result.parts,
+                    result.clicks / result.rows,
+                    result.oracle_auc,
+                    result.popularity_auc,
+                    result.rows / max(elapsed, 1e-9),
                 )
         seconds = time.perf_counter() - started
         rows_total = sum(summary["rows_per_day"].values())

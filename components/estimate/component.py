@@ -9,8 +9,15 @@ from pipelines.images import RUNTIME_IMAGE
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
 def estimate_op(
-    dataset: dsl.Input[dsl.Dataset], run_dir: str, model_config: str, hardware_profile: str, global_batch: int,
-    deadline_hours: float, max_epochs: int, preprocess_seconds: float, plan: dsl.Output[dsl.Artifact],
+    dataset: dsl.Input[dsl.Dataset],
+    run_dir: str,
+    model_config: str,
+    hardware_profile: str,
+    global_batch: int,
+    deadline_hours: float,
+    max_epochs: int,
+    preprocess_seconds: float,
+    plan: dsl.Output[dsl.Artifact],
 ) -> NamedTuple("Estimated", [("nproc", int), ("nnodes", int)]):
     """A training plan for this model, dataset and hardware.
 
@@ -44,13 +51,34 @@ def estimate_op(
     data_dir = read_pointer(dataset.path)
     record_stage(run_dir, "preprocess", preprocess_seconds, data_dir=data_dir)
     with disk_full_as("estimate", run_dir):
-        path, doc = write(EstimateConfig(data=data_dir, model=model_config, hardware=hardware_profile,
-                                         global_batch=global_batch, deadline_hours=deadline_hours or None,
-                                         max_epochs=max_epochs), RunFolder(Path(run_dir)).plan)
+        path, doc = write(
+            EstimateConfig(
+                data=data_dir,
+                model=model_config,
+                hardware=hardware_profile,
+                global_batch=global_batch,
+                deadline_hours=deadline_hours or None,
+                max_epochs=max_epochs,
+            ),
+            RunFolder(Path(run_dir)).plan,
+        )
     print(table(doc))
     shutil.copyfile(path, plan.path)
     train = dataclasses.asdict(doc["train"])
-    plan.metadata.update({k: train[k] for k in ("model", "nproc_per_node", "nnodes", "micro_batch",
-                                                "grad_accum", "precision", "lr", "max_epochs")})
+    plan.metadata.update(
+        {
+            k: train[k]
+            for k in (
+                "model",
+                "nproc_per_node",
+                "nnodes",
+                "micro_batch",
+                "grad_accum",
+                "precision",
+                "lr",
+                "max_epochs",
+            )
+        }
+    )
     record_stage(run_dir, "estimate", time.perf_counter() - started)
     return namedtuple("Estimated", ["nproc", "nnodes"])(train["nproc_per_node"], train["nnodes"])

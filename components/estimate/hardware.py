@@ -54,21 +54,43 @@ FIELDS: dict[str, str] = {
     "image_pull_seconds": "pulling the training image onto a fresh node (0 off a cluster)",
     "checkpoint_write_bytes_per_s": "write bandwidth of the checkpoint storage",
     "process_baseline_bytes": "memory of a training process before its tensors (interpreter and "
-                              "libraries on CPU; CUDA context on a GPU)",
+    "libraries on CPU; CUDA context on a GPU)",
     "sources": "where each time-model constant comes from: {field: measurement or publication}",
 }
-TIME_FIELDS = ("mfu", "memory_efficiency", "step_latency_seconds", "parallel_efficiency",
-               "allreduce_latency_seconds", "eval_speedup",
-               "startup_seconds", "startup_seconds_per_process", "pod_startup_seconds", "image_pull_seconds",
-               "checkpoint_write_bytes_per_s", "process_baseline_bytes")
+TIME_FIELDS = (
+    "mfu",
+    "memory_efficiency",
+    "step_latency_seconds",
+    "parallel_efficiency",
+    "allreduce_latency_seconds",
+    "eval_speedup",
+    "startup_seconds",
+    "startup_seconds_per_process",
+    "pod_startup_seconds",
+    "image_pull_seconds",
+    "checkpoint_write_bytes_per_s",
+    "process_baseline_bytes",
+)
 """The calibrated constants: each needs an entry in ``sources``."""
 FRACTIONS = ("mfu", "memory_efficiency", "parallel_efficiency")
-NON_NEGATIVE = ("step_latency_seconds", "allreduce_latency_seconds", "startup_seconds",
-                "startup_seconds_per_process", "pod_startup_seconds", "image_pull_seconds",
-                "process_baseline_bytes")
-NUMBERS = ("memory_bytes", "bf16_flops", "hbm_bandwidth_bytes_per_s",
-           "intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s", "eval_speedup",
-           "checkpoint_write_bytes_per_s")
+NON_NEGATIVE = (
+    "step_latency_seconds",
+    "allreduce_latency_seconds",
+    "startup_seconds",
+    "startup_seconds_per_process",
+    "pod_startup_seconds",
+    "image_pull_seconds",
+    "process_baseline_bytes",
+)
+NUMBERS = (
+    "memory_bytes",
+    "bf16_flops",
+    "hbm_bandwidth_bytes_per_s",
+    "intra_node_bandwidth_bytes_per_s",
+    "inter_node_bandwidth_bytes_per_s",
+    "eval_speedup",
+    "checkpoint_write_bytes_per_s",
+)
 INTEGERS = ("gpus_per_node", "max_nodes", "cpu_cores_per_gpu")
 
 
@@ -170,6 +192,7 @@ def validate_profile(doc: Any, source: str) -> HardwareProfile:
         raise HardwareError(f"{source}: unknown field {unknown[0]!r}; known: {', '.join(FIELDS)}")
     if doc["kind"] not in KINDS:
         raise HardwareError(f"{source}: field 'kind' must be one of {KINDS}, got {doc['kind']!r}")
+
     def number(value: Any) -> bool:
         return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -179,17 +202,25 @@ def validate_profile(doc: Any, source: str) -> HardwareProfile:
             raise HardwareError(f"{source}: field {name!r} must be a number > 0, got {value!r}")
     for name in FRACTIONS:
         if not number(doc[name]) or not 0 < doc[name] <= 1:
-            raise HardwareError(f"{source}: field {name!r} must be a number in (0, 1], got {doc[name]!r}")
+            raise HardwareError(
+                f"{source}: field {name!r} must be a number in (0, 1], got {doc[name]!r}"
+            )
     for name in NON_NEGATIVE:
         if not number(doc[name]) or doc[name] < 0:
-            raise HardwareError(f"{source}: field {name!r} must be a number >= 0, got {doc[name]!r}")
+            raise HardwareError(
+                f"{source}: field {name!r} must be a number >= 0, got {doc[name]!r}"
+            )
     sources = doc["sources"]
     if not isinstance(sources, dict):
         raise HardwareError(f"{source}: field 'sources' must be an object {{field: source}}")
-    unsourced = [f for f in TIME_FIELDS if not isinstance(sources.get(f), str) or not sources[f].strip()]
+    unsourced = [
+        f for f in TIME_FIELDS if not isinstance(sources.get(f), str) or not sources[f].strip()
+    ]
     if unsourced:
-        raise HardwareError(f"{source}: field 'sources' does not say where {unsourced[0]!r} comes from "
-                            f"(a measurement or a publication)")
+        raise HardwareError(
+            f"{source}: field 'sources' does not say where {unsourced[0]!r} comes from "
+            f"(a measurement or a publication)"
+        )
     for name in INTEGERS:
         value = doc[name]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -198,20 +229,29 @@ def validate_profile(doc: Any, source: str) -> HardwareProfile:
         raise HardwareError(f"{source}: field 'bf16' must be true or false, got {doc['bf16']!r}")
     for name in ("name", "interconnect"):
         if not isinstance(doc[name], str) or not doc[name]:
-            raise HardwareError(f"{source}: field {name!r} must be a non-empty string, got {doc[name]!r}")
+            raise HardwareError(
+                f"{source}: field {name!r} must be a non-empty string, got {doc[name]!r}"
+            )
     return HardwareProfile(
-        name=doc["name"], kind=doc["kind"], memory_bytes=int(doc["memory_bytes"]),
-        bf16_flops=float(doc["bf16_flops"]), bf16=doc["bf16"],
+        name=doc["name"],
+        kind=doc["kind"],
+        memory_bytes=int(doc["memory_bytes"]),
+        bf16_flops=float(doc["bf16_flops"]),
+        bf16=doc["bf16"],
         hbm_bandwidth_bytes_per_s=float(doc["hbm_bandwidth_bytes_per_s"]),
-        gpus_per_node=doc["gpus_per_node"], max_nodes=doc["max_nodes"],
+        gpus_per_node=doc["gpus_per_node"],
+        max_nodes=doc["max_nodes"],
         interconnect=doc["interconnect"],
         intra_node_bandwidth_bytes_per_s=float(doc["intra_node_bandwidth_bytes_per_s"]),
         inter_node_bandwidth_bytes_per_s=float(doc["inter_node_bandwidth_bytes_per_s"]),
         cpu_cores_per_gpu=doc["cpu_cores_per_gpu"],
         **{name: float(doc[name]) for name in TIME_FIELDS if name != "process_baseline_bytes"},
-        process_baseline_bytes=int(doc["process_baseline_bytes"]), sources=dict(sources),
+        process_baseline_bytes=int(doc["process_baseline_bytes"]),
+        sources=dict(sources),
         description=str(doc.get("description", "")),
-        source=source, detected=detected)
+        source=source,
+        detected=detected,
+    )
 
 
 def load_profile(name_or_path: str | Path) -> HardwareProfile:
@@ -221,8 +261,10 @@ def load_profile(name_or_path: str | Path) -> HardwareProfile:
     if not path.is_file():
         path = Path(text)
         if not path.is_file():
-            raise HardwareError(f"unknown hardware profile {text!r}: not a file and not one of "
-                                f"{', '.join(available_profiles())}")
+            raise HardwareError(
+                f"unknown hardware profile {text!r}: not a file and not one of "
+                f"{', '.join(available_profiles())}"
+            )
     try:
         doc = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -106,8 +106,15 @@ def parameter_split(config: ModelConfig, vocab: Vocab) -> dict[str, int]:
 @lru_cache(maxsize=256)
 def _parameter_split(config: ModelConfig, vocab: Vocab) -> tuple[tuple[str, int], ...]:
     counts = count_parameters(config, vocab)
-    return tuple({"sparse_tables": counts["sparse"], "other_tables": counts["embedding"] - counts["sparse"],
-            "dense": counts["dense"], "embedding": counts["embedding"], "total": counts["total"]}.items())
+    return tuple(
+        {
+            "sparse_tables": counts["sparse"],
+            "other_tables": counts["embedding"] - counts["sparse"],
+            "dense": counts["dense"],
+            "embedding": counts["embedding"],
+            "total": counts["total"],
+        }.items()
+    )
 
 
 def weight_bytes(params: dict[str, int]) -> dict[str, int]:
@@ -120,12 +127,15 @@ def sparse_rows_per_sample(vocab: Vocab) -> tuple[int, int]:
     return vocab.seq_len + vocab.neg_len + 1, 1
 
 
-def sparse_gradient_bytes(config: ModelConfig, vocab: Vocab, micro_batch: int, grad_accum: int = 1) -> int:
+def sparse_gradient_bytes(
+    config: ModelConfig, vocab: Vocab, micro_batch: int, grad_accum: int = 1
+) -> int:
     """COO gradients of the sparse item/user tables: per touched row an int64 index and an fp32
     row; uncoalesced, so they grow with every accumulated micro-batch (not with the table)."""
     items, users = sparse_rows_per_sample(vocab)
-    per_sample = (items * (INDEX_BYTES + FP32 * config.d_model)
-                  + users * (INDEX_BYTES + FP32 * config.user_width))
+    per_sample = items * (INDEX_BYTES + FP32 * config.d_model) + users * (
+        INDEX_BYTES + FP32 * config.user_width
+    )
     return per_sample * micro_batch * grad_accum
 
 
@@ -133,7 +143,8 @@ def gradient_bytes(setup: MemorySetup, params: dict[str, int]) -> dict[str, int]
     """fp32 gradients: dense parameters and dense tables full size; sparse tables per batch."""
     if setup.sparse:
         embedding = FP32 * params["other_tables"] + sparse_gradient_bytes(
-            setup.config, setup.vocab, setup.micro_batch, setup.grad_accum)
+            setup.config, setup.vocab, setup.micro_batch, setup.grad_accum
+        )
     else:
         embedding = FP32 * params["embedding"]
     return {"embedding": embedding, "dense": FP32 * params["dense"]}
@@ -180,8 +191,9 @@ def _mask_bytes(precision: str, device: str) -> int:
     return 1 if device == "cuda" else _act_bytes(precision)
 
 
-def encoder_layer_activation_bytes(config: ModelConfig, tokens: int, precision: str = "fp32",
-                                   device: str = "cpu") -> int:
+def encoder_layer_activation_bytes(
+    config: ModelConfig, tokens: int, precision: str = "fp32", device: str = "cpu"
+) -> int:
     """Bytes one pre-norm encoder layer saves for backward, per sample.
 
     T tokens, d = d_model, f = ffn, h = heads; R = 4 (the residual stream and the
@@ -202,13 +214,13 @@ def encoder_layer_activation_bytes(config: ModelConfig, tokens: int, precision: 
     t, d, f, h = tokens, config.d_model, config.ffn, config.heads
     a, m, r = _act_bytes(precision), _mask_bytes(precision, device), FP32
     dropout = config.dropout > 0
-    total = 2 * (r * t * d + 8 * t)            # norm1, norm2
-    total += 3 * a * t * d + 3 * a * t * d     # in_proj/out_proj/linear1 inputs; q, k, v
+    total = 2 * (r * t * d + 8 * t)  # norm1, norm2
+    total += 3 * a * t * d + 3 * a * t * d  # in_proj/out_proj/linear1 inputs; q, k, v
     if dropout and device == "cpu":
         total += 2 * a * t * d + h * t * t * (2 * a + m)
     else:  # the fused output is laid out [B, T, h, hd]: out_proj's input is a view of it
         total += 8 * h * t
-    total += 2 * a * t * f                     # GELU input, linear2 input
+    total += 2 * a * t * f  # GELU input, linear2 input
     if dropout:
         total += m * (2 * t * d + t * f)
     return total
@@ -219,8 +231,9 @@ def checkpointed_layer_bytes(config: ModelConfig, tokens: int) -> int:
     return FP32 * tokens * config.d_model
 
 
-def embedding_activation_bytes(config: ModelConfig, vocab: Vocab, precision: str = "fp32",
-                               device: str = "cpu") -> int:
+def embedding_activation_bytes(
+    config: ModelConfig, vocab: Vocab, precision: str = "fp32", device: str = "cpu"
+) -> int:
     """Per sample: the int64 indices the lookups keep (item, category, gap per token and per
     skipped exposure; user; the context pair; the match lookups' gap ids), the padding mask (T
     bools) and the token-dropout mask."""
@@ -234,8 +247,9 @@ def embedding_activation_bytes(config: ModelConfig, vocab: Vocab, precision: str
     return total
 
 
-def head_activation_bytes(config: ModelConfig, vocab: Vocab, precision: str = "fp32",
-                          device: str = "cpu") -> int:
+def head_activation_bytes(
+    config: ModelConfig, vocab: Vocab, precision: str = "fp32", device: str = "cpu"
+) -> int:
     """Per sample: the final norm (fp32 input + mean/rstd), the MLP inputs, GELU inputs and
     dropout masks, the history count, the logit and the label; the dot products' operands; the
     skipped exposures' tokens, scores and weights; the match vectors and masks; the dense
@@ -257,8 +271,13 @@ def head_activation_bytes(config: ModelConfig, vocab: Vocab, precision: str = "f
     return total + 2 * FP32  # logit, label
 
 
-def activation_bytes_per_sample(config: ModelConfig, vocab: Vocab, precision: str = "fp32",
-                                checkpointing: bool = False, device: str = "cpu") -> dict[str, int]:
+def activation_bytes_per_sample(
+    config: ModelConfig,
+    vocab: Vocab,
+    precision: str = "fp32",
+    checkpointing: bool = False,
+    device: str = "cpu",
+) -> dict[str, int]:
     """Saved-for-backward bytes per sample, {"embedding", "dense"}.
 
     With checkpointing every layer keeps only its input, and one layer's full
@@ -270,13 +289,17 @@ def activation_bytes_per_sample(config: ModelConfig, vocab: Vocab, precision: st
         encoder = config.layers * checkpointed_layer_bytes(config, t) + layer
     else:
         encoder = config.layers * layer
-    return {"embedding": embedding_activation_bytes(config, vocab, precision, device),
-            "dense": encoder + head_activation_bytes(config, vocab, precision, device)}
+    return {
+        "embedding": embedding_activation_bytes(config, vocab, precision, device),
+        "dense": encoder + head_activation_bytes(config, vocab, precision, device),
+    }
 
 
 def batch_bytes_per_sample(vocab: Vocab) -> int:
     """One training row as the loader delivers it (int64 ids, fp32 count features and label)."""
-    ids = 3 * vocab.seq_len + 3 * vocab.neg_len + 2 + 3 + 2  # sequences, lengths, target, user, context
+    ids = (
+        3 * vocab.seq_len + 3 * vocab.neg_len + 2 + 3 + 2
+    )  # sequences, lengths, target, user, context
     return INDEX_BYTES * ids + FP32 * (vocab.dense + 1)
 
 
@@ -288,11 +311,16 @@ def loader_bytes(setup: MemorySetup) -> int:
 
 def workspace_bytes(setup: MemorySetup, activations: int) -> int:
     """Allocator slack and kernel scratch: 10% of activations (+256 MiB CUDA workspace)."""
-    return int(WORKSPACE_FRACTION * activations) + (CUDA_WORKSPACE_BYTES if setup.device == "cuda" else 0)
+    return int(WORKSPACE_FRACTION * activations) + (
+        CUDA_WORKSPACE_BYTES if setup.device == "cuda" else 0
+    )
 
 
 def _add(*parts: dict[str, int]) -> dict[str, int]:
-    return {"embedding": sum(p["embedding"] for p in parts), "dense": sum(p["dense"] for p in parts)}
+    return {
+        "embedding": sum(p["embedding"] for p in parts),
+        "dense": sum(p["dense"] for p in parts),
+    }
 
 
 def memory_breakdown(setup: MemorySetup) -> dict[str, Any]:
@@ -306,8 +334,9 @@ def memory_breakdown(setup: MemorySetup) -> dict[str, Any]:
     kernel can drop those pages under pressure, so they do not count against the cap).
     """
     params = parameter_split(setup.config, setup.vocab)
-    per_sample = activation_bytes_per_sample(setup.config, setup.vocab, setup.precision,
-                                             setup.activation_checkpointing, setup.device)
+    per_sample = activation_bytes_per_sample(
+        setup.config, setup.vocab, setup.precision, setup.activation_checkpointing, setup.device
+    )
     terms = {
         "weights": weight_bytes(params),
         "gradients": gradient_bytes(setup, params),
@@ -324,10 +353,13 @@ def memory_breakdown(setup: MemorySetup) -> dict[str, Any]:
     terms["mapped_data"] = {"embedding": setup.mapped_bytes, "dense": 0}
     for part in terms.values():
         part["total"] = part["embedding"] + part["dense"]
-    state = _add(*(terms[k] for k in ("weights", "gradients", "optimizer", "autocast_copies",
-                                       "ddp_buckets")))
+    state = _add(
+        *(terms[k] for k in ("weights", "gradients", "optimizer", "autocast_copies", "ddp_buckets"))
+    )
     tensors = _add(state, terms["activations"])
-    total = _add(tensors, terms["loader"], terms["workspace"], terms["runtime"], terms["checkpoint_buffer"])
+    total = _add(
+        tensors, terms["loader"], terms["workspace"], terms["runtime"], terms["checkpoint_buffer"]
+    )
     resident = _add(total, terms["mapped_data"])
     return {
         "terms": terms,

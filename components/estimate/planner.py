@@ -57,8 +57,10 @@ from components.train.model import DENSE_FREQUENCIES, ModelConfig, Vocab, head_w
 from components.train.tuned import TunedTraining, tuned_training
 
 OPTIMIZER_BYTES_PER_PARAM = 28  # AdamW: read param, grad, m, v; write param, m, v (fp32)
-SPARSE_ROW_PASSES = 9  # gather, gradient write, SparseAdam: read grad, param, m, v; write param, m, v
-DENSE_ROW_PASSES = 2   # gather, gradient scatter (the table's optimizer is in the dense update)
+SPARSE_ROW_PASSES = (
+    9  # gather, gradient write, SparseAdam: read grad, param, m, v; write param, m, v
+)
+DENSE_ROW_PASSES = 2  # gather, gradient scatter (the table's optimizer is in the dense update)
 CHECKPOINT_BYTES_PER_PARAM = 12  # fp32 weight + AdamW/SparseAdam's two fp32 moments
 MAX_MICRO_BATCH = 1 << 16
 MAX_PATIENCE = 3
@@ -118,7 +120,8 @@ class EstimateConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise EstimateError(f"{name} must be an integer >= 1, got {value!r}")
         if self.deadline_hours is not None and not (
-                isinstance(self.deadline_hours, int | float) and self.deadline_hours > 0):
+            isinstance(self.deadline_hours, int | float) and self.deadline_hours > 0
+        ):
             raise EstimateError(f"deadline_hours must be > 0, got {self.deadline_hours!r}")
         if not (isinstance(self.deadline_margin, int | float) and 0 <= self.deadline_margin < 1):
             raise EstimateError(f"deadline_margin must be in [0, 1), got {self.deadline_margin!r}")
@@ -139,12 +142,15 @@ class EstimateConfig:
             tuned = tuned_training(self.model)
         except ValueError as exc:
             raise EstimateError(str(exc)) from None
-        base_lr, base_batch = ((tuned.lr, tuned.global_batch) if tuned
-                               else (self.base_lr, self.base_batch))
+        base_lr, base_batch = (
+            (tuned.lr, tuned.global_batch) if tuned else (self.base_lr, self.base_batch)
+        )
         lr = base_lr * self.global_batch / base_batch
         if not lr < 1:
-            raise EstimateError(f"the scaled lr {lr:g} (base_lr {base_lr:g} x {self.global_batch}"
-                                f"/{base_batch}) must be < 1; lower base_lr or global_batch")
+            raise EstimateError(
+                f"the scaled lr {lr:g} (base_lr {base_lr:g} x {self.global_batch}"
+                f"/{base_batch}) must be < 1; lower base_lr or global_batch"
+            )
 
     def training(self) -> tuple[TunedTraining, bool]:
         """(lr at a batch, weight decay, warmup) this plan scales from, and whether a tuned file
@@ -152,8 +158,12 @@ class EstimateConfig:
         tuned = tuned_training(self.model)
         if tuned:
             return tuned, True
-        defaults = TunedTraining(lr=self.base_lr, weight_decay=TrainPlan.weight_decay,
-                                 warmup_fraction=self.warmup_fraction, global_batch=self.base_batch)
+        defaults = TunedTraining(
+            lr=self.base_lr,
+            weight_decay=TrainPlan.weight_decay,
+            warmup_fraction=self.warmup_fraction,
+            global_batch=self.base_batch,
+        )
         return defaults, False
 
 
@@ -177,14 +187,19 @@ def flops_per_sample(config: ModelConfig, vocab: Vocab, checkpointing: bool = Fa
     return 3 * (encoder + head) + (encoder if checkpointing else 0)
 
 
-def allreduce_seconds(grad_bytes: float, profile: HardwareProfile, nproc: int, nnodes: int) -> float:
+def allreduce_seconds(
+    grad_bytes: float, profile: HardwareProfile, nproc: int, nnodes: int
+) -> float:
     """Ring all-reduce of the gradients once per optimizer step (2·(W-1)/W of the bytes) plus the
     profile's fixed synchronization latency."""
     world = nproc * nnodes
     if world <= 1:
         return 0.0
-    bandwidth = (profile.inter_node_bandwidth_bytes_per_s if nnodes > 1
-                 else profile.intra_node_bandwidth_bytes_per_s)
+    bandwidth = (
+        profile.inter_node_bandwidth_bytes_per_s
+        if nnodes > 1
+        else profile.intra_node_bandwidth_bytes_per_s
+    )
     return 2 * (world - 1) / world * grad_bytes / bandwidth + profile.allreduce_latency_seconds
 
 
@@ -193,8 +208,13 @@ def embedding_bytes_per_sample(config: ModelConfig, vocab: Vocab, sparse: bool) 
     per history token and target, user, the context pair) is gathered and its gradient written;
     sparse tables' rows are also updated in place by SparseAdam (param, m, v read and written)."""
     t = vocab.seq_len + 1
-    rows = {"item": (t, config.d_model), "category": (t, config.d_model), "gap": (vocab.seq_len, config.d_model),
-            "user": (1, config.user_width), "context": (2, config.context_dim)}
+    rows = {
+        "item": (t, config.d_model),
+        "category": (t, config.d_model),
+        "gap": (vocab.seq_len, config.d_model),
+        "user": (1, config.user_width),
+        "context": (2, config.context_dim),
+    }
     total = 0.0
     for name, (count, width) in rows.items():
         passes = SPARSE_ROW_PASSES if sparse and name in ("item", "user") else DENSE_ROW_PASSES
@@ -202,11 +222,25 @@ def embedding_bytes_per_sample(config: ModelConfig, vocab: Vocab, sparse: bool) 
     return total
 
 
-def time_model(*, profile: HardwareProfile, flops: float, micro_batch: int, grad_accum: int,
-               nproc: int, nnodes: int, reduced_bytes: float, optimizer_params: int,
-               embedding_bytes: float, steps_per_epoch: int, val_rows: int, checkpoint_bytes: float,
-               max_epochs: int, max_lost_seconds: float, mfu: float,
-               measured: dict | None = None) -> dict[str, float]:
+def time_model(
+    *,
+    profile: HardwareProfile,
+    flops: float,
+    micro_batch: int,
+    grad_accum: int,
+    nproc: int,
+    nnodes: int,
+    reduced_bytes: float,
+    optimizer_params: int,
+    embedding_bytes: float,
+    steps_per_epoch: int,
+    val_rows: int,
+    checkpoint_bytes: float,
+    max_epochs: int,
+    max_lost_seconds: float,
+    mfu: float,
+    measured: dict | None = None,
+) -> dict[str, float]:
     """Seconds of the whole training run, term by term.
 
     micro-step = max(compute, memory traffic, latency floor), or the probe's measured micro-step;
@@ -220,7 +254,9 @@ def time_model(*, profile: HardwareProfile, flops: float, micro_batch: int, grad
     world = nproc * nnodes
     compute = micro_batch * flops / (profile.bf16_flops * mfu)
     bandwidth = profile.hbm_bandwidth_bytes_per_s * profile.memory_efficiency
-    memory = (micro_batch * embedding_bytes + optimizer_params * OPTIMIZER_BYTES_PER_PARAM / grad_accum) / bandwidth
+    memory = (
+        micro_batch * embedding_bytes + optimizer_params * OPTIMIZER_BYTES_PER_PARAM / grad_accum
+    ) / bandwidth
     floor = profile.step_latency_seconds
     modelled = max(compute, memory, floor)
     micro = micro_batch / measured["samples_per_s"] if measured else modelled
@@ -244,20 +280,38 @@ def time_model(*, profile: HardwareProfile, flops: float, micro_batch: int, grad
     if measured and "startup_seconds" in measured:  # the launched probe timed the whole start-up
         launch = measured["startup_seconds"]
     else:
-        launch = (profile.startup_seconds + (nproc - 1) * profile.startup_seconds_per_process
-                  + (measured.get("setup_seconds", 0.0) if measured else 0.0))
+        launch = (
+            profile.startup_seconds
+            + (nproc - 1) * profile.startup_seconds_per_process
+            + (measured.get("setup_seconds", 0.0) if measured else 0.0)
+        )
     startup = launch + profile.pod_startup_seconds + profile.image_pull_seconds
-    return {"compute_seconds": compute, "memory_seconds": memory, "latency_floor_seconds": floor,
-            "micro_step_seconds": micro, "bound": ("measured" if measured else
-                                                   max((compute, "compute"), (memory, "memory"),
-                                                       (floor, "latency"))[1]),
-            "allreduce_seconds": comm, "step_seconds": step, "validation_seconds": validation,
-            "checkpoint_write_seconds": write, "checkpoint_every_steps": every,
-            "checkpoint_seconds": checkpoints, "epoch_seconds": epoch, "startup_seconds": startup,
-            "total_seconds": startup + max_epochs * epoch, "steps_per_epoch": steps_per_epoch}
+    return {
+        "compute_seconds": compute,
+        "memory_seconds": memory,
+        "latency_floor_seconds": floor,
+        "micro_step_seconds": micro,
+        "bound": (
+            "measured"
+            if measured
+            else max((compute, "compute"), (memory, "memory"), (floor, "latency"))[1]
+        ),
+        "allreduce_seconds": comm,
+        "step_seconds": step,
+        "validation_seconds": validation,
+        "checkpoint_write_seconds": write,
+        "checkpoint_every_steps": every,
+        "checkpoint_seconds": checkpoints,
+        "epoch_seconds": epoch,
+        "startup_seconds": startup,
+        "total_seconds": startup + max_epochs * epoch,
+        "steps_per_epoch": steps_per_epoch,
+    }
 
 
-def checkpoint_interval(epoch_train_seconds: float, step_seconds: float, max_lost_seconds: float) -> int:
+def checkpoint_interval(
+    epoch_train_seconds: float, step_seconds: float, max_lost_seconds: float
+) -> int:
     """Optimizer steps between mid-epoch ``last`` checkpoints so a preemption loses at most
     ``max_lost_seconds``; 0 when an epoch is that short (the per-epoch checkpoint suffices)."""
     if epoch_train_seconds <= max_lost_seconds:
@@ -290,16 +344,36 @@ def world_candidates(profile: HardwareProfile) -> list[tuple[int, int]]:
     return out
 
 
-def setup_for(config: ModelConfig, vocab: Vocab, profile: HardwareProfile, *, micro: int, accum: int,
-              world: int, precision: str, checkpointing: bool, num_workers: int,
-              prefetch: int, mapped_bytes: int = 0) -> MemorySetup:
-    return MemorySetup(config=config, vocab=vocab, micro_batch=micro, grad_accum=accum, world_size=world,
-                       precision=precision, activation_checkpointing=checkpointing,
-                       sparse=not profile.is_gpu, device="cuda" if profile.is_gpu else "cpu",
-                       num_workers=num_workers, prefetch_factor=prefetch,
-                       runtime_bytes=profile.process_baseline_bytes,
-                       mapped_bytes=0 if profile.is_gpu else mapped_bytes,
-                       checkpoint_bytes=0 if profile.is_gpu else checkpoint_buffer_bytes(config, vocab))
+def setup_for(
+    config: ModelConfig,
+    vocab: Vocab,
+    profile: HardwareProfile,
+    *,
+    micro: int,
+    accum: int,
+    world: int,
+    precision: str,
+    checkpointing: bool,
+    num_workers: int,
+    prefetch: int,
+    mapped_bytes: int = 0,
+) -> MemorySetup:
+    return MemorySetup(
+        config=config,
+        vocab=vocab,
+        micro_batch=micro,
+        grad_accum=accum,
+        world_size=world,
+        precision=precision,
+        activation_checkpointing=checkpointing,
+        sparse=not profile.is_gpu,
+        device="cuda" if profile.is_gpu else "cpu",
+        num_workers=num_workers,
+        prefetch_factor=prefetch,
+        runtime_bytes=profile.process_baseline_bytes,
+        mapped_bytes=0 if profile.is_gpu else mapped_bytes,
+        checkpoint_bytes=0 if profile.is_gpu else checkpoint_buffer_bytes(config, vocab),
+    )
 
 
 def checkpoint_buffer_bytes(config: ModelConfig, vocab: Vocab) -> int:
@@ -308,10 +382,20 @@ def checkpoint_buffer_bytes(config: ModelConfig, vocab: Vocab) -> int:
     return 2 * CHECKPOINT_BYTES_PER_PARAM * parameter_split(config, vocab)["total"]
 
 
-def largest_micro_batch(config: ModelConfig, vocab: Vocab, profile: HardwareProfile, cap: float,
-                        per_process: int, world: int, precision: str, checkpointing: bool,
-                        num_workers: int, prefetch: int, probe: dict | None = None,
-                        mapped_bytes: int = 0) -> tuple[int, dict] | None:
+def largest_micro_batch(
+    config: ModelConfig,
+    vocab: Vocab,
+    profile: HardwareProfile,
+    cap: float,
+    per_process: int,
+    world: int,
+    precision: str,
+    checkpointing: bool,
+    num_workers: int,
+    prefetch: int,
+    probe: dict | None = None,
+    mapped_bytes: int = 0,
+) -> tuple[int, dict] | None:
     """The largest power-of-two micro-batch dividing ``per_process`` whose peak fits under
     ``cap``, with its memory breakdown; None when not even 1 fits."""
     micro = 1
@@ -319,9 +403,19 @@ def largest_micro_batch(config: ModelConfig, vocab: Vocab, profile: HardwareProf
         micro *= 2
     while micro >= 1:
         accum = per_process // micro
-        setup = setup_for(config, vocab, profile, micro=micro, accum=accum, world=world,
-                          precision=precision, checkpointing=checkpointing,
-                          num_workers=num_workers, prefetch=prefetch, mapped_bytes=mapped_bytes)
+        setup = setup_for(
+            config,
+            vocab,
+            profile,
+            micro=micro,
+            accum=accum,
+            world=world,
+            precision=precision,
+            checkpointing=checkpointing,
+            num_workers=num_workers,
+            prefetch=prefetch,
+            mapped_bytes=mapped_bytes,
+        )
         breakdown = apply_probe(memory_breakdown(setup), setup, probe)
         if breakdown["total"]["total"] <= cap:
             return micro, breakdown
@@ -338,8 +432,11 @@ def apply_probe(breakdown: dict, setup: MemorySetup, probe: dict | None) -> dict
     delta = int(measured - modelled)
     out = {**breakdown, "probe_adjustment_bytes": delta}
     for key in ("total", "resident"):
-        out[key] = {**breakdown[key], "dense": breakdown[key]["dense"] + delta,
-                    "total": breakdown[key]["total"] + delta}
+        out[key] = {
+            **breakdown[key],
+            "dense": breakdown[key]["dense"] + delta,
+            "total": breakdown[key]["total"] + delta,
+        }
     return out
 
 
@@ -363,12 +460,15 @@ def run_probe(config: ModelConfig, vocab: Vocab, profile: HardwareProfile, preci
     from components.estimate.probe import probe
 
     if not hardware_present(profile):
-        raise EstimateError(f"--probe measures this machine's device, but profile {profile.name} is a "
-                            f"GPU and no CUDA device is visible here; drop --probe or run it on the GPU")
+        raise EstimateError(
+            f"--probe measures this machine's device, but profile {profile.name} is a "
+            f"GPU and no CUDA device is visible here; drop --probe or run it on the GPU"
+        )
     torch.set_num_threads(1)
     device = "cuda" if profile.is_gpu else "cpu"
-    result = probe(config, vocab, sparse=not profile.is_gpu, precision=precision, device=device,
-                   timing_steps=0)
+    result = probe(
+        config, vocab, sparse=not profile.is_gpu, precision=precision, device=device, timing_steps=0
+    )
     if device == "cpu":
         result["activation_bytes_per_sample"] = result["saved_bytes_per_sample"]
     else:  # the slope also holds the per-sample sparse/dense gradient bytes: none on CUDA (dense)
@@ -444,12 +544,16 @@ class Planner:
         self.cap = config.memory_fraction * profile.memory_bytes
         self.mfu = config.mfu or profile.mfu
         self.probe_on = hardware_present(profile) if config.probe is None else config.probe
-        self.probed = run_probe(self.mconf, self.vocab, profile, self.precision) if config.probe else None
+        self.probed = (
+            run_probe(self.mconf, self.vocab, profile, self.precision) if config.probe else None
+        )
         self.mapped = mapped_train_bytes(self.meta)
         self.deadline_s = config.deadline_hours * 3600 if config.deadline_hours else None
         self.headroom = 1 + config.deadline_margin
         self.training, self.from_file = config.training()
-        self.patience = choose_patience(config.max_epochs) if config.patience is None else config.patience
+        self.patience = (
+            choose_patience(config.max_epochs) if config.patience is None else config.patience
+        )
         self.speed: dict | None = None
         """The launched speed probe's measurement (one for every candidate of a CPU profile)."""
         self.unprobed = None if hardware_present(profile) else "no such device here"
@@ -458,39 +562,83 @@ class Planner:
     def plan(self, c: Candidate) -> TrainPlan:
         config, training = self.config, self.training
         return TrainPlan(
-            model=config.model, micro_batch=c.micro, grad_accum=c.accum, nproc_per_node=c.nproc,
-            nnodes=c.nnodes, precision=self.precision, activation_checkpointing=c.checkpointing,
-            sparse_embeddings="auto", lr=training.lr * config.global_batch / training.global_batch,
-            warmup_fraction=training.warmup_fraction, weight_decay=training.weight_decay,
-            max_epochs=config.max_epochs, patience=self.patience, num_workers=self.num_workers,
-            prefetch_factor=self.prefetch, pin_memory=self.gpu, persistent_workers=self.num_workers > 0,
-            cpu_threads=1, checkpoint_every_steps=c.times["checkpoint_every_steps"],
-            max_lost_minutes=config.max_lost_minutes)
+            model=config.model,
+            micro_batch=c.micro,
+            grad_accum=c.accum,
+            nproc_per_node=c.nproc,
+            nnodes=c.nnodes,
+            precision=self.precision,
+            activation_checkpointing=c.checkpointing,
+            sparse_embeddings="auto",
+            lr=training.lr * config.global_batch / training.global_batch,
+            warmup_fraction=training.warmup_fraction,
+            weight_decay=training.weight_decay,
+            max_epochs=config.max_epochs,
+            patience=self.patience,
+            num_workers=self.num_workers,
+            prefetch_factor=self.prefetch,
+            pin_memory=self.gpu,
+            persistent_workers=self.num_workers > 0,
+            cpu_threads=1,
+            checkpoint_every_steps=c.times["checkpoint_every_steps"],
+            max_lost_minutes=config.max_lost_minutes,
+        )
 
     def fit(self, nproc: int, nnodes: int) -> Candidate | None:
         """The largest micro-batch that fits ``nproc`` x ``nnodes`` (with activation checkpointing only
         when needed); None when the global batch does not divide; InfeasibleError when nothing fits."""
         world, config = nproc * nnodes, self.config
         if config.global_batch % world:
-            self.tried.append(f"{world} processes (global batch {config.global_batch} not divisible)")
+            self.tried.append(
+                f"{world} processes (global batch {config.global_batch} not divisible)"
+            )
             return None
         per_process = config.global_batch // world
         for checkpointing in (False, True):
-            found = largest_micro_batch(self.mconf, self.vocab, self.profile, self.cap, per_process, world,
-                                        self.precision, checkpointing, self.num_workers, self.prefetch,
-                                        self.probed, self.mapped)
+            found = largest_micro_batch(
+                self.mconf,
+                self.vocab,
+                self.profile,
+                self.cap,
+                per_process,
+                world,
+                self.precision,
+                checkpointing,
+                self.num_workers,
+                self.prefetch,
+                self.probed,
+                self.mapped,
+            )
             if found:
                 micro, breakdown = found
-                return Candidate(nproc, nnodes, micro, per_process // micro, checkpointing, breakdown,
-                                 flops_per_sample(self.mconf, self.vocab, checkpointing))
-        setup = setup_for(self.mconf, self.vocab, self.profile, micro=1, accum=per_process, world=world,
-                          precision=self.precision, checkpointing=True, num_workers=self.num_workers,
-                          prefetch=self.prefetch, mapped_bytes=self.mapped)
+                return Candidate(
+                    nproc,
+                    nnodes,
+                    micro,
+                    per_process // micro,
+                    checkpointing,
+                    breakdown,
+                    flops_per_sample(self.mconf, self.vocab, checkpointing),
+                )
+        setup = setup_for(
+            self.mconf,
+            self.vocab,
+            self.profile,
+            micro=1,
+            accum=per_process,
+            world=world,
+            precision=self.precision,
+            checkpointing=True,
+            num_workers=self.num_workers,
+            prefetch=self.prefetch,
+            mapped_bytes=self.mapped,
+        )
         need = apply_probe(memory_breakdown(setup), setup, self.probed)["total"]["total"]
         raise InfeasibleError(
             f"{config.model} does not fit on {self.profile.name}: even micro-batch 1 with activation "
             f"checkpointing needs {gb(need)} per device, above the cap {gb(self.cap)} "
-            f"({config.memory_fraction:.0%} of {gb(self.profile.memory_bytes)})")
+            f"({config.memory_fraction:.0%} of {gb(self.profile.memory_bytes)})"
+        )
 
     def measure(self, c: Candidate) -> None:
         """Run the speed probe once, in ``c``'s processes, where the hardware is here."""
@@ -507,12 +655,23 @@ class Planner:
         params, gpu, config = self.params, self.gpu, self.config
         reduced_params = params["total"] if gpu else params["other_tables"] + params["dense"]
         c.times = time_model(
-            profile=self.profile, flops=c.flops, micro_batch=c.micro, grad_accum=c.accum, nproc=c.nproc,
-            nnodes=c.nnodes, reduced_bytes=FP32 * reduced_params, optimizer_params=reduced_params,
+            profile=self.profile,
+            flops=c.flops,
+            micro_batch=c.micro,
+            grad_accum=c.accum,
+            nproc=c.nproc,
+            nnodes=c.nnodes,
+            reduced_bytes=FP32 * reduced_params,
+            optimizer_params=reduced_params,
             embedding_bytes=embedding_bytes_per_sample(self.mconf, self.vocab, sparse=not gpu),
-            steps_per_epoch=math.ceil(self.train_rows / config.global_batch), val_rows=self.val_rows,
-            checkpoint_bytes=CHECKPOINT_BYTES_PER_PARAM * params["total"], max_epochs=config.max_epochs,
-            max_lost_seconds=60 * config.max_lost_minutes, mfu=self.mfu, measured=self.speed)
+            steps_per_epoch=math.ceil(self.train_rows / config.global_batch),
+            val_rows=self.val_rows,
+            checkpoint_bytes=CHECKPOINT_BYTES_PER_PARAM * params["total"],
+            max_epochs=config.max_epochs,
+            max_lost_seconds=60 * config.max_lost_minutes,
+            mfu=self.mfu,
+            measured=self.speed,
+        )
         self.tried.append(f"{c.world} x {self.profile.name}: {c.total_seconds / 3600:.2f} h")
         return c
 
@@ -531,8 +690,10 @@ class Planner:
             if self.deadline_s is None or self.meets_deadline(chosen) or not self.gpu:
                 break
         if fastest is None:  # pragma: no cover - CPU candidates end at 1 process, GPUs at 1 device
-            raise InfeasibleError(f"no world size of {self.profile.name} divides global batch "
-                                  f"{self.config.global_batch}: {'; '.join(self.tried)}")
+            raise InfeasibleError(
+                f"no world size of {self.profile.name} divides global batch "
+                f"{self.config.global_batch}: {'; '.join(self.tried)}"
+            )
         if self.deadline_s is not None and not self.meets_deadline(fastest):
             config, t = self.config, fastest.times
             raise InfeasibleError(
@@ -541,7 +702,8 @@ class Planner:
                 f"{config.max_epochs} epochs of {self.train_rows:,} rows take {t['total_seconds'] / 3600:.2f} h "
                 f"({t['total_seconds']:,.0f} s) at best ({fastest.nproc} per node x {fastest.nnodes} nodes): "
                 f"start-up {t['startup_seconds']:,.0f} s + {config.max_epochs} x {t['epoch_seconds']:,.1f} s per "
-                f"epoch, {config.deadline_margin:.0%} headroom for the estimate's error; tried {'; '.join(self.tried)}")
+                f"epoch, {config.deadline_margin:.0%} headroom for the estimate's error; tried {'; '.join(self.tried)}"
+            )
         return chosen
 
     def meets_deadline(self, c: Candidate) -> bool:
@@ -550,64 +712,106 @@ class Planner:
     def rate_note(self, c: Candidate) -> str:
         speed, t, profile = self.speed, c.times, self.profile
         if speed:
-            return (f"probe-measured on this machine: {speed['samples_per_s']:,.0f} samples/s per process "
-                    f"(micro-batch {speed['micro_batch']}, real rows), validation "
-                    f"{speed['eval_samples_per_s']:,.0f} rows/s")
-        return (f"modelled: micro-step bound by {t['bound']} ({c.flops / 1e6:.2f} MFLOP/sample at MFU "
-                f"{self.mfu:.3g} of {profile.bf16_flops / 1e12:g} TFLOP/s; latency floor "
-                f"{profile.step_latency_seconds * 1e3:g} ms)" + (f"; not probed: {self.unprobed}" if self.unprobed else ""))
+            return (
+                f"probe-measured on this machine: {speed['samples_per_s']:,.0f} samples/s per process "
+                f"(micro-batch {speed['micro_batch']}, real rows), validation "
+                f"{speed['eval_samples_per_s']:,.0f} rows/s"
+            )
+        return (
+            f"modelled: micro-step bound by {t['bound']} ({c.flops / 1e6:.2f} MFLOP/sample at MFU "
+            f"{self.mfu:.3g} of {profile.bf16_flops / 1e12:g} TFLOP/s; latency floor "
+            f"{profile.step_latency_seconds * 1e3:g} ms)"
+            + (f"; not probed: {self.unprobed}" if self.unprobed else "")
+        )
 
     def rationale(self, c: Candidate) -> dict[str, str]:
         """Why each setting of the plan is what it is, one line each."""
-        config, profile, params, t, training = self.config, self.profile, self.params, c.times, self.training
+        config, profile, params, t, training = (
+            self.config,
+            self.profile,
+            self.params,
+            c.times,
+            self.training,
+        )
         gpu, patience, num_workers = self.gpu, self.patience, self.num_workers
         return {
             "model": f"{config.model}: {params['total']:,} parameters ({params['embedding']:,} embedding, "
-                     f"{params['dense']:,} dense) at the dataset's vocab",
+            f"{params['dense']:,} dense) at the dataset's vocab",
             "micro_batch": f"largest power of two that divides the per-process batch and fits: peak "
-                           f"{gb(c.breakdown['total']['total'])} <= cap {gb(self.cap)} ({config.memory_fraction:.0%} "
-                           f"of {gb(profile.memory_bytes)})",
+            f"{gb(c.breakdown['total']['total'])} <= cap {gb(self.cap)} ({config.memory_fraction:.0%} "
+            f"of {gb(profile.memory_bytes)})",
             "grad_accum": f"{config.global_batch} global = {c.micro} micro x {c.accum} accum x {c.world} processes",
-            "nproc_per_node": (f"fewest devices finishing {config.max_epochs} epochs in "
-                               f"{config.deadline_hours:g} h" if self.deadline_s and gpu else
-                               "one GPU (no deadline given)" if gpu else
-                               "one process per core, 1 intra-op thread each (docs/tuning.md: one intra-op "
-                               "thread per CPU process)" if c.nproc == profile.gpus_per_node else
-                               f"{c.nproc} processes: the largest count <= {profile.gpus_per_node} cores "
-                               f"that divides global batch {config.global_batch}"),
+            "nproc_per_node": (
+                f"fewest devices finishing {config.max_epochs} epochs in "
+                f"{config.deadline_hours:g} h"
+                if self.deadline_s and gpu
+                else "one GPU (no deadline given)"
+                if gpu
+                else "one process per core, 1 intra-op thread each (docs/tuning.md: one intra-op "
+                "thread per CPU process)"
+                if c.nproc == profile.gpus_per_node
+                else f"{c.nproc} processes: the largest count <= {profile.gpus_per_node} cores "
+                f"that divides global batch {config.global_batch}"
+            ),
             "nnodes": f"{c.nnodes} of at most {profile.max_nodes} in the {profile.name} pool",
-            "precision": ("bf16 autocast: the profile supports it" if self.precision == "bf16"
-                          else "fp32: no bf16 training on this device"),
-            "activation_checkpointing": ("on: micro-batch 1 does not fit without it" if c.checkpointing
-                                         else "off: the model fits without recomputation"),
-            "sparse_embeddings": ("auto: dense tables with NCCL (it cannot reduce sparse gradients)" if gpu
-                                  else "auto: sparse item/user tables with gloo (SparseAdam)"),
+            "precision": (
+                "bf16 autocast: the profile supports it"
+                if self.precision == "bf16"
+                else "fp32: no bf16 training on this device"
+            ),
+            "activation_checkpointing": (
+                "on: micro-batch 1 does not fit without it"
+                if c.checkpointing
+                else "off: the model fits without recomputation"
+            ),
+            "sparse_embeddings": (
+                "auto: dense tables with NCCL (it cannot reduce sparse gradients)"
+                if gpu
+                else "auto: sparse item/user tables with gloo (SparseAdam)"
+            ),
             "lr": f"{training.lr:g} x {config.global_batch}/{training.global_batch} (linear scaling), "
-                  f"{training.warmup_fraction:.0%} warmup"
-                  + (f", weight decay {training.weight_decay:g}: tuned settings of {config.model}"
-                     if self.from_file else ""),
+            f"{training.warmup_fraction:.0%} warmup"
+            + (
+                f", weight decay {training.weight_decay:g}: tuned settings of {config.model}"
+                if self.from_file
+                else ""
+            ),
             "max_epochs": f"{config.max_epochs} epochs at most; the time estimate assumes all of them",
-            "patience": (f"{patience}: " + (f"early stopping can end the run after epoch {patience + 1} of "
-                                            f"{config.max_epochs} when the first epoch stays the best"
-                                            if 0 < patience <= config.max_epochs - 2 else
-                                            "early stopping cannot end this run before max_epochs")
-                         + (" (given)" if config.patience is not None else
-                            " (1 for short schedules: click models tend to peak after one or two epochs)")),
+            "patience": (
+                f"{patience}: "
+                + (
+                    f"early stopping can end the run after epoch {patience + 1} of "
+                    f"{config.max_epochs} when the first epoch stays the best"
+                    if 0 < patience <= config.max_epochs - 2
+                    else "early stopping cannot end this run before max_epochs"
+                )
+                + (
+                    " (given)"
+                    if config.patience is not None
+                    else " (1 for short schedules: click models tend to peak after one or two epochs)"
+                )
+            ),
             "checkpoint_every_steps": (
                 f"{t['checkpoint_every_steps']}: at most {config.max_lost_minutes:g} min of training lost to a "
                 f"preemption ({t['step_seconds']:.3g} s per step; each write ~{t['checkpoint_write_seconds']:.2g} s)"
-                if t["checkpoint_every_steps"] else
-                f"0: an epoch's training ({t['steps_per_epoch'] * t['step_seconds']:,.0f} s) is under "
-                f"{config.max_lost_minutes:g} min, the per-epoch checkpoint bounds the loss"),
-            "num_workers": (f"{num_workers} loader workers: {profile.cpu_cores_per_gpu} CPU cores per GPU, "
-                            f"one left for the training process" if gpu else
-                            "0 loader workers: on CPU the cores train (docs/tuning.md)"),
+                if t["checkpoint_every_steps"]
+                else f"0: an epoch's training ({t['steps_per_epoch'] * t['step_seconds']:,.0f} s) is under "
+                f"{config.max_lost_minutes:g} min, the per-epoch checkpoint bounds the loss"
+            ),
+            "num_workers": (
+                f"{num_workers} loader workers: {profile.cpu_cores_per_gpu} CPU cores per GPU, "
+                f"one left for the training process"
+                if gpu
+                else "0 loader workers: on CPU the cores train (docs/tuning.md)"
+            ),
             "cpu_threads": "1 intra-op thread per process: CPU training scales with processes (docs/tuning.md)",
             "throughput": self.rate_note(c),
-            "time": (f"start-up {t['startup_seconds']:,.0f} s + {config.max_epochs} x ({t['steps_per_epoch']:,} "
-                     f"steps x {t['step_seconds']:.3g} s + validation {t['validation_seconds']:,.1f} s + "
-                     f"checkpoints {t['checkpoint_seconds']:,.1f} s) = {duration(t['total_seconds'])}; constants "
-                     f"from {profile.source}"),
+            "time": (
+                f"start-up {t['startup_seconds']:,.0f} s + {config.max_epochs} x ({t['steps_per_epoch']:,} "
+                f"steps x {t['step_seconds']:.3g} s + validation {t['validation_seconds']:,.1f} s + "
+                f"checkpoints {t['checkpoint_seconds']:,.1f} s) = {duration(t['total_seconds'])}; constants "
+                f"from {profile.source}"
+            ),
         }
 
     def document(self, c: Candidate) -> dict[str, Any]:
@@ -615,34 +819,54 @@ class Planner:
         config, profile, speed = self.config, self.profile, self.speed
         return {
             "hardware": profile.as_dict(),
-            "dataset": {"path": str(config.data), "train_rows": self.train_rows, "val_rows": self.val_rows,
-                        "fingerprint": self.meta.get("fingerprint"), "vocab": dataclasses.asdict(self.vocab),
-                        "mapped_train_bytes": self.mapped},
+            "dataset": {
+                "path": str(config.data),
+                "train_rows": self.train_rows,
+                "val_rows": self.val_rows,
+                "fingerprint": self.meta.get("fingerprint"),
+                "vocab": dataclasses.asdict(self.vocab),
+                "mapped_train_bytes": self.mapped,
+            },
             "parameters": self.params,
-            "memory": {**c.breakdown, "cap_bytes": self.cap, "device_memory_bytes": profile.memory_bytes,
-                       "memory_fraction": config.memory_fraction},
+            "memory": {
+                **c.breakdown,
+                "cap_bytes": self.cap,
+                "device_memory_bytes": profile.memory_bytes,
+                "memory_fraction": config.memory_fraction,
+            },
             "throughput": {
-                "flops_per_sample": c.flops, "mfu": None if speed else self.mfu, "device_flops": profile.bf16_flops,
+                "flops_per_sample": c.flops,
+                "mfu": None if speed else self.mfu,
+                "device_flops": profile.bf16_flops,
                 "measured_samples_per_s": speed["samples_per_s"] if speed else None,
-                "source": "probe" if speed else "modelled", "note": self.rate_note(c),
+                "source": "probe" if speed else "modelled",
+                "note": self.rate_note(c),
                 "samples_per_s": config.global_batch / c.times["step_seconds"],
             },
-            "times": {**c.times, "epochs_assumed": config.max_epochs, "deadline_hours": config.deadline_hours,
-                      "max_lost_minutes": config.max_lost_minutes,
-                      "sources": {k: profile.sources.get(k) for k in TIME_FIELDS}},
+            "times": {
+                **c.times,
+                "epochs_assumed": config.max_epochs,
+                "deadline_hours": config.deadline_hours,
+                "max_lost_minutes": config.max_lost_minutes,
+                "sources": {k: profile.sources.get(k) for k in TIME_FIELDS},
+            },
             "candidates": self.tried,
             "probe": self.probed,
             "speed_probe": speed,
             "config": dataclasses.asdict(config),
         }
 
+
 def estimate(config: EstimateConfig) -> dict[str, Any]:
     """The plan document ({"train", "rationale", "estimate"}) for ``config``: fit each world size in
     memory, probe and time it, choose, explain."""
     planner = Planner(config)
     chosen = planner.search()
-    return {"train": planner.plan(chosen), "rationale": planner.rationale(chosen),
-            "estimate": planner.document(chosen)}
+    return {
+        "train": planner.plan(chosen),
+        "rationale": planner.rationale(chosen),
+        "estimate": planner.document(chosen),
+    }
 
 
 def write(config: EstimateConfig, out: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -667,27 +891,42 @@ def table(doc: dict[str, Any]) -> str:
         ("model", plan.model),
         ("hardware", est["hardware"]["name"]),
         ("world", f"{plan.nproc_per_node} per node x {plan.nnodes} nodes = {plan.world_size}"),
-        ("micro_batch x accum", f"{plan.micro_batch} x {plan.grad_accum} (global {plan.global_batch})"),
+        (
+            "micro_batch x accum",
+            f"{plan.micro_batch} x {plan.grad_accum} (global {plan.global_batch})",
+        ),
         ("precision", plan.precision),
         ("activation ckpt", str(plan.activation_checkpointing)),
         ("sparse_embeddings", plan.sparse_embeddings),
         ("lr / warmup", f"{plan.lr:g} / {plan.warmup_fraction:.0%}"),
         ("loader workers", str(plan.num_workers)),
         ("max_epochs / patience", f"{plan.max_epochs} / {plan.patience}"),
-        ("checkpoint every", f"{plan.checkpoint_every_steps} steps" if plan.checkpoint_every_steps
-         else "epoch"),
+        (
+            "checkpoint every",
+            f"{plan.checkpoint_every_steps} steps" if plan.checkpoint_every_steps else "epoch",
+        ),
         ("peak memory", f"{gb(mem['total']['total'])} of cap {gb(mem['cap_bytes'])}"),
     ]
     for term, part in mem["terms"].items():
-        rows.append((f"  {term}", f"{gb(part['total'])} (embedding {gb(part['embedding'])}, "
-                                  f"dense {gb(part['dense'])})"))
+        rows.append(
+            (
+                f"  {term}",
+                f"{gb(part['total'])} (embedding {gb(part['embedding'])}, "
+                f"dense {gb(part['dense'])})",
+            )
+        )
     t = est["times"]
-    rows += [("samples/s", f"{est['throughput']['samples_per_s']:,.0f} ({est['throughput']['source']})"),
-             ("step / epoch", f"{t['step_seconds'] * 1000:.2f} ms / {duration(t['epoch_seconds'])} "
-                              f"(validation {duration(t['validation_seconds'])}, checkpoints "
-                              f"{duration(t['checkpoint_seconds'])})"),
-             ("start-up", duration(t["startup_seconds"])),
-             (f"{t['epochs_assumed']} epochs", duration(t["total_seconds"]))]
+    rows += [
+        ("samples/s", f"{est['throughput']['samples_per_s']:,.0f} ({est['throughput']['source']})"),
+        (
+            "step / epoch",
+            f"{t['step_seconds'] * 1000:.2f} ms / {duration(t['epoch_seconds'])} "
+            f"(validation {duration(t['validation_seconds'])}, checkpoints "
+            f"{duration(t['checkpoint_seconds'])})",
+        ),
+        ("start-up", duration(t["startup_seconds"])),
+        (f"{t['epochs_assumed']} epochs", duration(t["total_seconds"])),
+    ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
     lines += ["", "rationale:"] + [f"  {k}: {v}" for k, v in doc["rationale"].items()]

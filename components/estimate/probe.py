@@ -43,8 +43,9 @@ from components.train.trainer import Optimizers, autocast_for
 WARM_BATCH = 8
 
 
-def synthetic_batch(vocab: Vocab, batch: int, seed: int = 0, device: str | torch.device = "cpu"
-                    ) -> dict[str, torch.Tensor]:
+def synthetic_batch(
+    vocab: Vocab, batch: int, seed: int = 0, device: str | torch.device = "cpu"
+) -> dict[str, torch.Tensor]:
     """A batch of the trainer's batch contract with full histories (clicks and skipped exposures),
     random ids and standard-normal count features."""
     g = np.random.default_rng(seed)
@@ -55,16 +56,25 @@ def synthetic_batch(vocab: Vocab, batch: int, seed: int = 0, device: str | torch
 
     negatives = vocab.neg_len
     out = {
-        "hist_item": ids(vocab.item, (batch, length)), "hist_cat": ids(vocab.category, (batch, length)),
-        "hist_gap": ids(vocab.gap, (batch, length)), "hist_len": torch.full((batch,), length, dtype=torch.int64),
-        "neg_item": ids(vocab.item, (batch, negatives)), "neg_cat": ids(vocab.category, (batch, negatives)),
+        "hist_item": ids(vocab.item, (batch, length)),
+        "hist_cat": ids(vocab.category, (batch, length)),
+        "hist_gap": ids(vocab.gap, (batch, length)),
+        "hist_len": torch.full((batch,), length, dtype=torch.int64),
+        "neg_item": ids(vocab.item, (batch, negatives)),
+        "neg_cat": ids(vocab.category, (batch, negatives)),
         "neg_gap": ids(vocab.gap, (batch, negatives)),
         "neg_len": torch.full((batch,), negatives, dtype=torch.int64),
         "dense": torch.from_numpy(g.standard_normal((batch, vocab.dense)).astype(np.float32)),
-        "target_item": ids(vocab.item, (batch,)), "target_cat": ids(vocab.category, (batch,)),
+        "target_item": ids(vocab.item, (batch,)),
+        "target_cat": ids(vocab.category, (batch,)),
         "user": ids(vocab.user, (batch,)),
-        "context": torch.stack([torch.from_numpy(g.integers(0, vocab.hour, batch, dtype=np.int64)),
-                                torch.from_numpy(g.integers(0, vocab.dow, batch, dtype=np.int64))], 1),
+        "context": torch.stack(
+            [
+                torch.from_numpy(g.integers(0, vocab.hour, batch, dtype=np.int64)),
+                torch.from_numpy(g.integers(0, vocab.dow, batch, dtype=np.int64)),
+            ],
+            1,
+        ),
         "label": torch.from_numpy((g.random(batch) < 0.1).astype(np.float32)),
     }
     return {k: v.to(device) for k, v in out.items()}
@@ -111,21 +121,36 @@ def tensor_bytes(tensor: torch.Tensor | None) -> int:
 
 
 def optimizer_state_bytes(optim: Optimizers) -> int:
-    return sum(tensor_bytes(v) for o in optim.all for state in o.state.values()
-               for v in state.values() if isinstance(v, torch.Tensor))
+    return sum(
+        tensor_bytes(v)
+        for o in optim.all
+        for state in o.state.values()
+        for v in state.values()
+        if isinstance(v, torch.Tensor)
+    )
 
 
 class ProbeRunner:
     """The real model and optimizers on a device, ready to measure steps."""
 
-    def __init__(self, config: ModelConfig, vocab: Vocab, *, sparse: bool, precision: str = "fp32",
-                 activation_checkpointing: bool = False, device: str = "cpu", seed: int = 0) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        vocab: Vocab,
+        *,
+        sparse: bool,
+        precision: str = "fp32",
+        activation_checkpointing: bool = False,
+        device: str = "cpu",
+        seed: int = 0,
+    ) -> None:
         torch.manual_seed(seed)
         self.vocab = vocab
         self.device = torch.device(device)
         self.precision = precision
-        self.model = build_model(config, vocab, sparse=sparse,
-                                 activation_checkpointing=activation_checkpointing).to(self.device)
+        self.model = build_model(
+            config, vocab, sparse=sparse, activation_checkpointing=activation_checkpointing
+        ).to(self.device)
         self.model.train()
         plan = TrainPlan(model=config.name, precision=precision, lr=1e-3)
         self.optim = Optimizers(self.model, plan, total_steps=1000)
@@ -153,10 +178,12 @@ class ProbeRunner:
         params = list(self.model.parameters())
         counter = SavedTensorCounter(exclude={p.untyped_storage().data_ptr() for p in params})
         self._forward_backward(batch, counter)
-        out = {"weights": sum(p.nbytes for p in params),
-               "gradients": sum(tensor_bytes(p.grad) for p in params),
-               "optimizer": optimizer_state_bytes(self.optim),
-               "saved": counter.bytes}
+        out = {
+            "weights": sum(p.nbytes for p in params),
+            "gradients": sum(tensor_bytes(p.grad) for p in params),
+            "optimizer": optimizer_state_bytes(self.optim),
+            "saved": counter.bytes,
+        }
         self.optim.step(None)
         self.optim.zero_grad()
         out["total"] = sum(out.values())
@@ -198,26 +225,50 @@ def fit_linear(batches: tuple[int, int], values: tuple[float, float]) -> tuple[f
     return slope, m1 - slope * b1
 
 
-def probe(config: ModelConfig, vocab: Vocab, *, sparse: bool, precision: str = "fp32",
-          activation_checkpointing: bool = False, device: str = "cpu",
-          micro_batches: tuple[int, int] = (32, 128), timing_steps: int = 3) -> dict[str, Any]:
+def probe(
+    config: ModelConfig,
+    vocab: Vocab,
+    *,
+    sparse: bool,
+    precision: str = "fp32",
+    activation_checkpointing: bool = False,
+    device: str = "cpu",
+    micro_batches: tuple[int, int] = (32, 128),
+    timing_steps: int = 3,
+) -> dict[str, Any]:
     """Measure memory at two micro-batch sizes and fit bytes per sample; time the larger one."""
-    runner = ProbeRunner(config, vocab, sparse=sparse, precision=precision,
-                         activation_checkpointing=activation_checkpointing, device=device)
+    runner = ProbeRunner(
+        config,
+        vocab,
+        sparse=sparse,
+        precision=precision,
+        activation_checkpointing=activation_checkpointing,
+        device=device,
+    )
     points = [runner.measure(b) for b in micro_batches]
     slope, intercept = fit_linear(micro_batches, (points[0]["total"], points[1]["total"]))
     result: dict[str, Any] = {
-        "device": str(runner.device), "method": ("torch.cuda.max_memory_allocated" if runner.device.type
-                                                 == "cuda" else "tensor sizes + saved_tensors_hooks"),
-        "micro_batches": list(micro_batches), "measured": points,
-        "bytes_per_sample": slope, "fixed_bytes": intercept,
-        "samples_per_s": runner.samples_per_s(max(micro_batches), timing_steps) if timing_steps else None,
+        "device": str(runner.device),
+        "method": (
+            "torch.cuda.max_memory_allocated"
+            if runner.device.type == "cuda"
+            else "tensor sizes + saved_tensors_hooks"
+        ),
+        "micro_batches": list(micro_batches),
+        "measured": points,
+        "bytes_per_sample": slope,
+        "fixed_bytes": intercept,
+        "samples_per_s": runner.samples_per_s(max(micro_batches), timing_steps)
+        if timing_steps
+        else None,
     }
     if runner.device.type == "cpu":
         result["saved_bytes_per_sample"] = fit_linear(
-            micro_batches, (points[0]["saved"], points[1]["saved"]))[0]
+            micro_batches, (points[0]["saved"], points[1]["saved"])
+        )[0]
         result["gradient_bytes_per_sample"] = fit_linear(
-            micro_batches, (points[0]["gradients"], points[1]["gradients"]))[0]
+            micro_batches, (points[0]["gradients"], points[1]["gradients"])
+        )[0]
     return result
 
 
@@ -240,8 +291,16 @@ def sample_rows(n_rows: int, count: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).choice(n_rows, size=min(count, n_rows), replace=False)
 
 
-def probe_speed(data: str, plan: TrainPlan, *, device: str = "cpu", steps: int = 16, warmup: int = 2,
-                eval_rows: int = 4096, runtime=None) -> dict[str, Any]:
+def probe_speed(
+    data: str,
+    plan: TrainPlan,
+    *,
+    device: str = "cpu",
+    steps: int = 16,
+    warmup: int = 2,
+    eval_rows: int = 4096,
+    runtime=None,
+) -> dict[str, Any]:
     """Time the trainer's real steps of ``plan``'s model on rows sampled across ``data``.
 
     ``plan.micro_batch`` rows per micro-step on each process of ``runtime`` (this process
@@ -259,22 +318,30 @@ def probe_speed(data: str, plan: TrainPlan, *, device: str = "cpu", steps: int =
     from components.train.data import BatchDataset, ShardedBatchSampler, load_meta, make_loader
 
     torch_device = torch.device(device)
-    runtime = runtime or T.Runtime(0, 1, 0, torch_device, "nccl" if torch_device.type == "cuda" else "gloo")
+    runtime = runtime or T.Runtime(
+        0, 1, 0, torch_device, "nccl" if torch_device.type == "cuda" else "gloo"
+    )
     world = runtime.world_size
     meta = load_meta(data)
     vocab = Vocab.from_meta(meta)
     train_set, val_set = BatchDataset(data, "train", meta), BatchDataset(data, "val", meta)
     rows = min(len(train_set), (warmup + steps) * plan.micro_batch * world)
     if rows < 2 * plan.micro_batch * world or len(val_set) == 0:
-        raise ValueError(f"{data}: too few rows to time steps of micro-batch {plan.micro_batch} on {world} "
-                         f"process(es) ({len(train_set)} train, {len(val_set)} val)")
+        raise ValueError(
+            f"{data}: too few rows to time steps of micro-batch {plan.micro_batch} on {world} "
+            f"process(es) ({len(train_set)} train, {len(val_set)} val)"
+        )
     plan = plan.replace(grad_accum=1, checkpoint_every_steps=0, max_epochs=1, progress_seconds=0)
     torch.manual_seed(plan.seed)
     sparse = T.use_sparse(plan, runtime)
-    model = build_model(plan.model, vocab, sparse=sparse,
-                        activation_checkpointing=plan.activation_checkpointing).to(runtime.device)
-    wrapped = DDP(model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None) \
-        if runtime.distributed else model
+    model = build_model(
+        plan.model, vocab, sparse=sparse, activation_checkpointing=plan.activation_checkpointing
+    ).to(runtime.device)
+    wrapped = (
+        DDP(model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None)
+        if runtime.distributed
+        else model
+    )
     start = time.perf_counter()
     penalty = T.IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
     setup = time.perf_counter() - start
@@ -284,11 +351,24 @@ def probe_speed(data: str, plan: TrainPlan, *, device: str = "cpu", steps: int =
 
     def epoch(n_rows: int, index: int) -> dict:
         subset = Rows(train_set, sample_rows(len(train_set), n_rows, plan.seed + index))
-        sampler = ShardedBatchSampler(len(subset), plan.micro_batch, world, runtime.rank, seed=plan.seed)
+        sampler = ShardedBatchSampler(
+            len(subset), plan.micro_batch, world, runtime.rank, seed=plan.seed
+        )
         state = {"epoch": index, "micro_step": 0, "global_step": 0, "history": [], "partial": {}}
         loader = make_loader(subset, sampler, plan, runtime.device.type)
-        return T.run_epoch(wrapped, model, loader, sampler, optim, scaler, plan, runtime, state,
-                           lambda: None, penalty)
+        return T.run_epoch(
+            wrapped,
+            model,
+            loader,
+            sampler,
+            optim,
+            scaler,
+            plan,
+            runtime,
+            state,
+            lambda: None,
+            penalty,
+        )
 
     epoch(min(rows, max(warmup, 1) * plan.micro_batch * world), 0)
     timed_rows = min(len(train_set), steps * plan.micro_batch * world)
@@ -300,16 +380,28 @@ def probe_speed(data: str, plan: TrainPlan, *, device: str = "cpu", steps: int =
         torch.cuda.synchronize(runtime.device)
     evaluated = min(eval_rows, len(val_set))
     per_process = timed_rows / world / max(timed["seconds"], 1e-9)
-    return {"device": str(runtime.device), "processes": world, "micro_batch": plan.micro_batch, "steps": steps,
-            "samples": int(timed_rows), "seconds": timed["seconds"], "samples_per_s": per_process,
-            "step_seconds": timed["seconds"] / max(1, -(-timed_rows // (plan.micro_batch * world))),
-            "eval_rows": evaluated, "eval_seconds": eval_seconds,
-            "eval_samples_per_s": evaluated / world / max(eval_seconds, 1e-9), "setup_seconds": setup,
-            "ready_at": ready_at, "done_at": time.time(),
-            "method": "trainer run_epoch + evaluate on rows sampled across the dataset"}
+    return {
+        "device": str(runtime.device),
+        "processes": world,
+        "micro_batch": plan.micro_batch,
+        "steps": steps,
+        "samples": int(timed_rows),
+        "seconds": timed["seconds"],
+        "samples_per_s": per_process,
+        "step_seconds": timed["seconds"] / max(1, -(-timed_rows // (plan.micro_batch * world))),
+        "eval_rows": evaluated,
+        "eval_seconds": eval_seconds,
+        "eval_samples_per_s": evaluated / world / max(eval_seconds, 1e-9),
+        "setup_seconds": setup,
+        "ready_at": ready_at,
+        "done_at": time.time(),
+        "method": "trainer run_epoch + evaluate on rows sampled across the dataset",
+    }
 
 
-def probe_launch(data: str, plan: TrainPlan, *, timeout: float = 900.0, **options: Any) -> dict[str, Any]:
+def probe_launch(
+    data: str, plan: TrainPlan, *, timeout: float = 900.0, **options: Any
+) -> dict[str, Any]:
     """:func:`probe_speed` in ``plan.nproc_per_node`` processes launched by the train stage's own
     ``torchrun`` command: the per-process rates then include DDP's gradient all-reduce and the
     processes' competition for the machine, and the launch is timed too. ``startup_seconds`` =
@@ -325,21 +417,43 @@ def probe_launch(data: str, plan: TrainPlan, *, timeout: float = 900.0, **option
     with tempfile.TemporaryDirectory(prefix="dailyrec-probe-") as tmp:
         plan_file, out = Path(tmp) / "plan.json", Path(tmp) / "speed.json"
         plan_file.write_text(json.dumps({"plan": dataclasses.asdict(plan), "options": options}))
-        command = torchrun(plan.nproc_per_node, 0, "-m", "components.estimate.probe",
-                           "--data", str(data), "--plan", str(plan_file), "--out", str(out))
+        command = torchrun(
+            plan.nproc_per_node,
+            0,
+            "-m",
+            "components.estimate.probe",
+            "--data",
+            str(data),
+            "--plan",
+            str(plan_file),
+            "--out",
+            str(out),
+        )
         launched_at = time.time()
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False,
-                              env={**os.environ, "OMP_NUM_THREADS": str(plan.cpu_threads)})
+        proc = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env={**os.environ, "OMP_NUM_THREADS": str(plan.cpu_threads)},
+        )
         ended_at = time.time()
         if proc.returncode != 0 or not out.is_file():
             lines = [line for line in proc.stderr.splitlines() if line.strip()]
-            reason = next((line.removeprefix("probe: ") for line in lines if line.startswith("probe: ")),
-                          lines[-1] if lines else f"exit code {proc.returncode}")
+            reason = next(
+                (line.removeprefix("probe: ") for line in lines if line.startswith("probe: ")),
+                lines[-1] if lines else f"exit code {proc.returncode}",
+            )
             raise ValueError(reason)
         result = json.loads(out.read_text())
     startup = (result["ready_at"] - launched_at) + (ended_at - result["done_at"])
-    return {**result, "startup_seconds": startup, "launch_seconds": ended_at - launched_at,
-            "method": f"{result['method']}, in {plan.nproc_per_node} process(es) launched by torchrun"}
+    return {
+        **result,
+        "startup_seconds": startup,
+        "launch_seconds": ended_at - launched_at,
+        "method": f"{result['method']}, in {plan.nproc_per_node} process(es) launched by torchrun",
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -350,11 +464,15 @@ def main(argv: list[str] | None = None) -> int:
     from components.common.cli import HelpFormatter
     from components.train import trainer as T
 
-    parser = argparse.ArgumentParser(prog="python -m components.estimate.probe",
-                                     description="One process of the estimate's launched speed probe.",
-                                     formatter_class=HelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m components.estimate.probe",
+        description="One process of the estimate's launched speed probe.",
+        formatter_class=HelpFormatter,
+    )
     parser.add_argument("--data", required=True, help="preprocessed dataset folder")
-    parser.add_argument("--plan", required=True, help="JSON file: the plan to time and probe_speed options")
+    parser.add_argument(
+        "--plan", required=True, help="JSON file: the plan to time and probe_speed options"
+    )
     parser.add_argument("--out", required=True, help="where rank 0 writes the measurement (JSON)")
     args = parser.parse_args(argv)
     doc = json.loads(Path(args.plan).read_text())

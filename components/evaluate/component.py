@@ -7,9 +7,16 @@ from pipelines.images import RUNTIME_IMAGE
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
 def evaluate_op(
-    dataset: dsl.Input[dsl.Dataset], model: dsl.Input[dsl.Model], run_dir: str, model_name: str,
-    tracking_uri: str, min_auc: float, tolerance: float, metrics: dsl.Output[dsl.Metrics],
-    roc: dsl.Output[dsl.ClassificationMetrics], report: dsl.Output[dsl.Markdown],
+    dataset: dsl.Input[dsl.Dataset],
+    model: dsl.Input[dsl.Model],
+    run_dir: str,
+    model_name: str,
+    tracking_uri: str,
+    min_auc: float,
+    tolerance: float,
+    metrics: dsl.Output[dsl.Metrics],
+    roc: dsl.Output[dsl.ClassificationMetrics],
+    report: dsl.Output[dsl.Markdown],
 ) -> bool:
     """Test metrics of the candidate and the champion; returns blessed (reasons in run_dir/evaluate).
 
@@ -46,10 +53,16 @@ def evaluate_op(
     started = time.perf_counter()
     out = RunFolder(Path(run_dir)).evaluate
     with disk_full_as("evaluate", out):
-        result = evaluate(EvaluateConfig(data=read_pointer(dataset.path),
-                                         checkpoint=Path(model.path).read_text().strip(), out=str(out),
-                                         model_name=model_name, tracking_uri=tracking_uri or None,
-                                         rule=GateRule(min_auc=min_auc, tolerance=tolerance)))
+        result = evaluate(
+            EvaluateConfig(
+                data=read_pointer(dataset.path),
+                checkpoint=Path(model.path).read_text().strip(),
+                out=str(out),
+                model_name=model_name,
+                tracking_uri=tracking_uri or None,
+                rule=GateRule(min_auc=min_auc, tolerance=tolerance),
+            )
+        )
     m, decision = result["metrics"], result["decision"]
     for key in ("test_auc", "test_gauc", "test_logloss", "test_ece"):
         if not math.isnan(m[key]):
@@ -59,10 +72,15 @@ def evaluate_op(
     metrics.log_metric("blessed", int(decision["blessed"]))
     points = json.loads((out / "roc.json").read_text())["candidate"]
     # the UI wants finite thresholds: the (0, 0) point's +inf becomes 1 (probabilities)
-    roc.log_roc_curve([p["fpr"] for p in points], [p["tpr"] for p in points],
-                      [min(p["threshold"], 1.0) for p in points])
-    images = {title: reporting.data_uri((out / name).read_bytes())
-              for title, name in (("ROC", reporting.ROC_PNG), ("Calibration", reporting.CALIBRATION_PNG))}
+    roc.log_roc_curve(
+        [p["fpr"] for p in points],
+        [p["tpr"] for p in points],
+        [min(p["threshold"], 1.0) for p in points],
+    )
+    images = {
+        title: reporting.data_uri((out / name).read_bytes())
+        for title, name in (("ROC", reporting.ROC_PNG), ("Calibration", reporting.CALIBRATION_PNG))
+    }
     Path(report.path).write_text(reporting.markdown(m, decision, images))
     record_stage(run_dir, "evaluate", time.perf_counter() - started, blessed=decision["blessed"])
     return bool(decision["blessed"])

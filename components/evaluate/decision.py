@@ -49,14 +49,18 @@ class GateRule:
         if not 0.5 <= self.confidence < 1:
             raise ValueError(f"confidence must be in [0.5, 1), got {self.confidence!r}")
         if self.if_champion_unusable not in UNUSABLE_POLICIES:
-            raise ValueError(f"if_champion_unusable must be one of {UNUSABLE_POLICIES}, "
-                             f"got {self.if_champion_unusable!r}")
+            raise ValueError(
+                f"if_champion_unusable must be one of {UNUSABLE_POLICIES}, "
+                f"got {self.if_champion_unusable!r}"
+            )
 
 
 def comparison_defined(comparison: dict | None) -> bool:
     """Whether a DeLong result has a usable interval (no NaN in delta and bounds)."""
-    return bool(comparison) and all(isinstance(comparison.get(k), int | float) and not math.isnan(comparison[k])
-                                    for k in ("delta", "ci_low", "ci_high"))
+    return bool(comparison) and all(
+        isinstance(comparison.get(k), int | float) and not math.isnan(comparison[k])
+        for k in ("delta", "ci_low", "ci_high")
+    )
 
 
 def decide(candidate_auc: float, champion: dict, comparison: dict | None, rule: GateRule) -> dict:
@@ -68,7 +72,9 @@ def decide(candidate_auc: float, champion: dict, comparison: dict | None, rule: 
     """
     reasons = []
     floor_ok = not math.isnan(candidate_auc) and candidate_auc >= rule.min_auc
-    reasons.append(f"test AUC {candidate_auc:.4f} {'>=' if floor_ok else '<'} min_auc {rule.min_auc:.4f}")
+    reasons.append(
+        f"test AUC {candidate_auc:.4f} {'>=' if floor_ok else '<'} min_auc {rule.min_auc:.4f}"
+    )
     status = champion["status"]
     if status == "none":
         gate_ok = True
@@ -80,7 +86,8 @@ def decide(candidate_auc: float, champion: dict, comparison: dict | None, rule: 
             f"AUC vs champion v{version}: undefined (DeLong's interval needs at least 2 clicks and 2 non-clicks "
             f"in the test split; it has {comparison.get('positives')} and {comparison.get('negatives')}); "
             f"policy if_champion_unusable={rule.if_champion_unusable}: "
-            + ("judged on min_auc alone" if gate_ok else "not blessed, the champion stays"))
+            + ("judged on min_auc alone" if gate_ok else "not blessed, the champion stays")
+        )
     elif status == "scored":
         version = champion.get("version")
         upper, bound = comparison["ci_high"], -rule.tolerance
@@ -88,14 +95,20 @@ def decide(candidate_auc: float, champion: dict, comparison: dict | None, rule: 
         reasons.append(
             f"AUC vs champion v{version}: {comparison['delta']:+.4f} "
             f"({100 * rule.confidence:.0f}% CI {comparison['ci_low']:+.4f} .. {upper:+.4f}); "
-            + (f"upper bound >= -tolerance {bound:+.4f}: not significantly worse" if gate_ok else
-               f"upper bound < -tolerance {bound:+.4f}: significantly worse than the champion"))
+            + (
+                f"upper bound >= -tolerance {bound:+.4f}: not significantly worse"
+                if gate_ok
+                else f"upper bound < -tolerance {bound:+.4f}: significantly worse than the champion"
+            )
+        )
     elif status == "unusable":
         gate_ok = rule.if_champion_unusable == "ignore"
-        reasons.append(f"champion v{champion.get('version')} could not be scored on today's data "
-                       f"({champion.get('reason')}); policy if_champion_unusable="
-                       f"{rule.if_champion_unusable}: "
-                       + ("judged on min_auc alone" if gate_ok else "not blessed until resolved"))
+        reasons.append(
+            f"champion v{champion.get('version')} could not be scored on today's data "
+            f"({champion.get('reason')}); policy if_champion_unusable="
+            f"{rule.if_champion_unusable}: "
+            + ("judged on min_auc alone" if gate_ok else "not blessed until resolved")
+        )
     else:
         raise ValueError(f"unknown champion status {status!r}")
     return {"blessed": bool(floor_ok and gate_ok), "reasons": reasons, "rule": asdict(rule)}

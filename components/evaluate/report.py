@@ -35,8 +35,13 @@ def plot_roc(curves: dict[str, list[dict]], path: Path) -> bytes:
     for label, points in curves.items():
         ax.plot([p["fpr"] for p in points], [p["tpr"] for p in points], label=label)
     ax.plot([0, 1], [0, 1], linestyle=":", color="grey", label="chance")
-    ax.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC (test split)",
-           xlim=(0, 1), ylim=(0, 1))
+    ax.set(
+        xlabel="false positive rate",
+        ylabel="true positive rate",
+        title="ROC (test split)",
+        xlim=(0, 1),
+        ylim=(0, 1),
+    )
     ax.legend(loc="lower right")
     return _save(plt, fig, path)
 
@@ -52,8 +57,13 @@ def plot_calibration(curves: dict[str, list[dict]], path: Path) -> bytes:
         ax.plot(xs, ys, marker="o", markersize=3, label=label)
     top = min(1.0, top * 1.05 or 1.0)
     ax.plot([0, top], [0, top], linestyle=":", color="grey", label="perfect")
-    ax.set(xlabel="mean predicted probability", ylabel="observed click rate",
-           title="Calibration (equal-mass bins)", xlim=(0, top), ylim=(0, top))
+    ax.set(
+        xlabel="mean predicted probability",
+        ylabel="observed click rate",
+        title="Calibration (equal-mass bins)",
+        xlim=(0, top),
+        ylim=(0, top),
+    )
     ax.legend(loc="upper left")
     return _save(plt, fig, path)
 
@@ -62,7 +72,9 @@ def _row(name: str, key: str, candidate: dict, champion: dict | None, fmt: str =
     def cell(value):
         return "—" if value is None else format(value, fmt)
 
-    return f"| {name} | {cell(candidate.get(key))} | {cell(champion.get(key) if champion else None)} |"
+    return (
+        f"| {name} | {cell(candidate.get(key))} | {cell(champion.get(key) if champion else None)} |"
+    )
 
 
 def markdown(metrics: dict, decision: dict, images: dict[str, str]) -> str:
@@ -73,10 +85,13 @@ def markdown(metrics: dict, decision: dict, images: dict[str, str]) -> str:
     verdict = "**BLESSED**" if decision["blessed"] else "**NOT BLESSED**"
     version = f" v{champion['version']}" if champion.get("version") else ""
     lines = [
-        f"# Evaluation of `{metrics['model_name']}` candidate: {verdict}", "",
-        *[f"- {reason}" for reason in decision["reasons"]], "",
+        f"# Evaluation of `{metrics['model_name']}` candidate: {verdict}",
+        "",
+        *[f"- {reason}" for reason in decision["reasons"]],
+        "",
         f"Test split: {candidate['rows']:,} rows, {candidate['users']:,} users, "
-        f"window {metrics['dataset'].get('window', {}).get('test_days', '?')}.", "",
+        f"window {metrics['dataset'].get('window', {}).get('test_days', '?')}.",
+        "",
         f"| metric | candidate | champion{version} |",
         "|---|---|---|",
         _row("AUC", "auc", candidate, scored),
@@ -84,31 +99,47 @@ def markdown(metrics: dict, decision: dict, images: dict[str, str]) -> str:
         _row("logloss", "logloss", candidate, scored),
         _row("ECE", "ece", candidate, scored),
         _row("mean prediction", "mean_prediction", candidate, scored),
-        _row("click rate", "positive_rate", candidate, scored), "",
+        _row("click rate", "positive_rate", candidate, scored),
+        "",
     ]
     comparison = metrics.get("comparison")
     if comparison and not comparison_defined(comparison):
-        lines += [f"AUC delta (candidate − champion, DeLong): undefined: the test split has "
-                  f"{comparison.get('positives')} clicks and {comparison.get('negatives')} non-clicks "
-                  f"(the interval needs at least 2 of each); see the decision above.", ""]
+        lines += [
+            f"AUC delta (candidate − champion, DeLong): undefined: the test split has "
+            f"{comparison.get('positives')} clicks and {comparison.get('negatives')} non-clicks "
+            f"(the interval needs at least 2 of each); see the decision above.",
+            "",
+        ]
     elif comparison:
-        lines += [f"AUC delta (candidate − champion, DeLong): {comparison['delta']:+.4f}, "
-                  f"{100 * comparison['confidence']:.0f}% CI [{comparison['ci_low']:+.4f}, "
-                  f"{comparison['ci_high']:+.4f}], p = {comparison['p_value']:.3g}.", ""]
+        lines += [
+            f"AUC delta (candidate − champion, DeLong): {comparison['delta']:+.4f}, "
+            f"{100 * comparison['confidence']:.0f}% CI [{comparison['ci_low']:+.4f}, "
+            f"{comparison['ci_high']:+.4f}], p = {comparison['p_value']:.3g}.",
+            "",
+        ]
     pva = metrics.get("plan_vs_actual")
     if pva:
         from components.common.plan import drift_lines
 
-        lines += ["## Training: plan vs reality", "", "| measure | planned | measured | ratio |",
-                  "|---|---:|---:|---:|"]
-        for key, unit, scale in (("seconds", "s", 1), ("samples_per_s", "/s", 1),
-                                 ("peak_memory_bytes", "GiB", 2**30)):
+        lines += [
+            "## Training: plan vs reality",
+            "",
+            "| measure | planned | measured | ratio |",
+            "|---|---:|---:|---:|",
+        ]
+        for key, unit, scale in (
+            ("seconds", "s", 1),
+            ("samples_per_s", "/s", 1),
+            ("peak_memory_bytes", "GiB", 2**30),
+        ):
             c = pva.get(key)
             if c:
                 flag = " **DRIFT**" if c["drift"] else ""
-                lines.append(f"| {key.replace('_', ' ')} | {c['predicted'] / scale:,.2f} {unit} | "
-                             f"{c['measured'] / scale:,.2f} {unit} | x{c['ratio']:.2f}{flag} |")
-        lines += ["", *drift_lines(pva)[:1 if pva["drift"] else 0], ""]
+                lines.append(
+                    f"| {key.replace('_', ' ')} | {c['predicted'] / scale:,.2f} {unit} | "
+                    f"{c['measured'] / scale:,.2f} {unit} | x{c['ratio']:.2f}{flag} |"
+                )
+        lines += ["", *drift_lines(pva)[: 1 if pva["drift"] else 0], ""]
     lines += [f"![{title}]({src})" for title, src in images.items()]
     return "\n".join(lines) + "\n"
 

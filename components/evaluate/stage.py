@@ -90,8 +90,9 @@ def evaluate(config: EvaluateConfig) -> dict:
     candidate = load_scorer(config.checkpoint)
     problems = candidate.incompatibilities(vocab)
     if problems:
-        raise EvaluateError(f"{config.checkpoint}: the candidate cannot score {config.data} "
-                            f"({'; '.join(problems)})")
+        raise EvaluateError(
+            f"{config.checkpoint}: the candidate cannot score {config.data} ({'; '.join(problems)})"
+        )
     test = meta["splits"]["test"]
     try:
         require_both_labels(meta, "test", config.data, "test AUC")
@@ -100,8 +101,11 @@ def evaluate(config: EvaluateConfig) -> dict:
     with tempfile.TemporaryDirectory(prefix="dailyrec-champion-") as workdir:
         champion, champion_model = find_champion(config, vocab, workdir)
 
-    log.info("evaluate: scoring %d test rows with the candidate%s", test["rows"],
-             f" and champion v{champion['version']}" if champion_model is not None else "")
+    log.info(
+        "evaluate: scoring %d test rows with the candidate%s",
+        test["rows"],
+        f" and champion v{champion['version']}" if champion_model is not None else "",
+    )
     labels, users, candidate_logits, champion_probs = [], [], [], []
     for batch in split_rows(config.data, "test", meta, config.batch):
         labels.append(batch["label"].astype(np.float64))
@@ -111,11 +115,17 @@ def evaluate(config: EvaluateConfig) -> dict:
             try:
                 champion_probs.append(sigmoid(predict_logits(champion_model.model, [batch])))
             except Exception as exc:  # reported in the decision, never silently dropped
-                champion = {**champion, "status": "unusable",
-                            "reason": f"scoring failed: {type(exc).__name__}: {exc}"[:500]}
+                champion = {
+                    **champion,
+                    "status": "unusable",
+                    "reason": f"scoring failed: {type(exc).__name__}: {exc}"[:500],
+                }
                 champion_model = None
-                log.warning("champion v%s cannot score today's data: %s", champion["version"],
-                            champion["reason"])
+                log.warning(
+                    "champion v%s cannot score today's data: %s",
+                    champion["version"],
+                    champion["reason"],
+                )
     y, groups = np.concatenate(labels), np.concatenate(users)
     prob = sigmoid(np.concatenate(candidate_logits))
     candidate_metrics = summarize(prob, y, groups, config.bins)
@@ -127,21 +137,36 @@ def evaluate(config: EvaluateConfig) -> dict:
         champion = {**champion, "metrics": summarize(champion_prob, y, groups, config.bins)}
         comparison = delong(prob, champion_prob, y, config.rule.confidence)
         curves[f"champion v{champion['version']}"] = roc_points(champion_prob, y)
-        bins[f"champion v{champion['version']}"] = calibration(champion_prob, y, config.bins)["bins"]
+        bins[f"champion v{champion['version']}"] = calibration(champion_prob, y, config.bins)[
+            "bins"
+        ]
     verdict = decide(candidate_metrics["auc"], champion, comparison, config.rule)
 
     metrics = {
         **{f"test_{k}": candidate_metrics[k] for k in ("auc", "gauc", "logloss", "ece")},
-        "model_name": config.model_name, "candidate": candidate_metrics,
+        "model_name": config.model_name,
+        "candidate": candidate_metrics,
         "candidate_checkpoint": str(config.checkpoint),
-        "candidate_trained_on": candidate.info.get("dataset"), "champion": champion,
-        "comparison": comparison, "calibration_bins": bins,
-        "dataset": {"path": str(config.data), "fingerprint": meta.get("fingerprint"),
-                    "window": meta.get("window"), "test_rows": test["rows"]},
+        "candidate_trained_on": candidate.info.get("dataset"),
+        "champion": champion,
+        "comparison": comparison,
+        "calibration_bins": bins,
+        "dataset": {
+            "path": str(config.data),
+            "fingerprint": meta.get("fingerprint"),
+            "window": meta.get("window"),
+            "test_rows": test["rows"],
+        },
     }
-    decision = {**verdict, "model_name": config.model_name, "test_auc": candidate_metrics["auc"],
-                "champion_version": champion.get("version"), "champion_status": champion["status"],
-                "comparison": comparison, "candidate_checkpoint": str(config.checkpoint)}
+    decision = {
+        **verdict,
+        "model_name": config.model_name,
+        "test_auc": candidate_metrics["auc"],
+        "champion_version": champion.get("version"),
+        "champion_status": champion["status"],
+        "comparison": comparison,
+        "candidate_checkpoint": str(config.checkpoint),
+    }
     metrics["plan_vs_actual"] = training_plan_vs_actual(config.checkpoint)
     metrics["seconds"] = time.perf_counter() - started
     with tracked_run(config) as run:
@@ -168,8 +193,11 @@ def tracked_run(config: EvaluateConfig):
 
     client = connect(config.tracking_uri)
     experiment_id = ensure_experiment(client, EXPERIMENT, config.tracking_uri)
-    with mlflow.start_run(experiment_id=experiment_id, run_name=f"evaluate-{Path(config.checkpoint).parent.name}",
-                          tags={"model_name": config.model_name}) as run:
+    with mlflow.start_run(
+        experiment_id=experiment_id,
+        run_name=f"evaluate-{Path(config.checkpoint).parent.name}",
+        tags={"model_name": config.model_name},
+    ) as run:
         yield run
 
 
@@ -179,15 +207,24 @@ def log_evaluation(out: Path, metrics: dict, decision: dict) -> None:
 
     numbers = {k: float(metrics[k]) for k in ("test_auc", "test_gauc", "test_logloss", "test_ece")}
     champion = (metrics.get("champion") or {}).get("metrics") or {}
-    numbers.update({f"champion_{k}": float(champion[k]) for k in ("auc", "gauc", "logloss", "ece")
-                    if k in champion})
+    numbers.update(
+        {
+            f"champion_{k}": float(champion[k])
+            for k in ("auc", "gauc", "logloss", "ece")
+            if k in champion
+        }
+    )
     if metrics.get("comparison"):
         numbers["auc_delta_vs_champion"] = float(metrics["comparison"]["delta"])
     numbers["blessed"] = float(bool(decision["blessed"]))
     mlflow.log_metrics({k: v for k, v in numbers.items() if np.isfinite(v)})
-    mlflow.set_tags({"blessed": str(bool(decision["blessed"])).lower(),
-                     "champion_version": str(decision.get("champion_version") or ""),
-                     "dataset_fingerprint": str((metrics.get("dataset") or {}).get("fingerprint") or "")})
+    mlflow.set_tags(
+        {
+            "blessed": str(bool(decision["blessed"])).lower(),
+            "champion_version": str(decision.get("champion_version") or ""),
+            "dataset_fingerprint": str((metrics.get("dataset") or {}).get("fingerprint") or ""),
+        }
+    )
     for name in (METRICS, DECISION, ROC, report.ROC_PNG, report.CALIBRATION_PNG, report.REPORT_MD):
         mlflow.log_artifact(str(out / name), artifact_path="evaluation")
 
@@ -224,20 +261,37 @@ def find_champion(config: EvaluateConfig, vocab: Vocab, workdir: str | Path) -> 
     client = connect(config.tracking_uri)
     found = alias_version(client, config.model_name, CHAMPION)
     if found is None:
-        return {"status": "none", "version": None, "reason": f"{config.model_name}@champion not set"}, None
-    info = {"status": "scored", "version": int(found.version), "reason": None,
-            "run_id": found.run_id, "tags": dict(found.tags)}
+        return {
+            "status": "none",
+            "version": None,
+            "reason": f"{config.model_name}@champion not set",
+        }, None
+    info = {
+        "status": "scored",
+        "version": int(found.version),
+        "reason": None,
+        "run_id": found.run_id,
+        "tags": dict(found.tags),
+    }
     try:
         # by version, not alias: the alias could move while we score
         local = verified_download(client, config.model_name, found.version, workdir)
         scorer = load_scorer(local / WEIGHTS)
         problems = scorer.incompatibilities(vocab)
-    except Exception as exc:  # IntegrityError, CheckpointError, download errors: reported, never skipped
-        return {**info, "status": "unusable",
-                "reason": f"cannot load: {type(exc).__name__}: {exc}"[:500]}, None
+    except (
+        Exception
+    ) as exc:  # IntegrityError, CheckpointError, download errors: reported, never skipped
+        return {
+            **info,
+            "status": "unusable",
+            "reason": f"cannot load: {type(exc).__name__}: {exc}"[:500],
+        }, None
     if problems:
-        return {**info, "status": "unusable",
-                "reason": "built for other inputs: " + "; ".join(problems)}, None
+        return {
+            **info,
+            "status": "unusable",
+            "reason": "built for other inputs: " + "; ".join(problems),
+        }, None
     return info, scorer
 
 
@@ -249,12 +303,15 @@ def write_outputs(out: Path, metrics: dict, decision: dict, curves: dict, bins: 
         report.plot_roc(curves, tmp / report.ROC_PNG)
         report.plot_calibration(bins, tmp / report.CALIBRATION_PNG)
         images = {"ROC": report.ROC_PNG, "Calibration": report.CALIBRATION_PNG}
-        atomic_write_bytes(tmp / report.REPORT_MD, report.markdown(metrics, decision, images).encode())
+        atomic_write_bytes(
+            tmp / report.REPORT_MD, report.markdown(metrics, decision, images).encode()
+        )
 
 
 def summary_line(metrics: dict, decision: dict) -> str:
     verdict = "BLESSED" if decision["blessed"] else "NOT BLESSED"
-    return (f"{verdict}: test AUC {metrics['test_auc']:.4f}, GAUC {metrics['test_gauc']:.4f}, "
-            f"logloss {metrics['test_logloss']:.4f}, ECE {metrics['test_ece']:.4f}; "
-            + " | ".join(decision["reasons"][1:]))
-
+    return (
+        f"{verdict}: test AUC {metrics['test_auc']:.4f}, GAUC {metrics['test_gauc']:.4f}, "
+        f"logloss {metrics['test_logloss']:.4f}, ECE {metrics['test_ece']:.4f}; "
+        + " | ".join(decision["reasons"][1:])
+    )

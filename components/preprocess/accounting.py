@@ -83,7 +83,9 @@ def check_duplicates(by_day: dict[str, dict[str, int]], files: list, limit: floa
     for day, books in by_day.items():
         if books["read"] and books["duplicates"] / books["read"] > limit:
             names = [f.relpath for f in files if f.day.isoformat() == day]
-            shown = ", ".join(map(repr, names[:3])) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            shown = ", ".join(map(repr, names[:3])) + (
+                f" and {len(names) - 3} more" if len(names) > 3 else ""
+            )
             raise InputError(
                 f"{schema.day_folder_name(dt.date.fromisoformat(day))!r}: {books['duplicates']} of "
                 f"{books['read']} rows ({books['duplicates'] / books['read']:.1%}) are exact duplicates "

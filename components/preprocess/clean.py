@@ -37,8 +37,12 @@ REASON_CODES = {name: code for code, name in enumerate(REASONS, start=1)}
 # The columns of cleaned rows; keys are full 64-bit id hashes, buckets come later.
 # Kept narrow: every byte here crosses the shuffle.
 CLEAN_COLUMNS = {
-    "user_key": np.int64, "item_key": np.int64, "cat_key": np.int64,
-    "ts": np.int64, "label": np.int8, "day": np.int32,
+    "user_key": np.int64,
+    "item_key": np.int64,
+    "cat_key": np.int64,
+    "ts": np.int64,
+    "label": np.int8,
+    "day": np.int32,
 }
 QUARANTINE_COLUMNS = ["file", "row", "reason", "column", *schema.CONTRACT_COLUMNS]
 
@@ -74,26 +78,48 @@ def column_type_problem(column: str, type_: pa.DataType) -> str | None:
         return f"has {problem}" if problem else None
     if column == schema.TIMESTAMP:
         if pa.types.is_date(type_):
-            return (f"has date-only type {type_}: every row would be midnight and same-day events "
-                    "would merge as duplicates; write a timestamp, epoch seconds or ISO-8601 text")
+            return (
+                f"has date-only type {type_}: every row would be midnight and same-day events "
+                "would merge as duplicates; write a timestamp, epoch seconds or ISO-8601 text"
+            )
         if pa.types.is_floating(type_) and type_.bit_width < 64:
-            return (f"has type {type_}: today's epoch seconds do not fit it exactly (float32 rounds "
-                    "them to 128-second steps); write int64 or float64 seconds, or a timestamp")
-        if (pa.types.is_timestamp(type_) or pa.types.is_integer(type_) or pa.types.is_floating(type_)
-                or pa.types.is_decimal(type_) or _is_text(type_) or pa.types.is_null(type_)):
+            return (
+                f"has type {type_}: today's epoch seconds do not fit it exactly (float32 rounds "
+                "them to 128-second steps); write int64 or float64 seconds, or a timestamp"
+            )
+        if (
+            pa.types.is_timestamp(type_)
+            or pa.types.is_integer(type_)
+            or pa.types.is_floating(type_)
+            or pa.types.is_decimal(type_)
+            or _is_text(type_)
+            or pa.types.is_null(type_)
+        ):
             return None
-        return (f"has type {type_}; expected a timestamp, epoch seconds (integer or float64) "
-                "or ISO-8601 text")
+        return (
+            f"has type {type_}; expected a timestamp, epoch seconds (integer or float64) "
+            "or ISO-8601 text"
+        )
     if column == schema.LABEL:
-        if (pa.types.is_boolean(type_) or pa.types.is_integer(type_) or pa.types.is_floating(type_)
-                or pa.types.is_decimal(type_) or _is_text(type_) or pa.types.is_null(type_)):
+        if (
+            pa.types.is_boolean(type_)
+            or pa.types.is_integer(type_)
+            or pa.types.is_floating(type_)
+            or pa.types.is_decimal(type_)
+            or _is_text(type_)
+            or pa.types.is_null(type_)
+        ):
             return None
         return f"has type {type_}; expected 0/1 numbers, booleans or the text 0/1/true/false"
     return None
 
 
 def _is_text(type_: pa.DataType) -> bool:
-    return pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_)
+    return (
+        pa.types.is_string(type_)
+        or pa.types.is_large_string(type_)
+        or pa.types.is_string_view(type_)
+    )
 
 
 def _arrow(values) -> pa.Array:
@@ -112,7 +138,9 @@ def _arrow(values) -> pa.Array:
 def _numbers(values: pa.Array) -> np.ndarray:
     """float64 of a numeric Arrow array, NaN where null. Unchecked cast: an integer beyond 2**53
     rounds (it is never a valid label or time anyway) instead of raising."""
-    return pc.cast(values, pa.float64(), safe=False).to_numpy(zero_copy_only=False).astype(np.float64)
+    return (
+        pc.cast(values, pa.float64(), safe=False).to_numpy(zero_copy_only=False).astype(np.float64)
+    )
 
 
 def parse_timestamps(values) -> tuple[np.ndarray, np.ndarray]:
@@ -156,7 +184,9 @@ def _text_seconds(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     # "2026-03-01 10:00:00 UTC" (BigQuery's export) is ISO-8601 with the zone spelled out
     trimmed = pc.replace_substring_regex(pc.utf8_trim_whitespace(values), r"(?i)\s*UTC$", "+00:00")
     text = pd.Series(trimmed.to_numpy(zero_copy_only=False), dtype=object)
-    seconds = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan).copy()
+    seconds = (
+        pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan).copy()
+    )
     text_rows = np.isnan(seconds) & text.notna().to_numpy()
     if text_rows.any():
         candidates = text[text_rows]
@@ -187,9 +217,13 @@ def parse_labels(values) -> tuple[np.ndarray, np.ndarray]:
     if pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_decimal(type_):
         numbers = _numbers(values)
     elif _is_text(type_):
-        text = pd.Series(pc.utf8_lower(pc.utf8_trim_whitespace(values)).to_numpy(zero_copy_only=False),
-                         dtype=object)
-        numbers = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan).copy()
+        text = pd.Series(
+            pc.utf8_lower(pc.utf8_trim_whitespace(values)).to_numpy(zero_copy_only=False),
+            dtype=object,
+        )
+        numbers = (
+            pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan).copy()
+        )
         numbers[text.isin(_TRUE_LABELS).to_numpy()] = 1
         numbers[text.isin(_FALSE_LABELS).to_numpy()] = 0
     else:
@@ -228,11 +262,16 @@ def clean_table(
 
     rows = np.arange(row_offset, row_offset + n, dtype=np.int64)
     keep = reason == 0
-    clean = pd.DataFrame({
-        "user_key": user_key[keep], "item_key": item_key[keep], "cat_key": cat_key[keep],
-        "ts": ts[keep], "label": label[keep],
-        "day": np.full(int(keep.sum()), window.day_number, np.int32),
-    })
+    clean = pd.DataFrame(
+        {
+            "user_key": user_key[keep],
+            "item_key": item_key[keep],
+            "cat_key": cat_key[keep],
+            "ts": ts[keep],
+            "label": label[keep],
+            "day": np.full(int(keep.sum()), window.day_number, np.int32),
+        }
+    )
     counts = {name: int((reason == code).sum()) for name, code in REASON_CODES.items()}
     quarantine = _quarantine_frame(table, ~keep, reason, file_index, rows)
     return clean, quarantine, counts
@@ -241,17 +280,21 @@ def clean_table(
 def _quarantine_frame(table: pa.Table, bad, reason, file_index, rows) -> pd.DataFrame:
     """Quarantined rows with their original values as text, so any input type fits."""
     names = list(REASONS)
-    out = pd.DataFrame({
-        "file": np.full(int(bad.sum()), file_index, np.int32),
-        "row": rows[bad],
-        "reason": [names[c - 1] for c in reason[bad]],
-    })
+    out = pd.DataFrame(
+        {
+            "file": np.full(int(bad.sum()), file_index, np.int32),
+            "row": rows[bad],
+            "reason": [names[c - 1] for c in reason[bad]],
+        }
+    )
     out["column"] = out["reason"].map(REASONS)
     picked = table.filter(pa.array(bad)) if bad.any() else None
     for column in schema.CONTRACT_COLUMNS:
         if picked is not None and column in picked.column_names:
-            out[column] = pd.Series([None if v is None else str(v)
-                                     for v in picked.column(column).to_pylist()], dtype=object)
+            out[column] = pd.Series(
+                [None if v is None else str(v) for v in picked.column(column).to_pylist()],
+                dtype=object,
+            )
         else:
             out[column] = pd.Series([None] * len(out), dtype=object)
     return out[QUARANTINE_COLUMNS]

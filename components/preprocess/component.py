@@ -9,10 +9,26 @@ from pipelines.images import RUNTIME_IMAGE
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
 def resolve_window(
-    raw_uri: str, storage_root: str, run_date: str, schedule_time: str, window_days: int, history_days: int,
-    seq_len: int, run_id: str, kfp_run_id: str,
-) -> NamedTuple("Resolved", [("raw_uri", str), ("data_dir", str), ("run_dir", str), ("run_id", str),
-                             ("end_date", str), ("input_fingerprint", str)]):
+    raw_uri: str,
+    storage_root: str,
+    run_date: str,
+    schedule_time: str,
+    window_days: int,
+    history_days: int,
+    seq_len: int,
+    run_id: str,
+    kfp_run_id: str,
+) -> NamedTuple(
+    "Resolved",
+    [
+        ("raw_uri", str),
+        ("data_dir", str),
+        ("run_dir", str),
+        ("run_id", str),
+        ("end_date", str),
+        ("input_fingerprint", str),
+    ],
+):
     """Which days to train on and the fingerprint of their files: the preprocess task's cache key.
 
     Cheap: lists the files and asks the filesystem what it vouches for about each
@@ -50,29 +66,62 @@ def resolve_window(
 
     raw = raw_uri or f"{storage_root.rstrip('/')}/raw"
     end = logical_end_date(run_date, schedule_time)
-    config = PreprocessConfig(raw=raw, out=storage_root, end_date=end, days=window_days,
-                              history_days=history_days, seq_len=seq_len)
+    config = PreprocessConfig(
+        raw=raw,
+        out=storage_root,
+        end_date=end,
+        days=window_days,
+        history_days=history_days,
+        seq_len=seq_len,
+    )
     found = resolve(config)
     end_date = found.window.end.isoformat()
     # run_id comes from the run form: it must not name a folder outside the storage root
     rid = safe_name(run_id or kfp_run_id, "run_id")
-    folder = claim_run_dir(inside(storage_root, run_dir(storage_root, rid), "run folder"), kfp_run_id)
-    data = inside(storage_root, dataset_dir(storage_root, end_date, found.fingerprint), "dataset folder")
-    atomic_write_json(folder / "run.json", {
-        "run_id": rid, "raw_uri": raw, "data_dir": str(data), "end_date": end_date,
-        "run_date": run_date, "schedule_time": schedule_time,
-        "window_days": window_days, "history_days": history_days, "seq_len": seq_len,
-        "input_fingerprint": found.fingerprint, "files": len(found.files)})
+    folder = claim_run_dir(
+        inside(storage_root, run_dir(storage_root, rid), "run folder"), kfp_run_id
+    )
+    data = inside(
+        storage_root, dataset_dir(storage_root, end_date, found.fingerprint), "dataset folder"
+    )
+    atomic_write_json(
+        folder / "run.json",
+        {
+            "run_id": rid,
+            "raw_uri": raw,
+            "data_dir": str(data),
+            "end_date": end_date,
+            "run_date": run_date,
+            "schedule_time": schedule_time,
+            "window_days": window_days,
+            "history_days": history_days,
+            "seq_len": seq_len,
+            "input_fingerprint": found.fingerprint,
+            "files": len(found.files),
+        },
+    )
     how = "run_date" if run_date else "schedule time" if end else "latest day present"
-    print(f"run {rid}: window ending {end_date} ({how}; {len(found.files)} raw files), dataset {data}")
-    out = namedtuple("Resolved", ["raw_uri", "data_dir", "run_dir", "run_id", "end_date", "input_fingerprint"])
+    print(
+        f"run {rid}: window ending {end_date} ({how}; {len(found.files)} raw files), dataset {data}"
+    )
+    out = namedtuple(
+        "Resolved", ["raw_uri", "data_dir", "run_dir", "run_id", "end_date", "input_fingerprint"]
+    )
     return out(raw, str(data), str(folder), rid, end_date, found.fingerprint)
 
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
 def preprocess_op(
-    raw_uri: str, data_dir: str, end_date: str, window_days: int, history_days: int, seq_len: int,
-    input_fingerprint: str, dask_workers: int, cluster_target: str, dataset: dsl.Output[dsl.Dataset],
+    raw_uri: str,
+    data_dir: str,
+    end_date: str,
+    window_days: int,
+    history_days: int,
+    seq_len: int,
+    input_fingerprint: str,
+    dask_workers: int,
+    cluster_target: str,
+    dataset: dsl.Output[dsl.Dataset],
 ) -> NamedTuple("Preprocessed", [("seconds", float)]):
     """Dask preprocessing of the window into data_dir (a no-op when it already holds this fingerprint).
 
@@ -109,20 +158,33 @@ def preprocess_op(
     from components.preprocess.stage import format_summary, preprocess
 
     started = time.perf_counter()
-    config = PreprocessConfig(raw=raw_uri, out=data_dir, end_date=dt.date.fromisoformat(end_date),
-                              days=window_days, history_days=history_days, seq_len=seq_len)
+    config = PreprocessConfig(
+        raw=raw_uri,
+        out=data_dir,
+        end_date=dt.date.fromisoformat(end_date),
+        days=window_days,
+        history_days=history_days,
+        seq_len=seq_len,
+    )
     cluster = contextlib.nullcontext(None)  # Dask threads in this task
     if dask_workers > 0:
         from kube.client import preprocess_cluster
 
         cluster = preprocess_cluster(cluster_target, dask_workers, config)
     # a dataset folder is shared by every run with the same cache key: one writer at a time
-    with storage_lock(root_of(data_dir), Path(data_dir).name, stage="preprocess", wait_s=TASK_WAIT_S), \
-            disk_full_as("preprocess", data_dir), cluster as address:
+    with (
+        storage_lock(
+            root_of(data_dir), Path(data_dir).name, stage="preprocess", wait_s=TASK_WAIT_S
+        ),
+        disk_full_as("preprocess", data_dir),
+        cluster as address,
+    ):
         meta = preprocess(dataclasses.replace(config, scheduler=address) if address else config)
     if meta["fingerprint"] != input_fingerprint:
-        raise RuntimeError(f"{data_dir}: fingerprint {meta['fingerprint'][:12]} differs from the resolved "
-                           f"{input_fingerprint[:12]}: the raw files changed during the run")
+        raise RuntimeError(
+            f"{data_dir}: fingerprint {meta['fingerprint'][:12]} differs from the resolved "
+            f"{input_fingerprint[:12]}: the raw files changed during the run"
+        )
     print(format_summary(meta))
     point_latest(data_dir)  # datasets/latest: what the Katib experiment trains on
     dataset.metadata.update(write_pointer(dataset.path, meta, data_dir))

@@ -13,8 +13,20 @@ _ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx)://\S+$")
 # Log-spaced edges (seconds) for the time between a history click and the
 # exposure: under a minute, minutes, hours, days, weeks. Bucket 0 = padding.
 GAP_EDGES_SECONDS: tuple[int, ...] = (
-    60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600,
-    86_400, 2 * 86_400, 4 * 86_400, 7 * 86_400, 14 * 86_400, 30 * 86_400,
+    60,
+    300,
+    900,
+    1800,
+    3600,
+    3 * 3600,
+    6 * 3600,
+    12 * 3600,
+    86_400,
+    2 * 86_400,
+    4 * 86_400,
+    7 * 86_400,
+    14 * 86_400,
+    30 * 86_400,
 )
 
 
@@ -77,8 +89,15 @@ class PreprocessConfig:
             raise ValueError("out: the output folder must be given")
         if isinstance(self.end_date, str):
             object.__setattr__(self, "end_date", dt.date.fromisoformat(self.end_date))
-        for name in ("days", "val_days", "test_days", "seq_len", "neg_len", "rows_per_partition",
-                     "shuffle_buffer_mb"):
+        for name in (
+            "days",
+            "val_days",
+            "test_days",
+            "seq_len",
+            "neg_len",
+            "rows_per_partition",
+            "shuffle_buffer_mb",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.history_days < 0:
@@ -113,7 +132,11 @@ class PreprocessConfig:
         """The fields that change the output bytes (part of the fingerprint)."""
         skip = {"raw", "out", "scheduler", "workers", "force", "shuffle_buffer_mb"}
         return {
-            f.name: (getattr(self, f.name).isoformat() if f.name == "end_date" and self.end_date
-                     else getattr(self, f.name))
-            for f in dataclasses.fields(self) if f.name not in skip
+            f.name: (
+                getattr(self, f.name).isoformat()
+                if f.name == "end_date" and self.end_date
+                else getattr(self, f.name)
+            )
+            for f in dataclasses.fields(self)
+            if f.name not in skip
         } | {"gap_edges_seconds": list(GAP_EDGES_SECONDS)}

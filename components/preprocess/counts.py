@@ -40,7 +40,7 @@ from components.common.dataset import DENSE_FEATURES, GLOBAL_ENTITIES, USER_ENTI
 PRIOR_WEIGHT = 20.0
 """Pseudo-impressions at the prior click rate added to every entity's counts."""
 NEVER_SECONDS = 30 * 86_400
-GLOBAL_COLUMNS = DENSE_FEATURES[:3 * len(GLOBAL_ENTITIES)]
+GLOBAL_COLUMNS = DENSE_FEATURES[: 3 * len(GLOBAL_ENTITIES)]
 """The dense columns :class:`CounterState` computes (the rest come from :func:`user_features`)."""
 """Cap of the time-since features, and their value when nothing happened before."""
 _NEVER = np.iinfo(np.int64).min
@@ -72,10 +72,13 @@ class Table:
         """Add the counts of new (unique) keys."""
         merged, inverse = np.unique(np.concatenate([self.keys, keys]), return_inverse=True)
         self.values = {
-            name: np.bincount(inverse, minlength=len(merged),
-                              weights=np.concatenate([self.values.get(name, np.zeros(len(self.keys),
-                                                                                     np.int64)), new])
-                              ).astype(np.int64)
+            name: np.bincount(
+                inverse,
+                minlength=len(merged),
+                weights=np.concatenate(
+                    [self.values.get(name, np.zeros(len(self.keys), np.int64)), new]
+                ),
+            ).astype(np.int64)
             for name, new in values.items()
         }
         self.keys = merged
@@ -102,14 +105,23 @@ class CounterState:
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         self.impressions, self.clicks = int(state["impressions"]), int(state["clicks"])
         for name in GLOBAL_ENTITIES:
-            self.counts[name] = Table(np.asarray(state[f"{name}.keys"], np.int64), {
-                key.split(".", 1)[1]: np.asarray(value, np.int64)
-                for key, value in state.items()
-                if key.startswith(f"{name}.") and key != f"{name}.keys"
-            })
+            self.counts[name] = Table(
+                np.asarray(state[f"{name}.keys"], np.int64),
+                {
+                    key.split(".", 1)[1]: np.asarray(value, np.int64)
+                    for key, value in state.items()
+                    if key.startswith(f"{name}.") and key != f"{name}.keys"
+                },
+            )
 
-    def features(self, item_key: np.ndarray, cat_key: np.ndarray, ts: np.ndarray,
-                 label: np.ndarray, fold: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    def features(
+        self,
+        item_key: np.ndarray,
+        cat_key: np.ndarray,
+        ts: np.ndarray,
+        label: np.ndarray,
+        fold: bool = True,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """For rows later than every row already folded in: the ``GLOBAL_ENTITIES`` columns
         ``[n, 3 * len(GLOBAL_ENTITIES)]`` and each row's prior; then folds these rows in
         (unless ``fold`` is false: a scorer's read-only look-up). Rows need not be sorted; equal
@@ -135,21 +147,33 @@ class CounterState:
         return np.stack(columns, axis=1).astype(np.float32), prior
 
 
-def user_features(user_key: np.ndarray, item_key: np.ndarray, cat_key: np.ndarray,
-                  ts: np.ndarray, label: np.ndarray, prior: np.ndarray) -> np.ndarray:
+def user_features(
+    user_key: np.ndarray,
+    item_key: np.ndarray,
+    cat_key: np.ndarray,
+    ts: np.ndarray,
+    label: np.ndarray,
+    prior: np.ndarray,
+) -> np.ndarray:
     """The ``USER_ENTITIES`` count columns, then their recency columns, for rows that include
     every earlier row of their users (any order)."""
     label = label.astype(np.int64)
-    keys = {"user": user_key, "user_category": pair_key(user_key, cat_key),
-            "user_item": pair_key(user_key, item_key)}
+    keys = {
+        "user": user_key,
+        "user_category": pair_key(user_key, cat_key),
+        "user_item": pair_key(user_key, item_key),
+    }
     counts, recency = [], []
     for entity in USER_ENTITIES:
         imps, clicks, _ = _earlier(keys[entity], ts, label)
         counts += _count_columns(imps, clicks, prior)
         exposure, click = _latest(keys[entity], ts, label)
         recency += [_log_seconds(ts, exposure), _log_seconds(ts, click)]
-    return np.stack(counts + recency, axis=1).astype(np.float32) if len(ts) else \
-        np.empty((0, 5 * len(USER_ENTITIES)), np.float32)
+    return (
+        np.stack(counts + recency, axis=1).astype(np.float32)
+        if len(ts)
+        else np.empty((0, 5 * len(USER_ENTITIES)), np.float32)
+    )
 
 
 def dense_features(global_columns: np.ndarray, user_columns: np.ndarray) -> np.ndarray:
@@ -198,8 +222,10 @@ def _earlier(key: np.ndarray, ts: np.ndarray, label: np.ndarray):
     clicks[order] = clicks_sorted[block_start] - clicks_sorted[group_start]
     starts = np.flatnonzero(new_group)
     ends = np.append(starts[1:], n)
-    totals = {"impressions": (ends - starts).astype(np.int64),
-              "clicks": clicks_sorted[ends] - clicks_sorted[starts]}
+    totals = {
+        "impressions": (ends - starts).astype(np.int64),
+        "clicks": clicks_sorted[ends] - clicks_sorted[starts],
+    }
     return imps, clicks, (key[order][starts], totals)
 
 

@@ -23,7 +23,9 @@ def logical_end_date(run_date: str, schedule_time: str) -> dt.date | None:
         except ValueError:
             raise ValueError(f"run_date {run_date!r}: expected YYYY-MM-DD") from None
     text = (schedule_time or "").strip()
-    if not text or text.startswith("{{"):  # kfp.local, or a backend that does not resolve the placeholder
+    if not text or text.startswith(
+        "{{"
+    ):  # kfp.local, or a backend that does not resolve the placeholder
         return None
     try:
         moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))

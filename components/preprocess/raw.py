@@ -32,8 +32,19 @@ from components.preprocess.clean import column_type_problem
 from components.preprocess.errors import InputError
 
 HASH_BLOCK_BYTES = 1 << 22  # read size when a file's whole content must be hashed
-VOUCHED = ("ChecksumSHA256", "ChecksumCRC32C", "ChecksumCRC32", "md5Hash", "crc32c", "ETag", "etag",
-           "generation", "VersionId", "version_id", "content_md5")
+VOUCHED = (
+    "ChecksumSHA256",
+    "ChecksumCRC32C",
+    "ChecksumCRC32",
+    "md5Hash",
+    "crc32c",
+    "ETag",
+    "etag",
+    "generation",
+    "VersionId",
+    "version_id",
+    "content_md5",
+)
 """Keys of fsspec ``info`` (s3fs, gcsfs, adlfs) whose values change whenever an object's content does."""
 HEADER_BYTES = 1 << 20  # a CSV header line longer than this is cut (and fails the column check)
 
@@ -88,8 +99,12 @@ MAGIC = {
     b"\xff\xfe": ("UTF-16 text", "re-encode it as UTF-8"),
     b"\xfe\xff": ("UTF-16 text", "re-encode it as UTF-8"),
 }
-EXPECTED_MAGIC = {("parquet", None): b"PAR1", ("csv", "gzip"): b"\x1f\x8b",
-                  ("csv", "zstd"): b"\x28\xb5\x2f\xfd", ("csv", "bz2"): b"BZh"}
+EXPECTED_MAGIC = {
+    ("parquet", None): b"PAR1",
+    ("csv", "gzip"): b"\x1f\x8b",
+    ("csv", "zstd"): b"\x28\xb5\x2f\xfd",
+    ("csv", "bz2"): b"BZh",
+}
 
 
 def printable_path(path: str) -> str:
@@ -102,7 +117,7 @@ def _basename(entry: dict) -> str:
 
 
 def _kind(fs, entry: dict) -> str:
-    """"directory", "file", "broken link" or "other"; a symbolic link counts as what it points to."""
+    """ "directory", "file", "broken link" or "other"; a symbolic link counts as what it points to."""
     if entry["type"] in ("directory", "file") and not entry.get("islink"):
         return entry["type"]
     if entry.get("islink") or entry["type"] == "other":
@@ -115,8 +130,9 @@ def _kind(fs, entry: dict) -> str:
     return entry["type"]
 
 
-def list_days(raw: str, ignored: list[Ignored] | None = None
-              ) -> tuple[fsspec.AbstractFileSystem, dict[dt.date, str]]:
+def list_days(
+    raw: str, ignored: list[Ignored] | None = None
+) -> tuple[fsspec.AbstractFileSystem, dict[dt.date, str]]:
     """The filesystem and ``{day: folder path}`` of a raw root.
 
     Every other entry of the root is appended to ``ignored`` with its reason; a
@@ -135,24 +151,43 @@ def list_days(raw: str, ignored: list[Ignored] | None = None
         day = schema.parse_day_folder(name) if kind == "directory" else None
         if day is not None:
             days[day] = entry["name"].rstrip("/")
-        elif kind == "directory" and not name.startswith(HIDDEN) and (
-                name.lower().startswith("dt=") or schema.loose_day_numbers(name)):
+        elif (
+            kind == "directory"
+            and not name.startswith(HIDDEN)
+            and (name.lower().startswith("dt=") or schema.loose_day_numbers(name))
+        ):
             numbers = schema.loose_day_numbers(name)
             ignored.append(Ignored(name, _misnamed_reason(numbers), numbers))
         elif kind in ("broken link", "other"):
-            ignored.append(Ignored(name, "broken symbolic link" if kind == "broken link"
-                                   else "not a file or folder"))
+            ignored.append(
+                Ignored(
+                    name,
+                    "broken symbolic link" if kind == "broken link" else "not a file or folder",
+                )
+            )
         elif name.startswith(HIDDEN):
-            ignored.append(Ignored(name, f"hidden or marker {'folder' if kind == 'directory' else 'file'} "
-                                         "(name starts with '.' or '_')"))
+            ignored.append(
+                Ignored(
+                    name,
+                    f"hidden or marker {'folder' if kind == 'directory' else 'file'} "
+                    "(name starts with '.' or '_')",
+                )
+            )
         elif kind == "directory":
             ignored.append(Ignored(name, "not a day folder (expected dt=YYYY-MM-DD)"))
         else:
-            ignored.append(Ignored(name, "file outside a day folder (raw files go in dt=YYYY-MM-DD/)"))
+            ignored.append(
+                Ignored(name, "file outside a day folder (raw files go in dt=YYYY-MM-DD/)")
+            )
     if not days:
-        raise InputError(f"{raw!r}: no day folders named dt=YYYY-MM-DD"
-                         + (f" (not day folders: {', '.join(repr(i.path) for i in ignored[:3])})"
-                            if ignored else ""))
+        raise InputError(
+            f"{raw!r}: no day folders named dt=YYYY-MM-DD"
+            + (
+                f" (not day folders: {', '.join(repr(i.path) for i in ignored[:3])})"
+                if ignored
+                else ""
+            )
+        )
     return fs, days
 
 
@@ -166,8 +201,9 @@ def _misnamed_reason(numbers: tuple[int, int, int] | None) -> str:
     return f"misnamed day folder (expected {schema.day_folder_name(day)!r})"
 
 
-def check_misnamed_days(raw: str, ignored: list[Ignored], first: dt.date, last: dt.date,
-                        open_ended: bool) -> None:
+def check_misnamed_days(
+    raw: str, ignored: list[Ignored], first: dt.date, last: dt.date, open_ended: bool
+) -> None:
     """Refuse a misnamed ``dt=`` folder that may hold days the window reads.
 
     ``open_ended``: the window ends at the latest day present, so a misnamed
@@ -186,7 +222,9 @@ def check_misnamed_days(raw: str, ignored: list[Ignored], first: dt.date, last: 
             )
 
 
-def list_files(fs, day_paths: dict[dt.date, str], ignored: list[Ignored] | None = None) -> list[RawFile]:
+def list_files(
+    fs, day_paths: dict[dt.date, str], ignored: list[Ignored] | None = None
+) -> list[RawFile]:
     """All raw files of the given day folders (sub-folders included), in (day, path) order.
 
     Paths not read are appended to ``ignored`` with their reason; a data file
@@ -196,12 +234,23 @@ def list_files(fs, day_paths: dict[dt.date, str], ignored: list[Ignored] | None 
     files: list[RawFile] = []
     for day in sorted(day_paths):
         for path, rel, size, fmt in _walk(fs, day_paths[day], schema.day_folder_name(day), ignored):
-            files.append(RawFile(index=len(files), path=path, relpath=rel, day=day, fmt=fmt[0],
-                                 size=size, compression=fmt[1]))
+            files.append(
+                RawFile(
+                    index=len(files),
+                    path=path,
+                    relpath=rel,
+                    day=day,
+                    fmt=fmt[0],
+                    size=size,
+                    compression=fmt[1],
+                )
+            )
     return files
 
 
-def _walk(fs, folder: str, rel: str, ignored: list[Ignored], depth: int = 0, seen: frozenset = frozenset()):
+def _walk(
+    fs, folder: str, rel: str, ignored: list[Ignored], depth: int = 0, seen: frozenset = frozenset()
+):
     """(path, relpath, size, (format, compression)) of the raw files under one day folder."""
     real = _real_path(fs, folder)
     if real in seen:
@@ -212,20 +261,38 @@ def _walk(fs, folder: str, rel: str, ignored: list[Ignored], depth: int = 0, see
         path = f"{rel}/{name}"
         kind = _kind(fs, entry)
         if name.startswith(HIDDEN):
-            ignored.append(Ignored(path, f"hidden or marker {'folder' if kind == 'directory' else 'file'} "
-                                         "(name starts with '.' or '_')"))
+            ignored.append(
+                Ignored(
+                    path,
+                    f"hidden or marker {'folder' if kind == 'directory' else 'file'} "
+                    "(name starts with '.' or '_')",
+                )
+            )
         elif kind == "directory":
             if depth + 1 >= MAX_DEPTH:
-                raise InputError(f"{path!r}: folders nested deeper than {MAX_DEPTH} levels in a day folder")
+                raise InputError(
+                    f"{path!r}: folders nested deeper than {MAX_DEPTH} levels in a day folder"
+                )
             yield from _walk(fs, entry["name"].rstrip("/"), path, ignored, depth + 1, seen | {real})
         elif kind != "file":
-            ignored.append(Ignored(path, "broken symbolic link" if kind == "broken link"
-                                   else "not a file or folder"))
+            ignored.append(
+                Ignored(
+                    path,
+                    "broken symbolic link" if kind == "broken link" else "not a file or folder",
+                )
+            )
         elif (fmt := schema.raw_format(name)) is not None:
-            yield entry["name"], path, int(fs.size(entry["name"]) if entry.get("islink") else entry["size"]), fmt
+            yield (
+                entry["name"],
+                path,
+                int(fs.size(entry["name"]) if entry.get("islink") else entry["size"]),
+                fmt,
+            )
         elif _unread_compression(name):
-            raise InputError(f"{path!r}: compressed as {_unread_compression(name)!r}, which is not read; "
-                             f"accepted: {ACCEPTED}")
+            raise InputError(
+                f"{path!r}: compressed as {_unread_compression(name)!r}, which is not read; "
+                f"accepted: {ACCEPTED}"
+            )
         else:
             ignored.append(Ignored(path, f"not a raw data file (accepted: {ACCEPTED})"))
 
@@ -256,11 +323,15 @@ def _check_columns(file: RawFile, columns: list[str], types: pa.Schema | None = 
     for name in schema.CONTRACT_COLUMNS:
         # Two columns of one name: which one is meant is a guess.
         if columns.count(name) > 1:
-            raise InputError(f"{file.relpath!r}: column {name!r} appears {columns.count(name)} times; "
-                             "keep one")
+            raise InputError(
+                f"{file.relpath!r}: column {name!r} appears {columns.count(name)} times; keep one"
+            )
         # A type that cannot hold the column's values without loss is refused for the whole file.
-        problem = (column_type_problem(name, types.field(name).type)
-                   if types is not None and name in columns else None)
+        problem = (
+            column_type_problem(name, types.field(name).type)
+            if types is not None and name in columns
+            else None
+        )
         if problem:
             raise InputError(f"{file.relpath!r}: column {name!r} {problem}")
 
@@ -281,10 +352,15 @@ def _check_magic(fs, file: RawFile) -> None:
     if expected is None and (found is None or found[0] == "UTF-16 text"):
         return  # plain CSV text (UTF-16 is named by the header check, which tells the encoding)
     what = {("parquet", None): "a Parquet file", ("csv", None): "CSV text"}.get(
-        (file.fmt, file.compression), f"{file.compression}-compressed CSV")
+        (file.fmt, file.compression), f"{file.compression}-compressed CSV"
+    )
     text = head and all(32 <= b < 127 or b in b"\t\r\n" for b in head)
     holds = found[0] if found else ("text" if text else "no known format")
-    fix = found[1] if found else ("rename it to .csv if it is CSV" if text else "check how it was written")
+    fix = (
+        found[1]
+        if found
+        else ("rename it to .csv if it is CSV" if text else "check how it was written")
+    )
     raise InputError(f"{file.relpath!r}: named as {what} but holds {holds}; {fix}")
 
 
@@ -293,7 +369,9 @@ def plan_pieces(fs, files: list[RawFile]) -> list[Piece]:
     pieces: list[Piece] = []
     for file in files:
         if file.size == 0:
-            raise InputError(f"{file.relpath!r}: file is empty (0 bytes); remove it or write a header")
+            raise InputError(
+                f"{file.relpath!r}: file is empty (0 bytes); remove it or write a header"
+            )
         _check_magic(fs, file)
         if file.fmt == "parquet":
             try:
@@ -301,7 +379,9 @@ def plan_pieces(fs, files: list[RawFile]) -> list[Piece]:
                     parquet = pq.ParquetFile(fh)
                     meta, arrow_schema = parquet.metadata, parquet.schema_arrow
             except Exception as exc:  # pyarrow raises several types for corrupt files
-                raise InputError(f"{file.relpath!r}: unreadable Parquet file ({_one_line(exc)})") from exc
+                raise InputError(
+                    f"{file.relpath!r}: unreadable Parquet file ({_one_line(exc)})"
+                ) from exc
             # Top-level (Arrow) names: the Parquet schema lists a nested column's leaves instead
             # ("element" for a list), which read as a missing column.
             _check_columns(file, list(arrow_schema.names), arrow_schema)
@@ -332,17 +412,21 @@ def read_csv_header(fs, file: RawFile) -> list[str]:
         with _open_csv(fs, file) as fh:
             first = fh.read(HEADER_BYTES)
     except OSError as exc:  # a broken gzip/zstd stream
-        raise InputError(f"{file.relpath!r}: unreadable {file.compression} data ({_one_line(exc)})") from exc
+        raise InputError(
+            f"{file.relpath!r}: unreadable {file.compression} data ({_one_line(exc)})"
+        ) from exc
     # Arrow also ends a line at a lone "\r" (old Mac files): cut there too, or the "header" is
     # the whole file.
     cut = re.split(rb"\r|\n", first, maxsplit=1)
     if len(cut) == 1 and len(first) == HEADER_BYTES:
-        raise InputError(f"{file.relpath!r}: no end of the header line in its first {HEADER_BYTES} bytes")
+        raise InputError(
+            f"{file.relpath!r}: no end of the header line in its first {HEADER_BYTES} bytes"
+        )
     try:
         line = cut[0].decode("utf-8-sig").strip()
     except UnicodeDecodeError as exc:
         found = sniff(first)
-        hint = (f"it holds {found[0]}; {found[1]}" if found else "re-encode the file as UTF-8")
+        hint = f"it holds {found[0]}; {found[1]}" if found else "re-encode the file as UTF-8"
         raise InputError(f"{file.relpath!r}: header is not UTF-8 ({exc}); {hint}") from exc
     # the csv module, not split(","): a quoted name may hold a comma
     try:
@@ -365,23 +449,27 @@ def read_piece(fs, piece: Piece) -> pa.Table:
             data = fh.read()
         header = read_csv_header(fs, file)
         names = [c for c in schema.CONTRACT_COLUMNS if c in header]
-        return _float_written_ids_as_integers(pacsv.read_csv(
-            io.BytesIO(data),
-            # the header as checked (names stripped of blanks), so " label" is the column "label"
-            read_options=pacsv.ReadOptions(encoding="utf8", column_names=header, skip_rows=1),
-            convert_options=pacsv.ConvertOptions(
-                column_types={c: pa.string() for c in header},
-                include_columns=names,
-                null_values=[""],
-                strings_can_be_null=True,
-            ),
-        ))
+        return _float_written_ids_as_integers(
+            pacsv.read_csv(
+                io.BytesIO(data),
+                # the header as checked (names stripped of blanks), so " label" is the column "label"
+                read_options=pacsv.ReadOptions(encoding="utf8", column_names=header, skip_rows=1),
+                convert_options=pacsv.ConvertOptions(
+                    column_types={c: pa.string() for c in header},
+                    include_columns=names,
+                    null_values=[""],
+                    strings_can_be_null=True,
+                ),
+            )
+        )
     except InputError:
         raise
     except Exception as exc:
         kind = f"{file.compression} CSV" if file.compression else file.fmt.upper()
-        raise InputError(f"{file.relpath!r}: unreadable {kind} data ({_one_line(exc)}"
-                         f"{_csv_column_hint(file, str(exc), header)})") from exc
+        raise InputError(
+            f"{file.relpath!r}: unreadable {kind} data ({_one_line(exc)}"
+            f"{_csv_column_hint(file, str(exc), header)})"
+        ) from exc
 
 
 _FLOAT_WRITTEN_INTEGER = r"^-?\d+\.0+$"
@@ -397,8 +485,11 @@ def _float_written_ids_as_integers(table: pa.Table) -> pa.Table:
         column = table.column(name)
         floaty = pc.match_substring_regex(column, _FLOAT_WRITTEN_INTEGER)
         if pc.any(floaty).as_py() and pc.all(pc.or_kleene(floaty, column.is_null())).as_py():
-            table = table.set_column(table.schema.get_field_index(name), name,
-                                     pc.replace_substring_regex(column, r"\.0+$", ""))
+            table = table.set_column(
+                table.schema.get_field_index(name),
+                name,
+                pc.replace_substring_regex(column, r"\.0+$", ""),
+            )
     return table
 
 

@@ -28,8 +28,13 @@ class Layout(Protocol):
     neg_len: int
 
 
-def model_inputs(cols: dict[str, np.ndarray], global_columns: np.ndarray, prior: np.ndarray,
-                 layout: Layout, group: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def model_inputs(
+    cols: dict[str, np.ndarray],
+    global_columns: np.ndarray,
+    prior: np.ndarray,
+    layout: Layout,
+    group: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
     """Every per-row array of the Dataset contract (``array_specs``) for rows in ``sort_order``.
 
     ``cols``: the cleaned columns (``user_key``, ``item_key``, ``cat_key``, ``ts``, ``label``);
@@ -38,16 +43,26 @@ def model_inputs(cols: dict[str, np.ndarray], global_columns: np.ndarray, prior:
     the user): rows of a group see the group's earlier rows, nothing else.
     """
     group = cols["user_key"] if group is None else group
-    dense = dense_features(global_columns, user_features(group, cols["item_key"], cols["cat_key"],
-                                                         cols["ts"], cols["label"], prior))
+    dense = dense_features(
+        global_columns,
+        user_features(group, cols["item_key"], cols["cat_key"], cols["ts"], cols["label"], prior),
+    )
     item = bucketize(cols["item_key"], layout.item_buckets)
     cat = bucketize(cols["cat_key"], layout.category_buckets, null=cols["cat_key"] == 0)
     edges = np.asarray(GAP_EDGES_SECONDS, np.int64)
     hist = build_histories(group, cols["ts"], cols["label"] == 1, item, cat, layout.seq_len, edges)
-    skipped = build_histories(group, cols["ts"], cols["label"] == 0, item, cat, layout.neg_len, edges,
-                              prefix="neg")
+    skipped = build_histories(
+        group, cols["ts"], cols["label"] == 0, item, cat, layout.neg_len, edges, prefix="neg"
+    )
     return {
-        **hist, **skipped, "dense": dense, "target_item": item, "target_cat": cat,
-        "user": bucketize(cols["user_key"], layout.user_buckets), "user_key": cols["user_key"],
-        "context": context_features(cols["ts"]), "ts": cols["ts"], "label": cols["label"].astype(np.uint8),
+        **hist,
+        **skipped,
+        "dense": dense,
+        "target_item": item,
+        "target_cat": cat,
+        "user": bucketize(cols["user_key"], layout.user_buckets),
+        "user_key": cols["user_key"],
+        "context": context_features(cols["ts"]),
+        "ts": cols["ts"],
+        "label": cols["label"].astype(np.uint8),
     }

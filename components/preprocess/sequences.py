@@ -15,8 +15,12 @@ GATHER_CHUNK = 65_536
 
 
 def sort_order(
-    user_key: np.ndarray, ts: np.ndarray, item_key: np.ndarray, cat_key: np.ndarray,
-    label: np.ndarray, day: np.ndarray,
+    user_key: np.ndarray,
+    ts: np.ndarray,
+    item_key: np.ndarray,
+    cat_key: np.ndarray,
+    label: np.ndarray,
+    day: np.ndarray,
 ) -> np.ndarray:
     """The canonical row order: user, time, then every other field.
 

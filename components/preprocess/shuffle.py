@@ -63,8 +63,11 @@ def bounded_disk_shuffle(buffer_bytes: int, spill_dir: Path) -> Iterator[None]:
     spill_dir.mkdir(exist_ok=True)
     capped = buffer_parameter() is not None
     if not capped:
-        log.warning("partd %s: Buffer has no available_memory parameter; the disk shuffle buffers up to "
-                    "partd's own limit", getattr(partd, "__version__", "?"))
+        log.warning(
+            "partd %s: Buffer has no available_memory parameter; the disk shuffle buffers up to "
+            "partd's own limit",
+            getattr(partd, "__version__", "?"),
+        )
     with _lock:
         if capped:
             if not _caps:

@@ -93,8 +93,14 @@ def preprocess(config: PreprocessConfig) -> dict:
         found = resolve(config)
         fs, window, files, fingerprint = found.fs, found.window, found.files, found.fingerprint
         pieces = rawio.plan_pieces(fs, files)
-        log.info("%d files, %d pieces, window %s .. %s (+%d history days)",
-                 len(files), len(pieces), window.start, window.end, config.history_days)
+        log.info(
+            "%d files, %d pieces, window %s .. %s (+%d history days)",
+            len(files),
+            len(pieces),
+            window.start,
+            window.end,
+            config.history_days,
+        )
 
     existing = _read_meta(out)
     if existing and existing.get("fingerprint") == fingerprint and not config.force:
@@ -115,13 +121,15 @@ def preprocess(config: PreprocessConfig) -> dict:
             rows = _assemble(tmp, config)
         for scratch in ("_staging", "_counted", "_shards"):
             shutil.rmtree(tmp / scratch)
-        meta = _meta(config, window, files, counts, duplicates, shard_counts, rows, fingerprint,
-                     timer)
+        meta = _meta(
+            config, window, files, counts, duplicates, shard_counts, rows, fingerprint, timer
+        )
         # of the training split: what the model standardizes the dense features with
         meta["dense_features"].update(dense_stats(tmp / "train" / "dense.npy"))
         meta["rows"]["by_day"] = by_day
-        meta["inputs"]["ignored"] = [{"path": rawio.printable_path(i.path), "reason": i.reason}
-                                     for i in found.ignored]
+        meta["inputs"]["ignored"] = [
+            {"path": rawio.printable_path(i.path), "reason": i.reason} for i in found.ignored
+        ]
         missing = window.missing_days({f.day for f in files})  # no folder, or no raw file in it
         meta["inputs"]["days_without_files"] = [d.isoformat() for d in missing]
         if missing:
@@ -158,8 +166,9 @@ def resolve(config: PreprocessConfig) -> Resolved:
     ignored: list[rawio.Ignored] = []
     fs, day_paths = rawio.list_days(config.raw, ignored)
     window = Window(config.end_date or max(day_paths), config)
-    rawio.check_misnamed_days(config.raw, ignored, window.first_read, window.end,
-                              open_ended=config.end_date is None)
+    rawio.check_misnamed_days(
+        config.raw, ignored, window.first_read, window.end, open_ended=config.end_date is None
+    )
     wanted = {d: p for d, p in day_paths.items() if window.first_read <= d <= window.end}
     files = rawio.list_files(fs, wanted, ignored)
     if not any(f.day >= window.start for f in files):
@@ -169,8 +178,9 @@ def resolve(config: PreprocessConfig) -> Resolved:
         )
     for split in SPLITS:
         if not any(window.split_of(f.day) == split for f in files):
-            raise InputError(f"{config.raw!r}: no raw files for the {split} split "
-                             f"({window.split_range(split)})")
+            raise InputError(
+                f"{config.raw!r}: no raw files for the {split} split ({window.split_range(split)})"
+            )
     if not any(f.day == window.end for f in files):  # else the window silently ends a day early
         raise InputError(
             f"{config.raw!r}: no raw files for the window's last day {window.end} "
@@ -180,9 +190,17 @@ def resolve(config: PreprocessConfig) -> Resolved:
     for item in ignored[:20]:
         log.warning("not read: %r (%s)", item.path, item.reason)
     if len(ignored) > 20:
-        log.warning("not read: %d more paths (listed in meta.json inputs.ignored)", len(ignored) - 20)
-    return Resolved(fs, day_paths, window, files, _fingerprint(fs, files, config, window, ignored),
-                    tuple(ignored))
+        log.warning(
+            "not read: %d more paths (listed in meta.json inputs.ignored)", len(ignored) - 20
+        )
+    return Resolved(
+        fs,
+        day_paths,
+        window,
+        files,
+        _fingerprint(fs, files, config, window, ignored),
+        tuple(ignored),
+    )
 
 
 class Window:
@@ -234,8 +252,10 @@ def dask_scheduler(name: str, workers: int | None):
 
     if name == "local-cluster":
         cluster = LocalCluster(
-            n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
-            dashboard_address=None, processes=True,
+            n_workers=workers or os.cpu_count() or 1,
+            threads_per_worker=1,
+            dashboard_address=None,
+            processes=True,
         )
         with cluster, Client(cluster) as client:
             yield client
@@ -266,7 +286,9 @@ def _validate(fs, pieces, window: Window, config: PreprocessConfig, tmp: Path) -
     (tmp / "_staging").mkdir()
     (tmp / "quarantine").mkdir()
     tasks = [
-        dask.delayed(_validate_piece, pure=False)(fs, piece, i, window.start, config.max_skew_hours, tmp)
+        dask.delayed(_validate_piece, pure=False)(
+            fs, piece, i, window.start, config.max_skew_hours, tmp
+        )
         for i, piece in enumerate(pieces)
     ]
     counts = _compute(tasks)
@@ -274,8 +296,9 @@ def _validate(fs, pieces, window: Window, config: PreprocessConfig, tmp: Path) -
     return counts
 
 
-def _validate_piece(fs, piece: rawio.Piece, index: int, window_start: dt.date,
-                    max_skew_hours: float, tmp: Path) -> dict:
+def _validate_piece(
+    fs, piece: rawio.Piece, index: int, window_start: dt.date, max_skew_hours: float, tmp: Path
+) -> dict:
     """Clean one piece; write its kept and quarantined rows; return its counts."""
     table = rawio.read_piece(fs, piece)
     day = DayWindow.for_day(schema.epoch_day(piece.file.day), max_skew_hours)
@@ -289,13 +312,17 @@ def _validate_piece(fs, piece: rawio.Piece, index: int, window_start: dt.date,
     groups = list(quarantine.groupby("reason", sort=False)) if len(quarantine) else []
     examples = {
         r: f"{piece.file.relpath!r} row {int(g['row'].iloc[0])}: {r} in column {REASONS[r]!r} "
-           f"(value {g[REASONS[r]].iloc[0]!r})"
+        f"(value {g[REASONS[r]].iloc[0]!r})"
         for r, g in groups
     }
     return {
-        "file": piece.file.index, "day": piece.file.day.isoformat(), "read": table.num_rows,
-        "staged": len(clean), "quarantined": {r: n for r, n in reasons.items() if n},
-        "examples": examples, "values": {r: g[REASONS[r]].iloc[0] for r, g in groups},
+        "file": piece.file.index,
+        "day": piece.file.day.isoformat(),
+        "read": table.num_rows,
+        "staged": len(clean),
+        "quarantined": {r: n for r, n in reasons.items() if n},
+        "examples": examples,
+        "values": {r: g[REASONS[r]].iloc[0] for r, g in groups},
     }
 
 
@@ -313,12 +340,16 @@ def _count(counts: list[dict], config: PreprocessConfig, tmp: Path) -> dict[str,
     """
     staged = sorted((tmp / "_staging").glob("*.parquet"))
     if not staged:
-        raise InputError(f"{config.raw!r}: every row in the window was quarantined; nothing to train on")
+        raise InputError(
+            f"{config.raw!r}: every row in the window was quarantined; nothing to train on"
+        )
     rows = sum(c["staged"] for c in counts)
     by_time = dd.read_parquet([str(p) for p in staged]).set_index(
-        "ts", npartitions=_partitions(rows, config), shuffle_method="disk")
-    written = by_time.to_parquet(str(tmp / "_bytime"), compute=False,
-                                 name_function=lambda i: f"part-{i:06d}.parquet")
+        "ts", npartitions=_partitions(rows, config), shuffle_method="disk"
+    )
+    written = by_time.to_parquet(
+        str(tmp / "_bytime"), compute=False, name_function=lambda i: f"part-{i:06d}.parquet"
+    )
     with bounded_disk_shuffle(config.shuffle_buffer_mb << 20, tmp / "_spill"):
         _compute([written])
     (tmp / "_counted").mkdir()
@@ -332,7 +363,9 @@ def _count(counts: list[dict], config: PreprocessConfig, tmp: Path) -> dict[str,
         dup = duplicate_mask(*(cols[k] for k in DUPLICATE_KEY))
         duplicates.update(dict(zip(*np.unique(cols["day"][dup], return_counts=True), strict=True)))
         cols = {k: v[~dup] for k, v in cols.items()}
-        columns, prior = state.features(cols["item_key"], cols["cat_key"], cols["ts"], cols["label"])
+        columns, prior = state.features(
+            cols["item_key"], cols["cat_key"], cols["ts"], cols["label"]
+        )
         frame = pd.DataFrame(cols)
         frame[list(GLOBAL_COLUMNS)] = columns
         frame["prior"] = prior
@@ -349,8 +382,12 @@ def _sequence(rows: int, window: Window, config: PreprocessConfig, tmp: Path) ->
     by_user = events.shuffle(on="user_key", npartitions=partitions)
     meta = pd.DataFrame({k: pd.Series(dtype="int64") for k in SHARD_COUNTS})
     shards = by_user.map_partitions(
-        _build_shard, shard_root=str(tmp / "_shards"), events_root=str(tmp / "events"),
-        split_starts=window.day_numbers(), config=config, meta=meta,
+        _build_shard,
+        shard_root=str(tmp / "_shards"),
+        events_root=str(tmp / "events"),
+        split_starts=window.day_numbers(),
+        config=config,
+        meta=meta,
     )
     (tmp / "_shards").mkdir()
     (tmp / "events").mkdir()
@@ -361,16 +398,27 @@ def _sequence(rows: int, window: Window, config: PreprocessConfig, tmp: Path) ->
     return result.sort_values("shard").reset_index(drop=True)
 
 
-def _build_shard(part: pd.DataFrame, shard_root: str, events_root: str, split_starts: dict,
-                 config: PreprocessConfig, partition_info=None) -> pd.DataFrame:
+def _build_shard(
+    part: pd.DataFrame,
+    shard_root: str,
+    events_root: str,
+    split_starts: dict,
+    config: PreprocessConfig,
+    partition_info=None,
+) -> pd.DataFrame:
     """Sort, de-duplicate and sequence one partition of users; write its array shards."""
     number = partition_info["number"] if partition_info else 0
     cols = {name: part[name].to_numpy(dtype=dtype) for name, dtype in CLEAN_COLUMNS.items()}
-    order = sort_order(cols["user_key"], cols["ts"], cols["item_key"], cols["cat_key"],
-                       cols["label"], cols["day"])
+    order = sort_order(
+        cols["user_key"], cols["ts"], cols["item_key"], cols["cat_key"], cols["label"], cols["day"]
+    )
     cols = {k: v[order] for k, v in cols.items()}
-    arrays = model_inputs(cols, part[list(GLOBAL_COLUMNS)].to_numpy(np.float32)[order],
-                          part["prior"].to_numpy(np.float64)[order], config)
+    arrays = model_inputs(
+        cols,
+        part[list(GLOBAL_COLUMNS)].to_numpy(np.float32)[order],
+        part["prior"].to_numpy(np.float64)[order],
+        config,
+    )
     item, cat, hist_len = arrays["target_item"], arrays["target_cat"], arrays["hist_len"]
     day = cols["day"]
     split_code = np.full(len(day), -1, np.int8)  # -1 = history only
@@ -388,15 +436,23 @@ def _build_shard(part: pd.DataFrame, shard_root: str, events_root: str, split_st
         for name, values in arrays.items():
             np.save(folder / f"{name}.npy", values[mask])
     pd.DataFrame({k: cols[k] for k in USER_EVENT_COLUMNS}).to_parquet(
-        Path(events_root).parent / USER_EVENTS / f"part-{number:06d}.parquet", index=False)
+        Path(events_root).parent / USER_EVENTS / f"part-{number:06d}.parquet", index=False
+    )
     in_window = split_code >= 0
     if in_window.any():
-        pd.DataFrame({
-            "user_key": cols["user_key"][in_window], "user": arrays["user"][in_window],
-            "item": item[in_window], "category": cat[in_window], "ts": cols["ts"][in_window],
-            "label": cols["label"][in_window], "day": day[in_window],
-            "split": np.asarray(SPLITS)[split_code[in_window]], "hist_len": hist_len[in_window],
-        }).to_parquet(Path(events_root) / f"part-{number:06d}.parquet", index=False)
+        pd.DataFrame(
+            {
+                "user_key": cols["user_key"][in_window],
+                "user": arrays["user"][in_window],
+                "item": item[in_window],
+                "category": cat[in_window],
+                "ts": cols["ts"][in_window],
+                "label": cols["label"][in_window],
+                "day": day[in_window],
+                "split": np.asarray(SPLITS)[split_code[in_window]],
+                "hist_len": hist_len[in_window],
+            }
+        ).to_parquet(Path(events_root) / f"part-{number:06d}.parquet", index=False)
     return pd.DataFrame([result])[list(SHARD_COUNTS)]
 
 
@@ -408,10 +464,15 @@ def _assemble(tmp: Path, config: PreprocessConfig) -> dict[str, int]:
     for split in SPLITS:
         (tmp / split).mkdir()
         parts = [d / split for d in shard_dirs if (d / split).is_dir()]
-        for name, (dtype, tail) in tqdm(specs.items(), desc=f"assemble {split}", unit="array",
-                                        leave=False, disable=None):
-            rows[split] = _concat_npy([p / f"{name}.npy" for p in parts], tmp / split / f"{name}.npy",
-                                      np.dtype(dtype), tail)
+        for name, (dtype, tail) in tqdm(
+            specs.items(), desc=f"assemble {split}", unit="array", leave=False, disable=None
+        ):
+            rows[split] = _concat_npy(
+                [p / f"{name}.npy" for p in parts],
+                tmp / split / f"{name}.npy",
+                np.dtype(dtype),
+                tail,
+            )
     return rows
 
 
@@ -422,8 +483,11 @@ def dense_stats(path: Path, chunk: int = 1 << 18) -> dict[str, list[float]]:
     with the dataset."""
     with open(path, "rb") as fh:
         version = np.lib.format.read_magic(fh)
-        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                       else np.lib.format.read_array_header_2_0)
+        read_header = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
         (rows, width), _, dtype = read_header(fh)
         total, squares = np.zeros(width), np.zeros(width)
         for lo in range(0, rows, chunk):
@@ -443,8 +507,11 @@ def _concat_npy(sources: list[Path], target: Path, dtype: np.dtype, tail: tuple[
     for source in sources:
         with open(source, "rb") as fh:
             version = np.lib.format.read_magic(fh)
-            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                           else np.lib.format.read_array_header_2_0)
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
             shape, fortran, src_dtype = read_header(fh)
             if fortran or src_dtype != dtype or tuple(shape[1:]) != tail:
                 raise RuntimeError(f"{source}: unexpected shard layout {shape} {src_dtype}")
@@ -452,8 +519,13 @@ def _concat_npy(sources: list[Path], target: Path, dtype: np.dtype, tail: tuple[
     total = sum(n for _, _, n in headers)
     with open(target, "wb") as out:
         np.lib.format.write_array_header_1_0(
-            out, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
-                  "shape": (total, *tail)})
+            out,
+            {
+                "descr": np.lib.format.dtype_to_descr(dtype),
+                "fortran_order": False,
+                "shape": (total, *tail),
+            },
+        )
         out.flush()
         for source, offset, _ in headers:
             with open(source, "rb") as fh:
@@ -482,7 +554,9 @@ def _copy_tail(src, dst, offset: int) -> None:
 def _fingerprint(fs, files, config: PreprocessConfig, window: Window, ignored=()) -> str:
     inputs = [rawio.file_fingerprint(fs, f) for f in files]
     payload = {
-        "schema_version": SCHEMA_VERSION, "hash_key": HASH_KEY, "inputs": inputs,
+        "schema_version": SCHEMA_VERSION,
+        "hash_key": HASH_KEY,
+        "inputs": inputs,
         "ignored": [[rawio.printable_path(i.path), i.reason] for i in ignored],
         "config": config.result_fields() | {"end_date": window.end.isoformat()},
         "code": code_fingerprint(),
@@ -507,8 +581,9 @@ def _read_meta(out: Path) -> dict | None:
         return None
 
 
-def _meta(config, window, files, counts, duplicates_per_day, shard_counts, rows, fingerprint,
-          timer) -> dict:
+def _meta(
+    config, window, files, counts, duplicates_per_day, shard_counts, rows, fingerprint, timer
+) -> dict:
     read = sum(c["read"] for c in counts)
     quarantined = Counter()
     for c in counts:
@@ -522,22 +597,32 @@ def _meta(config, window, files, counts, duplicates_per_day, shard_counts, rows,
     splits = {}
     for split in SPLITS:
         positives = int(shard_counts[f"{split}_positives"].sum())
-        splits[split] = {"rows": int(rows[split]), "positives": positives,
-                         "positive_rate": positives / rows[split] if rows[split] else 0.0,
-                         "days": window.split_range(split)}
+        splits[split] = {
+            "rows": int(rows[split]),
+            "positives": positives,
+            "positive_rate": positives / rows[split] if rows[split] else 0.0,
+            "days": window.split_range(split),
+        }
     return {
         "schema_version": SCHEMA_VERSION,
         "dailyrec_version": components.__version__,
         "fingerprint": fingerprint,
         "window": {
-            "start": window.start.isoformat(), "end": window.end.isoformat(),
+            "start": window.start.isoformat(),
+            "end": window.end.isoformat(),
             "history_start": window.first_read.isoformat(),
             **{f"{s}_days": window.split_range(s) for s in SPLITS},
         },
         "config": config.result_fields() | {"end_date": window.end.isoformat()},
-        "buckets": {"item": config.item_buckets, "category": config.category_buckets,
-                    "user": config.user_buckets, "gap": len(GAP_EDGES_SECONDS) + 2,
-                    "hash": "siphash24-utf8", "hash_key": HASH_KEY, "padding": 0},
+        "buckets": {
+            "item": config.item_buckets,
+            "category": config.category_buckets,
+            "user": config.user_buckets,
+            "gap": len(GAP_EDGES_SECONDS) + 2,
+            "hash": "siphash24-utf8",
+            "hash_key": HASH_KEY,
+            "padding": 0,
+        },
         "splits": splits,
         "seq_len": config.seq_len,
         "neg_len": config.neg_len,
@@ -545,15 +630,24 @@ def _meta(config, window, files, counts, duplicates_per_day, shard_counts, rows,
         "dense_features": {
             "names": list(DENSE_FEATURES),
             "transforms": "log1p(count) for *_log_impressions/*_log_clicks; *_click_logit: "
-                          "logit((clicks + w * prior) / (impressions + w)), prior = click rate of "
-                          "all earlier rows; *_log_seconds_since_*: log1p(seconds), capped",
-            "prior_weight": PRIOR_WEIGHT, "never_seconds": NEVER_SECONDS,
-            "state": COUNT_STATE_FILE, "user_events": USER_EVENTS,
+            "logit((clicks + w * prior) / (impressions + w)), prior = click rate of "
+            "all earlier rows; *_log_seconds_since_*: log1p(seconds), capped",
+            "prior_weight": PRIOR_WEIGHT,
+            "never_seconds": NEVER_SECONDS,
+            "state": COUNT_STATE_FILE,
+            "user_events": USER_EVENTS,
         },
-        "arrays": {name: {"dtype": d, "row_shape": list(t)}
-                   for name, (d, t) in array_specs(config.seq_len, config.neg_len).items()},
-        "rows": {"read": read, "kept": kept, "quarantined": dict(sorted(quarantined.items())),
-                 "quarantined_total": sum(quarantined.values()), "duplicates_dropped": duplicates},
+        "arrays": {
+            name: {"dtype": d, "row_shape": list(t)}
+            for name, (d, t) in array_specs(config.seq_len, config.neg_len).items()
+        },
+        "rows": {
+            "read": read,
+            "kept": kept,
+            "quarantined": dict(sorted(quarantined.items())),
+            "quarantined_total": sum(quarantined.values()),
+            "duplicates_dropped": duplicates,
+        },
         "inputs": {"files": [f.name for f in files], "bytes": sum(f.size for f in files)},
         "seconds": dict(timer.seconds),
     }
@@ -571,16 +665,22 @@ def format_summary(meta: dict) -> str:
     ]
     for split in SPLITS:
         info = meta["splits"][split]
-        lines.append(f"  {split:5s} {info['rows']:>12,} rows  positive rate "
-                     f"{info['positive_rate']:.4f}  ({info['days']})")
+        lines.append(
+            f"  {split:5s} {info['rows']:>12,} rows  positive rate "
+            f"{info['positive_rate']:.4f}  ({info['days']})"
+        )
     for reason, n in rows["quarantined"].items():
         lines.append(f"  quarantined {reason}: {n:,}")
     duplicated = {d: b["duplicates"] for d, b in rows.get("by_day", {}).items() if b["duplicates"]}
     if duplicated:
-        lines.append("  exact duplicates by day: " + ", ".join(f"{d} {n:,}" for d, n in duplicated.items()))
+        lines.append(
+            "  exact duplicates by day: " + ", ".join(f"{d} {n:,}" for d, n in duplicated.items())
+        )
     ignored = meta["inputs"].get("ignored", [])
     if ignored:
-        lines.append(f"  not read: {len(ignored)} paths (meta.json inputs.ignored), e.g. "
-                     f"{ignored[0]['path']!r} ({ignored[0]['reason']})")
+        lines.append(
+            f"  not read: {len(ignored)} paths (meta.json inputs.ignored), e.g. "
+            f"{ignored[0]['path']!r} ({ignored[0]['reason']})"
+        )
     lines.append("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in meta["seconds"].items()))
     return "\n".join(lines)

@@ -9,8 +9,13 @@ from pipelines.images import RUNTIME_IMAGE
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
 def register_op(
-    model: dsl.Input[dsl.Model], evaluation: dsl.Input[dsl.Metrics], run_dir: str, model_name: str,
-    tracking_uri: str, run_id: str, registration: dsl.Output[dsl.Artifact],
+    model: dsl.Input[dsl.Model],
+    evaluation: dsl.Input[dsl.Metrics],
+    run_dir: str,
+    model_name: str,
+    tracking_uri: str,
+    run_id: str,
+    registration: dsl.Output[dsl.Artifact],
 ) -> NamedTuple("Registered", [("version", int), ("champion_version", int)]):
     """Register the model version in MLflow and move the champion/previous aliases.
 
@@ -39,18 +44,32 @@ def register_op(
 
     started = time.perf_counter()
     evaluated = RunFolder(Path(run_dir)).evaluate
-    config = RegisterConfig(checkpoint=Path(model.path).read_text().strip(),
-                            metrics=str(evaluated / METRICS), decision=str(evaluated / DECISION),
-                            model_name=model_name, tracking_uri=tracking_uri, pipeline_run_id=run_id, out=run_dir)
+    config = RegisterConfig(
+        checkpoint=Path(model.path).read_text().strip(),
+        metrics=str(evaluated / METRICS),
+        decision=str(evaluated / DECISION),
+        model_name=model_name,
+        tracking_uri=tracking_uri,
+        pipeline_run_id=run_id,
+        out=run_dir,
+    )
     # alias moves of runs on one storage root are serialized: register's compare-and-set needs it
-    with storage_lock(root_of(run_dir), run_id, stage="register", wait_s=TASK_WAIT_S), \
-            disk_full_as("register", run_dir):
+    with (
+        storage_lock(root_of(run_dir), run_id, stage="register", wait_s=TASK_WAIT_S),
+        disk_full_as("register", run_dir),
+    ):
         result = register(config)
     print(summary_line(result))
     Path(registration.path).write_text(json.dumps(result, default=str))
-    registration.metadata.update({"model_name": model_name, "version": int(result["version"] or 0),
-                                  "champion_version": int(result["champion_version"] or 0),
-                                  "evaluation": evaluation.uri})
+    registration.metadata.update(
+        {
+            "model_name": model_name,
+            "version": int(result["version"] or 0),
+            "champion_version": int(result["champion_version"] or 0),
+            "evaluation": evaluation.uri,
+        }
+    )
     record_stage(run_dir, "register", time.perf_counter() - started, version=result["version"])
     return namedtuple("Registered", ["version", "champion_version"])(
-        int(result["version"] or 0), int(result["champion_version"] or 0))
+        int(result["version"] or 0), int(result["champion_version"] or 0)
+    )

@@ -74,24 +74,32 @@ def manifest(folder: str | Path) -> dict[str, str]:
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder).as_posix()
         if path.is_symlink():
-            raise IntegrityError(f"{folder}: {rel!r} is a symbolic link; a registered model holds plain files")
+            raise IntegrityError(
+                f"{folder}: {rel!r} is a symbolic link; a registered model holds plain files"
+            )
         if path.is_file() and rel not in DOWNLOAD_ONLY:
             files[rel] = sha256_file(path)
     return files
 
 
 def manifest_digest(files: dict[str, str]) -> str:
-    return hashlib.sha256(json.dumps(files, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(files, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
 
 
 def differences(expected: dict[str, str], found: dict[str, str]) -> str:
     """``changed: a; added: b; missing: c`` between two manifests."""
     parts = []
-    for label, names in (("changed", [k for k in found if k in expected and found[k] != expected[k]]),
-                         ("added", [k for k in found if k not in expected]),
-                         ("missing", [k for k in expected if k not in found])):
+    for label, names in (
+        ("changed", [k for k in found if k in expected and found[k] != expected[k]]),
+        ("added", [k for k in found if k not in expected]),
+        ("missing", [k for k in expected if k not in found]),
+    ):
         if names:
-            parts.append(f"{label}: " + ", ".join(sorted(names)[:5]) + (" ..." if len(names) > 5 else ""))
+            parts.append(
+                f"{label}: " + ", ".join(sorted(names)[:5]) + (" ..." if len(names) > 5 else "")
+            )
     return "; ".join(parts)
 
 
@@ -101,19 +109,30 @@ def check_logged(folder: str | Path, checkpoint: dict, model_code: Path, package
     import torch
 
     folder = Path(folder)
-    logged_code = folder / model_code.name  # "models from code": the file is copied under its own name
+    logged_code = (
+        folder / model_code.name
+    )  # "models from code": the file is copied under its own name
     if not logged_code.is_file() or logged_code.read_bytes() != model_code.read_bytes():
         raise IntegrityError(f"{folder}: the logged model code differs from {model_code}")
     logged = folder / "code" / package.name
-    ours = {p.relative_to(package).as_posix(): p for p in package.rglob("*") if p.is_file()
-            and "__pycache__" not in p.parts}
-    theirs = {p.relative_to(logged).as_posix(): p for p in logged.rglob("*") if p.is_file()
-              and "__pycache__" not in p.parts}
-    if set(ours) != set(theirs) or any(ours[k].read_bytes() != theirs[k].read_bytes() for k in ours):
+    ours = {
+        p.relative_to(package).as_posix(): p
+        for p in package.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    theirs = {
+        p.relative_to(logged).as_posix(): p
+        for p in logged.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    if set(ours) != set(theirs) or any(
+        ours[k].read_bytes() != theirs[k].read_bytes() for k in ours
+    ):
         raise IntegrityError(f"{folder}: the logged copy of {package.name}/ differs from {package}")
     weights = torch.load(folder / WEIGHTS, map_location="cpu", weights_only=True)["model"]
     if set(weights) != set(checkpoint["model"]) or any(
-            not torch.equal(weights[k], checkpoint["model"][k]) for k in weights):
+        not torch.equal(weights[k], checkpoint["model"][k]) for k in weights
+    ):
         raise IntegrityError(f"{folder}: the logged weights differ from the checkpoint's")
 
 
@@ -140,8 +159,12 @@ def _stored_manifest(client: Any, run_id: str | None) -> dict[str, str] | None:
 
     try:
         with tempfile.TemporaryDirectory(prefix="dailyrec-manifest-") as tmp:
-            path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=MANIFEST_ARTIFACT,
-                                                       dst_path=tmp, tracking_uri=client.tracking_uri)
+            path = mlflow.artifacts.download_artifacts(
+                run_id=run_id,
+                artifact_path=MANIFEST_ARTIFACT,
+                dst_path=tmp,
+                tracking_uri=client.tracking_uri,
+            )
             return json.loads(Path(path).read_text())
     except Exception:  # no manifest logged, or unreadable: the message then lacks the file names
         return None
@@ -156,21 +179,32 @@ def verified_download(client: Any, name: str, version: int | str, dest: str | Pa
     expected = (mv.tags or {}).get(DIGEST_TAG)
     where = f"models:/{name}/{version}"
     if not expected:
-        raise IntegrityError(f"{where} carries no {DIGEST_TAG} tag (registered before digests were recorded, "
-                             f"or not by dailyrec): refusing to load it; register the model again")
+        raise IntegrityError(
+            f"{where} carries no {DIGEST_TAG} tag (registered before digests were recorded, "
+            f"or not by dailyrec): refusing to load it; register the model again"
+        )
     key = os.environ.get(SIGNING_KEY_ENV)
-    if key and not hmac.compare_digest((mv.tags or {}).get(SIGNATURE_TAG, ""), signature(expected, key)):
-        raise IntegrityError(f"{where}: its {SIGNATURE_TAG} tag is missing or does not match the digest under "
-                             f"${SIGNING_KEY_ENV}: refusing to load it (signed by another key, or the registry "
-                             f"was altered)")
+    if key and not hmac.compare_digest(
+        (mv.tags or {}).get(SIGNATURE_TAG, ""), signature(expected, key)
+    ):
+        raise IntegrityError(
+            f"{where}: its {SIGNATURE_TAG} tag is missing or does not match the digest under "
+            f"${SIGNING_KEY_ENV}: refusing to load it (signed by another key, or the registry "
+            f"was altered)"
+        )
     local = Path(mlflow.artifacts.download_artifacts(artifact_uri=where, dst_path=str(dest)))
     files = manifest(local)
     if manifest_digest(files) != expected:
         stored = _stored_manifest(client, mv.run_id)
-        what = (differences(stored, files) if stored and manifest_digest(stored) == expected
-                else "the recorded manifest is unavailable or altered too")
-        raise IntegrityError(f"{where}: its files differ from what was registered ({what}); refusing to "
-                             f"load it (someone changed the artifact store)")
+        what = (
+            differences(stored, files)
+            if stored and manifest_digest(stored) == expected
+            else "the recorded manifest is unavailable or altered too"
+        )
+        raise IntegrityError(
+            f"{where}: its files differ from what was registered ({what}); refusing to "
+            f"load it (someone changed the artifact store)"
+        )
     return local
 
 
@@ -178,20 +212,35 @@ def resolve(client: Any, model_uri: str) -> tuple[str, int]:
     """``(name, version)`` of ``models:/NAME/VERSION`` or ``models:/NAME@ALIAS``."""
     match = _MODEL_URI.fullmatch(model_uri)
     if not match:
-        raise ValueError(f"model {model_uri!r}: expected models:/NAME/VERSION or models:/NAME@ALIAS "
-                         f"(only registered versions carry a digest to check)")
+        raise ValueError(
+            f"model {model_uri!r}: expected models:/NAME/VERSION or models:/NAME@ALIAS "
+            f"(only registered versions carry a digest to check)"
+        )
     if match["version"]:
         return match["name"], int(match["version"])
-    return match["name"], int(client.get_model_version_by_alias(match["name"], match["alias"]).version)
+    return match["name"], int(
+        client.get_model_version_by_alias(match["name"], match["alias"]).version
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m components.register.integrity", formatter_class=HelpFormatter,
-                                description="Download a registered model and check it against the digest "
-                                            "recorded at registration (then serve or load that folder).")
-    p.add_argument("--model", default="models:/dailyrec@champion", help="models:/NAME/VERSION or models:/NAME@ALIAS")
+    p = argparse.ArgumentParser(
+        prog="python -m components.register.integrity",
+        formatter_class=HelpFormatter,
+        description="Download a registered model and check it against the digest "
+        "recorded at registration (then serve or load that folder).",
+    )
+    p.add_argument(
+        "--model",
+        default="models:/dailyrec@champion",
+        help="models:/NAME/VERSION or models:/NAME@ALIAS",
+    )
     p.add_argument("--dst", required=True, help="folder to download into")
-    p.add_argument("--tracking-uri", default=None, help="default $MLFLOW_TRACKING_URI, else sqlite:///runs/mlflow.db")
+    p.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="default $MLFLOW_TRACKING_URI, else sqlite:///runs/mlflow.db",
+    )
     args = p.parse_args(argv)
     from components.common.tracking import TrackingError, connect
     from components.register.stage import default_tracking_uri

@@ -55,17 +55,23 @@ class DailyrecModel(mlflow.pyfunc.PythonModel):
 
         self.scorer = load_scorer(context.artifacts["checkpoint"])
         self.layout = Layout.of(self.scorer.vocab)
-        self.snapshot = Snapshot.load(context.artifacts["count_state"], context.artifacts.get("user_events"))
+        self.snapshot = Snapshot.load(
+            context.artifacts["count_state"], context.artifacts.get("user_events")
+        )
 
     # pd.DataFrame: MLflow validates nothing from this hint (the logged signature names the columns)
-    def predict(self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
+    def predict(
+        self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None
+    ) -> np.ndarray:
         from components.score.features import RequestError, request_inputs
         from components.train.inference import check_inputs, chunks, predict_logits, sigmoid
         from components.train.model import BATCH_KEYS
 
         if not isinstance(model_input, pd.DataFrame):
-            raise BadRequest(f"expected a table of requests (columns user_id, item_id, timestamp ...), "
-                             f"got {type(model_input).__name__}")
+            raise BadRequest(
+                f"expected a table of requests (columns user_id, item_id, timestamp ...), "
+                f"got {type(model_input).__name__}"
+            )
         try:
             arrays = request_inputs(model_input.reset_index(drop=True), self.snapshot, self.layout)
             arrays = {k: arrays[k] for k in BATCH_KEYS}

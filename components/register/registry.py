@@ -29,8 +29,10 @@ def alias_version(client: Any, name: str, alias: str) -> Any | None:
     except Exception as exc:
         if _missing(exc):
             return None
-        raise TrackingError(f"registry at {redact(client.tracking_uri)}: cannot read alias "
-                            f"{name}@{alias}: {type(exc).__name__}: {exc}") from exc
+        raise TrackingError(
+            f"registry at {redact(client.tracking_uri)}: cannot read alias "
+            f"{name}@{alias}: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def model_uri(name: str, alias: str) -> str:

@@ -42,8 +42,9 @@ def lock_root(tracking_uri: str, storage_root: str | None) -> Path | None:
     return db.parent.parent if db is not None and db.parent.name == "runs" else None
 
 
-def rollback(tracking_uri: str, name: str, to_version: int | None = None,
-             storage_root: str | None = None) -> dict:
+def rollback(
+    tracking_uri: str, name: str, to_version: int | None = None, storage_root: str | None = None
+) -> dict:
     """Move ``champion`` to ``to_version`` (default: ``previous``) after verifying it; returns
     {"champion", "previous"}. Raises ValueError, IntegrityError, ChampionMoved or LockBusy."""
     root = lock_root(tracking_uri, storage_root)
@@ -54,7 +55,9 @@ def rollback(tracking_uri: str, name: str, to_version: int | None = None,
         if to_version is None:
             previous = alias_version(client, name, PREVIOUS)
             if previous is None:
-                raise ValueError(f"{name} has no @{PREVIOUS} version to roll back to; pass --to-version")
+                raise ValueError(
+                    f"{name} has no @{PREVIOUS} version to roll back to; pass --to-version"
+                )
             to_version = int(previous.version)
         client.get_model_version(name, str(to_version))  # a clear MLflow error if it does not exist
         with tempfile.TemporaryDirectory(prefix="dailyrec-rollback-") as tmp:
@@ -62,38 +65,63 @@ def rollback(tracking_uri: str, name: str, to_version: int | None = None,
         seen = int(current.version) if current is not None else None
         now = alias_version(client, name, CHAMPION)
         if (int(now.version) if now is not None else None) != seen:
-            raise ChampionMoved(f"{name}@champion moved from v{seen} to v{now.version if now else None} "
-                                f"during the rollback; nothing moved: check the registry and run it again")
+            raise ChampionMoved(
+                f"{name}@champion moved from v{seen} to v{now.version if now else None} "
+                f"during the rollback; nothing moved: check the registry and run it again"
+            )
         if current is not None and seen != to_version:
             client.set_registered_model_alias(name, PREVIOUS, current.version)
         client.set_registered_model_alias(name, CHAMPION, str(to_version))
-        client.set_model_version_tag(name, str(to_version), "rolled_back_from", str(seen) if seen else "")
+        client.set_model_version_tag(
+            name, str(to_version), "rolled_back_from", str(seen) if seen else ""
+        )
     return {"champion": to_version, "previous": seen}
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m components.register.rollback", formatter_class=HelpFormatter,
-                                description="Put an earlier model version back as champion.")
-    p.add_argument("--model-name", default="dailyrec", help="registered model whose @champion moves back")
-    p.add_argument("--to-version", type=int, default=None,
-                   help="version to make champion again (default: the previous champion)")
-    p.add_argument("--tracking-uri", default=None,
-                   help="MLflow tracking/registry URI (default: $MLFLOW_TRACKING_URI, else sqlite:///runs/mlflow.db)")
-    p.add_argument("--storage-root", default=None,
-                   help="storage root whose lock to hold (default: the local registry's root; none for a "
-                        "remote registry)")
+    p = argparse.ArgumentParser(
+        prog="python -m components.register.rollback",
+        formatter_class=HelpFormatter,
+        description="Put an earlier model version back as champion.",
+    )
+    p.add_argument(
+        "--model-name", default="dailyrec", help="registered model whose @champion moves back"
+    )
+    p.add_argument(
+        "--to-version",
+        type=int,
+        default=None,
+        help="version to make champion again (default: the previous champion)",
+    )
+    p.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow tracking/registry URI (default: $MLFLOW_TRACKING_URI, else sqlite:///runs/mlflow.db)",
+    )
+    p.add_argument(
+        "--storage-root",
+        default=None,
+        help="storage root whose lock to hold (default: the local registry's root; none for a "
+        "remote registry)",
+    )
     args = p.parse_args(argv)
     try:
-        result = rollback(args.tracking_uri or default_tracking_uri(), args.model_name, args.to_version,
-                          args.storage_root)
+        result = rollback(
+            args.tracking_uri or default_tracking_uri(),
+            args.model_name,
+            args.to_version,
+            args.storage_root,
+        )
     except (TrackingError, ValueError, IntegrityError, ChampionMoved, LockBusy) as exc:
         print(f"rollback: error: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # MlflowException: unknown model or version
         print(f"rollback: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    print(f"{args.model_name}: champion = v{result['champion']}"
-          + (f", previous = v{result['previous']}" if result["previous"] else ""))
+    print(
+        f"{args.model_name}: champion = v{result['champion']}"
+        + (f", previous = v{result['previous']}" if result["previous"] else "")
+    )
     return 0
 
 

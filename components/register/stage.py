@@ -100,7 +100,14 @@ class RegisterConfig:
     Off for windows too large to ship with a model: requests must then send the user's events."""
 
     def __post_init__(self) -> None:
-        for name in ("checkpoint", "metrics", "decision", "model_name", "tracking_uri", "experiment"):
+        for name in (
+            "checkpoint",
+            "metrics",
+            "decision",
+            "model_name",
+            "tracking_uri",
+            "experiment",
+        ):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty string")
         if self.data is not None and (not isinstance(self.data, str) or not self.data):
@@ -114,12 +121,21 @@ def register(config: RegisterConfig) -> dict:
 
     metrics, decision = _read_json(config.metrics), _read_json(config.decision)
     blessed = bool(decision.get("blessed"))
-    checkpoint = load_checkpoint(config.checkpoint)  # a clear error for a truncated file, before MLflow
+    checkpoint = load_checkpoint(
+        config.checkpoint
+    )  # a clear error for a truncated file, before MLflow
     key = file_sha256(config.checkpoint)
     client = connect(config.tracking_uri)
     name = config.model_name
-    result = {"model_name": name, "key": key, "blessed": blessed, "registered": False, "version": None,
-              "aliases": [], "reused": False}
+    result = {
+        "model_name": name,
+        "key": key,
+        "blessed": blessed,
+        "registered": False,
+        "version": None,
+        "aliases": [],
+        "reused": False,
+    }
     version = find_version(client, name, key)
     if blessed:
         check_champion_unmoved(client, name, decision, version)
@@ -134,15 +150,27 @@ def register(config: RegisterConfig) -> dict:
         result["integrity"] = {**sealed, "manifest": files}
         lineage = run_links(client, config.checkpoint, metrics)
         version = client.create_model_version(
-            name, source, run_id=run_id, model_id=model_id,
-            tags={**version_tags(key, metrics, decision, checkpoint, config.pipeline_run_id), **sealed,
-                  **{k: v for k, v in lineage.items() if v}},
+            name,
+            source,
+            run_id=run_id,
+            model_id=model_id,
+            tags={
+                **version_tags(key, metrics, decision, checkpoint, config.pipeline_run_id),
+                **sealed,
+                **{k: v for k, v in lineage.items() if v},
+            },
             description=f"test AUC {metrics.get('test_auc', float('nan')):.4f}; "
-                        f"{'blessed' if blessed else 'not blessed'}" + describe_links(lineage))
+            f"{'blessed' if blessed else 'not blessed'}" + describe_links(lineage),
+        )
         log.info("register: created %s version %s", name, version.version)
     else:
         result["reused"] = True
-        log.info("register: %s version %s already holds this model (key %s)", name, version.version, key[:12])
+        log.info(
+            "register: %s version %s already holds this model (key %s)",
+            name,
+            version.version,
+            key[:12],
+        )
     result.update(registered=True, version=int(version.version))
     if blessed:
         current = check_champion_unmoved(client, name, decision, version)
@@ -164,8 +192,10 @@ def _finish(config: RegisterConfig, result: dict, client: Any, started: float) -
         mv = client.get_model_version(name, str(result["version"]))
         result["aliases"] = sorted(mv.aliases)
         result["model_uri"] = f"models:/{name}/{result['version']}"
-        result.setdefault("integrity", {k: mv.tags.get(k) for k in (DIGEST_TAG, WEIGHTS_TAG, SIGNATURE_TAG)
-                                        if k in mv.tags})
+        result.setdefault(
+            "integrity",
+            {k: mv.tags.get(k) for k in (DIGEST_TAG, WEIGHTS_TAG, SIGNATURE_TAG) if k in mv.tags},
+        )
     result["champion_uri"] = model_uri(name, CHAMPION) if champion else None
     result["seconds"] = time.perf_counter() - started
     if config.out:
@@ -184,11 +214,16 @@ def check_champion_unmoved(client: Any, name: str, decision: dict, ours: Any | N
     raise ChampionMoved(
         f"{name}@champion is v{now} now, but evaluate compared the candidate with "
         f"{f'v{compared}' if compared is not None else 'no champion'}: another run moved it since. "
-        f"No alias moved; run the pipeline again to compare the candidate with v{now}")
+        f"No alias moved; run the pipeline again to compare the candidate with v{now}"
+    )
 
 
-def seal_logged(client: Any, source: str, run_id: str | None, checkpoint: dict,
-                ) -> tuple[dict[str, str], dict[str, str]]:
+def seal_logged(
+    client: Any,
+    source: str,
+    run_id: str | None,
+    checkpoint: dict,
+) -> tuple[dict[str, str], dict[str, str]]:
     """Check the logged model at ``source`` against this code and the checkpoint, then seal it:
     ``(digest tags, manifest)``; the manifest is also stored with the registering run."""
     import mlflow
@@ -197,8 +232,12 @@ def seal_logged(client: Any, source: str, run_id: str | None, checkpoint: dict,
 
     with tempfile.TemporaryDirectory(prefix="dailyrec-seal-") as tmp:
         local = mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp)
-        check_logged(local, checkpoint, Path(__file__).with_name("model_code.py"),
-                     Path(components.__file__).parent)
+        check_logged(
+            local,
+            checkpoint,
+            Path(__file__).with_name("model_code.py"),
+            Path(components.__file__).parent,
+        )
         sealed, files = seal(local)
     if run_id:
         client.log_dict(run_id, files, MANIFEST_ARTIFACT)
@@ -214,23 +253,30 @@ def find_version(client: Any, name: str, key: str) -> Any | None:
 def _ensure_registered_model(client: Any, name: str) -> None:
     try:
         client.create_registered_model(
-            name, description="dailyrec click-through model (BST). Aliases: champion = serving, "
-                              "previous = the champion before it, challenger = registered, not blessed.")
+            name,
+            description="dailyrec click-through model (BST). Aliases: champion = serving, "
+            "previous = the champion before it, challenger = registered, not blessed.",
+        )
     except Exception as exc:
         if getattr(exc, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
             raise
 
 
-def _logged_model(client: Any, config: RegisterConfig, checkpoint: dict, metrics: dict, decision: dict,
-                  key: str) -> tuple[str, str | None, str | None]:
+def _logged_model(
+    client: Any, config: RegisterConfig, checkpoint: dict, metrics: dict, decision: dict, key: str
+) -> tuple[str, str | None, str | None]:
     """``(source URI, run id, model id)`` of the logged model for ``key``: found or logged now."""
     import mlflow
 
     experiment_id = ensure_experiment(client, config.experiment, config.tracking_uri)
-    snapshot = str(config.user_events).lower()  # a model logged with another snapshot is another model
+    snapshot = str(
+        config.user_events
+    ).lower()  # a model logged with another snapshot is another model
     previous = mlflow.search_logged_models(
-        experiment_ids=[experiment_id], output_format="list",
-        filter_string=f"tags.{KEY_TAG} = '{key}' and tags.{USER_EVENTS_TAG} = '{snapshot}'")
+        experiment_ids=[experiment_id],
+        output_format="list",
+        filter_string=f"tags.{KEY_TAG} = '{key}' and tags.{USER_EVENTS_TAG} = '{snapshot}'",
+    )
     ready = [m for m in previous if str(m.status).endswith("READY")]
     if ready:
         model = ready[0]
@@ -238,14 +284,28 @@ def _logged_model(client: Any, config: RegisterConfig, checkpoint: dict, metrics
         return model.model_uri, model.source_run_id, model.model_id
     data = snapshot_dataset(config, checkpoint, metrics)
     with mlflow.start_run(experiment_id=experiment_id, run_name=f"register-{key[:8]}") as run:
-        mlflow.set_tags({KEY_TAG: key, "pipeline_run_id": config.pipeline_run_id,
-                         **{k: v for k, v in run_links(client, config.checkpoint, metrics).items() if v}})
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items()
-                            if k.startswith("test_") and isinstance(v, int | float)})
+        mlflow.set_tags(
+            {
+                KEY_TAG: key,
+                "pipeline_run_id": config.pipeline_run_id,
+                **{k: v for k, v in run_links(client, config.checkpoint, metrics).items() if v},
+            }
+        )
+        mlflow.log_metrics(
+            {
+                k: float(v)
+                for k, v in metrics.items()
+                if k.startswith("test_") and isinstance(v, int | float)
+            }
+        )
         mlflow.log_dict(metrics, "evaluation/metrics.json")
         mlflow.log_dict(decision, "evaluation/decision.json")
-        info = log_pyfunc(checkpoint, data, tags={KEY_TAG: key, USER_EVENTS_TAG: snapshot},
-                          user_events=config.user_events)
+        info = log_pyfunc(
+            checkpoint,
+            data,
+            tags={KEY_TAG: key, USER_EVENTS_TAG: snapshot},
+            user_events=config.user_events,
+        )
     return info.model_uri, run.info.run_id, info.model_id
 
 
@@ -254,17 +314,23 @@ def snapshot_dataset(config: RegisterConfig, checkpoint: dict, metrics: dict) ->
     refused unless it is the dataset the checkpoint was trained on (same fingerprint)."""
     data = config.data or str((metrics.get("dataset") or {}).get("path") or "")
     if not data:
-        raise ValueError(f"{config.metrics}: names no dataset; pass data (the dataset the model was "
-                         f"trained on: its snapshot goes into the model)")
+        raise ValueError(
+            f"{config.metrics}: names no dataset; pass data (the dataset the model was "
+            f"trained on: its snapshot goes into the model)"
+        )
     meta = _read_json(str(Path(data) / "meta.json"))
     trained_on = (checkpoint.get("dataset") or {}).get("fingerprint")
     if trained_on and meta.get("fingerprint") != trained_on:
-        raise ValueError(f"{data}: fingerprint {str(meta.get('fingerprint'))[:12]} is not the one the "
-                         f"checkpoint was trained on ({trained_on[:12]}); its snapshot would not match")
+        raise ValueError(
+            f"{data}: fingerprint {str(meta.get('fingerprint'))[:12]} is not the one the "
+            f"checkpoint was trained on ({trained_on[:12]}); its snapshot would not match"
+        )
     return data
 
 
-def log_pyfunc(checkpoint: dict, data: str, tags: dict[str, str] | None = None, user_events: bool = True) -> Any:
+def log_pyfunc(
+    checkpoint: dict, data: str, tags: dict[str, str] | None = None, user_events: bool = True
+) -> Any:
     """Log the model as an MLflow pyfunc (in the active run), with the snapshot of dataset ``data``
     (without the users' events unless ``user_events``); returns the ModelInfo."""
     import mlflow
@@ -277,16 +343,26 @@ def log_pyfunc(checkpoint: dict, data: str, tags: dict[str, str] | None = None, 
     with tempfile.TemporaryDirectory(prefix="dailyrec-register-") as tmp:
         # weights and self-description only: the optimizer state would triple the size
         slim = Path(tmp) / "model.pt"
-        save_checkpoint(slim, {"model": checkpoint["model"],
-                               **{k: checkpoint[k] for k in CHECKPOINT_META_KEYS if k in checkpoint}})
+        save_checkpoint(
+            slim,
+            {
+                "model": checkpoint["model"],
+                **{k: checkpoint[k] for k in CHECKPOINT_META_KEYS if k in checkpoint},
+            },
+        )
         snapshot = write_snapshot(data, Path(tmp) / "snapshot")
         if not user_events:
             snapshot.pop("user_events")
         return mlflow.pyfunc.log_model(
-            name="model", python_model=str(Path(__file__).with_name("model_code.py")),
+            name="model",
+            python_model=str(Path(__file__).with_name("model_code.py")),
             artifacts={"checkpoint": str(slim), **{k: str(v) for k, v in snapshot.items()}},
-            code_paths=[str(Path(components.__file__).parent)], signature=request_signature(),
-            input_example=input_example(EXAMPLE_ROWS), pip_requirements=pip_requirements(), tags=tags)
+            code_paths=[str(Path(components.__file__).parent)],
+            signature=request_signature(),
+            input_example=input_example(EXAMPLE_ROWS),
+            pip_requirements=pip_requirements(),
+            tags=tags,
+        )
 
 
 def request_signature() -> Any:
@@ -298,8 +374,10 @@ def request_signature() -> Any:
 
     from components.score.features import COLUMNS
 
-    return ModelSignature(inputs=Schema([ColSpec(AnyType(), c, required=False) for c in COLUMNS]),
-                          outputs=Schema([TensorSpec(np.dtype(np.float32), (-1,))]))
+    return ModelSignature(
+        inputs=Schema([ColSpec(AnyType(), c, required=False) for c in COLUMNS]),
+        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1,))]),
+    )
 
 
 def input_example(rows: int) -> Any:
@@ -307,15 +385,18 @@ def input_example(rows: int) -> Any:
     import pandas as pd
 
     day = 1_767_225_600  # 2026-01-01
-    return pd.DataFrame({
-        "user_id": [f"user-{i}" for i in range(rows)], "item_id": [1000 + i for i in range(rows)],
-        "category_id": [f"cat-{i % 2}" for i in range(rows)],
-        "timestamp": [day + 3600 * (i + 1) for i in range(rows)],
-        "events_item_id": [[2000 + i, 2001 + i] for i in range(rows)],
-        "events_category_id": [["cat-0", "cat-1"] for _ in range(rows)],
-        "events_timestamp": [[day + 60, day + 120] for _ in range(rows)],
-        "events_label": [[1, 0] for _ in range(rows)],
-    })
+    return pd.DataFrame(
+        {
+            "user_id": [f"user-{i}" for i in range(rows)],
+            "item_id": [1000 + i for i in range(rows)],
+            "category_id": [f"cat-{i % 2}" for i in range(rows)],
+            "timestamp": [day + 3600 * (i + 1) for i in range(rows)],
+            "events_item_id": [[2000 + i, 2001 + i] for i in range(rows)],
+            "events_category_id": [["cat-0", "cat-1"] for _ in range(rows)],
+            "events_timestamp": [[day + 60, day + 120] for _ in range(rows)],
+            "events_label": [[1, 0] for _ in range(rows)],
+        }
+    )
 
 
 def pip_requirements() -> list[str]:
@@ -324,8 +405,10 @@ def pip_requirements() -> list[str]:
     install with ``--extra-index-url https://download.pytorch.org/whl/cpu`` to skip the CUDA wheels)."""
     from importlib.metadata import version
 
-    return [f"{package}=={version(package).split('+')[0]}" for package in
-            ("mlflow", "torch", "numpy", "pandas", "pyarrow", "cloudpickle")]
+    return [
+        f"{package}=={version(package).split('+')[0]}"
+        for package in ("mlflow", "torch", "numpy", "pandas", "pyarrow", "cloudpickle")
+    ]
 
 
 def run_links(client: Any, checkpoint: str, metrics: dict) -> dict[str, str]:
@@ -353,23 +436,30 @@ def run_links(client: Any, checkpoint: str, metrics: dict) -> dict[str, str]:
 
 def describe_links(lineage: dict[str, str]) -> str:
     """Markdown links (the MLflow UI renders version descriptions) to the training and evaluation runs."""
-    parts = [f"[{what} run]({lineage[f'{what}_run_link']})" for what in ("training", "evaluation")
-             if lineage.get(f"{what}_run_link")]
+    parts = [
+        f"[{what} run]({lineage[f'{what}_run_link']})"
+        for what in ("training", "evaluation")
+        if lineage.get(f"{what}_run_link")
+    ]
     return ("; " + ", ".join(parts)) if parts else ""
 
 
-def version_tags(key: str, metrics: dict, decision: dict, checkpoint: dict, run_id: str) -> dict[str, str]:
+def version_tags(
+    key: str, metrics: dict, decision: dict, checkpoint: dict, run_id: str
+) -> dict[str, str]:
     """Lineage of a model version: data, code, plan, metrics, decision, pipeline run."""
     dataset = checkpoint.get("dataset") or {}
     tags = {
-        KEY_TAG: key, "blessed": str(bool(decision.get("blessed"))).lower(),
+        KEY_TAG: key,
+        "blessed": str(bool(decision.get("blessed"))).lower(),
         "decision_reasons": json.dumps(decision.get("reasons", [])),
         "champion_compared": str(decision.get("champion_version") or ""),
         "dataset_fingerprint": str(dataset.get("fingerprint") or ""),
         "dataset_window": json.dumps(dataset.get("window")),
         "model_config": str((checkpoint.get("model_config") or {}).get("name", "")),
         "plan": json.dumps(checkpoint.get("plan"), sort_keys=True),
-        "code_version": code_version(), "pipeline_run_id": run_id,
+        "code_version": code_version(),
+        "pipeline_run_id": run_id,
     }
     for k in ("test_auc", "test_gauc", "test_logloss", "test_ece"):
         if isinstance(metrics.get(k), int | float):
@@ -396,7 +486,9 @@ def _read_json(path: str) -> dict:
 def summary_line(result: dict) -> str:
     if not result["registered"]:
         return f"{result['model_name']}: nothing registered ({result.get('reason')})"
-    return (f"{result['model_name']} version {result['version']}"
-            f"{' (already registered)' if result['reused'] else ''}, aliases "
-            f"{', '.join(result['aliases']) or 'none'}; champion = v{result['champion_version']}"
-            + (f", previous = v{result['previous_version']}" if result["previous_version"] else ""))
+    return (
+        f"{result['model_name']} version {result['version']}"
+        f"{' (already registered)' if result['reused'] else ''}, aliases "
+        f"{', '.join(result['aliases']) or 'none'}; champion = v{result['champion_version']}"
+        + (f", previous = v{result['previous_version']}" if result["previous_version"] else "")
+    )

@@ -95,25 +95,45 @@ def score_day(config: ScoreConfig) -> dict:
     ignored: list = []
     fs, days = rawio.list_days(config.raw, ignored)
     if config.date not in days:
-        raise InputError(f"{config.raw!r}: no folder {schema.day_folder_name(config.date)!r} to score")
+        raise InputError(
+            f"{config.raw!r}: no folder {schema.day_folder_name(config.date)!r} to score"
+        )
     files = rawio.list_files(fs, {config.date: days[config.date]}, ignored)
     if not files:
-        raise InputError(f"{config.raw!r}: {schema.day_folder_name(config.date)!r} holds no raw files")
+        raise InputError(
+            f"{config.raw!r}: {schema.day_folder_name(config.date)!r} holds no raw files"
+        )
     pieces = rawio.plan_pieces(fs, files)
     out = Path(config.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="dailyrec-score-") as model_dir, \
-            tempfile.TemporaryDirectory(prefix=".score-", dir=out.parent) as parts:
+    with (
+        tempfile.TemporaryDirectory(prefix="dailyrec-score-") as model_dir,
+        tempfile.TemporaryDirectory(prefix=".score-", dir=out.parent) as parts,
+    ):
         local = verified_download(client, name, version, model_dir)
         scorer = load_scorer(local / WEIGHTS, threads=1)
         if not (local / "artifacts" / USER_EVENTS).is_file():
-            raise InputError(f"models:/{name}/{version} carries no users' events (registered with "
-                             f"--no-user-events): batch scoring by ids needs them")
-        snapshot = Snapshot.load(local / "artifacts" / COUNT_STATE, local / "artifacts" / USER_EVENTS)
-        log.info("score: %d files, %d pieces of %s with models:/%s/%s", len(files), len(pieces),
-                 config.date, name, version)
-        tasks = [dask.delayed(_score_piece, pure=False)(fs, piece, i, scorer, snapshot, Layout.of(scorer.vocab),
-                                                        config, parts) for i, piece in enumerate(pieces)]
+            raise InputError(
+                f"models:/{name}/{version} carries no users' events (registered with "
+                f"--no-user-events): batch scoring by ids needs them"
+            )
+        snapshot = Snapshot.load(
+            local / "artifacts" / COUNT_STATE, local / "artifacts" / USER_EVENTS
+        )
+        log.info(
+            "score: %d files, %d pieces of %s with models:/%s/%s",
+            len(files),
+            len(pieces),
+            config.date,
+            name,
+            version,
+        )
+        tasks = [
+            dask.delayed(_score_piece, pure=False)(
+                fs, piece, i, scorer, snapshot, Layout.of(scorer.vocab), config, parts
+            )
+            for i, piece in enumerate(pieces)
+        ]
         with dask.config.set(scheduler=config.scheduler, num_workers=config.workers):
             counts = _compute(tasks)
         written = _concat(sorted(Path(parts).glob("part-*.parquet")), out)
@@ -123,14 +143,24 @@ def score_day(config: ScoreConfig) -> dict:
         quarantined.update(c["quarantined"])
     scored = sum(c["scored"] for c in counts)
     if read != scored + sum(quarantined.values()) or written != scored:  # an internal invariant
-        raise RuntimeError(f"row accounting broken: read {read}, scored {scored}, written {written}, "
-                           f"quarantined {sum(quarantined.values())}")
-    result = {"model_uri": f"models:/{name}/{version}", "date": config.date.isoformat(), "out": str(out),
-              "rows": {"read": read, "scored": scored, "quarantined": dict(sorted(quarantined.items())),
-                       "quarantined_total": sum(quarantined.values())},
-              "examples": [e for c in counts for e in c["examples"]][:5],
-              "ignored": [{"path": rawio.printable_path(i.path), "reason": i.reason} for i in ignored],
-              "seconds": round(time.perf_counter() - started, 3)}
+        raise RuntimeError(
+            f"row accounting broken: read {read}, scored {scored}, written {written}, "
+            f"quarantined {sum(quarantined.values())}"
+        )
+    result = {
+        "model_uri": f"models:/{name}/{version}",
+        "date": config.date.isoformat(),
+        "out": str(out),
+        "rows": {
+            "read": read,
+            "scored": scored,
+            "quarantined": dict(sorted(quarantined.items())),
+            "quarantined_total": sum(quarantined.values()),
+        },
+        "examples": [e for c in counts for e in c["examples"]][:5],
+        "ignored": [{"path": rawio.printable_path(i.path), "reason": i.reason} for i in ignored],
+        "seconds": round(time.perf_counter() - started, 3),
+    }
     labels = pq.read_table(out, columns=["label", "score"]) if scored else None
     if labels is not None and 0 < pa.compute.sum(labels["label"]).as_py() < scored:
         from components.common.metrics import roc_auc
@@ -139,7 +169,9 @@ def score_day(config: ScoreConfig) -> dict:
     return result
 
 
-def _score_piece(fs, piece, index: int, scorer, snapshot, layout, config: ScoreConfig, parts: str) -> dict:
+def _score_piece(
+    fs, piece, index: int, scorer, snapshot, layout, config: ScoreConfig, parts: str
+) -> dict:
     from components.preprocess import raw as rawio
     from components.preprocess.clean import REASONS, DayWindow, clean_table
     from components.score.features import key_inputs
@@ -151,13 +183,23 @@ def _score_piece(fs, piece, index: int, scorer, snapshot, layout, config: ScoreC
     clean, quarantine, reasons = clean_table(table, piece.file.index, piece.row_offset, window)
     keep = np.ones(table.num_rows, bool)
     keep[quarantine["row"].to_numpy(np.int64) - piece.row_offset] = False
-    examples = [f"{piece.file.relpath!r} row {int(g['row'].iloc[0])}: {r} in column {REASONS[r]!r}"
-                for r, g in quarantine.groupby("reason", sort=False)] if len(quarantine) else []
+    examples = (
+        [
+            f"{piece.file.relpath!r} row {int(g['row'].iloc[0])}: {r} in column {REASONS[r]!r}"
+            for r, g in quarantine.groupby("reason", sort=False)
+        ]
+        if len(quarantine)
+        else []
+    )
     if len(clean):
         cols = {k: clean[k].to_numpy(np.int64) for k in ("user_key", "item_key", "cat_key", "ts")}
-        arrays = key_inputs(cols["user_key"], cols["item_key"], cols["cat_key"], cols["ts"], snapshot, layout)
+        arrays = key_inputs(
+            cols["user_key"], cols["item_key"], cols["cat_key"], cols["ts"], snapshot, layout
+        )
         arrays = {k: arrays[k] for k in BATCH_KEYS}
-        score = sigmoid(predict_logits(scorer.model, chunks(arrays, len(clean), config.batch))).astype(np.float32)
+        score = sigmoid(
+            predict_logits(scorer.model, chunks(arrays, len(clean), config.batch))
+        ).astype(np.float32)
         kept = table.filter(pa.array(keep))
 
         def text(column: str) -> list:
@@ -165,21 +207,41 @@ def _score_piece(fs, piece, index: int, scorer, snapshot, layout, config: ScoreC
                 return [None] * kept.num_rows
             return [None if v is None else str(v) for v in kept.column(column).to_pylist()]
 
-        frame = pd.DataFrame({
-            "user_id": text(schema.USER_ID), "item_id": text(schema.ITEM_ID),
-            "category_id": text(schema.CATEGORY_ID), "timestamp": cols["ts"],
-            "label": clean["label"].to_numpy(np.int8), "score": score, "file": piece.file.relpath,
-            "row": np.flatnonzero(keep).astype(np.int64) + piece.row_offset})
+        frame = pd.DataFrame(
+            {
+                "user_id": text(schema.USER_ID),
+                "item_id": text(schema.ITEM_ID),
+                "category_id": text(schema.CATEGORY_ID),
+                "timestamp": cols["ts"],
+                "label": clean["label"].to_numpy(np.int8),
+                "score": score,
+                "file": piece.file.relpath,
+                "row": np.flatnonzero(keep).astype(np.int64) + piece.row_offset,
+            }
+        )
         frame.to_parquet(Path(parts) / f"part-{index:06d}.parquet", index=False)
-    return {"read": table.num_rows, "scored": len(clean), "quarantined": {r: n for r, n in reasons.items() if n},
-            "examples": examples}
+    return {
+        "read": table.num_rows,
+        "scored": len(clean),
+        "quarantined": {r: n for r, n in reasons.items() if n},
+        "examples": examples,
+    }
 
 
 def _concat(parts: list[Path], out: Path) -> int:
     """Stream the part files into ``out`` (written beside it, then renamed): one part in memory at a time."""
-    schema_ = pa.schema([("user_id", pa.string()), ("item_id", pa.string()), ("category_id", pa.string()),
-                         ("timestamp", pa.int64()), ("label", pa.int8()), ("score", pa.float32()),
-                         ("file", pa.string()), ("row", pa.int64())])
+    schema_ = pa.schema(
+        [
+            ("user_id", pa.string()),
+            ("item_id", pa.string()),
+            ("category_id", pa.string()),
+            ("timestamp", pa.int64()),
+            ("label", pa.int8()),
+            ("score", pa.float32()),
+            ("file", pa.string()),
+            ("row", pa.int64()),
+        ]
+    )
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     rows = 0
     try:
@@ -197,6 +259,8 @@ def _concat(parts: list[Path], out: Path) -> int:
 def summary_line(result: dict) -> str:
     rows = result["rows"]
     auc = f"; AUC {result['auc']:.4f}" if "auc" in result else ""
-    return (f"{result['date']}: read {rows['read']:,} rows, scored {rows['scored']:,}, quarantined "
-            f"{rows['quarantined_total']:,}{auc} -> {result['out']} ({result['model_uri']}, "
-            f"{result['seconds']:.1f}s)")
+    return (
+        f"{result['date']}: read {rows['read']:,} rows, scored {rows['scored']:,}, quarantined "
+        f"{rows['quarantined_total']:,}{auc} -> {result['out']} ({result['model_uri']}, "
+        f"{result['seconds']:.1f}s)"
+    )

@@ -108,8 +108,10 @@ def write_snapshot(dataset: str | Path, out: str | Path) -> dict[str, Path]:
     dataset, out = Path(dataset), Path(out)
     parts = sorted((dataset / EVENTS_DIR).glob("part-*.parquet"))
     if not (dataset / COUNT_STATE_FILE).is_file() or not parts:
-        raise FileNotFoundError(f"{dataset}: no {COUNT_STATE_FILE} and {EVENTS_DIR}/ (written by preprocess "
-                                f"since the scorer's snapshot exists; preprocess the window again)")
+        raise FileNotFoundError(
+            f"{dataset}: no {COUNT_STATE_FILE} and {EVENTS_DIR}/ (written by preprocess "
+            f"since the scorer's snapshot exists; preprocess the window again)"
+        )
     out.mkdir(parents=True, exist_ok=True)
     state = out / COUNT_STATE
     state.write_bytes((dataset / COUNT_STATE_FILE).read_bytes())
@@ -120,22 +122,30 @@ def write_snapshot(dataset: str | Path, out: str | Path) -> dict[str, Path]:
     return {"count_state": state, "user_events": events}
 
 
-def request_inputs(frame: pd.DataFrame, snapshot: Snapshot, layout: Layout) -> dict[str, np.ndarray]:
+def request_inputs(
+    frame: pd.DataFrame, snapshot: Snapshot, layout: Layout
+) -> dict[str, np.ndarray]:
     """The Dataset contract's arrays (all of ``array_specs``) for every request row, in request order."""
     unknown = [c for c in frame.columns if c not in COLUMNS]
     if unknown:
-        raise RequestError(f"unknown column(s) {', '.join(map(str, unknown))}; a request has "
-                           f"{', '.join(COLUMNS)}")
+        raise RequestError(
+            f"unknown column(s) {', '.join(map(str, unknown))}; a request has {', '.join(COLUMNS)}"
+        )
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:
-        raise RequestError(f"missing column(s) {', '.join(missing)}; required: {', '.join(REQUIRED)}")
+        raise RequestError(
+            f"missing column(s) {', '.join(missing)}; required: {', '.join(REQUIRED)}"
+        )
     n = len(frame)
     if n == 0:
         raise RequestError("the request has no rows")
     user = _ids(frame["user_id"], "user_id")
     item = _ids(frame["item_id"], "item_id")
-    cat = (_ids(frame["category_id"], "category_id", nullable=True) if "category_id" in frame.columns
-           else np.zeros(n, np.int64))
+    cat = (
+        _ids(frame["category_id"], "category_id", nullable=True)
+        if "category_id" in frame.columns
+        else np.zeros(n, np.int64)
+    )
     ts = _timestamps(frame["timestamp"], "timestamp")
     events, owner = _request_events(frame, user)
     given = np.zeros(n, bool)
@@ -143,15 +153,25 @@ def request_inputs(frame: pd.DataFrame, snapshot: Snapshot, layout: Layout) -> d
     if "events_item_id" in frame.columns:
         given |= frame["events_item_id"].notna().to_numpy()
     if snapshot.events is None and not given.all():
-        raise RequestError(f"row {int(np.flatnonzero(~given)[0])}: no events given, and this model version "
-                           f"carries no snapshot of its users' events; send events_item_id, "
-                           f"events_timestamp, events_label")
+        raise RequestError(
+            f"row {int(np.flatnonzero(~given)[0])}: no events given, and this model version "
+            f"carries no snapshot of its users' events; send events_item_id, "
+            f"events_timestamp, events_label"
+        )
     return key_inputs(user, item, cat, ts, snapshot, layout, events, owner, given)
 
 
-def key_inputs(user: np.ndarray, item: np.ndarray, cat: np.ndarray, ts: np.ndarray, snapshot: Snapshot,
-               layout: Layout, events: dict[str, np.ndarray] | None = None, owner: np.ndarray | None = None,
-               given: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def key_inputs(
+    user: np.ndarray,
+    item: np.ndarray,
+    cat: np.ndarray,
+    ts: np.ndarray,
+    snapshot: Snapshot,
+    layout: Layout,
+    events: dict[str, np.ndarray] | None = None,
+    owner: np.ndarray | None = None,
+    given: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
     """The arrays of rows given as keys (hashed ids) and epoch seconds: each row with ``events`` (key
     columns; ``owner``: the row each belongs to) where ``given``, else its user's snapshot events."""
     n = len(user)
@@ -170,25 +190,42 @@ def key_inputs(user: np.ndarray, item: np.ndarray, cat: np.ndarray, ts: np.ndarr
 def _assemble(user, item, cat, ts, events, owner, state: CounterState, layout: Layout) -> dict:
     n = len(user)
     # exact duplicates among one row's events count once, as preprocess drops them
-    order = sort_order(owner, events["ts"], events["item_key"], events["cat_key"], events["label"],
-                       np.zeros(len(owner), np.int8))
+    order = sort_order(
+        owner,
+        events["ts"],
+        events["item_key"],
+        events["cat_key"],
+        events["label"],
+        np.zeros(len(owner), np.int8),
+    )
     events = {k: v[order] for k, v in events.items()}
     owner = owner[order]
-    dup = duplicate_mask(owner, events["ts"], events["item_key"], events["cat_key"], events["label"])
+    dup = duplicate_mask(
+        owner, events["ts"], events["item_key"], events["cat_key"], events["label"]
+    )
     events = {k: v[~dup] for k, v in events.items()}
     owner = owner[~dup]
     # one group per request row: its events, then itself (label 0: it is never its own history)
     group = np.concatenate([owner, np.arange(n)]).astype(np.int64)
     target = np.concatenate([np.zeros(len(owner), bool), np.ones(n, bool)])
-    cols = {"user_key": user[group], "item_key": np.concatenate([events["item_key"], item]),
-            "cat_key": np.concatenate([events["cat_key"], cat]), "ts": np.concatenate([events["ts"], ts]),
-            "label": np.concatenate([events["label"], np.zeros(n, np.int64)]).astype(np.int8)}
+    cols = {
+        "user_key": user[group],
+        "item_key": np.concatenate([events["item_key"], item]),
+        "cat_key": np.concatenate([events["cat_key"], cat]),
+        "ts": np.concatenate([events["ts"], ts]),
+        "label": np.concatenate([events["label"], np.zeros(n, np.int64)]).astype(np.int8),
+    }
     order = sort_order(group, cols["ts"], cols["item_key"], cols["cat_key"], cols["label"], target)
     cols = {k: v[order] for k, v in cols.items()}
     group, target = group[order], target[order]
     # each row alone against the snapshot's counts: equal timestamps never see each other
-    counts, prior = state.features(cols["item_key"][target], cols["cat_key"][target],
-                                   np.zeros(n, np.int64), np.zeros(n, np.int64), fold=False)
+    counts, prior = state.features(
+        cols["item_key"][target],
+        cols["cat_key"][target],
+        np.zeros(n, np.int64),
+        np.zeros(n, np.int64),
+        fold=False,
+    )
     global_columns = np.zeros((len(group), counts.shape[1]), np.float32)
     global_columns[target] = counts
     row_prior = np.full(len(group), 0.5)
@@ -199,7 +236,9 @@ def _assemble(user, item, cat, ts, events, owner, state: CounterState, layout: L
     return {k: v[target][back] for k, v in arrays.items()}
 
 
-def _request_events(frame: pd.DataFrame, user: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def _request_events(
+    frame: pd.DataFrame, user: np.ndarray
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The events sent with the request, flattened: key columns and the request row of each."""
     present = [c for c in (*EVENT_COLUMNS, *EVENT_OPTIONAL) if c in frame.columns]
     if not present:
@@ -212,7 +251,9 @@ def _request_events(frame: pd.DataFrame, user: np.ndarray) -> tuple[dict[str, np
     for i, value in enumerate(lists["events_item_id"]):
         if _is_null(value):
             if any(not _is_null(lists[c][i]) for c in present):
-                raise RequestError(f"row {i}: events_item_id is null but other events_* columns are not")
+                raise RequestError(
+                    f"row {i}: events_item_id is null but other events_* columns are not"
+                )
             continue
         for c in present:
             other = lists[c][i]
@@ -221,9 +262,13 @@ def _request_events(frame: pd.DataFrame, user: np.ndarray) -> tuple[dict[str, np
             if not isinstance(other, list | tuple | np.ndarray):
                 raise RequestError(f"row {i}: {c} must be a list, got {type(other).__name__}")
             if len(other) != len(value):
-                raise RequestError(f"row {i}: {c} has {len(other)} values, events_item_id {len(value)}")
+                raise RequestError(
+                    f"row {i}: {c} has {len(other)} values, events_item_id {len(value)}"
+                )
         if len(value) > MAX_EVENTS_PER_ROW:
-            raise RequestError(f"row {i}: {len(value)} events; at most {MAX_EVENTS_PER_ROW} per row")
+            raise RequestError(
+                f"row {i}: {len(value)} events; at most {MAX_EVENTS_PER_ROW} per row"
+            )
         lengths[i] = len(value)
     owner = np.repeat(np.arange(len(frame)), lengths)
 
@@ -234,11 +279,15 @@ def _request_events(frame: pd.DataFrame, user: np.ndarray) -> tuple[dict[str, np
             out.extend(list(value) if n and not _is_null(value) else [fill] * int(n))
         return out
 
-    where = [(int(r), j) for r, n in zip(range(len(frame)), lengths, strict=True) for j in range(int(n))]
+    where = [
+        (int(r), j) for r, n in zip(range(len(frame)), lengths, strict=True) for j in range(int(n))
+    ]
     events = {
         "user_key": user[owner],
         "item_key": _ids(flat("events_item_id"), "events_item_id", where=where),
-        "cat_key": _ids(flat("events_category_id"), "events_category_id", nullable=True, where=where),
+        "cat_key": _ids(
+            flat("events_category_id"), "events_category_id", nullable=True, where=where
+        ),
         "ts": _timestamps(flat("events_timestamp"), "events_timestamp", where=where),
         "label": _labels(flat("events_label"), where),
     }
@@ -254,8 +303,10 @@ def _ids(values, column: str, nullable: bool = False, where=None) -> np.ndarray:
     bad = unusable & ~null if nullable else unusable
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise RequestError(f"{_where(i, where)}: {column} {_show(values[i])} is no usable id "
-                           f"({'an empty value' if null[i] else 'a non-integral number or empty text'})")
+        raise RequestError(
+            f"{_where(i, where)}: {column} {_show(values[i])} is no usable id "
+            f"({'an empty value' if null[i] else 'a non-integral number or empty text'})"
+        )
     return np.where(null, 0, keys).astype(np.int64) if nullable else keys
 
 
@@ -267,8 +318,10 @@ def _timestamps(values, column: str, where=None) -> np.ndarray:
     if not valid.all():
         i = int(np.flatnonzero(~valid)[0])
         shown = values.iloc[i] if hasattr(values, "iloc") else values[i]
-        raise RequestError(f"{_where(i, where)}: {column} {_show(shown)} is no time between 1970 and 2200 "
-                           f"(epoch seconds or ISO-8601 with a time of day)")
+        raise RequestError(
+            f"{_where(i, where)}: {column} {_show(shown)} is no time between 1970 and 2200 "
+            f"(epoch seconds or ISO-8601 with a time of day)"
+        )
     return seconds
 
 

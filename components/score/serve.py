@@ -30,18 +30,41 @@ HOST = "127.0.0.1"
 def serve_command(model_dir: str, port: int, workers: int) -> list[str]:
     """The ``mlflow models serve`` command line for a verified local model folder."""
     mlflow = shutil.which("mlflow", path=os.path.dirname(sys.executable)) or "mlflow"
-    return [mlflow, "models", "serve", "-m", model_dir, "--env-manager", "local", "-h", HOST,
-            "-p", str(port), "-w", str(workers)]
+    return [
+        mlflow,
+        "models",
+        "serve",
+        "-m",
+        model_dir,
+        "--env-manager",
+        "local",
+        "-h",
+        HOST,
+        "-p",
+        str(port),
+        "-w",
+        str(workers),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m components.score.serve", description=__doc__.splitlines()[0],
-                                formatter_class=HelpFormatter)
-    p.add_argument("--model", default="models:/dailyrec@champion", help="models:/NAME@ALIAS or models:/NAME/VERSION")
+    p = argparse.ArgumentParser(
+        prog="python -m components.score.serve",
+        description=__doc__.splitlines()[0],
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument(
+        "--model",
+        default="models:/dailyrec@champion",
+        help="models:/NAME@ALIAS or models:/NAME/VERSION",
+    )
     p.add_argument("--port", type=int, default=5001, help="port on 127.0.0.1")
     p.add_argument("--workers", type=int, default=1, help="scoring server worker processes")
-    p.add_argument("--tracking-uri", default=None,
-                   help="MLflow registry; default $MLFLOW_TRACKING_URI, else sqlite under ./runs")
+    p.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow registry; default $MLFLOW_TRACKING_URI, else sqlite under ./runs",
+    )
     args = p.parse_args(argv)
     if not 0 < args.port < 65536 or args.workers < 1:
         print("serve: error: --port must be in 1..65535 and --workers >= 1", file=sys.stderr)
@@ -62,8 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # MlflowException: unknown model, version or alias
             print(f"serve: error: {type(exc).__name__}: {redact(str(exc))}", file=sys.stderr)
             return 1
-        print(f"serving models:/{name}/{version} (verified) on http://{HOST}:{args.port}/invocations",
-              flush=True)
+        print(
+            f"serving models:/{name}/{version} (verified) on http://{HOST}:{args.port}/invocations",
+            flush=True,
+        )
         env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "MLFLOW_DISABLE_TELEMETRY": "true"}
         try:
             return subprocess.call(serve_command(str(local), args.port, args.workers), env=env)

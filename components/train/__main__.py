@@ -20,18 +20,38 @@ from components.train.trainer import (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m components.train", formatter_class=HelpFormatter,
-                                description="Train the model on a preprocessed dataset, as one process or "
-                                            "under torchrun.")
+    p = argparse.ArgumentParser(
+        prog="python -m components.train",
+        formatter_class=HelpFormatter,
+        description="Train the model on a preprocessed dataset, as one process or under torchrun.",
+    )
     p.add_argument("--data", required=True, help="dataset folder (preprocess output)")
-    p.add_argument("--plan", default=None, help="plan.json (estimate output); default: a small CPU plan")
-    p.add_argument("--out", required=True, help="output folder for checkpoints and train_summary.json")
-    p.add_argument("--init-from", default=None, help="warm-start from this checkpoint when shapes match (default: none)")
-    p.add_argument("--resume", choices=RESUME_MODES, default="never", help="auto: continue from OUT/last.pt")
-    p.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
-                   help="MLflow tracking URI (rank 0 logs there; default: $MLFLOW_TRACKING_URI, else none)")
+    p.add_argument(
+        "--plan", default=None, help="plan.json (estimate output); default: a small CPU plan"
+    )
+    p.add_argument(
+        "--out", required=True, help="output folder for checkpoints and train_summary.json"
+    )
+    p.add_argument(
+        "--init-from",
+        default=None,
+        help="warm-start from this checkpoint when shapes match (default: none)",
+    )
+    p.add_argument(
+        "--resume", choices=RESUME_MODES, default="never", help="auto: continue from OUT/last.pt"
+    )
+    p.add_argument(
+        "--tracking-uri",
+        default=os.environ.get("MLFLOW_TRACKING_URI"),
+        help="MLflow tracking URI (rank 0 logs there; default: $MLFLOW_TRACKING_URI, else none)",
+    )
     p.add_argument("--experiment", default="dailyrec-train", help="MLflow experiment name")
-    p.add_argument("--max-epochs", type=int, default=None, help="override the plan's max_epochs (default: the plan's)")
+    p.add_argument(
+        "--max-epochs",
+        type=int,
+        default=None,
+        help="override the plan's max_epochs (default: the plan's)",
+    )
     return p
 
 

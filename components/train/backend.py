@@ -36,8 +36,14 @@ class LaunchSpec:
         check_no_credentials(self.train.tracking_uri or "", "tracking_uri")
 
     @classmethod
-    def of(cls, *, nproc: int | None = None, max_restarts: int = 0, resume: str = "auto",
-           **train: object) -> LaunchSpec:
+    def of(
+        cls,
+        *,
+        nproc: int | None = None,
+        max_restarts: int = 0,
+        resume: str = "auto",
+        **train: object,
+    ) -> LaunchSpec:
         """A spec from TrainConfig's fields; resume defaults to auto so restarted workers continue."""
         return cls(TrainConfig(resume=resume, **train), nproc, max_restarts)
 

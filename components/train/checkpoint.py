@@ -34,8 +34,10 @@ def save_rotating(folder: str | Path, state: dict[str, Any]) -> Path:
     return save_checkpoint(folder / LAST, state)
 
 
-def load_resumable(folder: str | Path, map_location: str | torch.device = "cpu",
-                   ) -> tuple[dict[str, Any], Path, list[str]] | None:
+def load_resumable(
+    folder: str | Path,
+    map_location: str | torch.device = "cpu",
+) -> tuple[dict[str, Any], Path, list[str]] | None:
     """The newest usable of ``last.pt`` / ``last.prev.pt``: ``(state, path, problems skipped)``.
 
     None when neither exists; CheckpointError naming every file when all that exist are unusable.
@@ -64,18 +66,23 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     except Exception as exc:  # truncated zip, bad pickle, foreign file: all unusable
         # torch's messages run to paragraphs: the first line says what is wrong
         reason = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise CheckpointError(f"{path}: unreadable or corrupt checkpoint ({type(exc).__name__}: {reason})") from exc
+        raise CheckpointError(
+            f"{path}: unreadable or corrupt checkpoint ({type(exc).__name__}: {reason})"
+        ) from exc
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path}: not a {CHECKPOINT_FORMAT} checkpoint")
     return state
 
 
-def shape_mismatches(model_state: dict[str, torch.Tensor], target: dict[str, torch.Tensor]) -> list[str]:
+def shape_mismatches(
+    model_state: dict[str, torch.Tensor], target: dict[str, torch.Tensor]
+) -> list[str]:
     """Human-readable differences between two state dicts' keys and shapes (empty when compatible)."""
     problems = [f"{k}: missing in checkpoint" for k in target if k not in model_state]
     problems += [f"{k}: not in this model" for k in model_state if k not in target]
     problems += [
         f"{k}: checkpoint {tuple(model_state[k].shape)} vs model {tuple(target[k].shape)}"
-        for k in target if k in model_state and model_state[k].shape != target[k].shape
+        for k in target
+        if k in model_state and model_state[k].shape != target[k].shape
     ]
     return problems

@@ -9,8 +9,15 @@ from pipelines.images import RUNTIME_IMAGE
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
 def train_op(
-    dataset: dsl.Input[dsl.Dataset], plan: dsl.Input[dsl.Artifact], run_dir: str, warm_start: bool,
-    model_name: str, tracking_uri: str, launcher: str, max_restarts: int, cluster_target: str,
+    dataset: dsl.Input[dsl.Dataset],
+    plan: dsl.Input[dsl.Artifact],
+    run_dir: str,
+    warm_start: bool,
+    model_name: str,
+    tracking_uri: str,
+    launcher: str,
+    max_restarts: int,
+    cluster_target: str,
     model: dsl.Output[dsl.Model],
 ) -> NamedTuple("Trained", [("best_val_auc", float), ("warm_started", bool)]):
     """Train per the plan (launcher local: torchrun here; trainjob: a Kubeflow Trainer TrainJob).
@@ -52,7 +59,9 @@ def train_op(
         from components.common.tracking import connect
         from components.register.registry import champion_checkpoint
 
-        found = champion_checkpoint(connect(tracking_uri), model_name, str(Path(run_dir) / "champion"))
+        found = champion_checkpoint(
+            connect(tracking_uri), model_name, str(Path(run_dir) / "champion")
+        )
         if found:
             print(f"warm start: from {model_name} v{found[0]} (applied if the shapes match)")
             init_from = found[1]
@@ -62,15 +71,33 @@ def train_op(
 
         backend = TrainJobBackend.from_cluster_target(cluster_target)
     out = RunFolder(Path(run_dir)).train
-    summary = launch(LaunchSpec.of(data=data_dir, out=str(out), plan=str(plan_path), init_from=init_from,
-                                   tracking_uri=tracking_uri or None, experiment=f"{model_name}-train",
-                                   max_restarts=max_restarts), backend)
+    summary = launch(
+        LaunchSpec.of(
+            data=data_dir,
+            out=str(out),
+            plan=str(plan_path),
+            init_from=init_from,
+            tracking_uri=tracking_uri or None,
+            experiment=f"{model_name}-train",
+            max_restarts=max_restarts,
+        ),
+        backend,
+    )
     print(summary_line(summary))
     checkpoint = str(out / "best.pt")
-    model.metadata.update({"checkpoint": checkpoint, "best_val_auc": summary["best_val_auc"],
-                           "epochs_run": summary["epochs_run"]})
+    model.metadata.update(
+        {
+            "checkpoint": checkpoint,
+            "best_val_auc": summary["best_val_auc"],
+            "epochs_run": summary["epochs_run"],
+        }
+    )
     with open(model.path, "w") as fh:  # a pointer: the checkpoint stays on shared storage
         fh.write(checkpoint + "\n")
     applied = bool(summary.get("warm_start") and summary["warm_start"]["applied"])
-    record_stage(run_dir, "train", time.perf_counter() - started, warm_start=summary.get("warm_start"))
-    return namedtuple("Trained", ["best_val_auc", "warm_started"])(float(summary["best_val_auc"]), applied)
+    record_stage(
+        run_dir, "train", time.perf_counter() - started, warm_start=summary.get("warm_start")
+    )
+    return namedtuple("Trained", ["best_val_auc", "warm_started"])(
+        float(summary["best_val_auc"]), applied
+    )

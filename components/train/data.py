@@ -31,20 +31,20 @@ from components.common.plan import TrainPlan
 META_FILE = "meta.json"
 
 BATCH_SPEC: dict[str, torch.dtype] = {
-    "hist_item": torch.int64,    # [B, L]
-    "hist_cat": torch.int64,     # [B, L]
-    "hist_gap": torch.int64,     # [B, L]
-    "hist_len": torch.int64,     # [B]
-    "neg_item": torch.int64,     # [B, Ln]
-    "neg_cat": torch.int64,      # [B, Ln]
-    "neg_gap": torch.int64,      # [B, Ln]
-    "neg_len": torch.int64,      # [B]
-    "dense": torch.float32,      # [B, F]
+    "hist_item": torch.int64,  # [B, L]
+    "hist_cat": torch.int64,  # [B, L]
+    "hist_gap": torch.int64,  # [B, L]
+    "hist_len": torch.int64,  # [B]
+    "neg_item": torch.int64,  # [B, Ln]
+    "neg_cat": torch.int64,  # [B, Ln]
+    "neg_gap": torch.int64,  # [B, Ln]
+    "neg_len": torch.int64,  # [B]
+    "dense": torch.float32,  # [B, F]
     "target_item": torch.int64,  # [B]
-    "target_cat": torch.int64,   # [B]
-    "user": torch.int64,         # [B]
-    "context": torch.int64,      # [B, 2]
-    "label": torch.float32,      # [B]
+    "target_cat": torch.int64,  # [B]
+    "user": torch.int64,  # [B]
+    "context": torch.int64,  # [B, 2]
+    "label": torch.float32,  # [B]
 }
 """The batch contract: name -> torch dtype of every training batch tensor."""
 
@@ -79,9 +79,11 @@ def load_meta(data_dir: str | Path, splits: Sequence[str] = SPLITS) -> dict[str,
         raise DatasetError(f"{path}: expected a JSON object, found {type(meta).__name__}")
     found = meta.get("schema_version")
     if found != SCHEMA_VERSION:
-        raise DatasetError(f"{path}: schema_version {found!r} is not supported "
-                           f"(this code reads schema_version {SCHEMA_VERSION}; run preprocess "
-                           f"again on the raw events to rebuild the dataset)")
+        raise DatasetError(
+            f"{path}: schema_version {found!r} is not supported "
+            f"(this code reads schema_version {SCHEMA_VERSION}; run preprocess "
+            f"again on the raw events to rebuild the dataset)"
+        )
     seq_len = meta.get("seq_len")
     neg_len = meta.get("neg_len")
     for name, value in (("seq_len", seq_len), ("neg_len", neg_len)):
@@ -98,7 +100,8 @@ def load_meta(data_dir: str | Path, splits: Sequence[str] = SPLITS) -> dict[str,
             raise DatasetError(
                 f"{path}: field arrays.{name} is {spec['dtype']} {list(spec['row_shape'])}, "
                 f"schema_version {SCHEMA_VERSION} with seq_len {seq_len}, neg_len {neg_len} needs "
-                f"{dtype} {list(row_shape)}")
+                f"{dtype} {list(row_shape)}"
+            )
     split_info = meta.get("splits")
     for split in splits:
         info = split_info.get(split) if isinstance(split_info, dict) else None
@@ -119,9 +122,11 @@ def require_both_labels(meta: dict[str, Any], split: str, data_dir: str | Path, 
     info = meta["splits"][split]
     rows, positives = info["rows"], info.get("positives")
     if rows == 0 or positives in (0, rows):
-        raise DatasetError(f"{Path(data_dir) / 'meta.json'}: the {split} split has {rows} rows and {positives} "
-                           f"clicks; {why} needs both clicks and non-clicks (widen the window, or check the "
-                           f"labels of its days)")
+        raise DatasetError(
+            f"{Path(data_dir) / 'meta.json'}: the {split} split has {rows} rows and {positives} "
+            f"clicks; {why} needs both clicks and non-clicks (widen the window, or check the "
+            f"labels of its days)"
+        )
 
 
 # ----------------------------------------------------------------------------- arrays
@@ -134,17 +139,23 @@ class SplitArrays:
     dtype re-checked) on first use in the receiving process.
     """
 
-    def __init__(self, data_dir: str | Path, split: str, meta: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, data_dir: str | Path, split: str, meta: dict[str, Any] | None = None
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.split = split
         self.meta = meta if meta is not None else load_meta(self.data_dir, splits=(split,))
         try:
             self.rows = int(self.meta["splits"][split]["rows"])
-            specs = {name: (np.dtype(spec["dtype"]), tuple(spec["row_shape"]))
-                     for name, spec in self.meta["arrays"].items()}
+            specs = {
+                name: (np.dtype(spec["dtype"]), tuple(spec["row_shape"]))
+                for name, spec in self.meta["arrays"].items()
+            }
         except (KeyError, TypeError) as exc:
-            raise DatasetError(f"{self.data_dir / META_FILE}: field splits.{split}.rows or "
-                               f"arrays missing ({exc!r})") from None
+            raise DatasetError(
+                f"{self.data_dir / META_FILE}: field splits.{split}.rows or "
+                f"arrays missing ({exc!r})"
+            ) from None
         self.specs = specs
         self._arrays: dict[str, np.ndarray] | None = None
         self._open()
@@ -172,11 +183,14 @@ class SplitArrays:
             if array.dtype != dtype:
                 raise DatasetError(f"{path}: dtype {array.dtype}, meta.json says {dtype}")
             if array.ndim == 0 or tuple(array.shape[1:]) != row_shape:
-                raise DatasetError(f"{path}: shape {tuple(array.shape)}, meta.json says rows of "
-                                   f"shape {row_shape}")
+                raise DatasetError(
+                    f"{path}: shape {tuple(array.shape)}, meta.json says rows of shape {row_shape}"
+                )
             if array.shape[0] != self.rows:
-                raise DatasetError(f"{path}: {array.shape[0]} rows, meta.json says "
-                                   f"splits.{self.split}.rows = {self.rows}")
+                raise DatasetError(
+                    f"{path}: {array.shape[0]} rows, meta.json says "
+                    f"splits.{self.split}.rows = {self.rows}"
+                )
             # A plain ndarray view of the map: fancy indexing skips np.memmap's overhead
             # and returns ordinary arrays (the view keeps the mapping alive).
             arrays[name] = array.view(np.ndarray)
@@ -190,8 +204,9 @@ class SplitArrays:
     def __len__(self) -> int:
         return self.rows
 
-    def gather(self, indices: np.ndarray | Sequence[int],
-               names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    def gather(
+        self, indices: np.ndarray | Sequence[int], names: Iterable[str] | None = None
+    ) -> dict[str, np.ndarray]:
         """Rows ``indices`` of each array in ``names`` (default: all): one fancy index per array."""
         index = np.asarray(indices)
         if index.dtype.kind not in "iu":
@@ -219,8 +234,13 @@ class BatchDataset(Dataset):
     GAUC in evaluation).
     """
 
-    def __init__(self, data_dir: str | Path, split: str, meta: dict[str, Any] | None = None,
-                 extra: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        data_dir: str | Path,
+        split: str,
+        meta: dict[str, Any] | None = None,
+        extra: Sequence[str] = (),
+    ) -> None:
         unknown = [k for k in extra if k not in EXTRA_KEYS]
         if unknown:
             raise ValueError(f"extra keys must be among {EXTRA_KEYS}, got {unknown}")
@@ -243,7 +263,9 @@ class BatchDataset(Dataset):
         """The batch in its compact contract dtypes, for sending from a loader worker."""
         return _WireBatch(self.arrays.gather(indices, self._spec), self._spec)
 
-    def gather(self, indices: np.ndarray, keys: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    def gather(
+        self, indices: np.ndarray, keys: Iterable[str] | None = None
+    ) -> dict[str, np.ndarray]:
         """Raw arrays (contract dtypes, any key incl. ``user_key``/``ts``) of rows ``indices``."""
         return self.arrays.gather(indices, keys)
 
@@ -263,12 +285,21 @@ class ShardedBatchSampler(Sampler[np.ndarray]):
     micro-batch has fewer rows than ranks).
     """
 
-    def __init__(self, n_rows: int, micro_batch: int, world_size: int = 1, rank: int = 0,
-                 seed: int = 0, shuffle: bool = True) -> None:
+    def __init__(
+        self,
+        n_rows: int,
+        micro_batch: int,
+        world_size: int = 1,
+        rank: int = 0,
+        seed: int = 0,
+        shuffle: bool = True,
+    ) -> None:
         if n_rows < 0:
             raise ValueError(f"n_rows must be >= 0, got {n_rows}")
         if micro_batch < 1 or world_size < 1:
-            raise ValueError(f"micro_batch and world_size must be >= 1, got {micro_batch}, {world_size}")
+            raise ValueError(
+                f"micro_batch and world_size must be >= 1, got {micro_batch}, {world_size}"
+            )
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
         self.n_rows = int(n_rows)
@@ -319,7 +350,7 @@ class ShardedBatchSampler(Sampler[np.ndarray]):
         order = self.order(self.epoch)
         step = self.global_batch
         for start in range(self.skip * step, self.n_rows, step):
-            mine = order[start:start + step][self.rank::self.world_size]
+            mine = order[start : start + step][self.rank :: self.world_size]
             yield np.sort(mine)
 
 
@@ -337,7 +368,7 @@ class ChunkSampler(Sampler[np.ndarray]):
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for start in range(0, len(self.indices), self.batch):
-            yield self.indices[start:start + self.batch]
+            yield self.indices[start : start + self.batch]
 
 
 def eval_indices(n_rows: int, world_size: int = 1, rank: int = 0) -> np.ndarray:
@@ -371,8 +402,10 @@ class _WireBatch:
         self.dtypes = dtypes
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        return {name: torch.from_numpy(array).to(self.dtypes[name])
-                for name, array in self.arrays.items()}
+        return {
+            name: torch.from_numpy(array).to(self.dtypes[name])
+            for name, array in self.arrays.items()
+        }
 
     def pin_memory(self, device: Any = None) -> dict[str, torch.Tensor]:
         return {name: tensor.pin_memory() for name, tensor in self.tensors().items()}
@@ -400,8 +433,9 @@ class _WireDataset(Dataset):
         if isinstance(self.base, BatchDataset):
             return self.base.wire(indices)
         batch = self.base[indices]
-        return _WireBatch({k: v.numpy() for k, v in batch.items()},
-                          {k: v.dtype for k, v in batch.items()})
+        return _WireBatch(
+            {k: v.numpy() for k, v in batch.items()}, {k: v.dtype for k, v in batch.items()}
+        )
 
     def __getattr__(self, name: str) -> Any:
         if name == "base":  # not set yet (unpickling): no recursion
@@ -422,7 +456,9 @@ class BatchLoader(DataLoader):
             yield item.tensors() if isinstance(item, _WireBatch) else item
 
 
-def make_loader(dataset: Dataset, sampler: Sampler, plan: TrainPlan, device_type: str) -> DataLoader:
+def make_loader(
+    dataset: Dataset, sampler: Sampler, plan: TrainPlan, device_type: str
+) -> DataLoader:
     """A DataLoader whose every item is one whole batch ``dataset[sampler item]``.
 
     Uses its own ``torch.Generator`` (seeded from ``plan.seed``) for the worker
@@ -436,15 +472,28 @@ def make_loader(dataset: Dataset, sampler: Sampler, plan: TrainPlan, device_type
     extra: dict[str, Any] = {}
     if workers > 0:
         dataset = _WireDataset(dataset)
-        extra = {"persistent_workers": plan.persistent_workers,
-                 "prefetch_factor": plan.prefetch_factor, "collate_fn": _identity}
+        extra = {
+            "persistent_workers": plan.persistent_workers,
+            "prefetch_factor": plan.prefetch_factor,
+            "collate_fn": _identity,
+        }
     return BatchLoader(
-        dataset, batch_size=None, sampler=sampler, num_workers=workers,
-        pin_memory=plan.pin_memory and device_type == "cuda", generator=generator, **extra,
+        dataset,
+        batch_size=None,
+        sampler=sampler,
+        num_workers=workers,
+        pin_memory=plan.pin_memory and device_type == "cuda",
+        generator=generator,
+        **extra,
     )
 
 
-def make_eval_loader(dataset: Dataset, indices: np.ndarray | Sequence[int], batch: int,
-                     plan: TrainPlan, device_type: str) -> DataLoader:
+def make_eval_loader(
+    dataset: Dataset,
+    indices: np.ndarray | Sequence[int],
+    batch: int,
+    plan: TrainPlan,
+    device_type: str,
+) -> DataLoader:
     """A loader over the sorted ``indices`` in contiguous chunks of ``batch`` rows."""
     return make_loader(dataset, ChunkSampler(indices, batch), plan, device_type)

@@ -41,9 +41,11 @@ class Scorer:
         hash buckets must be identical: the same id must land in the same row.
         """
         ours = dataclasses.asdict(self.vocab)
-        problems = [f"{name}: model {ours[name]} vs data {value}"
-                    for name, value in dataclasses.asdict(vocab).items()
-                    if name != "seq_len" and ours[name] != value]
+        problems = [
+            f"{name}: model {ours[name]} vs data {value}"
+            for name, value in dataclasses.asdict(vocab).items()
+            if name != "seq_len" and ours[name] != value
+        ]
         if vocab.seq_len > self.vocab.seq_len:
             problems.append(f"seq_len: model {self.vocab.seq_len} < data {vocab.seq_len}")
         return problems
@@ -58,7 +60,9 @@ def load_scorer(path: str | Path, threads: int | None = None) -> Scorer:
         model = BSTModel(config, vocab)
         model.load_state_dict(ckpt["model"])
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"{path}: cannot rebuild the model ({type(exc).__name__}: {exc})") from exc
+        raise CheckpointError(
+            f"{path}: cannot rebuild the model ({type(exc).__name__}: {exc})"
+        ) from exc
     if threads:
         torch.set_num_threads(threads)
     model.eval()
@@ -76,18 +80,25 @@ def predict_logits(model: torch.nn.Module, batches: Iterable[Mapping[str, Any]])
     return np.concatenate(out) if out else np.empty(0, np.float64)
 
 
-def chunks(arrays: Mapping[str, np.ndarray], rows: int, size: int) -> Iterable[dict[str, np.ndarray]]:
+def chunks(
+    arrays: Mapping[str, np.ndarray], rows: int, size: int
+) -> Iterable[dict[str, np.ndarray]]:
     """Contiguous slices of ``size`` rows of every array."""
     for start in range(0, rows, size):
-        yield {k: v[start:start + size] for k, v in arrays.items()}
+        yield {k: v[start : start + size] for k, v in arrays.items()}
 
 
 def sigmoid(logits: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.asarray(logits, dtype=np.float64)))
 
 
-def split_rows(data_dir: str | Path, split: str, meta: dict, batch: int,
-               keys: tuple[str, ...] = (*BATCH_KEYS, "label", "user_key")) -> Iterable[dict[str, np.ndarray]]:
+def split_rows(
+    data_dir: str | Path,
+    split: str,
+    meta: dict,
+    batch: int,
+    keys: tuple[str, ...] = (*BATCH_KEYS, "label", "user_key"),
+) -> Iterable[dict[str, np.ndarray]]:
     """A split's rows in contiguous batches of raw (contract-dtype) arrays."""
     dataset = BatchDataset(data_dir, split, meta)
     for start in range(0, len(dataset), batch):
@@ -104,19 +115,34 @@ def check_inputs(arrays: Mapping[str, np.ndarray], vocab: Vocab) -> int:
     if missing:
         raise ValueError(f"model input lacks {', '.join(missing)} (needs {', '.join(BATCH_KEYS)})")
     rows = len(arrays["target_item"])
-    limits = {"hist_item": vocab.item, "target_item": vocab.item, "hist_cat": vocab.category,
-              "target_cat": vocab.category, "user": vocab.user, "hist_gap": vocab.gap,
-              "hist_len": vocab.seq_len + 1, "neg_item": vocab.item, "neg_cat": vocab.category,
-              "neg_gap": vocab.gap, "neg_len": vocab.neg_len + 1}
+    limits = {
+        "hist_item": vocab.item,
+        "target_item": vocab.item,
+        "hist_cat": vocab.category,
+        "target_cat": vocab.category,
+        "user": vocab.user,
+        "hist_gap": vocab.gap,
+        "hist_len": vocab.seq_len + 1,
+        "neg_item": vocab.item,
+        "neg_cat": vocab.category,
+        "neg_gap": vocab.gap,
+        "neg_len": vocab.neg_len + 1,
+    }
     lengths = {"hist": vocab.seq_len, "neg": vocab.neg_len}
     for key in BATCH_KEYS:
         value = np.asarray(arrays[key])
         if len(value) != rows:
             raise ValueError(f"model input {key}: {len(value)} rows, target_item has {rows}")
         if key == "dense":
-            if not np.issubdtype(value.dtype, np.number) or value.ndim != 2 or value.shape[1] != vocab.dense:
-                raise ValueError(f"model input dense: numbers of shape [rows, {vocab.dense}] expected, "
-                                 f"got {value.dtype} {list(value.shape)}")
+            if (
+                not np.issubdtype(value.dtype, np.number)
+                or value.ndim != 2
+                or value.shape[1] != vocab.dense
+            ):
+                raise ValueError(
+                    f"model input dense: numbers of shape [rows, {vocab.dense}] expected, "
+                    f"got {value.dtype} {list(value.shape)}"
+                )
             if rows and not np.isfinite(value).all():
                 raise ValueError("model input dense: values must be finite")
             continue
@@ -127,17 +153,28 @@ def check_inputs(arrays: Mapping[str, np.ndarray], vocab: Vocab) -> int:
         low, high = int(value.min()), int(value.max())
         if key == "context":
             if value.ndim != 2 or value.shape[1] != 2:
-                raise ValueError(f"model input context: shape [rows, 2] expected, got {list(value.shape)}")
+                raise ValueError(
+                    f"model input context: shape [rows, 2] expected, got {list(value.shape)}"
+                )
             if low < 0 or value[:, 0].max() >= vocab.hour or value[:, 1].max() >= vocab.dow:
-                raise ValueError(f"model input context: hour must be in 0..{vocab.hour - 1} and "
-                                 f"day-of-week in 0..{vocab.dow - 1}")
+                raise ValueError(
+                    f"model input context: hour must be in 0..{vocab.hour - 1} and "
+                    f"day-of-week in 0..{vocab.dow - 1}"
+                )
             continue
         if low < 0 or high >= limits[key]:
-            raise ValueError(f"model input {key}: values {low}..{high} outside the model's "
-                             f"range 0..{limits[key] - 1}")
+            raise ValueError(
+                f"model input {key}: values {low}..{high} outside the model's "
+                f"range 0..{limits[key] - 1}"
+            )
         sequence = key.split("_")[0]
-        if sequence in lengths and not key.endswith("_len") and (
-                value.ndim != 2 or value.shape[1] > lengths[sequence]):
-            raise ValueError(f"model input {key}: shape [rows, <= {lengths[sequence]}] expected, "
-                             f"got {list(value.shape)}")
+        if (
+            sequence in lengths
+            and not key.endswith("_len")
+            and (value.ndim != 2 or value.shape[1] > lengths[sequence])
+        ):
+            raise ValueError(
+                f"model input {key}: shape [rows, <= {lengths[sequence]}] expected, "
+                f"got {list(value.shape)}"
+            )
     return rows

@@ -26,8 +26,16 @@ __all__ = ["LaunchError", "LaunchSpec", "LocalTorchrun", "launch", "torchrun"]
 def torchrun(nproc: int, max_restarts: int, *target: str, log_dir: str | None = None) -> list[str]:
     """``torchrun --standalone`` (our wrapper: :mod:`components.train.torchrun`) running ``target``
     (a script or ``-m module``, with its args); ``log_dir``: where the ranks' error files go."""
-    return [sys.executable, "-m", "components.train.torchrun", "--standalone", f"--nproc_per_node={nproc}",
-            f"--max-restarts={max_restarts}", *([f"--log-dir={log_dir}"] if log_dir else []), *target]
+    return [
+        sys.executable,
+        "-m",
+        "components.train.torchrun",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        f"--max-restarts={max_restarts}",
+        *([f"--log-dir={log_dir}"] if log_dir else []),
+        *target,
+    ]
 
 
 class LocalTorchrun(TrainingBackend):
@@ -36,8 +44,14 @@ class LocalTorchrun(TrainingBackend):
     name = "local"
 
     def command(self, spec: LaunchSpec, log_dir: str | None = None) -> list[str]:
-        return torchrun(spec.processes(), spec.max_restarts, "-m", "components.train",
-                        *spec.trainer_args(), log_dir=log_dir)
+        return torchrun(
+            spec.processes(),
+            spec.max_restarts,
+            "-m",
+            "components.train",
+            *spec.trainer_args(),
+            log_dir=log_dir,
+        )
 
     def run(self, spec: LaunchSpec) -> dict:
         # torchrun's log dir holds this launch's error files only; local temp, so a full `out` disk
@@ -54,7 +68,9 @@ def failure_message(logs: str | Path, returncode: int) -> str:
     torchrun's log dir; the exit code as a last resort."""
     lines = [f"rank {error['rank']}: {error['error']}" for error in rank_errors(logs)]
     if not lines:
-        return f"training failed with exit code {returncode} and no rank reported an error (killed?)"
+        return (
+            f"training failed with exit code {returncode} and no rank reported an error (killed?)"
+        )
     return "training failed: " + " | ".join(lines)
 
 
@@ -65,6 +81,7 @@ def launch(spec: LaunchSpec, backend: TrainingBackend | None = None) -> dict:
 
 def _at_least(low: int):
     """An argparse type: an integer >= ``low`` (torchrun answers 0 processes with an AssertionError)."""
+
     def parse(text: str) -> int:
         value = int(text)  # a ValueError: argparse says "invalid int value"
         if value < low:
@@ -77,18 +94,34 @@ def _at_least(low: int):
 
 def main(argv: list[str] | None = None) -> int:
     TRAIN = field_docs(TrainConfig)
-    p = argparse.ArgumentParser(prog="python -m components.train.launch", formatter_class=HelpFormatter,
-                                description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m components.train.launch",
+        formatter_class=HelpFormatter,
+        description=__doc__.splitlines()[0],
+    )
     p.add_argument("--data", required=True, help=TRAIN["data"])
     p.add_argument("--plan", default=None, help=TRAIN["plan"] + " (default: none)")
     p.add_argument("--out", required=True, help=TRAIN["out"])
-    p.add_argument("--nproc", type=_at_least(1), default=None,
-                   help="processes (default: the plan's nproc_per_node)")
-    p.add_argument("--max-restarts", type=_at_least(0), default=0,
-                   help="times torchrun restarts all workers after a failure (they resume from OUT/last.pt)")
+    p.add_argument(
+        "--nproc",
+        type=_at_least(1),
+        default=None,
+        help="processes (default: the plan's nproc_per_node)",
+    )
+    p.add_argument(
+        "--max-restarts",
+        type=_at_least(0),
+        default=0,
+        help="times torchrun restarts all workers after a failure (they resume from OUT/last.pt)",
+    )
     p.add_argument("--init-from", default=None, help=TRAIN["init_from"] + " (default: none)")
     p.add_argument("--tracking-uri", default=None, help=TRAIN["tracking_uri"] + " (default: none)")
-    p.add_argument("--max-epochs", type=int, default=None, help="override the plan's max_epochs (default: the plan's)")
+    p.add_argument(
+        "--max-epochs",
+        type=int,
+        default=None,
+        help="override the plan's max_epochs (default: the plan's)",
+    )
     args = p.parse_args(argv)
     try:
         summary = launch(LaunchSpec.of(**vars(args)), LocalTorchrun())

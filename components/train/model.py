@@ -82,8 +82,21 @@ ACTIVATIONS = ("relu", "gelu")
 DENSE_FREQUENCIES = 8  # per dense feature, in its periodic embedding
 DENSE_FREQUENCY_STD = 0.5  # initial spread of those frequencies (features are standardized)
 EMBEDDING_INIT_STD = 0.02
-BATCH_KEYS = ("hist_item", "hist_cat", "hist_gap", "hist_len", "neg_item", "neg_cat", "neg_gap",
-              "neg_len", "dense", "target_item", "target_cat", "user", "context")
+BATCH_KEYS = (
+    "hist_item",
+    "hist_cat",
+    "hist_gap",
+    "hist_len",
+    "neg_item",
+    "neg_cat",
+    "neg_gap",
+    "neg_len",
+    "dense",
+    "target_item",
+    "target_cat",
+    "user",
+    "context",
+)
 
 
 def _positive_int(value: Any) -> bool:
@@ -170,15 +183,33 @@ class ModelConfig:
 
 NAMED_CONFIGS: dict[str, ModelConfig] = {
     # Tiny: unit/integration tests train it in seconds.
-    "debug": ModelConfig(name="debug", d_model=8, layers=1, heads=2, ffn=16, dropout=0.1,
-                         mlp=(16,), context_dim=4),
+    "debug": ModelConfig(
+        name="debug", d_model=8, layers=1, heads=2, ffn=16, dropout=0.1, mlp=(16,), context_dim=4
+    ),
     # A 2-core laptop CPU at micro-batch ~1024. No dropout inside the encoder: on CPU its
     # Bernoulli masks cost ~25-30% of the samples/s (measured at 0.1); the head keeps 0.1.
-    "local": ModelConfig(name="local", d_model=32, layers=2, heads=2, ffn=64, dropout=0.0,
-                         mlp=(128, 64), context_dim=8, head_dropout=0.1),
+    "local": ModelConfig(
+        name="local",
+        d_model=32,
+        layers=2,
+        heads=2,
+        ffn=64,
+        dropout=0.0,
+        mlp=(128, 64),
+        context_dim=8,
+        head_dropout=0.1,
+    ),
     # ~100 M parameters, almost all in the item/user tables; sized for A100s.
-    "prod": ModelConfig(name="prod", d_model=64, layers=2, heads=4, ffn=256, dropout=0.1,
-                        mlp=(1024, 512, 256), context_dim=16),
+    "prod": ModelConfig(
+        name="prod",
+        d_model=64,
+        layers=2,
+        heads=4,
+        ffn=256,
+        dropout=0.1,
+        mlp=(1024, 512, 256),
+        context_dim=16,
+    ),
 }
 
 
@@ -195,8 +226,10 @@ def model_config(name: str) -> ModelConfig:
     try:
         return NAMED_CONFIGS[name]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown model config {name!r}; valid names: {', '.join(NAMED_CONFIGS)} "
-                         "(or the path of a .json model config file)") from None
+        raise ValueError(
+            f"unknown model config {name!r}; valid names: {', '.join(NAMED_CONFIGS)} "
+            "(or the path of a .json model config file)"
+        ) from None
 
 
 def _config_from_file(path: str) -> ModelConfig:
@@ -212,11 +245,12 @@ def _config_from_file(path: str) -> ModelConfig:
         raise ValueError(f"model config file {path}: unreadable ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != MODEL_CONFIG_FORMAT:
         found = doc.get("format") if isinstance(doc, dict) else None
-        raise ValueError(f"model config file {path}: not a {MODEL_CONFIG_FORMAT} file "
-                         f"(format {found!r})")
+        raise ValueError(
+            f"model config file {path}: not a {MODEL_CONFIG_FORMAT} file (format {found!r})"
+        )
     block = doc.get("model")
     if not isinstance(block, dict):
-        raise ValueError(f"model config file {path}: no \"model\" object")
+        raise ValueError(f'model config file {path}: no "model" object')
     known = {f.name for f in dataclasses.fields(ModelConfig)}
     unknown = sorted(set(block) - known)
     if unknown:
@@ -265,24 +299,53 @@ class Vocab:
         try:
             buckets = meta["buckets"]
             context = meta["context_features"]
-            return cls(item=int(buckets["item"]), category=int(buckets["category"]),
-                       user=int(buckets["user"]), gap=int(buckets["gap"]),
-                       seq_len=int(meta["seq_len"]), hour=int(context["hour"]),
-                       dow=int(context["dow"]), neg_len=int(meta["neg_len"]),
-                       dense=len(meta["dense_features"]["names"]))
+            return cls(
+                item=int(buckets["item"]),
+                category=int(buckets["category"]),
+                user=int(buckets["user"]),
+                gap=int(buckets["gap"]),
+                seq_len=int(meta["seq_len"]),
+                hour=int(context["hour"]),
+                dow=int(context["dow"]),
+                neg_len=int(meta["neg_len"]),
+                dense=len(meta["dense_features"]["names"]),
+            )
         except KeyError as exc:
-            raise ValueError(f"meta.json lacks {exc.args[0]!r} (not a dailyrec dataset meta?)") from None
+            raise ValueError(
+                f"meta.json lacks {exc.args[0]!r} (not a dailyrec dataset meta?)"
+            ) from None
 
 
 REFERENCE_VOCAB: dict[str, Vocab] = {
     # The preprocess defaults (PreprocessConfig: 2**18 / 2**12 / 2**18 buckets, 16 gaps, L 20).
-    "debug": Vocab(item=1 << 18, category=1 << 12, user=1 << 18, gap=16, seq_len=20, neg_len=10,
-                   dense=len(DENSE_FEATURES)),
-    "local": Vocab(item=1 << 18, category=1 << 12, user=1 << 18, gap=16, seq_len=20, neg_len=10,
-                   dense=len(DENSE_FEATURES)),
+    "debug": Vocab(
+        item=1 << 18,
+        category=1 << 12,
+        user=1 << 18,
+        gap=16,
+        seq_len=20,
+        neg_len=10,
+        dense=len(DENSE_FEATURES),
+    ),
+    "local": Vocab(
+        item=1 << 18,
+        category=1 << 12,
+        user=1 << 18,
+        gap=16,
+        seq_len=20,
+        neg_len=10,
+        dense=len(DENSE_FEATURES),
+    ),
     # Production-sized hashing: fewer collisions on millions of items / users, longer history.
-    "prod": Vocab(item=1 << 20, category=1 << 14, user=1 << 19, gap=16, seq_len=50, neg_len=20,
-                  dense=len(DENSE_FEATURES)),
+    "prod": Vocab(
+        item=1 << 20,
+        category=1 << 14,
+        user=1 << 19,
+        gap=16,
+        seq_len=50,
+        neg_len=20,
+        dense=len(DENSE_FEATURES),
+    ),
 }
 
 
@@ -314,8 +377,13 @@ class BSTModel(nn.Module):
     recomputes each encoder layer in backward while training.
     """
 
-    def __init__(self, config: ModelConfig, vocab: Vocab, sparse: bool = False,
-                 activation_checkpointing: bool = False) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        vocab: Vocab,
+        sparse: bool = False,
+        activation_checkpointing: bool = False,
+    ) -> None:
         super().__init__()
         self.config = config
         self.vocab = vocab
@@ -328,15 +396,22 @@ class BSTModel(nn.Module):
         self.gap_emb = nn.Embedding(vocab.gap + 1, d, padding_idx=0)
         # Row j < L: history column counted from the oldest; row L: the target token.
         self.position = nn.Parameter(torch.empty(vocab.seq_len + 1, d))
-        self.user_emb = nn.Embedding(vocab.user, config.user_width, padding_idx=0,
-                                     sparse=self.sparse)
+        self.user_emb = nn.Embedding(
+            vocab.user, config.user_width, padding_idx=0, sparse=self.sparse
+        )
         self.hour_emb = nn.Embedding(vocab.hour, config.context_dim)
         self.dow_emb = nn.Embedding(vocab.dow, config.context_dim)
         self.token_dropout = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(
-            nn.TransformerEncoderLayer(d, config.heads, config.ffn, config.dropout,
-                                       activation=config.activation, batch_first=True,
-                                       norm_first=True)
+            nn.TransformerEncoderLayer(
+                d,
+                config.heads,
+                config.ffn,
+                config.dropout,
+                activation=config.activation,
+                batch_first=True,
+                norm_first=True,
+            )
             for _ in range(config.layers)
         )
         self.final_norm = nn.LayerNorm(d)
@@ -347,23 +422,29 @@ class BSTModel(nn.Module):
         # Which sequences the target is matched in: the clicks, and the skipped exposures if any.
         self.match_sequences = ("hist", "neg") if vocab.neg_len else ("hist",)
         if config.match_dim:  # one learned recency weighting per (sequence, item | category)
-            self.match_emb = nn.Embedding(2 * len(self.match_sequences) * (vocab.gap + 1),
-                                          config.match_dim)
+            self.match_emb = nn.Embedding(
+                2 * len(self.match_sequences) * (vocab.gap + 1), config.match_dim
+            )
         if vocab.dense:  # standardized with the training split's statistics (set_dense_stats)
             self.register_buffer("dense_mean", torch.zeros(vocab.dense))
             self.register_buffer("dense_scale", torch.ones(vocab.dense))
             if config.dense_embed:
                 self.dense_frequencies = nn.Parameter(
-                    torch.randn(vocab.dense, DENSE_FREQUENCIES) * DENSE_FREQUENCY_STD)
+                    torch.randn(vocab.dense, DENSE_FREQUENCIES) * DENSE_FREQUENCY_STD
+                )
                 self.dense_weight = nn.Parameter(
                     torch.randn(vocab.dense, 2 * DENSE_FREQUENCIES, config.dense_embed)
-                    / math.sqrt(2 * DENSE_FREQUENCIES))
+                    / math.sqrt(2 * DENSE_FREQUENCIES)
+                )
                 self.dense_bias = nn.Parameter(torch.zeros(vocab.dense, config.dense_embed))
         width = head_width(config, vocab)
         head: list[nn.Module] = []
         for hidden in config.mlp:
-            head += [nn.Linear(width, hidden), _activation(config.activation),
-                     nn.Dropout(config.head_dropout_rate)]
+            head += [
+                nn.Linear(width, hidden),
+                _activation(config.activation),
+                nn.Dropout(config.head_dropout_rate),
+            ]
             width = hidden
         head.append(nn.Linear(width, 1))
         self.head = nn.Sequential(*head)
@@ -378,10 +459,15 @@ class BSTModel(nn.Module):
 
     def embedding_tables(self) -> dict[str, nn.Parameter]:
         """Every embedding table by name (including the position table)."""
-        tables = {"item": self.item_emb.weight, "category": self.cat_emb.weight,
-                  "gap": self.gap_emb.weight, "position": self.position,
-                  "user": self.user_emb.weight, "hour": self.hour_emb.weight,
-                  "dow": self.dow_emb.weight}
+        tables = {
+            "item": self.item_emb.weight,
+            "category": self.cat_emb.weight,
+            "gap": self.gap_emb.weight,
+            "position": self.position,
+            "user": self.user_emb.weight,
+            "hour": self.hour_emb.weight,
+            "dow": self.dow_emb.weight,
+        }
         if self.vocab.neg_len:
             tables["neg_position"] = self.neg_position
         if self.config.match_dim:
@@ -411,8 +497,10 @@ class BSTModel(nn.Module):
         mean = torch.as_tensor(mean, dtype=torch.float32)
         std = torch.as_tensor(std, dtype=torch.float32)
         if mean.shape != (self.vocab.dense,) or std.shape != (self.vocab.dense,):
-            raise ValueError(f"dense statistics must have {self.vocab.dense} columns, "
-                             f"got {tuple(mean.shape)} and {tuple(std.shape)}")
+            raise ValueError(
+                f"dense statistics must have {self.vocab.dense} columns, "
+                f"got {tuple(mean.shape)} and {tuple(std.shape)}"
+            )
         self.dense_mean.copy_(mean)
         self.dense_scale.copy_(1.0 / std.clamp(min=1e-3))
 
@@ -441,8 +529,9 @@ class BSTModel(nn.Module):
         for sequence in self.match_sequences:
             gap = batch[f"{sequence}_gap"].long()
             length = gap.shape[1]
-            valid = (torch.arange(length, device=gap.device).unsqueeze(0)
-                     >= (length - batch[f"{sequence}_len"].long().clamp(0, length)).unsqueeze(1))
+            valid = torch.arange(length, device=gap.device).unsqueeze(0) >= (
+                length - batch[f"{sequence}_len"].long().clamp(0, length)
+            ).unsqueeze(1)
             gap = gap.clamp(0, self.vocab.gap) * valid
             for field, target in (("item", "target_item"), ("cat", "target_cat")):
                 ids = batch[f"{sequence}_{field}"].long()
@@ -457,12 +546,19 @@ class BSTModel(nn.Module):
         neg_item = batch["neg_item"].long()
         length = neg_item.shape[1]
         if length > self.vocab.neg_len:
-            raise ValueError(f"skipped-exposure length {length} exceeds the model's neg_len "
-                             f"{self.vocab.neg_len}")
-        tokens = (self.item_emb(neg_item) + self.cat_emb(batch["neg_cat"].long())
-                  + self.gap_emb(batch["neg_gap"].long()) + self.neg_position[self.vocab.neg_len - length:])
+            raise ValueError(
+                f"skipped-exposure length {length} exceeds the model's neg_len {self.vocab.neg_len}"
+            )
+        tokens = (
+            self.item_emb(neg_item)
+            + self.cat_emb(batch["neg_cat"].long())
+            + self.gap_emb(batch["neg_gap"].long())
+            + self.neg_position[self.vocab.neg_len - length :]
+        )
         columns = torch.arange(length, device=tokens.device)
-        valid = columns.unsqueeze(0) >= (length - batch["neg_len"].long().clamp(0, length)).unsqueeze(1)
+        valid = columns.unsqueeze(0) >= (
+            length - batch["neg_len"].long().clamp(0, length)
+        ).unsqueeze(1)
         scores = (tokens @ query.unsqueeze(-1)).squeeze(-1) / math.sqrt(tokens.shape[-1])
         weights = torch.softmax(scores.masked_fill(~valid, -1e4), dim=1) * valid
         attended = (weights.unsqueeze(-1) * tokens).sum(dim=1)
@@ -475,17 +571,19 @@ class BSTModel(nn.Module):
         hist_item = batch["hist_item"].long()
         rows, length = hist_item.shape
         if length > self.vocab.seq_len:
-            raise ValueError(f"history length {length} exceeds the model's seq_len "
-                             f"{self.vocab.seq_len}")
+            raise ValueError(
+                f"history length {length} exceeds the model's seq_len {self.vocab.seq_len}"
+            )
         hist_len = batch["hist_len"].long().clamp(0, length)
         target_item = batch["target_item"].long().unsqueeze(1)
         items = torch.cat([hist_item, target_item], dim=1)  # [B, L+1]: one lookup per table
         cats = torch.cat([batch["hist_cat"].long(), batch["target_cat"].long().unsqueeze(1)], dim=1)
-        gaps = torch.cat([batch["hist_gap"].long(),
-                          target_item.new_full((rows, 1), self.target_gap)], dim=1)
+        gaps = torch.cat(
+            [batch["hist_gap"].long(), target_item.new_full((rows, 1), self.target_gap)], dim=1
+        )
         item_vectors = self.item_emb(items)
         # Right-aligned: the most recent click always gets position seq_len - 1.
-        positions = self.position[self.vocab.seq_len - length:]
+        positions = self.position[self.vocab.seq_len - length :]
         x = item_vectors + self.cat_emb(cats) + self.gap_emb(gaps) + positions
         x = self.token_dropout(x)
 
@@ -513,11 +611,18 @@ class BSTModel(nn.Module):
         scale = 1.0 / math.sqrt(x.shape[-1])
         dots = [(target_out * history_mean).sum(dim=1, keepdim=True) * scale]
         if self.user_dots:
-            dots += [(user * target_vector).sum(dim=1, keepdim=True) * scale,
-                     (user * target_cat).sum(dim=1, keepdim=True) * scale]
+            dots += [
+                (user * target_vector).sum(dim=1, keepdim=True) * scale,
+                (user * target_cat).sum(dim=1, keepdim=True) * scale,
+            ]
         parts = [
-            target_out, history_mean, target_vector, user,
-            self.hour_emb(context[:, 0]), self.dow_emb(context[:, 1]), *dots,
+            target_out,
+            history_mean,
+            target_vector,
+            user,
+            self.hour_emb(context[:, 0]),
+            self.dow_emb(context[:, 1]),
+            *dots,
         ]
         if self.vocab.neg_len:
             parts.append(self._skipped(batch, target_vector + target_cat))
@@ -547,14 +652,25 @@ def count_parameters(config: str | ModelConfig, vocab: Vocab) -> dict[str, int]:
     tables = model.embedding_tables()
     embedding = sum(p.numel() for p in tables.values())
     total = sum(p.numel() for p in model.parameters())
-    return {"embedding": embedding,
-            "sparse": tables["item"].numel() + tables["user"].numel(),
-            "dense": total - embedding, "total": total}
+    return {
+        "embedding": embedding,
+        "sparse": tables["item"].numel() + tables["user"].numel(),
+        "dense": total - embedding,
+        "total": total,
+    }
 
 
-def build_model(name_or_config: str | ModelConfig, vocab: Vocab, *, sparse: bool = False,
-                activation_checkpointing: bool = False) -> BSTModel:
+def build_model(
+    name_or_config: str | ModelConfig,
+    vocab: Vocab,
+    *,
+    sparse: bool = False,
+    activation_checkpointing: bool = False,
+) -> BSTModel:
     """A freshly initialized model from a named config (or a ModelConfig) and a vocab."""
-    return BSTModel(_resolve(name_or_config), vocab, sparse=sparse,
-                    activation_checkpointing=activation_checkpointing)
-
+    return BSTModel(
+        _resolve(name_or_config),
+        vocab,
+        sparse=sparse,
+        activation_checkpointing=activation_checkpointing,
+    )

@@ -39,7 +39,9 @@ LOG_DIR_FLAGS = ("--log-dir", "--log_dir")
 def log_dir(argv: list[str]) -> str | None:
     """torchrun's ``--log-dir`` in ``argv`` (either spelling, ``--flag DIR`` or ``--flag=DIR``)."""
     for flag in LOG_DIR_FLAGS:
-        value = flag_value(argv, flag) or next((a.split("=", 1)[1] for a in argv if a.startswith(flag + "=")), None)
+        value = flag_value(argv, flag) or next(
+            (a.split("=", 1)[1] for a in argv if a.startswith(flag + "=")), None
+        )
         if value:
             return value
     return None
@@ -58,8 +60,14 @@ def rank_errors(logs: str | os.PathLike) -> list[dict]:
             continue
         text = message.get("message", "") if isinstance(message, dict) else str(message)
         kind, _, rest = text.partition(": ")
-        found.append({"rank": int(path.parent.name), "attempt": int(path.parent.parent.name.split("_")[1]),
-                      "error": rest if kind == "NoSpaceError" else text, "retryable": kind != "NoSpaceError"})
+        found.append(
+            {
+                "rank": int(path.parent.name),
+                "attempt": int(path.parent.parent.name.split("_")[1]),
+                "error": rest if kind == "NoSpaceError" else text,
+                "retryable": kind != "NoSpaceError",
+            }
+        )
     latest = max((e["attempt"] for e in found), default=0)
     return sorted((e for e in found if e["attempt"] == latest), key=lambda e: e["rank"])
 
@@ -108,12 +116,19 @@ def main() -> int:
         torchrun_main()
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
-        print(f"torchrun: {exc.name} failed: rank {rank} exit code {failure.exitcode}", file=sys.stderr)
+        print(
+            f"torchrun: {exc.name} failed: rank {rank} exit code {failure.exitcode}",
+            file=sys.stderr,
+        )
         return NO_RETRY_EXIT if failure.exitcode == NO_RETRY_EXIT else 1
     except SignalException as exc:
         fatal = fatal_failure(logs)
-        print(f"torchrun: stopped without restarting: {fatal}" if fatal else f"torchrun: stopped by {exc.sigval.name}",
-              file=sys.stderr)
+        print(
+            f"torchrun: stopped without restarting: {fatal}"
+            if fatal
+            else f"torchrun: stopped by {exc.sigval.name}",
+            file=sys.stderr,
+        )
         return NO_RETRY_EXIT if fatal else 128 + exc.sigval
     return 0
 

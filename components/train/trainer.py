@@ -123,7 +123,9 @@ def init_runtime() -> Runtime:
     else:
         device, backend = torch.device("cpu"), "gloo"
     if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size)
+        dist.init_process_group(
+            backend=backend, init_method="env://", rank=rank, world_size=world_size
+        )
     return Runtime(rank, world_size, local_rank, device, backend)
 
 
@@ -139,14 +141,23 @@ def check_plan_for_device(plan: TrainPlan, runtime: Runtime) -> TrainPlan:
     """Refuse settings this device cannot run, with the reason."""
     if plan.precision == "fp16" and runtime.device.type != "cuda":
         raise ValueError("plan.train.precision fp16 needs a CUDA device (use fp32 or bf16 on CPU)")
-    if plan.precision == "bf16" and runtime.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    if (
+        plan.precision == "bf16"
+        and runtime.device.type == "cuda"
+        and not torch.cuda.is_bf16_supported()
+    ):
         raise ValueError("plan.train.precision bf16 is not supported by this GPU (use fp16)")
     if plan.sparse_embeddings == "on" and runtime.backend == "nccl" and runtime.distributed:
-        raise ValueError("plan.train.sparse_embeddings on: NCCL does not reduce sparse gradients (use auto)")
+        raise ValueError(
+            "plan.train.sparse_embeddings on: NCCL does not reduce sparse gradients (use auto)"
+        )
     if plan.world_size != runtime.world_size:
-        log.warning("plan is for %d processes, running with %d: global batch becomes %d",
-                    plan.world_size, runtime.world_size,
-                    plan.micro_batch * plan.grad_accum * runtime.world_size)
+        log.warning(
+            "plan is for %d processes, running with %d: global batch becomes %d",
+            plan.world_size,
+            runtime.world_size,
+            plan.micro_batch * plan.grad_accum * runtime.world_size,
+        )
     return plan
 
 
@@ -165,8 +176,10 @@ class Optimizers:
         embeddings = {id(p) for p in model.embedding_tables().values()}  # no decay on lookups
         for p in model.dense_parameters():
             (decay if p.ndim >= 2 and id(p) not in embeddings else no_decay).append(p)
-        groups = [{"params": decay, "weight_decay": plan.weight_decay},
-                  {"params": no_decay, "weight_decay": 0.0}]
+        groups = [
+            {"params": decay, "weight_decay": plan.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
         # fused kernels exist for CPU and CUDA; on CPU they were ~1.7x faster here (measured)
         self.dense = torch.optim.AdamW(groups, lr=plan.lr, fused=True)
         sparse = list(model.sparse_parameters())
@@ -196,8 +209,10 @@ class Optimizers:
         return self.dense.param_groups[0]["lr"]
 
     def state_dict(self) -> dict:
-        return {"optimizers": [o.state_dict() for o in self.all],
-                "schedulers": [s.state_dict() for s in self.schedulers]}
+        return {
+            "optimizers": [o.state_dict() for o in self.all],
+            "schedulers": [s.state_dict() for s in self.schedulers],
+        }
 
     def load_state_dict(self, state: dict) -> None:
         for o, s in zip(self.all, state["optimizers"], strict=True):
@@ -237,34 +252,53 @@ class GpuSampler:
 
     def recent(self) -> float | None:
         """Mean utilization since the previous call (None without samples)."""
-        samples, self._seen = self.samples[self._seen:], len(self.samples)
+        samples, self._seen = self.samples[self._seen :], len(self.samples)
         return float(np.mean(samples)) if samples else None
 
 
 def peak_memory(device: torch.device) -> tuple[int, int | None]:
     """(peak bytes, device capacity bytes): CUDA max allocated, else this process's peak RSS."""
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device), torch.cuda.get_device_properties(device).total_memory
+        return torch.cuda.max_memory_allocated(device), torch.cuda.get_device_properties(
+            device
+        ).total_memory
     import psutil
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, psutil.virtual_memory().total
 
 
-def diagnose(data_wait: float, gpu_util: float | None, peak: int, capacity: int | None) -> list[dict]:
+def diagnose(
+    data_wait: float, gpu_util: float | None, peak: int, capacity: int | None
+) -> list[dict]:
     """Bottleneck flags with a one-line recommendation each (the tuning guides' checklist)."""
     flags = []
     if data_wait > 0.10:
-        flags.append({"flag": "data_starved", "value": round(data_wait, 3),
-                      "recommendation": "the step waits for data over 10% of the time: raise num_workers "
-                                        "or prefetch_factor, or move the dataset to faster local disk"})
+        flags.append(
+            {
+                "flag": "data_starved",
+                "value": round(data_wait, 3),
+                "recommendation": "the step waits for data over 10% of the time: raise num_workers "
+                "or prefetch_factor, or move the dataset to faster local disk",
+            }
+        )
     if gpu_util is not None and gpu_util < 70:
-        flags.append({"flag": "gpu_underutilized", "value": round(gpu_util, 1),
-                      "recommendation": "GPU utilization under 70%: raise micro_batch (the plan's memory "
-                                        "headroom allows it) or num_workers"})
+        flags.append(
+            {
+                "flag": "gpu_underutilized",
+                "value": round(gpu_util, 1),
+                "recommendation": "GPU utilization under 70%: raise micro_batch (the plan's memory "
+                "headroom allows it) or num_workers",
+            }
+        )
     if capacity and peak > 0.9 * capacity:
-        flags.append({"flag": "memory_high", "value": round(peak / capacity, 3),
-                      "recommendation": "peak memory above 90% of the device: enable activation "
-                                        "checkpointing or lower micro_batch"})
+        flags.append(
+            {
+                "flag": "memory_high",
+                "value": round(peak / capacity, 3),
+                "recommendation": "peak memory above 90% of the device: enable activation "
+                "checkpointing or lower micro_batch",
+            }
+        )
     return flags
 
 
@@ -281,7 +315,9 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def evaluate(model: torch.nn.Module, dataset: BatchDataset, plan: TrainPlan, runtime: Runtime) -> dict:
+def evaluate(
+    model: torch.nn.Module, dataset: BatchDataset, plan: TrainPlan, runtime: Runtime
+) -> dict:
     """Validation AUC and logloss over the whole split, every row once across ranks."""
     model.eval()
     indices = eval_indices(len(dataset), runtime.world_size, runtime.rank)
@@ -297,7 +333,11 @@ def evaluate(model: torch.nn.Module, dataset: BatchDataset, plan: TrainPlan, run
     all_scores, all_labels = gather_predictions(runtime, local_scores, local_labels)
     prob = np.clip(1 / (1 + np.exp(-all_scores.astype(np.float64))), 1e-7, 1 - 1e-7)
     logloss = float(-np.mean(all_labels * np.log(prob) + (1 - all_labels) * np.log(1 - prob)))
-    return {"val_auc": roc_auc(all_scores, all_labels), "val_logloss": logloss, "val_rows": len(all_labels)}
+    return {
+        "val_auc": roc_auc(all_scores, all_labels),
+        "val_logloss": logloss,
+        "val_rows": len(all_labels),
+    }
 
 
 class MlflowLogger:
@@ -324,7 +364,9 @@ class MlflowLogger:
 
         client = connect(config.tracking_uri)
         experiment_id = ensure_experiment(client, config.experiment, config.tracking_uri)
-        self.run_id = mlflow.start_run(experiment_id=experiment_id, log_system_metrics=True).info.run_id
+        self.run_id = mlflow.start_run(
+            experiment_id=experiment_id, log_system_metrics=True
+        ).info.run_id
         self.mlflow = self.started = mlflow
         MlflowLogger.active = self
         mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
@@ -361,7 +403,9 @@ class MlflowLogger:
         """Training raised: end the open run FAILED (KILLED when interrupted), not MLflow's
         at-exit FINISHED."""
         if cls.active is not None:
-            cls.active.close("KILLED" if isinstance(exc, KeyboardInterrupt | SystemExit) else "FAILED")
+            cls.active.close(
+                "KILLED" if isinstance(exc, KeyboardInterrupt | SystemExit) else "FAILED"
+            )
 
 
 def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = None) -> dict:
@@ -400,16 +444,23 @@ def _train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None) 
 
     torch.manual_seed(plan.seed)
     sparse = use_sparse(plan, runtime)
-    model = build_model(plan.model, vocab, sparse=sparse,
-                        activation_checkpointing=plan.activation_checkpointing).to(runtime.device)
+    model = build_model(
+        plan.model, vocab, sparse=sparse, activation_checkpointing=plan.activation_checkpointing
+    ).to(runtime.device)
     # start the output at the base rate: the first steps learn features, not the click rate
     model.init_from_meta(meta)
-    warm_start = warm_start_from(model, config.init_from, runtime.is_main) if config.init_from else None
-    wrapped = DDP(model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None) \
-        if runtime.distributed else model
+    warm_start = (
+        warm_start_from(model, config.init_from, runtime.is_main) if config.init_from else None
+    )
+    wrapped = (
+        DDP(model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None)
+        if runtime.distributed
+        else model
+    )
 
-    sampler = ShardedBatchSampler(len(train_set), plan.micro_batch, runtime.world_size, runtime.rank,
-                                  seed=plan.seed)
+    sampler = ShardedBatchSampler(
+        len(train_set), plan.micro_batch, runtime.world_size, runtime.rank, seed=plan.seed
+    )
     micro_per_epoch = len(sampler)
     steps_per_epoch = math.ceil(micro_per_epoch / plan.grad_accum)
     optim = Optimizers(model, plan, steps_per_epoch * plan.max_epochs)
@@ -424,26 +475,56 @@ def _train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None) 
             log.warning("skipping a damaged checkpoint: %s", problem)
         resumed_from = str(path)
         restore(ckpt, model, optim, scaler, stopper, state)
-        log.log(PROGRESS, "resumed from %s at epoch %d, micro-step %d", path, state["epoch"], state["micro_step"])
+        log.log(
+            PROGRESS,
+            "resumed from %s at epoch %d, micro-step %d",
+            path,
+            state["epoch"],
+            state["micro_step"],
+        )
     loader = make_loader(train_set, sampler, plan, runtime.device.type)
     penalty = IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
 
     if runtime.is_main:
-        log.log(PROGRESS, "training %s (%s params) on %d x %s, %s, micro-batch %d x accum %d x world %d = %d, "
-                      "%d steps/epoch, sparse embeddings %s", plan.model, f"{sum(p.numel() for p in model.parameters()):,}",
-                      runtime.world_size, runtime.device.type, plan.precision, plan.micro_batch, plan.grad_accum,
-                      runtime.world_size, plan.micro_batch * plan.grad_accum * runtime.world_size,
-                      steps_per_epoch, "on" if sparse else "off")
-    mlf = MlflowLogger(config, runtime, {**dataclasses.asdict(plan), "world_size": runtime.world_size,
-                                         "dataset": meta.get("fingerprint", "")[:16], "sparse": sparse})
+        log.log(
+            PROGRESS,
+            "training %s (%s params) on %d x %s, %s, micro-batch %d x accum %d x world %d = %d, "
+            "%d steps/epoch, sparse embeddings %s",
+            plan.model,
+            f"{sum(p.numel() for p in model.parameters()):,}",
+            runtime.world_size,
+            runtime.device.type,
+            plan.precision,
+            plan.micro_batch,
+            plan.grad_accum,
+            runtime.world_size,
+            plan.micro_batch * plan.grad_accum * runtime.world_size,
+            steps_per_epoch,
+            "on" if sparse else "off",
+        )
+    mlf = MlflowLogger(
+        config,
+        runtime,
+        {
+            **dataclasses.asdict(plan),
+            "world_size": runtime.world_size,
+            "dataset": meta.get("fingerprint", "")[:16],
+            "sparse": sparse,
+        },
+    )
     gpu = GpuSampler(runtime.device)
     monitor = TrainingMetrics.from_env(runtime.is_main)  # rank 0's Prometheus gauges
     if monitor:
         estimate = (plan_doc or {}).get("estimate") or {}
-        monitor.set(planned_samples_per_second=(estimate.get("throughput") or {}).get("samples_per_s"))
-    checkpoint_meta = {"model_config": dataclasses.asdict(model_config(plan.model)),
-                       "vocab": dataclasses.asdict(vocab), "plan": dataclasses.asdict(plan),
-                       "dataset": {"fingerprint": meta.get("fingerprint"), "window": meta.get("window")}}
+        monitor.set(
+            planned_samples_per_second=(estimate.get("throughput") or {}).get("samples_per_s")
+        )
+    checkpoint_meta = {
+        "model_config": dataclasses.asdict(model_config(plan.model)),
+        "vocab": dataclasses.asdict(vocab),
+        "plan": dataclasses.asdict(plan),
+        "dataset": {"fingerprint": meta.get("fingerprint"), "window": meta.get("window")},
+    }
 
     def save_last() -> None:
         if runtime.is_main:
@@ -455,8 +536,20 @@ def _train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None) 
     progress = Progress(plan, runtime, monitor=monitor)
     while state["epoch"] < plan.max_epochs and not early_stopped:
         epoch = state["epoch"]
-        epoch_stats = run_epoch(wrapped, model, loader, sampler, optim, scaler, plan, runtime, state, save_last,
-                                penalty, progress)
+        epoch_stats = run_epoch(
+            wrapped,
+            model,
+            loader,
+            sampler,
+            optim,
+            scaler,
+            plan,
+            runtime,
+            state,
+            save_last,
+            penalty,
+            progress,
+        )
         train_seconds += epoch_stats["seconds"]
         wait_seconds += epoch_stats["wait_seconds"]
         samples += epoch_stats["samples"]
@@ -465,43 +558,87 @@ def _train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None) 
         progress.validation_seconds = time.perf_counter() - validation_started
         improved = stopper.update(metrics["val_auc"], epoch)
         early_stopped = stopper.should_stop
-        record = {"epoch": epoch, "train_loss": epoch_stats["loss"], **metrics, "lr": optim.lr,
-                  "samples_per_s": epoch_stats["samples"] / max(epoch_stats["seconds"], 1e-9),
-                  "data_wait_fraction": epoch_stats["wait_seconds"] / max(epoch_stats["seconds"], 1e-9),
-                  "seconds": epoch_stats["seconds"], "validation_seconds": progress.validation_seconds}
+        record = {
+            "epoch": epoch,
+            "train_loss": epoch_stats["loss"],
+            **metrics,
+            "lr": optim.lr,
+            "samples_per_s": epoch_stats["samples"] / max(epoch_stats["seconds"], 1e-9),
+            "data_wait_fraction": epoch_stats["wait_seconds"] / max(epoch_stats["seconds"], 1e-9),
+            "seconds": epoch_stats["seconds"],
+            "validation_seconds": progress.validation_seconds,
+        }
         state["history"].append(record)
         state["epoch"], state["micro_step"], state["partial"] = epoch + 1, 0, {}
         if runtime.is_main:
             extra = {"metrics": metrics, "epoch_finished": epoch}
             if improved:
-                save_checkpoint(out / BEST, snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra))
-            save_rotating(out, snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra))
+                save_checkpoint(
+                    out / BEST,
+                    snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra),
+                )
+            save_rotating(
+                out, snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra)
+            )
             state["saved_at"] = time.perf_counter()
-            log.log(PROGRESS, "epoch %d/%d  loss %.4f  val_auc %.4f (best %.4f @%d)  lr %.2e  %.0f samples/s  "
-                          "data-wait %.1f%%  %.1fs%s", epoch + 1, plan.max_epochs, record["train_loss"],
-                          metrics["val_auc"], stopper.best, stopper.best_epoch + 1, record["lr"],
-                          record["samples_per_s"], 100 * record["data_wait_fraction"], record["seconds"],
-                          "  (early stop)" if early_stopped else "")
+            log.log(
+                PROGRESS,
+                "epoch %d/%d  loss %.4f  val_auc %.4f (best %.4f @%d)  lr %.2e  %.0f samples/s  "
+                "data-wait %.1f%%  %.1fs%s",
+                epoch + 1,
+                plan.max_epochs,
+                record["train_loss"],
+                metrics["val_auc"],
+                stopper.best,
+                stopper.best_epoch + 1,
+                record["lr"],
+                record["samples_per_s"],
+                100 * record["data_wait_fraction"],
+                record["seconds"],
+                "  (early stop)" if early_stopped else "",
+            )
             mlf.epoch(record, epoch)
             if monitor:
-                monitor.set(val_auc=metrics["val_auc"], loss=record["train_loss"], epoch=epoch + 1,
-                            samples_per_second=record["samples_per_s"],
-                            data_wait_fraction=record["data_wait_fraction"],
-                            gpu_utilization_percent=gpu.recent(), progress_ratio=(epoch + 1) / plan.max_epochs)
-        if on_epoch is not None and not early_stopped and _callback_stops(on_epoch, record, runtime):
+                monitor.set(
+                    val_auc=metrics["val_auc"],
+                    loss=record["train_loss"],
+                    epoch=epoch + 1,
+                    samples_per_second=record["samples_per_s"],
+                    data_wait_fraction=record["data_wait_fraction"],
+                    gpu_utilization_percent=gpu.recent(),
+                    progress_ratio=(epoch + 1) / plan.max_epochs,
+                )
+        if (
+            on_epoch is not None
+            and not early_stopped
+            and _callback_stops(on_epoch, record, runtime)
+        ):
             early_stopped = stopped_by_callback = True
     gpu_util = gpu.stop()
     if monitor:
         monitor.close()
     peak, capacity = peak_memory(runtime.device)
     summary = {
-        "epochs_run": len(state["history"]), "best_epoch": stopper.best_epoch, "best_val_auc": stopper.best,
-        "early_stopped": early_stopped, "stopped_by_callback": stopped_by_callback, "samples_per_s": samples / max(train_seconds, 1e-9),
-        "data_wait_fraction": wait_seconds / max(train_seconds, 1e-9), "world_size": runtime.world_size,
-        "precision": plan.precision, "seconds": time.perf_counter() - started, "device": runtime.device.type,
-        "sparse_embeddings": sparse, "peak_memory_bytes": peak, "device_memory_bytes": capacity,
-        "gpu_utilization": gpu_util, "history": state["history"], "plan": dataclasses.asdict(plan),
-        "plan_file": config.plan, "warm_start": warm_start, "resumed_from": resumed_from,
+        "epochs_run": len(state["history"]),
+        "best_epoch": stopper.best_epoch,
+        "best_val_auc": stopper.best,
+        "early_stopped": early_stopped,
+        "stopped_by_callback": stopped_by_callback,
+        "samples_per_s": samples / max(train_seconds, 1e-9),
+        "data_wait_fraction": wait_seconds / max(train_seconds, 1e-9),
+        "world_size": runtime.world_size,
+        "precision": plan.precision,
+        "seconds": time.perf_counter() - started,
+        "device": runtime.device.type,
+        "sparse_embeddings": sparse,
+        "peak_memory_bytes": peak,
+        "device_memory_bytes": capacity,
+        "gpu_utilization": gpu_util,
+        "history": state["history"],
+        "plan": dataclasses.asdict(plan),
+        "plan_file": config.plan,
+        "warm_start": warm_start,
+        "resumed_from": resumed_from,
         "checkpoints": {"best": str(out / BEST), "last": str(out / LAST)},
     }
     summary["flags"] = diagnose(summary["data_wait_fraction"], gpu_util, peak, capacity)
@@ -530,12 +667,17 @@ def process_seconds(train_started: float) -> float:
     import psutil
 
     main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    launched = "TORCHELASTIC_RUN_ID" in os.environ or getattr(main_spec, "name", "") == "components.train.__main__"
+    launched = (
+        "TORCHELASTIC_RUN_ID" in os.environ
+        or getattr(main_spec, "name", "") == "components.train.__main__"
+    )
     start = psutil.Process(os.getpid()).create_time() if launched else train_started
     return time.time() - start
 
 
-def _callback_stops(on_epoch: Callable[[dict], bool | None], record: dict, runtime: Runtime) -> bool:
+def _callback_stops(
+    on_epoch: Callable[[dict], bool | None], record: dict, runtime: Runtime
+) -> bool:
     stop = torch.zeros(1, dtype=torch.int32)
     if runtime.is_main and on_epoch(record) is False:
         stop[0] = 1
@@ -549,7 +691,9 @@ def duration(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+    return (
+        f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+    )
 
 
 class Progress:
@@ -560,8 +704,13 @@ class Progress:
     sooner) at this epoch's pace plus the last validation's seconds.
     """
 
-    def __init__(self, plan: TrainPlan, runtime: Runtime, clock: Callable[[], float] = time.perf_counter,
-                 monitor: TrainingMetrics | None = None) -> None:
+    def __init__(
+        self,
+        plan: TrainPlan,
+        runtime: Runtime,
+        clock: Callable[[], float] = time.perf_counter,
+        monitor: TrainingMetrics | None = None,
+    ) -> None:
         self.every = plan.progress_seconds if runtime.is_main else 0.0
         self.monitor = monitor
         self.max_epochs = plan.max_epochs
@@ -585,18 +734,47 @@ class Progress:
         elapsed = max(now - self._start, 1e-9)
         per_step = elapsed / max(step - self._first_step, 1)
         epoch_left = (total - step) * per_step
-        run_left = epoch_left + self.validation_seconds + (self.max_epochs - epoch - 1) * (
-            total * per_step + self.validation_seconds)
-        log.log(PROGRESS, "epoch %d/%d  step %d/%d (%.0f%%)  %s samples/s  loss %.4f  ETA epoch %s, run <= %s",
-                      epoch + 1, self.max_epochs, step, total, 100 * step / total, f"{samples / elapsed:,.0f}",
-                      loss, duration(epoch_left), duration(run_left))
+        run_left = (
+            epoch_left
+            + self.validation_seconds
+            + (self.max_epochs - epoch - 1) * (total * per_step + self.validation_seconds)
+        )
+        log.log(
+            PROGRESS,
+            "epoch %d/%d  step %d/%d (%.0f%%)  %s samples/s  loss %.4f  ETA epoch %s, run <= %s",
+            epoch + 1,
+            self.max_epochs,
+            step,
+            total,
+            100 * step / total,
+            f"{samples / elapsed:,.0f}",
+            loss,
+            duration(epoch_left),
+            duration(run_left),
+        )
         if self.monitor:
-            self.monitor.set(samples_per_second=samples / elapsed, loss=loss, epoch=epoch + 1,
-                             progress_ratio=(epoch + step / total) / self.max_epochs)
+            self.monitor.set(
+                samples_per_second=samples / elapsed,
+                loss=loss,
+                epoch=epoch + 1,
+                progress_ratio=(epoch + step / total) / self.max_epochs,
+            )
 
 
-def run_epoch(wrapped, model, loader, sampler, optim, scaler, plan: TrainPlan, runtime: Runtime,
-              state: dict, save, penalty: IdPenalty | None = None, progress: Progress | None = None) -> dict:
+def run_epoch(
+    wrapped,
+    model,
+    loader,
+    sampler,
+    optim,
+    scaler,
+    plan: TrainPlan,
+    runtime: Runtime,
+    state: dict,
+    save,
+    penalty: IdPenalty | None = None,
+    progress: Progress | None = None,
+) -> dict:
     """One epoch (or its rest, after a resume): accumulation with no_sync, exact loss scaling.
 
     Writes ``last`` (through ``save``) every ``plan.checkpoint_every_steps`` optimizer steps and
@@ -631,14 +809,20 @@ def run_epoch(wrapped, model, loader, sampler, optim, scaler, plan: TrainPlan, r
         batch = to_device(batch, runtime.device)
         step, within = divmod(micro, plan.grad_accum)
         last_micro = within == plan.grad_accum - 1 or micro == len(global_rows) - 1
-        sync = contextlib.nullcontext() if (last_micro or not runtime.distributed) else wrapped.no_sync()
+        sync = (
+            contextlib.nullcontext()
+            if (last_micro or not runtime.distributed)
+            else wrapped.no_sync()
+        )
         with sync:
             with autocast_for(plan.precision, runtime.device):
                 logits = wrapped(batch)
             loss_total = loss_fn(logits.float(), batch["label"])
             loss = micro_loss(loss_total, int(step_rows[step]), runtime.world_size)
             if penalty is not None and len(batch["label"]):
-                loss = loss + penalty(batch) * (len(batch["label"]) * runtime.world_size / float(step_rows[step]))
+                loss = loss + penalty(batch) * (
+                    len(batch["label"]) * runtime.world_size / float(step_rows[step])
+                )
             (scaler.scale(loss) if scaler is not None else loss).backward()
         loss_sum += float(loss_total.detach())
         loss_rows += len(batch["label"])
@@ -655,16 +839,25 @@ def run_epoch(wrapped, model, loader, sampler, optim, scaler, plan: TrainPlan, r
             state["global_step"] += 1
             state["micro_step"] = micro
             state["partial"] = {"loss_sum": loss_sum, "loss_rows": loss_rows}
-            due = plan.checkpoint_every_steps and state["global_step"] % plan.checkpoint_every_steps == 0
+            due = (
+                plan.checkpoint_every_steps
+                and state["global_step"] % plan.checkpoint_every_steps == 0
+            )
             overdue = plan.max_lost_minutes and (
-                time.perf_counter() - state["saved_at"] >= 60 * plan.max_lost_minutes)
+                time.perf_counter() - state["saved_at"] >= 60 * plan.max_lost_minutes
+            )
             if due or overdue:
                 save()
                 state["saved_at"] = time.perf_counter()
             if progress is not None:
                 progress.step(epoch, step + 1, total_steps, samples, loss_sum / max(loss_rows, 1))
     seconds = time.perf_counter() - t_start
-    return {"loss": loss_sum / max(loss_rows, 1), "seconds": seconds, "wait_seconds": wait, "samples": samples}
+    return {
+        "loss": loss_sum / max(loss_rows, 1),
+        "seconds": seconds,
+        "wait_seconds": wait,
+        "samples": samples,
+    }
 
 
 class IdPenalty:
@@ -688,7 +881,8 @@ class IdPenalty:
         users = torch.unique(batch["user"])
         return self.weight * (
             (self.model.item_emb(items).pow(2).sum(-1) * self.item_weight[items]).sum()
-            + (self.model.user_emb(users).pow(2).sum(-1) * self.user_weight[users]).sum())
+            + (self.model.user_emb(users).pow(2).sum(-1) * self.user_weight[users]).sum()
+        )
 
 
 def micro_loss(loss_sum: torch.Tensor, step_rows: int, world_size: int) -> torch.Tensor:
@@ -702,24 +896,35 @@ def micro_loss(loss_sum: torch.Tensor, step_rows: int, world_size: int) -> torch
     return loss_sum * (world_size / float(step_rows))
 
 
-def snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra: dict | None = None) -> dict:
+def snapshot(
+    model, optim, scaler, stopper, state, checkpoint_meta, extra: dict | None = None
+) -> dict:
     """Everything needed to continue exactly where training is now."""
     return {
-        **checkpoint_meta, **(extra or {}),
-        "model": model.state_dict(), "optim": optim.state_dict(),
+        **checkpoint_meta,
+        **(extra or {}),
+        "model": model.state_dict(),
+        "optim": optim.state_dict(),
         "scaler": scaler.state_dict() if scaler is not None else None,
         "early_stop": stopper.state_dict(),
-        "epoch": state["epoch"], "micro_step": state["micro_step"], "global_step": state["global_step"],
-        "history": state["history"], "partial": state.get("partial") or {},
-        "rng": {"torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+        "epoch": state["epoch"],
+        "micro_step": state["micro_step"],
+        "global_step": state["global_step"],
+        "history": state["history"],
+        "partial": state.get("partial") or {},
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        },
     }
 
 
 def restore(ckpt: dict, model, optim, scaler, stopper, state: dict) -> None:
     problems = shape_mismatches(ckpt["model"], model.state_dict())
     if problems:
-        raise CheckpointError(f"cannot resume: the checkpoint's model differs: {'; '.join(problems[:3])}")
+        raise CheckpointError(
+            f"cannot resume: the checkpoint's model differs: {'; '.join(problems[:3])}"
+        )
     model.load_state_dict(ckpt["model"])
     optim.load_state_dict(ckpt["optim"])
     if scaler is not None and ckpt.get("scaler"):
@@ -738,8 +943,12 @@ def warm_start_from(model: BSTModel, path: str, verbose: bool = True) -> dict:
     problems = shape_mismatches(ckpt["model"], model.state_dict())
     if problems:
         if verbose:
-            log.warning("warm start from %s skipped, shapes differ (%d tensors), e.g. %s; training from scratch",
-                        path, len(problems), "; ".join(problems[:3]))
+            log.warning(
+                "warm start from %s skipped, shapes differ (%d tensors), e.g. %s; training from scratch",
+                path,
+                len(problems),
+                "; ".join(problems[:3]),
+            )
         return {"from": path, "applied": False, "reason": "; ".join(problems[:5])}
     model.load_state_dict(ckpt["model"])
     if verbose:
@@ -774,7 +983,10 @@ def main_with_errors(config: TrainConfig) -> int:
     try:
         train_recorded(config)
     except Exception as exc:
-        print(f"train: error (rank {os.environ.get('RANK', 0)}): {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(
+            f"train: error (rank {os.environ.get('RANK', 0)}): {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
         if no_space(exc):
             return refuse_restart()
         return 1
@@ -785,10 +997,12 @@ def main_with_errors(config: TrainConfig) -> int:
 
 
 def summary_line(summary: dict) -> str:
-    return (f"best val AUC {summary['best_val_auc']:.4f} at epoch {summary['best_epoch'] + 1} of "
-            f"{summary['epochs_run']}{' (early stop)' if summary['early_stopped'] else ''}; "
-            f"{summary['samples_per_s']:.0f} samples/s on {summary['world_size']} x {summary['device']}, "
-            f"data-wait {100 * summary['data_wait_fraction']:.1f}%, {summary['seconds']:.0f}s")
+    return (
+        f"best val AUC {summary['best_val_auc']:.4f} at epoch {summary['best_epoch'] + 1} of "
+        f"{summary['epochs_run']}{' (early stop)' if summary['early_stopped'] else ''}; "
+        f"{summary['samples_per_s']:.0f} samples/s on {summary['world_size']} x {summary['device']}, "
+        f"data-wait {100 * summary['data_wait_fraction']:.1f}%, {summary['seconds']:.0f}s"
+    )
 
 
 def read_summary(out: str | Path) -> dict:

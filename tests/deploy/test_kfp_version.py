@@ -24,7 +24,9 @@ def kfp_api():
 
         def do_GET(self):  # noqa: N802 (http.server's name)
             Healthz.paths.append(self.path)
-            body = json.dumps({"commit_sha": "0123abc", "tag_name": Healthz.tag, "multi_user": False}).encode()
+            body = json.dumps(
+                {"commit_sha": "0123abc", "tag_name": Healthz.tag, "multi_user": False}
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.end_headers()
@@ -55,7 +57,9 @@ def test_the_version_comes_from_healthz_through_the_real_client(kfp_api):
 
 def test_an_older_backend_is_refused_in_one_line(kfp_api):
     kfp_api.tag = "2.13.1"
-    with pytest.raises(UnsupportedBackend, match=r"^the KFP backend is 2\.13\.1; dailyrec-daily needs >= 2\.14 "):
+    with pytest.raises(
+        UnsupportedBackend, match=r"^the KFP backend is 2\.13\.1; dailyrec-daily needs >= 2\.14 "
+    ):
         check_backend(client(kfp_api.url))
 
 
@@ -79,8 +83,16 @@ def test_make_deploy_stops_before_applying_anything_on_an_old_backend(kfp_api, t
         raise AssertionError(f"ran {cmd}")
 
     kfp_api.tag = "2.5.0"
-    config = DeployConfig(env="a100", registry="reg.example/ml", host=kfp_api.url, tag="t1", skip_images=True,
-                          out=str(tmp_path / "out"))
-    with pytest.raises(UnsupportedBackend, match=r"KFP backend is 2\.5\.0; dailyrec-daily needs >= 2\.14"):
+    config = DeployConfig(
+        env="a100",
+        registry="reg.example/ml",
+        host=kfp_api.url,
+        tag="t1",
+        skip_images=True,
+        out=str(tmp_path / "out"),
+    )
+    with pytest.raises(
+        UnsupportedBackend, match=r"KFP backend is 2\.5\.0; dailyrec-daily needs >= 2\.14"
+    ):
         deploy(config, client_factory=client, run_command=run_command)
     assert commands == [] and kfp_api.paths == ["/apis/v2beta1/healthz"]

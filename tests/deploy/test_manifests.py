@@ -44,8 +44,10 @@ EXPECTED_RULES = {
     *(("trainer.kubeflow.org", "trainjobs", v) for v in ("create", "get", "delete")),
     ("", "pods/log", "get"),
     ("", "events", "list"),
-    *(("kubernetes.dask.org", "daskclusters", v)
-      for v in ("create", "get", "list", "watch", "delete", "patch")),
+    *(
+        ("kubernetes.dask.org", "daskclusters", v)
+        for v in ("create", "get", "list", "watch", "delete", "patch")
+    ),
     *(("kubernetes.dask.org", "daskworkergroups", v) for v in ("get", "list", "watch", "patch")),
     *(("", r, v) for r in ("services", "pods") for v in ("get", "list", "watch")),
 }
@@ -56,8 +58,11 @@ EXPECTED_RULES = {
 
 
 def objects(overlay: str, kind: str | None = None, name: str | None = None) -> list[dict]:
-    return [o for o in render(overlay) if (kind is None or o["kind"] == kind)
-            and (name is None or o["metadata"]["name"] == name)]
+    return [
+        o
+        for o in render(overlay)
+        if (kind is None or o["kind"] == kind) and (name is None or o["metadata"]["name"] == name)
+    ]
 
 
 def one(overlay: str, kind: str, name: str) -> dict:
@@ -113,7 +118,7 @@ def pipeline_defaults() -> dict[str, Any]:
     """The daily pipeline's parameter defaults, read from its source (no kfp import needed)."""
     tree = ast.parse((ROOT / "pipelines" / "daily.py").read_text())
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "daily")
-    args = fn.args.args[len(fn.args.args) - len(fn.args.defaults):]
+    args = fn.args.args[len(fn.args.args) - len(fn.args.defaults) :]
     return {a.arg: ast.literal_eval(d) for a, d in zip(args, fn.args.defaults, strict=True)}
 
 
@@ -130,8 +135,10 @@ def crd_validators() -> dict[tuple[str, str], Any]:
 
 def crd_errors(obj: dict) -> list[str]:
     validator = crd_validators()[(obj["apiVersion"], obj["kind"])]
-    return [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
-            for e in validator.iter_errors(obj)]
+    return [
+        f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+        for e in validator.iter_errors(obj)
+    ]
 
 
 def k8s_errors(obj: dict) -> str | None:
@@ -148,8 +155,18 @@ def k8s_errors(obj: dict) -> str | None:
 @pytest.mark.parametrize("overlay", TARGETS)
 def test_renders(overlay: str) -> None:
     kinds = {o["kind"] for o in render(overlay)}
-    assert {"Namespace", "PersistentVolumeClaim", "Role", "RoleBinding", "ServiceAccount",
-            "ConfigMap", "Deployment", "Service", "NetworkPolicy", "TrainingRuntime"} <= kinds
+    assert {
+        "Namespace",
+        "PersistentVolumeClaim",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "NetworkPolicy",
+        "TrainingRuntime",
+    } <= kinds
 
 
 @pytest.mark.parametrize("overlay", TARGETS)
@@ -173,9 +190,12 @@ def test_builtin_kinds_validate_strictly(overlay: str) -> None:
 def test_runtime_pod_template_is_a_valid_job(overlay: str) -> None:
     """The CRD embeds Job/Pod schemas loosely; check the template as the Job JobSet will create."""
     job = runtime_job(overlay)["template"]
-    as_job = {"apiVersion": "batch/v1", "kind": "Job",
-              "metadata": {"name": "dailyrec-x-node-0", **job.get("metadata", {})},
-              "spec": job["spec"]}
+    as_job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "dailyrec-x-node-0", **job.get("metadata", {})},
+        "spec": job["spec"],
+    }
     assert k8s_errors(as_job) is None, k8s_errors(as_job)
 
 
@@ -188,8 +208,10 @@ def test_strict_validation_catches_unknown_fields() -> None:
     assert crd_errors(runtime) == []
     # a valid value of a field Trainer 2.3 removed (processes per node now come from the TrainJob)
     runtime["spec"]["mlPolicy"]["torch"]["numProcPerNode"] = 8
-    assert any(e.startswith("spec/mlPolicy/torch:") and "'numProcPerNode' was unexpected" in e
-               for e in crd_errors(runtime)), crd_errors(runtime)
+    assert any(
+        e.startswith("spec/mlPolicy/torch:") and "'numProcPerNode' was unexpected" in e
+        for e in crd_errors(runtime)
+    ), crd_errors(runtime)
 
 
 def test_the_trainer_crds_travel_with_the_repository() -> None:
@@ -197,9 +219,12 @@ def test_the_trainer_crds_travel_with_the_repository() -> None:
     assert sorted(p.name for p in CRD_DIR.glob("*.yaml")) == [
         "trainer.kubeflow.org_clustertrainingruntimes.yaml",
         "trainer.kubeflow.org_trainingruntimes.yaml",
-        "trainer.kubeflow.org_trainjobs.yaml"]
-    assert set(crd_validators()) == {("trainer.kubeflow.org/v1alpha1", kind) for kind in
-                                     ("TrainJob", "TrainingRuntime", "ClusterTrainingRuntime")}
+        "trainer.kubeflow.org_trainjobs.yaml",
+    ]
+    assert set(crd_validators()) == {
+        ("trainer.kubeflow.org/v1alpha1", kind)
+        for kind in ("TrainJob", "TrainingRuntime", "ClusterTrainingRuntime")
+    }
 
 
 @pytest.mark.parametrize("overlay", TARGETS)
@@ -221,8 +246,9 @@ def test_everything_in_namespace_dailyrec(overlay: str) -> None:
         if obj["kind"] == "Namespace":
             assert obj["metadata"]["name"] == NAMESPACE
         else:
-            assert obj["metadata"].get("namespace") == NAMESPACE, \
+            assert obj["metadata"].get("namespace") == NAMESPACE, (
                 f"{obj['kind']}/{obj['metadata']['name']} not in {NAMESPACE}"
+            )
 
 
 @pytest.mark.parametrize("overlay", TARGETS)
@@ -242,8 +268,9 @@ def test_every_pod_runs_as_non_root_without_escalation(overlay: str) -> None:
         spec = template["spec"]
         containers = spec.get("initContainers", []) + spec["containers"]
         pod_level = (spec.get("securityContext") or {}).get("runAsNonRoot") is True
-        assert pod_level or all((c.get("securityContext") or {}).get("runAsNonRoot") is True
-                                for c in containers), f"{where}: runAsNonRoot"
+        assert pod_level or all(
+            (c.get("securityContext") or {}).get("runAsNonRoot") is True for c in containers
+        ), f"{where}: runAsNonRoot"
         for c in containers:
             ctx = c.get("securityContext") or {}
             assert ctx.get("allowPrivilegeEscalation") is False, f"{where} {c['name']}"
@@ -278,8 +305,9 @@ def test_role_allows_exactly_what_the_pipeline_calls(overlay: str) -> None:
     triples = set()
     for rule in role["rules"]:
         assert set(rule) <= {"apiGroups", "resources", "verbs"}, f"unexpected keys in {rule}"
-        triples |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"]
-                    for v in rule["verbs"]}
+        triples |= {
+            (g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+        }
     assert triples == EXPECTED_RULES
     assert not objects(overlay, "ClusterRole") and not objects(overlay, "ClusterRoleBinding")
 
@@ -287,18 +315,25 @@ def test_role_allows_exactly_what_the_pipeline_calls(overlay: str) -> None:
 @pytest.mark.parametrize("overlay", TARGETS)
 def test_rolebinding_binds_default_editor(overlay: str) -> None:
     binding = one(overlay, "RoleBinding", "dailyrec-pipeline")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                  "name": "dailyrec-pipeline"}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "default-editor",
-                                    "namespace": NAMESPACE}]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "dailyrec-pipeline",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "default-editor", "namespace": NAMESPACE}
+    ]
 
 
 @pytest.mark.parametrize("overlay", TARGETS)
 def test_trainer_service_account_has_no_token(overlay: str) -> None:
     sa = one(overlay, "ServiceAccount", "dailyrec-trainer")
     assert sa["automountServiceAccountToken"] is False
-    assert not [b for b in objects(overlay, "RoleBinding")
-                if any(s["name"] == "dailyrec-trainer" for s in b["subjects"])]
+    assert not [
+        b
+        for b in objects(overlay, "RoleBinding")
+        if any(s["name"] == "dailyrec-trainer" for s in b["subjects"])
+    ]
 
 
 @pytest.mark.parametrize("overlay", TARGETS)
@@ -314,7 +349,8 @@ def test_mlflow_admits_only_its_clients_on_5000(overlay: str) -> None:
         assert rule.get("from"), "ingress rule without sources admits everyone"
         assert [peer for peer in rule["from"]] == [
             {"podSelector": {"matchLabels": {"dailyrec.io/mlflow-client": "true"}}},
-            {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "dailyrec-trainer"}}}]
+            {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "dailyrec-trainer"}}},
+        ]
         assert rule.get("ports") == [{"protocol": "TCP", "port": 5000}]
 
 
@@ -323,14 +359,26 @@ def test_mlflow_server_and_service(overlay: str) -> None:
     service = one(overlay, "Service", "mlflow")["spec"]
     assert [(p["port"], p["targetPort"]) for p in service["ports"]] == [(5000, "http")]
     deployment = one(overlay, "Deployment", "mlflow")
-    assert service["selector"].items() <= \
-        deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        service["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
     c = mlflow_container(overlay)
     assert c["image"].startswith("ghcr.io/mlflow/mlflow:v3.")
     assert c["command"] == [
-        "mlflow", "server", "--app-name", "basic-auth", "--backend-store-uri", "$(MLFLOW_BACKEND_STORE_URI)",
-        "--serve-artifacts", "--artifacts-destination", "$(MLFLOW_ARTIFACTS_DESTINATION)",
-        "--host", "0.0.0.0", "--port", "5000"]
+        "mlflow",
+        "server",
+        "--app-name",
+        "basic-auth",
+        "--backend-store-uri",
+        "$(MLFLOW_BACKEND_STORE_URI)",
+        "--serve-artifacts",
+        "--artifacts-destination",
+        "$(MLFLOW_ARTIFACTS_DESTINATION)",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "5000",
+    ]
     env_names = [e["name"] for e in c["env"]]
     # $(VAR) in command expands only from variables defined in env
     assert {"MLFLOW_BACKEND_STORE_URI", "MLFLOW_ARTIFACTS_DESTINATION"} <= set(env_names)
@@ -350,8 +398,11 @@ def test_mlflow_admits_the_pipelines_tracking_host(overlay: str) -> None:
     assert uri == f"http://mlflow.{NAMESPACE}.svc.cluster.local:5000"
     config = one(overlay, "ConfigMap", "mlflow-config")["data"]
     assert uri.split("://", 1)[1] in config["allowed-hosts"].split(",")
-    refs = {e["name"]: e["valueFrom"]["configMapKeyRef"] for e in mlflow_container(overlay)["env"]
-            if "configMapKeyRef" in e.get("valueFrom", {})}
+    refs = {
+        e["name"]: e["valueFrom"]["configMapKeyRef"]
+        for e in mlflow_container(overlay)["env"]
+        if "configMapKeyRef" in e.get("valueFrom", {})
+    }
     assert refs["MLFLOW_SERVER_ALLOWED_HOSTS"] == {"name": "mlflow-config", "key": "allowed-hosts"}
     assert all(ref["key"] in config for ref in refs.values())
 
@@ -403,7 +454,8 @@ def test_base_storage_and_secret_references() -> None:
     assert db["valueFrom"]["secretKeyRef"] == {"name": "mlflow-db", "key": "uri"}
     assert c["envFrom"] == [{"secretRef": {"name": "mlflow-s3"}}]
     assert one("base", "ConfigMap", "mlflow-config")["data"]["artifacts-destination"].startswith(
-        "s3://")
+        "s3://"
+    )
     assert "nvidia.com/gpu" not in render_text("base")
 
 
@@ -427,12 +479,16 @@ def test_local_mlflow_needs_only_the_auth_secret() -> None:
     deployment = one("local", "Deployment", "mlflow")
     assert "secretkeyref" not in yaml.safe_dump(deployment).lower()
     assert "secretRef" not in mlflow_container("local") and [
-        v["secret"]["secretName"] for v in deployment["spec"]["template"]["spec"]["volumes"] if "secret" in v
+        v["secret"]["secretName"]
+        for v in deployment["spec"]["template"]["spec"]["volumes"]
+        if "secret" in v
     ] == ["mlflow-auth-config"]
     c = mlflow_container("local")
     env = {e["name"]: e for e in c["env"]}
-    assert env["MLFLOW_BACKEND_STORE_URI"] == {"name": "MLFLOW_BACKEND_STORE_URI",
-                                               "value": "sqlite:////mlflow/mlflow.db"}
+    assert env["MLFLOW_BACKEND_STORE_URI"] == {
+        "name": "MLFLOW_BACKEND_STORE_URI",
+        "value": "sqlite:////mlflow/mlflow.db",
+    }
     artifacts = one("local", "ConfigMap", "mlflow-config")["data"]["artifacts-destination"]
     store = next(m for m in c["volumeMounts"] if m["mountPath"] == "/mlflow")
     assert artifacts.startswith("/mlflow/")
@@ -459,8 +515,9 @@ def test_local_requests_are_smaller() -> None:
 def test_a100_runtime_takes_a_whole_gpu_node() -> None:
     pod, container = runtime_pod("a100"), runtime_container("a100")
     assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"}
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} \
-        in pod["tolerations"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
     resources = container["resources"]
     assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == "8"
     assert resources["requests"] == resources["limits"]  # Guaranteed QoS
@@ -513,21 +570,28 @@ def test_the_cluster_targets_do_not_repeat_the_node_pool() -> None:
 
 def test_a100_node_pool_is_one_small_file() -> None:
     """The documented way to change the node pool: only nodepool.yaml sets the label."""
+
     def uncommented(path: Path) -> str:
         return "\n".join(line.split("#", 1)[0] for line in path.read_text().splitlines())
 
     overlay = MANIFESTS / "overlays" / "a100"
-    hits = sorted(p.name for p in overlay.glob("*.yaml")
-                  if re.search(r"nodeSelector|gke-accelerator", uncommented(p)))
+    hits = sorted(
+        p.name
+        for p in overlay.glob("*.yaml")
+        if re.search(r"nodeSelector|gke-accelerator", uncommented(p))
+    )
     assert hits == ["nodepool.yaml"]
 
 
-@pytest.mark.parametrize(("overlay", "trainer"), [("a100", "REGISTRY/dailyrec-trainer:TAG"),
-                                                   ("local", "dailyrec-trainer:dev")])
+@pytest.mark.parametrize(
+    ("overlay", "trainer"),
+    [("a100", "REGISTRY/dailyrec-trainer:TAG"), ("local", "dailyrec-trainer:dev")],
+)
 def test_overlays_point_images_via_the_images_transformer(overlay: str, trainer: str) -> None:
     assert runtime_container(overlay)["image"] == trainer
-    kustomization = yaml.safe_load((MANIFESTS / "overlays" / overlay / "kustomization.yaml")
-                                   .read_text())
+    kustomization = yaml.safe_load(
+        (MANIFESTS / "overlays" / overlay / "kustomization.yaml").read_text()
+    )
     images = {i["name"]: i for i in kustomization["images"]}
     for name in ("ghcr.io/dailyrec/dailyrec-trainer", "ghcr.io/dailyrec/dailyrec-runtime"):
         assert {"newName", "newTag"} <= set(images[name]), name
@@ -536,14 +600,30 @@ def test_overlays_point_images_via_the_images_transformer(overlay: str, trainer:
 def test_images_can_be_pinned_at_deploy_time(tmp_path: Path) -> None:
     """What a deploy step does without the kustomize binary: a throwaway wrapper overlay."""
     # kustomize refuses absolute paths to other kustomizations: a relative one
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [os.path.relpath(MANIFESTS / "overlays" / "a100", tmp_path)],
-        "images": [{"name": "REGISTRY/dailyrec-trainer",
-                    "newName": "europe-docker.pkg.dev/acme/ml/dailyrec-trainer",
-                    "newTag": "0.1.0-abc123"}]}))
-    done = subprocess.run([KUBECTL, "kustomize", str(tmp_path)], capture_output=True, text=True,
-                          timeout=60, check=True)
-    runtime = next(o for o in yaml.safe_load_all(done.stdout) if o and o["kind"] == "TrainingRuntime")
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [os.path.relpath(MANIFESTS / "overlays" / "a100", tmp_path)],
+                "images": [
+                    {
+                        "name": "REGISTRY/dailyrec-trainer",
+                        "newName": "europe-docker.pkg.dev/acme/ml/dailyrec-trainer",
+                        "newTag": "0.1.0-abc123",
+                    }
+                ],
+            }
+        )
+    )
+    done = subprocess.run(
+        [KUBECTL, "kustomize", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    runtime = next(
+        o for o in yaml.safe_load_all(done.stdout) if o and o["kind"] == "TrainingRuntime"
+    )
     job = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
     image = job["template"]["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == "europe-docker.pkg.dev/acme/ml/dailyrec-trainer:0.1.0-abc123"

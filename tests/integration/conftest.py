@@ -11,9 +11,21 @@ TINY_BUCKETS = {"item_buckets": 2048, "category_buckets": 128, "user_buckets": 1
 
 def make_dataset(root, seed: int = 5, **bucket_overrides):
     raw = root / "raw"
-    generate(DatagenConfig(out=raw, days=5, users=400, items=600, categories=30,
-                           events_per_day=2500, seed=seed))
+    generate(
+        DatagenConfig(
+            out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=seed
+        )
+    )
     data = root / "data"
-    preprocess(PreprocessConfig(raw=str(raw), out=str(data), days=4, history_days=1, seq_len=8,
-                                rows_per_partition=5000, **(TINY_BUCKETS | bucket_overrides)))
+    preprocess(
+        PreprocessConfig(
+            raw=str(raw),
+            out=str(data),
+            days=4,
+            history_days=1,
+            seq_len=8,
+            rows_per_partition=5000,
+            **(TINY_BUCKETS | bucket_overrides),
+        )
+    )
     return data

@@ -13,8 +13,15 @@ pytestmark = pytest.mark.integration
 
 def canonical(folder, split):
     arrays = {p.stem: np.load(p) for p in (folder / split).glob("*.npy")}
-    order = np.lexsort((arrays["label"], arrays["target_cat"], arrays["target_item"],
-                        arrays["ts"], arrays["user_key"]))
+    order = np.lexsort(
+        (
+            arrays["label"],
+            arrays["target_cat"],
+            arrays["target_item"],
+            arrays["ts"],
+            arrays["user_key"],
+        )
+    )
     return {k: v[order] for k, v in arrays.items()}
 
 

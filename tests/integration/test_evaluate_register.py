@@ -36,8 +36,12 @@ NAME = "ctr"
 def trained(tiny_dataset, tmp_path_factory):
     """A checkpoint trained 3 epochs on the tiny dataset."""
     root = tmp_path_factory.mktemp("trained")
-    plan = write_plan(root / "plan.json", TrainPlan(model="debug", micro_batch=512, num_workers=0,
-                                                    lr=3e-3, eval_batch=4096, max_epochs=3))
+    plan = write_plan(
+        root / "plan.json",
+        TrainPlan(
+            model="debug", micro_batch=512, num_workers=0, lr=3e-3, eval_batch=4096, max_epochs=3
+        ),
+    )
     train(TrainConfig(data=str(tiny_dataset), out=str(root / "out"), plan=str(plan)))
     return root / "out" / "best.pt"
 
@@ -51,10 +55,16 @@ def untrained_checkpoint(path, data, seed, vocab=None):
     vocab = vocab or Vocab.from_meta(meta)
     model = build_model("debug", vocab)
     model.set_output_bias(meta["splits"]["train"]["positive_rate"])
-    save_checkpoint(path, {"model": model.state_dict(),
-                           "model_config": dataclasses.asdict(model_config("debug")),
-                           "vocab": dataclasses.asdict(vocab), "plan": dataclasses.asdict(TrainPlan()),
-                           "dataset": {"fingerprint": meta["fingerprint"], "window": meta["window"]}})
+    save_checkpoint(
+        path,
+        {
+            "model": model.state_dict(),
+            "model_config": dataclasses.asdict(model_config("debug")),
+            "vocab": dataclasses.asdict(vocab),
+            "plan": dataclasses.asdict(TrainPlan()),
+            "dataset": {"fingerprint": meta["fingerprint"], "window": meta["window"]},
+        },
+    )
     return path
 
 
@@ -68,15 +78,29 @@ class Registry:
     def evaluate(self, checkpoint, **rule):
         self.n += 1
         out = self.root / f"eval-{self.n}"
-        result = evaluate(EvaluateConfig(data=str(self.data), checkpoint=str(checkpoint), out=str(out),
-                                         model_name=NAME, tracking_uri=self.uri,
-                                         rule=GateRule(**({"min_auc": 0.0} | rule))))
+        result = evaluate(
+            EvaluateConfig(
+                data=str(self.data),
+                checkpoint=str(checkpoint),
+                out=str(out),
+                model_name=NAME,
+                tracking_uri=self.uri,
+                rule=GateRule(**({"min_auc": 0.0} | rule)),
+            )
+        )
         return result, out
 
     def register(self, checkpoint, out, **extra):
-        return register(RegisterConfig(checkpoint=str(checkpoint), metrics=str(out / "metrics.json"),
-                                       decision=str(out / "decision.json"), model_name=NAME,
-                                       tracking_uri=self.uri, **({"data": str(self.data)} | extra)))
+        return register(
+            RegisterConfig(
+                checkpoint=str(checkpoint),
+                metrics=str(out / "metrics.json"),
+                decision=str(out / "decision.json"),
+                model_name=NAME,
+                tracking_uri=self.uri,
+                **({"data": str(self.data)} | extra),
+            )
+        )
 
     def cycle(self, checkpoint, rule=None, **extra):
         result, out = self.evaluate(checkpoint, **(rule or {}))
@@ -84,7 +108,9 @@ class Registry:
 
     def aliases(self):
         self.client = self.client or MlflowClient(self.uri, registry_uri=self.uri)
-        return {alias: int(v) for alias, v in self.client.get_registered_model(NAME).aliases.items()}
+        return {
+            alias: int(v) for alias, v in self.client.get_registered_model(NAME).aliases.items()
+        }
 
     def versions(self):
         self.client = self.client or MlflowClient(self.uri, registry_uri=self.uri)
@@ -98,7 +124,14 @@ def registry(tiny_dataset, tmp_path):
 
 def test_outputs_and_metrics_match_direct_computation(registry, trained, tiny_dataset):
     result, out = registry.evaluate(trained)
-    for name in ("metrics.json", "decision.json", "roc.json", "report.md", "roc.png", "calibration.png"):
+    for name in (
+        "metrics.json",
+        "decision.json",
+        "roc.json",
+        "report.md",
+        "roc.png",
+        "calibration.png",
+    ):
         assert (out / name).stat().st_size > 0, name
     metrics = json.loads((out / "metrics.json").read_text())
     decision = json.loads((out / "decision.json").read_text())
@@ -111,7 +144,9 @@ def test_outputs_and_metrics_match_direct_computation(registry, trained, tiny_da
     scores = predict_logits(load_scorer(trained).model, [batch])
     assert metrics["test_auc"] == pytest.approx(roc_auc_score(batch["label"], scores), abs=1e-9)
     assert metrics["candidate"]["rows"] == meta["splits"]["test"]["rows"] == len(scores)
-    assert metrics["candidate"]["positive_rate"] == pytest.approx(meta["splits"]["test"]["positive_rate"])
+    assert metrics["candidate"]["positive_rate"] == pytest.approx(
+        meta["splits"]["test"]["positive_rate"]
+    )
     roc = json.loads((out / "roc.json").read_text())["candidate"]
     assert roc[0]["fpr"] == 0 and roc[-1]["fpr"] == roc[-1]["tpr"] == 1
     assert "BLESSED" in (out / "report.md").read_text()
@@ -139,13 +174,19 @@ def test_champion_lifecycle(registry, trained, tiny_dataset, tmp_path):
     assert not reg["registered"] and registry.aliases() == {"champion": 2, "previous": 1}
     # ... unless asked: then it is registered as challenger, champion untouched
     reg = registry.register(worse, registry.root / f"eval-{registry.n}", register_unblessed=True)
-    assert reg["version"] == 3 and registry.aliases() == {"champion": 2, "previous": 1, "challenger": 3}
+    assert reg["version"] == 3 and registry.aliases() == {
+        "champion": 2,
+        "previous": 1,
+        "challenger": 3,
+    }
     # 4. the same output registered again: no new version
     again = registry.register(trained, registry.root / "eval-2")
     assert again["reused"] and again["version"] == 2 and len(registry.versions()) == 3
     tags = {int(mv.version): mv.tags for mv in registry.versions()}
     assert tags[2]["blessed"] == "true" and tags[2]["dataset_fingerprint"]
-    assert float(tags[2]["test_auc"]) == pytest.approx(registry_auc(registry.root / "eval-2"), abs=1e-6)
+    assert float(tags[2]["test_auc"]) == pytest.approx(
+        registry_auc(registry.root / "eval-2"), abs=1e-6
+    )
     assert json.loads(tags[2]["plan"])["model"] == "debug" and tags[2]["code_version"]
     # 5. rolling back puts the previous champion back; rolling back again undoes it
     from components.register.rollback import main as rollback_main
@@ -154,7 +195,10 @@ def test_champion_lifecycle(registry, trained, tiny_dataset, tmp_path):
     assert registry.aliases() == {"champion": 1, "previous": 2, "challenger": 3}
     assert rollback_main(["--model-name", NAME, "--tracking-uri", registry.uri]) == 0
     assert registry.aliases() == {"champion": 2, "previous": 1, "challenger": 3}
-    assert rollback_main(["--model-name", NAME, "--tracking-uri", registry.uri, "--to-version", "9"]) == 1
+    assert (
+        rollback_main(["--model-name", NAME, "--tracking-uri", registry.uri, "--to-version", "9"])
+        == 1
+    )
 
 
 def registry_auc(out):
@@ -189,13 +233,17 @@ def test_interrupted_registration_completes_on_rerun(registry, trained, monkeypa
     reg = registry.register(trained, out)
     assert reg["version"] == 1 and len(registry.versions()) == 1
     assert registry.aliases() == {"champion": 1}
-    logged = mlflow.search_logged_models(output_format="list", filter_string=f"tags.{KEY_TAG} = '{reg['key']}'",
-                                         experiment_ids=[registry.client.get_experiment_by_name(
-                                             "dailyrec-register").experiment_id])
+    logged = mlflow.search_logged_models(
+        output_format="list",
+        filter_string=f"tags.{KEY_TAG} = '{reg['key']}'",
+        experiment_ids=[registry.client.get_experiment_by_name("dailyrec-register").experiment_id],
+    )
     assert len(logged) == 1  # the model logged before the crash was reused, not logged twice
 
 
-def test_unusable_champion_is_reported_and_blocks_by_default(registry, trained, tiny_dataset, tmp_path):
+def test_unusable_champion_is_reported_and_blocks_by_default(
+    registry, trained, tiny_dataset, tmp_path
+):
     other = Vocab(**{**dataclasses.asdict(Vocab.from_meta(load_meta(tiny_dataset))), "item": 4096})
     foreign = untrained_checkpoint(tmp_path / "foreign.pt", tiny_dataset, seed=3, vocab=other)
     decision = tmp_path / "d"
@@ -230,44 +278,110 @@ def test_clear_errors(registry, trained, tiny_dataset, tmp_path):
         port = s.getsockname()[1]
     dead = f"http://127.0.0.1:{port}"
     with pytest.raises(TrackingError, match=f"127.0.0.1:{port} unusable after 3 attempts"):
-        evaluate(EvaluateConfig(data=str(tiny_dataset), checkpoint=str(trained), out=str(tmp_path / "e"),
-                                tracking_uri=dead))
+        evaluate(
+            EvaluateConfig(
+                data=str(tiny_dataset),
+                checkpoint=str(trained),
+                out=str(tmp_path / "e"),
+                tracking_uri=dead,
+            )
+        )
     with pytest.raises(TrackingError, match="unusable"):
-        register(RegisterConfig(checkpoint=str(trained), metrics=str(out / "metrics.json"),
-                                decision=str(out / "decision.json"), tracking_uri=dead))
+        register(
+            RegisterConfig(
+                checkpoint=str(trained),
+                metrics=str(out / "metrics.json"),
+                decision=str(out / "decision.json"),
+                tracking_uri=dead,
+            )
+        )
     assert not (tmp_path / "e").exists()  # nothing half-written
 
 
 def test_candidate_for_other_buckets_is_refused(registry, tiny_dataset, tmp_path):
     other = Vocab(**{**dataclasses.asdict(Vocab.from_meta(load_meta(tiny_dataset))), "user": 64})
     with pytest.raises(EvaluateError, match="user: model 64 vs data 1024"):
-        registry.evaluate(untrained_checkpoint(tmp_path / "c.pt", tiny_dataset, seed=0, vocab=other))
+        registry.evaluate(
+            untrained_checkpoint(tmp_path / "c.pt", tiny_dataset, seed=0, vocab=other)
+        )
 
 
 def test_clis_exit_codes(registry, trained, tiny_dataset, tmp_path, capsys):
     out = tmp_path / "cli-eval"
-    done = subprocess.run([sys.executable, "-m", "components.evaluate", "--data", str(tiny_dataset),
-                           "--checkpoint", str(trained), "--model-name", NAME, "--out", str(out),
-                           "--tracking-uri", registry.uri], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "components.evaluate",
+            "--data",
+            str(tiny_dataset),
+            "--checkpoint",
+            str(trained),
+            "--model-name",
+            NAME,
+            "--out",
+            str(out),
+            "--tracking-uri",
+            registry.uri,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "BLESSED" in done.stdout
-    done = subprocess.run([sys.executable, "-m", "components.register", "--checkpoint", str(trained),
-                           "--metrics", str(out / "metrics.json"), "--decision", str(out / "decision.json"),
-                           "--model-name", NAME, "--tracking-uri", registry.uri, "--out", str(out)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "components.register",
+            "--checkpoint",
+            str(trained),
+            "--metrics",
+            str(out / "metrics.json"),
+            "--decision",
+            str(out / "decision.json"),
+            "--model-name",
+            NAME,
+            "--tracking-uri",
+            registry.uri,
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
-    assert "version 1" in done.stdout and json.loads((out / "registration.json").read_text())["version"] == 1
+    assert (
+        "version 1" in done.stdout
+        and json.loads((out / "registration.json").read_text())["version"] == 1
+    )
     from components.evaluate.__main__ import main as evaluate_main
 
     capsys.readouterr()
-    assert evaluate_main(["--data", str(tiny_dataset), "--checkpoint", str(tmp_path / "missing.pt"),
-                          "--out", str(tmp_path / "x")]) == 1
+    assert (
+        evaluate_main(
+            [
+                "--data",
+                str(tiny_dataset),
+                "--checkpoint",
+                str(tmp_path / "missing.pt"),
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
-    assert err.startswith("evaluate: error:") and "missing.pt" in err and err.strip().count("\n") == 0
+    assert (
+        err.startswith("evaluate: error:") and "missing.pt" in err and err.strip().count("\n") == 0
+    )
 
 
-def test_a_registry_read_error_after_connecting_fails_the_evaluation(registry, tiny_dataset, tmp_path,
-                                                                    monkeypatch):
+def test_a_registry_read_error_after_connecting_fails_the_evaluation(
+    registry, tiny_dataset, tmp_path, monkeypatch
+):
     """The registry answers the connection check, then fails reading @champion: no verdict at all
     (a "no champion" verdict here would bless any candidate above the floor)."""
     from mlflow.exceptions import MlflowException
@@ -276,9 +390,14 @@ def test_a_registry_read_error_after_connecting_fails_the_evaluation(registry, t
     candidate = untrained_checkpoint(tmp_path / "c.pt", tiny_dataset, seed=1)
 
     def locked(self, name):
-        raise MlflowException("(sqlite3.OperationalError) database is locked", error_code=INTERNAL_ERROR)
+        raise MlflowException(
+            "(sqlite3.OperationalError) database is locked", error_code=INTERNAL_ERROR
+        )
 
     monkeypatch.setattr(MlflowClient, "get_registered_model", locked)
-    with pytest.raises(TrackingError, match=r"cannot read alias ctr@champion: MlflowException: .*database is locked"):
+    with pytest.raises(
+        TrackingError,
+        match=r"cannot read alias ctr@champion: MlflowException: .*database is locked",
+    ):
         registry.evaluate(candidate)
     assert not (registry.root / f"eval-{registry.n}").exists()  # no metrics, no decision.json

@@ -30,8 +30,14 @@ def kfp_task(name: str, streamed: list[str], ok: bool = True) -> None:
         logging_utils.print_horizontal_line()
 
 
-EXECUTOR = ['[KFP Executor 2026-11-30 22:19:21,056 INFO]: Got executor_input:', '{', '    "inputs": {',
-            '        "parameterValues": {"run_id": "r1"}', '    }', '}']
+EXECUTOR = [
+    "[KFP Executor 2026-11-30 22:19:21,056 INFO]: Got executor_input:",
+    "{",
+    '    "inputs": {',
+    '        "parameterValues": {"run_id": "r1"}',
+    "    }",
+    "}",
+]
 
 
 def test_console_shows_tasks_progress_and_warnings_and_files_the_rest(tmp_path):
@@ -41,20 +47,34 @@ def test_console_shows_tasks_progress_and_warnings_and_files_the_rest(tmp_path):
     import contextlib
 
     with contextlib.redirect_stdout(console):
-        kfp_task("preprocess-op", [*EXECUTOR,
-                                   "22:19:25 PROGRESS components.preprocess.stage: phase scan: started",
-                                   "22:19:25 INFO components.preprocess.stage: sequence: 12500 staged rows",
-                                   "22:19:25 WARNING components.preprocess.stage: not read: '_truth'",
-                                   "W1130 22:19:40.186000 22258 torch/distributed/run.py:874] *****",
-                                   "W1130 22:19:40.186000 22258 torch/distributed/run.py:874] worker restarted",
-                                   "/x/mlflow/utils.py:187: UserWarning: Add type hints",
-                                   "  color_warning(",
-                                   "dataset 2026-01-02 .. 2026-01-05 (fingerprint 72459bd93106)"])
-        kfp_task("train-op", [*EXECUTOR, "Traceback (most recent call last):", '  File "x.py", line 1',
-                              "components.train.launch.LaunchError: training failed: rank 0: train: no space"],
-                 ok=False)
+        kfp_task(
+            "preprocess-op",
+            [
+                *EXECUTOR,
+                "22:19:25 PROGRESS components.preprocess.stage: phase scan: started",
+                "22:19:25 INFO components.preprocess.stage: sequence: 12500 staged rows",
+                "22:19:25 WARNING components.preprocess.stage: not read: '_truth'",
+                "W1130 22:19:40.186000 22258 torch/distributed/run.py:874] *****",
+                "W1130 22:19:40.186000 22258 torch/distributed/run.py:874] worker restarted",
+                "/x/mlflow/utils.py:187: UserWarning: Add type hints",
+                "  color_warning(",
+                "dataset 2026-01-02 .. 2026-01-05 (fingerprint 72459bd93106)",
+            ],
+        )
+        kfp_task(
+            "train-op",
+            [
+                *EXECUTOR,
+                "Traceback (most recent call last):",
+                '  File "x.py", line 1',
+                "components.train.launch.LaunchError: training failed: rank 0: train: no space",
+            ],
+            ok=False,
+        )
     console.close()
-    shown = [line.split(None, 1)[1] for line in terminal.getvalue().splitlines()]  # without the clock
+    shown = [
+        line.split(None, 1)[1] for line in terminal.getvalue().splitlines()
+    ]  # without the clock
     assert [" ".join(line.split()) for line in shown] == [
         "preprocess started",
         "preprocess phase scan: started",
@@ -68,10 +88,15 @@ def test_console_shows_tasks_progress_and_warnings_and_files_the_rest(tmp_path):
     ]
     # everything else is in the files: the task's own lines, the executor JSON, KFP's outputs
     task_log = (tmp_path / "logs" / "preprocess-op.log").read_text()
-    assert '"parameterValues": {"run_id": "r1"}' in task_log and "sequence: 12500 staged rows" in task_log
+    assert (
+        '"parameterValues": {"run_id": "r1"}' in task_log
+        and "sequence: 12500 staged rows" in task_log
+    )
     assert "data_dir: '/tmp/x'" in task_log and "\x1b[" not in task_log
     transcript = (tmp_path / "logs" / "pipeline.log").read_text()
-    assert "Executing task 'preprocess-op'" in transcript and "Executing task 'train-op'" in transcript
+    assert (
+        "Executing task 'preprocess-op'" in transcript and "Executing task 'train-op'" in transcript
+    )
     assert "Traceback" in (tmp_path / "logs" / "train-op.log").read_text()
 
 
@@ -80,7 +105,9 @@ def test_the_stages_progress_lines_are_what_the_console_shows():
     handler = logging.Formatter(LOG_FORMAT, "%H:%M:%S")  # what get_logger's handler uses
     shown = []
     for level in (logging.INFO, PROGRESS, logging.WARNING):
-        record = logging.LogRecord("components.x", level, __file__, 1, "epoch 1/3  ETA epoch 20s", None, None)
+        record = logging.LogRecord(
+            "components.x", level, __file__, 1, "epoch 1/3  ETA epoch 20s", None, None
+        )
         match = STAGE_LINE.match(handler.format(record))
         assert match and match["message"] == "epoch 1/3  ETA epoch 20s"
         shown.append(match["level"] in PROGRESS_LEVELS)

@@ -30,8 +30,10 @@ HOUR = 3600.0
 def need(tool: str) -> str:
     path = shutil.which(tool)
     if path is None:
-        pytest.skip(f"{tool} not installed (Debian: apt-get install prometheus prometheus-pushgateway; "
-                    f"`make test-tools` does it where apt-get is available)")
+        pytest.skip(
+            f"{tool} not installed (Debian: apt-get install prometheus prometheus-pushgateway; "
+            f"`make test-tools` does it where apt-get is available)"
+        )
     return path
 
 
@@ -65,8 +67,11 @@ def start(command: list[str], ready: str, log: Path) -> subprocess.Popen:
 def pushgateway(tmp_path):
     binary = need("prometheus-pushgateway")
     port = free_port()
-    proc = start([binary, f"--web.listen-address=127.0.0.1:{port}"], f"http://127.0.0.1:{port}/-/ready",
-                 tmp_path / "pushgateway.log")
+    proc = start(
+        [binary, f"--web.listen-address=127.0.0.1:{port}"],
+        f"http://127.0.0.1:{port}/-/ready",
+        tmp_path / "pushgateway.log",
+    )
     yield f"http://127.0.0.1:{port}"
     proc.terminate()
     proc.wait(timeout=30)
@@ -77,15 +82,31 @@ def prometheus(tmp_path, pushgateway):
     binary = need("prometheus")
     port = free_port()
     config = tmp_path / "prometheus.yml"
-    config.write_text(yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(MONITORING / "rules.yaml")],
-        "scrape_configs": [{"job_name": "pushgateway", "honor_labels": True,
-                            "static_configs": [{"targets": [pushgateway.removeprefix("http://")]}]}],
-    }))
-    proc = start([binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                  f"--web.listen-address=127.0.0.1:{port}"], f"http://127.0.0.1:{port}/-/ready",
-                 tmp_path / "prometheus.log")
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": [str(MONITORING / "rules.yaml")],
+                "scrape_configs": [
+                    {
+                        "job_name": "pushgateway",
+                        "honor_labels": True,
+                        "static_configs": [{"targets": [pushgateway.removeprefix("http://")]}],
+                    }
+                ],
+            }
+        )
+    )
+    proc = start(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        f"http://127.0.0.1:{port}/-/ready",
+        tmp_path / "prometheus.log",
+    )
     yield f"http://127.0.0.1:{port}"
     proc.terminate()
     proc.wait(timeout=30)
@@ -98,7 +119,11 @@ def pushed(gateway: str) -> dict[str, float]:
         for s in family.samples:
             if s.name.startswith("dailyrec_"):
                 assert s.labels["job"] == "dailyrec" and s.labels["model"] == "dailyrec"
-                extra = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()) if k not in ("job", "model", "instance"))
+                extra = ",".join(
+                    f"{k}={v}"
+                    for k, v in sorted(s.labels.items())
+                    if k not in ("job", "model", "instance")
+                )
                 samples[s.name + (f"{{{extra}}}" if extra else "")] = s.value
     return samples
 
@@ -116,19 +141,34 @@ def firing(prometheus: str, expected: set[str], timeout: float = 30.0) -> set[st
 
 
 def summary(status="SUCCEEDED", test_auc=0.70, measured=9000.0, run_folder=None) -> dict:
-    return {"run_id": "r1", "status": status, "model_name": "dailyrec", "test_auc": test_auc,
-            "blessed": status == "SUCCEEDED", "champion_version": 3, "total_seconds": 100.0,
-            "stage_seconds": {"preprocess": 10.0, "estimate": 2.0, "train": 80.0, "evaluate": 5.0,
-                              "register": 3.0 if status == "SUCCEEDED" else None},
-            "dataset_rows": {"train": 1000, "val": 200, "test": 200},
-            "plan_vs_actual": {"samples_per_s": {"measured": measured, "predicted": 10000.0}},
-            "run_folder": str(run_folder) if run_folder else None}
+    return {
+        "run_id": "r1",
+        "status": status,
+        "model_name": "dailyrec",
+        "test_auc": test_auc,
+        "blessed": status == "SUCCEEDED",
+        "champion_version": 3,
+        "total_seconds": 100.0,
+        "stage_seconds": {
+            "preprocess": 10.0,
+            "estimate": 2.0,
+            "train": 80.0,
+            "evaluate": 5.0,
+            "register": 3.0 if status == "SUCCEEDED" else None,
+        },
+        "dataset_rows": {"train": 1000, "val": 200, "test": 200},
+        "plan_vs_actual": {"samples_per_s": {"measured": measured, "predicted": 10000.0}},
+        "run_folder": str(run_folder) if run_folder else None,
+    }
 
 
 def decision(folder: Path, champion_auc: float, tolerance: float = 0.002) -> Path:
     (folder / "evaluate").mkdir(parents=True, exist_ok=True)
-    (folder / "evaluate" / "decision.json").write_text(json.dumps(
-        {"comparison": {"auc_a": 0.0, "auc_b": champion_auc}, "rule": {"tolerance": tolerance}}))
+    (folder / "evaluate" / "decision.json").write_text(
+        json.dumps(
+            {"comparison": {"auc_a": 0.0, "auc_b": champion_auc}, "rule": {"tolerance": tolerance}}
+        )
+    )
     return folder
 
 
@@ -136,28 +176,47 @@ def decision(folder: Path, champion_auc: float, tolerance: float = 0.002) -> Pat
 def test_pushed_outcomes_and_the_alerts_prometheus_fires_on_them(tmp_path, pushgateway, prometheus):
     now = time.time()
     # a good run 37 h ago, nothing since: the model is stale
-    assert push_run_outcome(summary(run_folder=decision(tmp_path / "a", 0.70)), pushgateway, now=now - 37 * HOUR)
+    assert push_run_outcome(
+        summary(run_folder=decision(tmp_path / "a", 0.70)), pushgateway, now=now - 37 * HOUR
+    )
     assert firing(prometheus, {"DailyrecNoSuccessfulRun"}) == {"DailyrecNoSuccessfulRun"}
 
     # today's run fails: its stage seconds are what ran, the last success time stays
-    assert push_run_outcome(summary("FAILED", test_auc=None, run_folder=tmp_path / "b"), pushgateway, now=now)
+    assert push_run_outcome(
+        summary("FAILED", test_auc=None, run_folder=tmp_path / "b"), pushgateway, now=now
+    )
     metrics = pushed(pushgateway)
     assert metrics["dailyrec_run_succeeded"] == 0
     assert metrics["dailyrec_run_last_success_timestamp_seconds"] == pytest.approx(now - 37 * HOUR)
     assert metrics["dailyrec_run_stage_seconds{stage=train}"] == 80.0
-    assert metrics["dailyrec_run_stage_seconds{stage=register}"] != metrics["dailyrec_run_stage_seconds{stage=register}"]  # NaN
-    assert metrics["dailyrec_run_champion_test_auc"] != metrics["dailyrec_run_champion_test_auc"]  # no stale AUC
-    assert firing(prometheus, {"DailyrecNoSuccessfulRun", "DailyrecRunFailed"}) == \
-        {"DailyrecNoSuccessfulRun", "DailyrecRunFailed"}
+    assert (
+        metrics["dailyrec_run_stage_seconds{stage=register}"]
+        != metrics["dailyrec_run_stage_seconds{stage=register}"]
+    )  # NaN
+    assert (
+        metrics["dailyrec_run_champion_test_auc"] != metrics["dailyrec_run_champion_test_auc"]
+    )  # no stale AUC
+    assert firing(prometheus, {"DailyrecNoSuccessfulRun", "DailyrecRunFailed"}) == {
+        "DailyrecNoSuccessfulRun",
+        "DailyrecRunFailed",
+    }
 
     # a rerun succeeds, but below the champion by more than the tolerance and at a third of the plan
     folder = decision(tmp_path / "c", champion_auc=0.70)
-    assert push_run_outcome(summary(test_auc=0.69, measured=3000.0, run_folder=folder), pushgateway, now=now)
+    assert push_run_outcome(
+        summary(test_auc=0.69, measured=3000.0, run_folder=folder), pushgateway, now=now
+    )
     metrics = pushed(pushgateway)
     assert metrics["dailyrec_run_succeeded"] == 1 and metrics["dailyrec_run_blessed"] == 1
     assert metrics["dailyrec_run_last_success_timestamp_seconds"] == pytest.approx(now)
-    assert metrics["dailyrec_run_test_auc"] == 0.69 and metrics["dailyrec_run_champion_test_auc"] == 0.70
-    assert metrics["dailyrec_run_auc_tolerance"] == 0.002 and metrics["dailyrec_run_champion_version"] == 3
+    assert (
+        metrics["dailyrec_run_test_auc"] == 0.69
+        and metrics["dailyrec_run_champion_test_auc"] == 0.70
+    )
+    assert (
+        metrics["dailyrec_run_auc_tolerance"] == 0.002
+        and metrics["dailyrec_run_champion_version"] == 3
+    )
     assert metrics["dailyrec_run_rows{split=test}"] == 200
     assert metrics["dailyrec_run_train_samples_per_second"] == 3000.0
     assert metrics["dailyrec_run_planned_samples_per_second"] == 10000.0
@@ -165,7 +224,9 @@ def test_pushed_outcomes_and_the_alerts_prometheus_fires_on_them(tmp_path, pushg
     assert firing(prometheus, expected) == expected
 
     # within the tolerance and at 60% of the plan: nothing fires
-    assert push_run_outcome(summary(test_auc=0.6985, measured=6000.0, run_folder=folder), pushgateway, now=now)
+    assert push_run_outcome(
+        summary(test_auc=0.6985, measured=6000.0, run_folder=folder), pushgateway, now=now
+    )
     assert firing(prometheus, set()) == set()
 
 
@@ -186,19 +247,30 @@ def test_rank_0_serves_training_progress_while_it_trains(tiny_dataset, tmp_path,
 
     port = free_port()
     monkeypatch.setenv("DAILYREC_METRICS_PORT", str(port))
-    plan = write_plan(tmp_path / "plan.json", TrainPlan(model="debug", micro_batch=256, num_workers=0,
-                                                        max_epochs=2, eval_batch=4096))
+    plan = write_plan(
+        tmp_path / "plan.json",
+        TrainPlan(model="debug", micro_batch=256, num_workers=0, max_epochs=2, eval_batch=4096),
+    )
     scraped = []
 
     def scrape(record: dict) -> None:  # after each epoch's validation, while training goes on
         text = get(f"http://127.0.0.1:{port}/metrics")
-        scraped.append({s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples})
+        scraped.append(
+            {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+        )
         assert scraped[-1]["dailyrec_training_val_auc"] == pytest.approx(record["val_auc"])
-        assert scraped[-1]["dailyrec_training_samples_per_second"] == pytest.approx(record["samples_per_s"])
-        assert scraped[-1]["dailyrec_training_data_wait_fraction"] == pytest.approx(record["data_wait_fraction"])
+        assert scraped[-1]["dailyrec_training_samples_per_second"] == pytest.approx(
+            record["samples_per_s"]
+        )
+        assert scraped[-1]["dailyrec_training_data_wait_fraction"] == pytest.approx(
+            record["data_wait_fraction"]
+        )
         assert scraped[-1]["dailyrec_training_loss"] == pytest.approx(record["train_loss"])
 
-    summary_ = train(TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "out"), plan=str(plan)), on_epoch=scrape)
+    summary_ = train(
+        TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "out"), plan=str(plan)),
+        on_epoch=scrape,
+    )
     assert [s["dailyrec_training_epoch"] for s in scraped] == [1, 2] and summary_["epochs_run"] == 2
     assert [s["dailyrec_training_progress_ratio"] for s in scraped] == [0.5, 1.0]
     with pytest.raises(OSError, match="Connection refused"):  # the server ends with the training
@@ -227,17 +299,36 @@ def test_rules_and_dashboard_query_only_metrics_the_code_exports():
     panel_exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     queried = {m for e in rule_exprs + panel_exprs for m in re.findall(r"\bdailyrec_\w+", e)}
     assert queried <= exported, queried - exported
-    assert exported - {"dailyrec_run_finished_timestamp_seconds", "dailyrec_run_total_seconds"} <= queried
+    assert (
+        exported - {"dailyrec_run_finished_timestamp_seconds", "dailyrec_run_total_seconds"}
+        <= queried
+    )
     alerts = {r["alert"] for g in rules["groups"] for r in g["rules"]}
-    assert {"DailyrecRunFailed", "DailyrecNoSuccessfulRun", "DailyrecCandidateBelowChampion",
-            "DailyrecTrainingThroughputLow"} <= alerts
+    assert {
+        "DailyrecRunFailed",
+        "DailyrecNoSuccessfulRun",
+        "DailyrecCandidateBelowChampion",
+        "DailyrecTrainingThroughputLow",
+    } <= alerts
 
 
 def test_promtool_checks_and_unit_tests_the_rules():
     promtool = need("promtool")
-    check = subprocess.run([promtool, "check", "rules", "rules.yaml"], cwd=MONITORING, capture_output=True,
-                           text=True, timeout=60)
-    assert check.returncode == 0 and "SUCCESS: 6 rules found" in check.stdout, check.stdout + check.stderr
-    tested = subprocess.run([promtool, "test", "rules", "rules.test.yaml"], cwd=MONITORING, capture_output=True,
-                            text=True, timeout=60)
+    check = subprocess.run(
+        [promtool, "check", "rules", "rules.yaml"],
+        cwd=MONITORING,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0 and "SUCCESS: 6 rules found" in check.stdout, (
+        check.stdout + check.stderr
+    )
+    tested = subprocess.run(
+        [promtool, "test", "rules", "rules.test.yaml"],
+        cwd=MONITORING,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr

@@ -18,9 +18,22 @@ from pipelines.compile import compile_pipeline
 from pipelines.images import RUNTIME_IMAGE
 from pipelines.local import LocalRunError, load_config, run_local
 
-SUMMARY_KEYS = {"run_id", "run_date", "dataset_rows", "test_auc", "test_gauc", "oracle_auc", "blessed",
-                "decision_reasons", "model_name", "model_version", "champion_version", "stage_seconds",
-                "plan", "status"}
+SUMMARY_KEYS = {
+    "run_id",
+    "run_date",
+    "dataset_rows",
+    "test_auc",
+    "test_gauc",
+    "oracle_auc",
+    "blessed",
+    "decision_reasons",
+    "model_name",
+    "model_version",
+    "champion_version",
+    "stage_seconds",
+    "plan",
+    "status",
+}
 
 
 # ----------------------------------------------------------------------------- compiled pipeline
@@ -29,7 +42,9 @@ SUMMARY_KEYS = {"run_id", "run_date", "dataset_rows", "test_auc", "test_gauc", "
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     """(pipeline spec, Kubernetes platform spec): the two YAML documents of the compiled pipeline."""
-    docs = list(yaml.safe_load_all(compile_pipeline(tmp_path_factory.mktemp("c") / "p.yaml").read_text()))
+    docs = list(
+        yaml.safe_load_all(compile_pipeline(tmp_path_factory.mktemp("c") / "p.yaml").read_text())
+    )
     assert len(docs) == 2
     return docs[0], docs[1]
 
@@ -56,10 +71,20 @@ def test_compiled_pipeline_parameters_and_defaults(spec):
     assert spec["pipelineInfo"]["name"] == "dailyrec-daily"
     params = spec["root"]["inputDefinitions"]["parameters"]
     defaults = {name: p.get("defaultValue") for name, p in params.items()}
-    assert defaults["run_date"] == "" and defaults["window_days"] == 11 and defaults["history_days"] == 3
+    assert (
+        defaults["run_date"] == ""
+        and defaults["window_days"] == 11
+        and defaults["history_days"] == 3
+    )
     assert defaults["model_config"] == "prod" and defaults["hardware_profile"] == "a100-40gb"
-    assert defaults["min_auc"] == 0.55 and defaults["tolerance"] == 0.002 and defaults["warm_start"] is True
-    assert defaults["model_name"] == "dailyrec" and defaults["tracking_uri"].startswith("http://mlflow.")
+    assert (
+        defaults["min_auc"] == 0.55
+        and defaults["tolerance"] == 0.002
+        and defaults["warm_start"] is True
+    )
+    assert defaults["model_name"] == "dailyrec" and defaults["tracking_uri"].startswith(
+        "http://mlflow."
+    )
     assert {"storage_root", "raw_uri", "deadline_hours", "max_epochs", "run_id"} <= set(params)
     assert params["deadline_hours"]["parameterType"] == "NUMBER_DOUBLE"
     assert params["warm_start"]["parameterType"] == "BOOLEAN"
@@ -74,16 +99,22 @@ def test_compiled_pipeline_tasks_edges_condition_and_caching(spec):
     assert root_tasks["finalize"]["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
     handler = next(name for name in root_tasks if name.startswith("exit-handler"))
     inner = dags[root_tasks[handler]["componentRef"]["name"]]["dag"]["tasks"]
-    assert {"resolve-window", "preprocess-op", "estimate-op", "train-op", "evaluate-op"} < set(inner)
+    assert {"resolve-window", "preprocess-op", "estimate-op", "train-op", "evaluate-op"} < set(
+        inner
+    )
     edges = {name: set(task.get("dependentTasks", [])) for name, task in inner.items()}
-    assert edges["resolve-window"] == {"check-parameters"}  # every parameter checked before the first task
+    assert edges["resolve-window"] == {
+        "check-parameters"
+    }  # every parameter checked before the first task
     assert edges["preprocess-op"] == {"resolve-window"}
     assert edges["estimate-op"] == {"preprocess-op", "resolve-window"}
     assert edges["train-op"] == {"estimate-op", "preprocess-op", "resolve-window"}
     assert "train-op" in edges["evaluate-op"]
     condition = next(task for name, task in inner.items() if name.startswith("condition"))
-    assert condition["triggerPolicy"]["condition"] == \
-        "inputs.parameter_values['pipelinechannel--evaluate-op-Output'] == true"
+    assert (
+        condition["triggerPolicy"]["condition"]
+        == "inputs.parameter_values['pipelinechannel--evaluate-op-Output'] == true"
+    )
     register_dag = dags[condition["componentRef"]["name"]]["dag"]["tasks"]
     assert set(register_dag) == {"register-op"}
     # caching: only preprocess (keyed on the input fingerprint)
@@ -96,18 +127,25 @@ def test_compiled_pipeline_tasks_edges_condition_and_caching(spec):
 
 def test_compiled_components_use_the_project_image_without_pip(spec):
     executors = spec["deploymentSpec"]["executors"]
-    assert len(executors) == 8  # check-parameters, resolve, preprocess, estimate, train, evaluate, register, finalize
+    assert (
+        len(executors) == 8
+    )  # check-parameters, resolve, preprocess, estimate, train, evaluate, register, finalize
     for name, executor in executors.items():
         container = executor["container"]
         assert container["image"] == RUNTIME_IMAGE, name
         assert "pip install" not in " ".join(container["command"]), name
     evaluate_outputs = spec["components"]["comp-evaluate-op"]["outputDefinitions"]
-    assert {a["artifactType"]["schemaTitle"] for a in evaluate_outputs["artifacts"].values()} == \
-        {"system.Metrics", "system.ClassificationMetrics", "system.Markdown"}
+    assert {a["artifactType"]["schemaTitle"] for a in evaluate_outputs["artifacts"].values()} == {
+        "system.Metrics",
+        "system.ClassificationMetrics",
+        "system.Markdown",
+    }
 
 
 def test_run_config_is_checked_and_typed(tmp_path):
-    params = load_config("configs/local.json", {"max_epochs": "1", "warm_start": "False", "deadline_hours": 2})
+    params = load_config(
+        "configs/local.json", {"max_epochs": "1", "warm_start": "False", "deadline_hours": 2}
+    )
     assert params["model_config"] == "local" and params["max_epochs"] == 1
     assert params["warm_start"] is False and params["deadline_hours"] == 2.0
     with pytest.raises(LocalRunError, match="unknown pipeline parameter.*epochs"):
@@ -128,8 +166,10 @@ def local_env(monkeypatch):
 
 
 def tiny_params(**overrides):
-    return load_config("configs/debug.json", {"window_days": 4, "history_days": 1, "min_auc": 0.0,
-                                              "global_batch": 512, **overrides})
+    return load_config(
+        "configs/debug.json",
+        {"window_days": 4, "history_days": 1, "min_auc": 0.0, "global_batch": 512, **overrides},
+    )
 
 
 def artifact_metadata(run) -> dict[str, dict]:
@@ -147,13 +187,26 @@ def check_console(out: str, code: int, run) -> None:
     executor JSON and torchrun's banner only in the per-task logs the summary names."""
     assert code == 0, out
     assert len(out) < 6000, f"{len(out)} characters:\n{out}"  # KFP's own output of this run: ~58 KB
-    assert "executor_input" not in out and '"parameterValues"' not in out and "[KFP Executor" not in out
+    assert (
+        "executor_input" not in out
+        and '"parameterValues"' not in out
+        and "[KFP Executor" not in out
+    )
     assert "OMP_NUM_THREADS" not in out  # torchrun's banner: the thread variables are set
     assert out.count(f"run {run.name}: SUCCEEDED") == 1  # the summary, once
-    for task in ("check-parameters", "resolve-window", "preprocess", "estimate", "train", "evaluate",
-                 "register", "finalize"):
-        assert f" {task} " in out and any(f" {task} " in line and " done in " in line
-                                          for line in out.splitlines()), task
+    for task in (
+        "check-parameters",
+        "resolve-window",
+        "preprocess",
+        "estimate",
+        "train",
+        "evaluate",
+        "register",
+        "finalize",
+    ):
+        assert f" {task} " in out and any(
+            f" {task} " in line and " done in " in line for line in out.splitlines()
+        ), task
     assert "phase sequence: started" in out and "epoch 1/" in out  # progress of long tasks
     logs = run / "logs"
     assert f"logs     {logs}/" in out
@@ -165,13 +218,19 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     from pipelines.local import main
 
     raw = tmp_path / "raw"
-    generate(DatagenConfig(out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5))
+    generate(
+        DatagenConfig(
+            out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5
+        )
+    )
     root = tmp_path / "store"
 
     # day 1, as `make run` runs it: no champion yet -> blessed, registered, champion
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(tiny_params()))
-    code = main(["--config", str(config), "--data", str(raw), "--root", str(root), "--run-id", "day1"])
+    code = main(
+        ["--config", str(config), "--data", str(raw), "--root", str(root), "--run-id", "day1"]
+    )
     check_console(capsys.readouterr().out, code, root / "runs" / "day1")
     first = json.loads((root / "runs" / "day1" / "summary.json").read_text())
     assert first["status"] == "SUCCEEDED", first
@@ -181,13 +240,22 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     trained = json.loads((root / "runs" / "day1" / "train" / "train_summary.json").read_text())
     cores = max(n for n in range(1, (os.cpu_count() or 1) + 1) if 512 % n == 0)
     assert trained["world_size"] == first["plan"]["nproc_per_node"] == cores
-    assert set(first["dataset_rows"]) == {"train", "val", "test"} and first["dataset_rows"]["test"] == 2500
+    assert (
+        set(first["dataset_rows"]) == {"train", "val", "test"}
+        and first["dataset_rows"]["test"] == 2500
+    )
     assert 0.0 < first["test_auc"] < 1.0 and 0.0 < first["oracle_auc"] < 1.0
     assert first["blessed"] and first["model_version"] == 1 and first["champion_version"] == 1
     assert all(first["stage_seconds"][s] is not None for s in STAGES)
     run = root / "runs" / "day1"
-    for name in ("plan.json", "train/best.pt", "evaluate/decision.json", "evaluate/report.md",
-                 "registration.json", "summary.json"):
+    for name in (
+        "plan.json",
+        "train/best.pt",
+        "evaluate/decision.json",
+        "evaluate/report.md",
+        "registration.json",
+        "summary.json",
+    ):
         assert (run / name).exists(), name
     assert json.loads((root / "runs" / "latest" / "summary.json").read_text())["run_id"] == "day1"
     # the artifacts that link dataset -> plan -> model -> evaluation -> registration keep their metadata
@@ -198,7 +266,11 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     assert meta["estimate-op/plan"]["model"] == "debug"
     assert meta["train-op/model"]["checkpoint"] == str(run / "train" / "best.pt")
     assert meta["evaluate-op/metrics"]["test_auc"] == pytest.approx(first["test_auc"], abs=1e-6)
-    assert meta["register-op/registration"]["version"] == 1 == meta["register-op/registration"]["champion_version"]
+    assert (
+        meta["register-op/registration"]["version"]
+        == 1
+        == meta["register-op/registration"]["champion_version"]
+    )
     client = MlflowClient(sqlite_uri(root / "runs"), registry_uri=sqlite_uri(root / "runs"))
     assert client.get_registered_model("dailyrec").aliases == {"champion": 1}
 
@@ -227,4 +299,7 @@ def test_failed_run_still_writes_its_summary(tmp_path, local_env):
     summary = run_local(tiny_params(raw_uri=str(empty)), tmp_path / "store", run_id="broken")
     assert summary["status"] == "FAILED" and summary["blessed"] is None
     assert summary["failed_stage"] == "preprocess"
-    assert json.loads((tmp_path / "store" / "runs" / "broken" / "summary.json").read_text())["status"] == "FAILED"
+    assert (
+        json.loads((tmp_path / "store" / "runs" / "broken" / "summary.json").read_text())["status"]
+        == "FAILED"
+    )

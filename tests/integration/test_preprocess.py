@@ -25,8 +25,16 @@ pytestmark = pytest.mark.integration
 
 SEQ_LEN = 4
 NEG_LEN = 3
-SMALL = {"days": 4, "history_days": 2, "seq_len": SEQ_LEN, "neg_len": NEG_LEN, "rows_per_partition": 250,
-         "item_buckets": 1000, "category_buckets": 64, "user_buckets": 128}
+SMALL = {
+    "days": 4,
+    "history_days": 2,
+    "seq_len": SEQ_LEN,
+    "neg_len": NEG_LEN,
+    "rows_per_partition": 250,
+    "item_buckets": 1000,
+    "category_buckets": 64,
+    "user_buckets": 128,
+}
 
 
 def run(raw, out, **overrides) -> dict:
@@ -41,8 +49,15 @@ def all_rows(out: Path) -> dict[str, np.ndarray]:
     """Every split's arrays, concatenated and put in a canonical row order."""
     parts = [load_split(out, s) for s in SPLITS]
     merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    order = np.lexsort((merged["label"], merged["target_cat"], merged["target_item"],
-                        merged["ts"], merged["user_key"]))
+    order = np.lexsort(
+        (
+            merged["label"],
+            merged["target_cat"],
+            merged["target_item"],
+            merged["ts"],
+            merged["user_key"],
+        )
+    )
     return {k: v[order] for k, v in merged.items()}
 
 
@@ -65,20 +80,37 @@ def reference(frames: dict[dt.date, pd.DataFrame], window_start: dt.date) -> pd.
         for row in user_rows.itertuples():
             if row.day < window_start:
                 continue
-            entry = {"user_key": row.user_key, "ts": row.timestamp, "target_item": row.item,
-                     "target_cat": row.cat, "label": row.label, "dense": dense[row.Index]}
+            entry = {
+                "user_key": row.user_key,
+                "ts": row.timestamp,
+                "target_item": row.item,
+                "target_cat": row.cat,
+                "label": row.label,
+                "dense": dense[row.Index],
+            }
             for prefix, label, length in (("hist", 1, SEQ_LEN), ("neg", 0, NEG_LEN)):
                 events = user_rows[user_rows["label"] == label]
                 before = events[events["timestamp"] < row.timestamp].tail(length)
                 pad = length - len(before)
-                gaps = np.searchsorted(GAP_EDGES_SECONDS, row.timestamp - before["timestamp"].to_numpy(),
-                                       side="right") + 1
-                entry |= {f"{prefix}_item": [0] * pad + before["item"].tolist(),
-                          f"{prefix}_cat": [0] * pad + before["cat"].tolist(),
-                          f"{prefix}_gap": [0] * pad + gaps.tolist(), f"{prefix}_len": len(before)}
+                gaps = (
+                    np.searchsorted(
+                        GAP_EDGES_SECONDS,
+                        row.timestamp - before["timestamp"].to_numpy(),
+                        side="right",
+                    )
+                    + 1
+                )
+                entry |= {
+                    f"{prefix}_item": [0] * pad + before["item"].tolist(),
+                    f"{prefix}_cat": [0] * pad + before["cat"].tolist(),
+                    f"{prefix}_gap": [0] * pad + gaps.tolist(),
+                    f"{prefix}_len": len(before),
+                }
             rows.append(entry)
     out = pd.DataFrame(rows)
-    return out.sort_values(["user_key", "ts", "target_item", "target_cat", "label"]).reset_index(drop=True)
+    return out.sort_values(["user_key", "ts", "target_item", "target_cat", "label"]).reset_index(
+        drop=True
+    )
 
 
 def test_arrays_match_a_plain_python_reference(raw_days, tmp_path):
@@ -95,7 +127,9 @@ def test_arrays_match_a_plain_python_reference(raw_days, tmp_path):
             np.testing.assert_array_equal(got[name], np.stack(want[name].to_numpy()), err_msg=name)
         np.testing.assert_array_equal(got[f"{prefix}_len"], want[f"{prefix}_len"].to_numpy())
     assert got["hist_len"].max() == SEQ_LEN and got["neg_len"].max() == NEG_LEN  # they fill up
-    np.testing.assert_allclose(got["dense"], np.stack(want["dense"].to_numpy()), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        got["dense"], np.stack(want["dense"].to_numpy()), rtol=1e-5, atol=1e-5
+    )
     # several partitions were used, so the user shuffle really ran
     assert meta["rows"]["read"] == 1800
 
@@ -105,19 +139,29 @@ def test_meta_accounting_splits_and_array_contract(raw_days, tmp_path):
     meta = run(raw, tmp_path / "ds")
     rows = meta["rows"]
     assert rows["read"] == sum(len(f) for f in frames.values())
-    assert rows["read"] == sum(rows["kept"].values()) + rows["quarantined_total"] + rows["duplicates_dropped"]
-    days = {s: [START + dt.timedelta(days=i) for i in r] for s, r in
-            {"train": (2, 3), "val": (4,), "test": (5,)}.items()}
+    assert (
+        rows["read"]
+        == sum(rows["kept"].values()) + rows["quarantined_total"] + rows["duplicates_dropped"]
+    )
+    days = {
+        s: [START + dt.timedelta(days=i) for i in r]
+        for s, r in {"train": (2, 3), "val": (4,), "test": (5,)}.items()
+    }
     for split in SPLITS:
         arrays = load_split(tmp_path / "ds", split)
         n = meta["splits"][split]["rows"]
         for name, spec in meta["arrays"].items():
             assert arrays[name].dtype == np.dtype(spec["dtype"]), name
             assert arrays[name].shape == (n, *spec["row_shape"]), name
-        row_days = {dt.date(1970, 1, 1) + dt.timedelta(days=int(d)) for d in np.unique(arrays["ts"] // 86_400)}
+        row_days = {
+            dt.date(1970, 1, 1) + dt.timedelta(days=int(d))
+            for d in np.unique(arrays["ts"] // 86_400)
+        }
         assert row_days == set(days[split])
         assert meta["splits"][split]["positives"] == int(arrays["label"].sum())
-    assert rows["kept"]["history_only"] == sum(len(frames[START + dt.timedelta(days=i)]) for i in (0, 1))
+    assert rows["kept"]["history_only"] == sum(
+        len(frames[START + dt.timedelta(days=i)]) for i in (0, 1)
+    )
     events = pd.read_parquet(tmp_path / "ds" / "events")
     assert len(events) == sum(meta["splits"][s]["rows"] for s in SPLITS)
     assert set(events["split"]) == set(SPLITS)
@@ -149,8 +193,11 @@ def test_csv_with_string_ids_and_iso_times_equals_parquet_with_integers(raw_days
     raw, frames = raw_days(days=6, rows=300)
     csv_root = tmp_path / "csv"
     for day, frame in frames.items():
-        text = frame.assign(timestamp=pd.to_datetime(frame["timestamp"], unit="s", utc=True)
-                            .dt.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        text = frame.assign(
+            timestamp=pd.to_datetime(frame["timestamp"], unit="s", utc=True).dt.strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            )
+        )
         write_day(csv_root, day, text, fmt="csv")
     run(raw, tmp_path / "from-parquet")
     run(csv_root, tmp_path / "from-csv")
@@ -184,7 +231,10 @@ def test_duplicates_and_bad_rows_are_counted_and_quarantined(raw_days, tmp_path)
     assert rows["quarantined"] == {"bad_label": 1, "null_user_id": 1}
     assert rows["duplicates_dropped"] >= 5
     assert rows["read"] == 1805
-    assert rows["read"] == sum(rows["kept"].values()) + rows["quarantined_total"] + rows["duplicates_dropped"]
+    assert (
+        rows["read"]
+        == sum(rows["kept"].values()) + rows["quarantined_total"] + rows["duplicates_dropped"]
+    )
     quarantine = pd.read_parquet(tmp_path / "ds" / "quarantine")
     assert sorted(quarantine[["file", "row", "reason"]].values.tolist()) == [
         ["dt=2026-03-05/part-00000.parquet", 7, "null_user_id"],
@@ -201,10 +251,10 @@ def test_quarantined_rows_in_later_row_groups_keep_their_file_row_numbers(raw_da
     raw, frames = raw_days(days=6, rows=300)
     day = START + dt.timedelta(days=4)
     frame = frames[day].astype({"user_id": "Int64", "label": "Int64"})
-    frame.loc[30, "label"] = 7          # row group 0
-    frame.loc[120, "user_id"] = pd.NA   # row group 1
-    frame.loc[250, "label"] = 2         # row group 2
-    frame.loc[299, "user_id"] = pd.NA   # the very last row
+    frame.loc[30, "label"] = 7  # row group 0
+    frame.loc[120, "user_id"] = pd.NA  # row group 1
+    frame.loc[250, "label"] = 2  # row group 2
+    frame.loc[299, "user_id"] = pd.NA  # the very last row
     path = raw / schema.day_folder_name(day) / "part-00000.parquet"
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path, row_group_size=100)
     assert pq.ParquetFile(path).metadata.num_row_groups == 3
@@ -219,8 +269,12 @@ def test_quarantined_rows_in_later_row_groups_keep_their_file_row_numbers(raw_da
     ]
     # the reported row is the row: its original values come back with it
     by_row = quarantine.set_index("row")
-    assert by_row.loc[250, "label"] == "2" and by_row.loc[250, "item_id"] == str(frame.loc[250, "item_id"])
-    assert pd.isna(by_row.loc[120, "user_id"]) and by_row.loc[120, "item_id"] == str(frame.loc[120, "item_id"])
+    assert by_row.loc[250, "label"] == "2" and by_row.loc[250, "item_id"] == str(
+        frame.loc[250, "item_id"]
+    )
+    assert pd.isna(by_row.loc[120, "user_id"]) and by_row.loc[120, "item_id"] == str(
+        frame.loc[120, "item_id"]
+    )
 
 
 def test_schedulers_give_identical_bytes(raw_days, tmp_path):
@@ -238,7 +292,8 @@ def test_local_cluster_scheduler_runs(raw_days, tmp_path):
     b = run(raw, tmp_path / "cluster", scheduler="local-cluster", workers=2)
     assert a["fingerprint"] == b["fingerprint"]
     assert (tmp_path / "threads/test/hist_item.npy").read_bytes() == (
-        tmp_path / "cluster/test/hist_item.npy").read_bytes()
+        tmp_path / "cluster/test/hist_item.npy"
+    ).read_bytes()
 
 
 # -- structural problems stop the run with the file and column named ---------------
@@ -248,14 +303,19 @@ def test_missing_column_names_file_and_column(raw_days, tmp_path):
     raw, frames = raw_days(days=6, rows=50)
     day = START + dt.timedelta(days=3)
     write_day(raw, day, frames[day].drop(columns="label"), fmt="csv", name="broken")
-    with pytest.raises(InputError, match=r"'dt=2026-03-04/broken\.csv': missing required column 'label'"):
+    with pytest.raises(
+        InputError, match=r"'dt=2026-03-04/broken\.csv': missing required column 'label'"
+    ):
         run(raw, tmp_path / "ds")
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (b"", r"empty \(0 bytes\)"),
-    (b"PAR1 this is not parquet", "unreadable Parquet"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", r"empty \(0 bytes\)"),
+        (b"PAR1 this is not parquet", "unreadable Parquet"),
+    ],
+)
 def test_empty_or_corrupt_file_is_named(raw_days, tmp_path, content, message):
     raw, _ = raw_days(days=6, rows=50)
     bad = raw / "dt=2026-03-05" / "part-00001.parquet"
@@ -278,13 +338,19 @@ def test_no_data_in_window_and_no_folders(raw_days, tmp_path):
 def test_missing_split_days_are_an_error_naming_the_split(raw_days, tmp_path):
     raw, frames = raw_days(days=6, rows=50)
     # the window ends on a day with no folder: no test data at all
-    with pytest.raises(InputError, match=r"no raw files for the test split \(2026-03-07 .. 2026-03-07\)"):
+    with pytest.raises(
+        InputError, match=r"no raw files for the test split \(2026-03-07 .. 2026-03-07\)"
+    ):
         run(raw, tmp_path / "ds", end_date=dt.date(2026, 3, 7))
     # the val day has a file, but every row in it is unusable
     val_day = START + dt.timedelta(days=4)
     write_day(raw, val_day, frames[val_day].assign(label=5))
-    with pytest.raises(InputError, match=r"the val split \(2026-03-05 .. 2026-03-05\) has no usable rows"):
-        run(raw, tmp_path / "ds", max_quarantine_fraction=1.0)  # the per-day limit would stop it first
+    with pytest.raises(
+        InputError, match=r"the val split \(2026-03-05 .. 2026-03-05\) has no usable rows"
+    ):
+        run(
+            raw, tmp_path / "ds", max_quarantine_fraction=1.0
+        )  # the per-day limit would stop it first
     assert not (tmp_path / "ds").exists()
 
 
@@ -292,8 +358,11 @@ def test_too_much_quarantine_stops_with_an_example(raw_days, tmp_path):
     raw, frames = raw_days(days=6, rows=50)
     for day, frame in frames.items():  # timestamps in milliseconds: every row out of range
         write_day(raw, day, frame.assign(timestamp=frame["timestamp"] * 1000))
-    with pytest.raises(InputError, match=r"timestamp_out_of_range .* column 'timestamp'.*'dt=2026-03-0\d/part-00000"
-                                         r"\.parquet' row \d+.*look like epoch milliseconds"):
+    with pytest.raises(
+        InputError,
+        match=r"timestamp_out_of_range .* column 'timestamp'.*'dt=2026-03-0\d/part-00000"
+        r"\.parquet' row \d+.*look like epoch milliseconds",
+    ):
         run(raw, tmp_path / "ds")
 
 
@@ -333,13 +402,28 @@ def test_cli_reports_bad_input_in_one_line_and_exits_nonzero(raw_days, tmp_path)
     raw, frames = raw_days(days=6, rows=50)
     write_day(raw, START, frames[START].drop(columns="item_id"))
     proc = subprocess.run(
-        [sys.executable, "-m", "components.preprocess", "--raw", str(raw), "--out", str(tmp_path / "ds"),
-         "--days", "4", "--history-days", "2"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "components.preprocess",
+            "--raw",
+            str(raw),
+            "--out",
+            str(tmp_path / "ds"),
+            "--days",
+            "4",
+            "--history-days",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
-    assert errors == ["preprocess: error: 'dt=2026-03-01/part-00000.parquet': missing required column "
-                      "'item_id' (has: 'user_id', 'category_id', 'timestamp', 'label'; required: user_id, "
-                      "item_id, timestamp, label)"]
+    assert errors == [
+        "preprocess: error: 'dt=2026-03-01/part-00000.parquet': missing required column "
+        "'item_id' (has: 'user_id', 'category_id', 'timestamp', 'label'; required: user_id, "
+        "item_id, timestamp, label)"
+    ]
     assert "Traceback" not in proc.stderr

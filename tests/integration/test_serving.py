@@ -50,11 +50,15 @@ AT = schema.day_start_epoch(DAY5) + 3600
 
 def _events(rng, day: dt.date, n: int) -> pd.DataFrame:
     item = rng.integers(0, 150, n)
-    return pd.DataFrame({
-        "user_id": 10**12 + rng.integers(0, 30, n),  # int64 ids beyond int32
-        "item_id": item, "category_id": item % 13,
-        "timestamp": schema.day_start_epoch(day) + rng.integers(0, 150, n) * 500,
-        "label": (rng.random(n) < 0.3).astype(np.int8)})
+    return pd.DataFrame(
+        {
+            "user_id": 10**12 + rng.integers(0, 30, n),  # int64 ids beyond int32
+            "item_id": item,
+            "category_id": item % 13,
+            "timestamp": schema.day_start_epoch(day) + rng.integers(0, 150, n) * 500,
+            "label": (rng.random(n) < 0.3).astype(np.int8),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,16 +73,30 @@ def world(tmp_path_factory):
     frames[DAY5]["timestamp"] = AT  # one second: no day-5 row sees another
     for day, frame in frames.items():
         write_day(raw, day, frame)
-    common = dict(raw=str(raw), history_days=0, seq_len=6, neg_len=4, rows_per_partition=600, **BUCKETS)
+    common = dict(
+        raw=str(raw), history_days=0, seq_len=6, neg_len=4, rows_per_partition=600, **BUCKETS
+    )
     before, after = root / "before", root / "after"
-    preprocess(PreprocessConfig(out=str(before), days=4, end_date=START + dt.timedelta(days=3), **common))
+    preprocess(
+        PreprocessConfig(out=str(before), days=4, end_date=START + dt.timedelta(days=3), **common)
+    )
     preprocess(PreprocessConfig(out=str(after), days=5, end_date=DAY5, **common))
-    plan = write_plan(root / "plan.json", TrainPlan(model="debug", micro_batch=256, num_workers=0, lr=3e-3,
-                                                    eval_batch=4096, max_epochs=1))
+    plan = write_plan(
+        root / "plan.json",
+        TrainPlan(
+            model="debug", micro_batch=256, num_workers=0, lr=3e-3, eval_batch=4096, max_epochs=1
+        ),
+    )
     uri = sqlite_uri(root / "mlruns")
     train(TrainConfig(data=str(before), out=str(root / "train"), plan=str(plan), tracking_uri=uri))
-    return {"root": root, "raw": frames, "before": before, "after": after, "uri": uri,
-            "checkpoint": root / "train" / "best.pt"}
+    return {
+        "root": root,
+        "raw": frames,
+        "before": before,
+        "after": after,
+        "uri": uri,
+        "checkpoint": root / "train" / "best.pt",
+    }
 
 
 def _day5(world) -> pd.DataFrame:
@@ -99,12 +117,16 @@ def _requests(world, with_events: bool) -> pd.DataFrame:
         by_user = {u: g for u, g in history.groupby("user_id")}
         empty = history.iloc[:0]
         for raw_column in ("item_id", "category_id", "timestamp", "label"):
-            out[f"events_{raw_column}"] = [by_user.get(u, empty)[raw_column].tolist() for u in rows["user_id"]]
+            out[f"events_{raw_column}"] = [
+                by_user.get(u, empty)[raw_column].tolist() for u in rows["user_id"]
+            ]
     return out
 
 
 def _dataset_rows(data) -> dict:
-    (batch,) = split_rows(data, "test", load_meta(data), 10**6, keys=(*BATCH_KEYS, "label", "user_key", "ts"))
+    (batch,) = split_rows(
+        data, "test", load_meta(data), 10**6, keys=(*BATCH_KEYS, "label", "user_key", "ts")
+    )
     return batch
 
 
@@ -112,8 +134,16 @@ def _sorted(arrays: dict, label: np.ndarray, ties: np.ndarray | None = None) -> 
     """Rows in one canonical order; ``ties`` (e.g. the dense features) orders rows whose ids share
     buckets."""
     ties = () if ties is None else tuple(np.asarray(ties).reshape(len(label), -1).T)
-    order = np.lexsort((*ties, label, arrays["target_cat"], arrays["target_item"], arrays["ts"],
-                        arrays["user_key"]))
+    order = np.lexsort(
+        (
+            *ties,
+            label,
+            arrays["target_cat"],
+            arrays["target_item"],
+            arrays["ts"],
+            arrays["user_key"],
+        )
+    )
     return {k: np.asarray(v)[order] for k, v in arrays.items()}
 
 
@@ -131,7 +161,9 @@ def test_request_arrays_equal_the_dataset_rows_bit_for_bit(world, tmp_path, with
     theirs = _dataset_rows(world["after"])
     theirs = _sorted(theirs, theirs["label"], theirs["dense"])
     assert len(ours["user_key"]) == len(theirs["user_key"]) > 300
-    assert (theirs["hist_len"] > 0).mean() > 0.5 and np.abs(theirs["dense"]).sum() > 0  # features not trivial
+    assert (theirs["hist_len"] > 0).mean() > 0.5 and np.abs(
+        theirs["dense"]
+    ).sum() > 0  # features not trivial
     for key in (*BATCH_KEYS, "user_key", "ts", "label"):
         assert ours[key].dtype == theirs[key].dtype, key
         assert np.array_equal(ours[key], theirs[key]), key
@@ -146,11 +178,19 @@ def test_bad_requests_are_refused_with_one_line_reasons(world, tmp_path):
         (good.drop(columns=["item_id"]), "missing column.*item_id"),
         (good.assign(user=1), "unknown column.*user"),
         (good.assign(item_id=[1.5, 2, 3]), r"row 0: item_id 1\.5 is no usable id"),
-        (good.assign(user_id=[None, 1, 2]), r"row 0: user_id null is no usable id \(an empty value\)"),
+        (
+            good.assign(user_id=[None, 1, 2]),
+            r"row 0: user_id null is no usable id \(an empty value\)",
+        ),
         (good.assign(timestamp=["yesterday", 1, 2]), "row 0: timestamp 'yesterday' is no time"),
-        (good.assign(events_label=[[2] * len(v) for v in good["events_item_id"]]), "row 0 event 0: events_label 2"),
-        (good.assign(events_timestamp=[v[:-1] for v in good["events_timestamp"]]),
-         "row 0: events_timestamp has"),
+        (
+            good.assign(events_label=[[2] * len(v) for v in good["events_item_id"]]),
+            "row 0 event 0: events_label 2",
+        ),
+        (
+            good.assign(events_timestamp=[v[:-1] for v in good["events_timestamp"]]),
+            "row 0: events_timestamp has",
+        ),
         (good[["user_id", "item_id", "timestamp"]], "row 0: no events given"),
         (good.iloc[:0], "no rows"),
     ]
@@ -164,7 +204,8 @@ def test_string_and_integer_ids_are_the_same_ids(world, tmp_path):
     snapshot = Snapshot.load(files["count_state"], files["user_events"])
     requests = _requests(world, False).head(20)
     as_text = requests.astype({"user_id": str, "item_id": str, "category_id": str}).assign(
-        timestamp=[pd.Timestamp(t, unit="s", tz="UTC").isoformat() for t in requests["timestamp"]])
+        timestamp=[pd.Timestamp(t, unit="s", tz="UTC").isoformat() for t in requests["timestamp"]]
+    )
     layout = _layout(world["before"])
     a, b = request_inputs(requests, snapshot, layout), request_inputs(as_text, snapshot, layout)
     assert all(np.array_equal(a[k], b[k]) for k in BATCH_KEYS)
@@ -174,17 +215,34 @@ def test_string_and_integer_ids_are_the_same_ids(world, tmp_path):
 @pytest.fixture(scope="module")
 def registered(world):
     out = world["root"] / "evaluate"
-    result = evaluate(EvaluateConfig(data=str(world["after"]), checkpoint=str(world["checkpoint"]), out=str(out),
-                                     model_name=NAME, tracking_uri=world["uri"], rule=GateRule(min_auc=0.0)))
+    result = evaluate(
+        EvaluateConfig(
+            data=str(world["after"]),
+            checkpoint=str(world["checkpoint"]),
+            out=str(out),
+            model_name=NAME,
+            tracking_uri=world["uri"],
+            rule=GateRule(min_auc=0.0),
+        )
+    )
     assert result["decision"]["blessed"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        registration = register(RegisterConfig(
-            checkpoint=str(world["checkpoint"]), metrics=str(out / "metrics.json"),
-            decision=str(out / "decision.json"), model_name=NAME, tracking_uri=world["uri"],
-            data=str(world["before"])))
-    return {"registration": registration, "metrics": result["metrics"],
-            "warnings": [str(w.message) for w in caught]}
+        registration = register(
+            RegisterConfig(
+                checkpoint=str(world["checkpoint"]),
+                metrics=str(out / "metrics.json"),
+                decision=str(out / "decision.json"),
+                model_name=NAME,
+                tracking_uri=world["uri"],
+                data=str(world["before"]),
+            )
+        )
+    return {
+        "registration": registration,
+        "metrics": result["metrics"],
+        "warnings": [str(w.message) for w in caught],
+    }
 
 
 def _free_port() -> int:
@@ -194,8 +252,11 @@ def _free_port() -> int:
 
 
 def _post(port: int, payload: dict) -> tuple[int, str]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=json.dumps(payload).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/invocations",
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, response.read().decode()
@@ -208,9 +269,21 @@ def test_served_model_scores_raw_ids_like_evaluate(world, registered, tmp_path):
     log = tmp_path / "serve.log"
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "MLFLOW_TRACKING_URI": world["uri"]}
     with open(log, "w") as sink:
-        server = subprocess.Popen([sys.executable, "-m", "components.score.serve", "--model",
-                                   f"models:/{NAME}@champion", "--port", str(port)],
-                                  stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "components.score.serve",
+                "--model",
+                f"models:/{NAME}@champion",
+                "--port",
+                str(port),
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -229,19 +302,28 @@ def test_served_model_scores_raw_ids_like_evaluate(world, registered, tmp_path):
         batch = _dataset_rows(world["after"])
         expected = sigmoid(predict_logits(load_scorer(world["checkpoint"]).model, [batch]))
         label = _day5(world)["label"].to_numpy()
-        arrays = request_inputs(requests, Snapshot.load(*write_snapshot(world["before"], tmp_path / "s").values()),
-                                _layout(world["before"]))
+        arrays = request_inputs(
+            requests,
+            Snapshot.load(*write_snapshot(world["before"], tmp_path / "s").values()),
+            _layout(world["before"]),
+        )
         keys = ("user_key", "ts", "target_item", "target_cat")
         ours = _sorted({**{k: arrays[k] for k in keys}, "p": served}, label, arrays["dense"])
-        theirs = _sorted({**{k: batch[k] for k in keys}, "p": expected}, batch["label"], batch["dense"])
+        theirs = _sorted(
+            {**{k: batch[k] for k in keys}, "p": expected}, batch["label"], batch["dense"]
+        )
         np.testing.assert_allclose(ours["p"], theirs["p"], rtol=1e-5, atol=1e-6)
         assert np.std(served) > 0
         # a bad request: HTTP 400, one line, no stack trace, no server path
-        status, body = _post(port, {"dataframe_records": [{"user_id": 1, "item_id": 2.5, "timestamp": AT}]})
+        status, body = _post(
+            port, {"dataframe_records": [{"user_id": 1, "item_id": 2.5, "timestamp": AT}]}
+        )
         assert status == 400
         message = json.loads(body)["message"]
         assert message == "row 0: item_id 2.5 is no usable id (a non-integral number or empty text)"
-        assert "Traceback" not in body and str(world["root"]) not in body and "stack_trace" not in body
+        assert (
+            "Traceback" not in body and str(world["root"]) not in body and "stack_trace" not in body
+        )
         assert "\n" not in message
     finally:
         os.killpg(server.pid, 15)
@@ -254,18 +336,27 @@ def test_version_links_its_training_and_evaluation_runs(world, registered):
 
     client = MlflowClient(world["uri"], registry_uri=world["uri"])
     version = client.get_model_version(NAME, str(registered["registration"]["version"]))
-    training = json.loads((world["checkpoint"].parent / "train_summary.json").read_text())["mlflow_run_id"]
+    training = json.loads((world["checkpoint"].parent / "train_summary.json").read_text())[
+        "mlflow_run_id"
+    ]
     assert version.tags["training_run_id"] == training and training
     run = client.get_run(training)
     assert run.info.status == "FINISHED" and "val_auc" in run.data.metrics
-    assert version.tags["training_run_link"] == f"#/experiments/{run.info.experiment_id}/runs/{training}"
+    assert (
+        version.tags["training_run_link"]
+        == f"#/experiments/{run.info.experiment_id}/runs/{training}"
+    )
     assert f"[training run]({version.tags['training_run_link']})" in version.description
     evaluation = client.get_run(version.tags["evaluation_run_id"])
     assert evaluation.data.metrics["test_auc"] == pytest.approx(registered["metrics"]["test_auc"])
     assert evaluation.data.tags["blessed"] == "true"
     logged = {a.path for a in client.list_artifacts(evaluation.info.run_id, "evaluation")}
-    assert {"evaluation/roc.png", "evaluation/calibration.png", "evaluation/report.md",
-            "evaluation/metrics.json"} <= logged
+    assert {
+        "evaluation/roc.png",
+        "evaluation/calibration.png",
+        "evaluation/report.md",
+        "evaluation/metrics.json",
+    } <= logged
     # predict has type hints: MLflow's advice to add some reaches nobody
     assert not [w for w in registered["warnings"] if "type hints" in w]
     import mlflow.pyfunc
@@ -280,9 +371,19 @@ def test_version_links_its_training_and_evaluation_runs(world, registered):
 def test_model_requirements_carry_no_local_versions(world, registered):
     import mlflow
 
-    folder = mlflow.artifacts.download_artifacts(f"models:/{NAME}@champion", tracking_uri=world["uri"])
-    lines = [line for line in (Path(folder) / "requirements.txt").read_text().split() if "==" in line]
-    assert {line.split("==")[0] for line in lines} >= {"mlflow", "torch", "numpy", "pandas", "pyarrow"}
+    folder = mlflow.artifacts.download_artifacts(
+        f"models:/{NAME}@champion", tracking_uri=world["uri"]
+    )
+    lines = [
+        line for line in (Path(folder) / "requirements.txt").read_text().split() if "==" in line
+    ]
+    assert {line.split("==")[0] for line in lines} >= {
+        "mlflow",
+        "torch",
+        "numpy",
+        "pandas",
+        "pyarrow",
+    }
     assert not [line for line in lines if "+" in line]
 
 
@@ -292,28 +393,54 @@ def test_batch_scoring_of_a_raw_day_matches_the_served_model(world, registered, 
     from components.score.__main__ import main
 
     day = world["raw"][DAY5]
-    bad = pd.DataFrame({"user_id": [None, 10**12 + 1], "item_id": [5, 1.5], "category_id": [1, 1],
-                        "timestamp": [AT, AT], "label": [0, 1]})
+    bad = pd.DataFrame(
+        {
+            "user_id": [None, 10**12 + 1],
+            "item_id": [5, 1.5],
+            "category_id": [1, 1],
+            "timestamp": [AT, AT],
+            "label": [0, 1],
+        }
+    )
     raw = tmp_path / "raw"
     write_day(raw, DAY5, pd.concat([day, bad], ignore_index=True).astype({"item_id": "float64"}))
     out = tmp_path / "scores" / "day.parquet"
-    argv = ["--raw", str(raw), "--date", DAY5.isoformat(), "--model", f"models:/{NAME}@champion",
-            "--tracking-uri", world["uri"], "--out", str(out), "--json"]
+    argv = [
+        "--raw",
+        str(raw),
+        "--date",
+        DAY5.isoformat(),
+        "--model",
+        f"models:/{NAME}@champion",
+        "--tracking-uri",
+        world["uri"],
+        "--out",
+        str(out),
+        "--json",
+    ]
     assert main(argv) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["rows"] == {"read": len(day) + 2, "scored": len(day), "quarantined_total": 2,
-                              "quarantined": {"bad_item_id": 1, "null_user_id": 1}}
+    assert result["rows"] == {
+        "read": len(day) + 2,
+        "scored": len(day),
+        "quarantined_total": 2,
+        "quarantined": {"bad_item_id": 1, "null_user_id": 1},
+    }
     scores = pd.read_parquet(out)
     assert scores["row"].tolist() == list(range(len(day)))
     online = mlflow.pyfunc.load_model(f"models:/{NAME}@champion").predict(
-        day[["user_id", "item_id", "category_id", "timestamp"]])
+        day[["user_id", "item_id", "category_id", "timestamp"]]
+    )
     np.testing.assert_array_equal(scores["score"].to_numpy(), online)
     # ids as the file holds them (a column with a null is float here)
     assert [int(float(u)) for u in scores["user_id"]] == day["user_id"].tolist()
     assert 0.0 < result["auc"] < 1.0
     # a day that is not there: one line, exit 1
     assert main([*argv[:2], "--date", "2030-01-01", *argv[4:-1]]) == 1
-    assert capsys.readouterr().err.strip() == f"score: error: {str(raw)!r}: no folder 'dt=2030-01-01' to score"
+    assert (
+        capsys.readouterr().err.strip()
+        == f"score: error: {str(raw)!r}: no folder 'dt=2030-01-01' to score"
+    )
 
 
 def test_a_moved_registry_still_serves_its_models(world, registered, tmp_path):
@@ -336,7 +463,9 @@ def test_a_moved_registry_still_serves_its_models(world, registered, tmp_path):
         model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
         assert model.predict(_requests(world, False).head(3)).shape == (3,)
         run_id = client.get_model_version(NAME, "1").tags["evaluation_run_id"]
-        assert {a.path for a in client.list_artifacts(run_id, "evaluation")} >= {"evaluation/roc.png"}
+        assert {a.path for a in client.list_artifacts(run_id, "evaluation")} >= {
+            "evaluation/roc.png"
+        }
     finally:
         hidden.rename(original)
 
@@ -347,14 +476,28 @@ def test_a_version_without_user_events_scores_requests_that_send_them(world, reg
     from components.register.pyfunc import BadRequest
 
     out = world["root"] / "evaluate"
-    register(RegisterConfig(checkpoint=str(world["checkpoint"]), metrics=str(out / "metrics.json"),
-                            decision=str(out / "decision.json"), model_name="lean", tracking_uri=world["uri"],
-                            data=str(world["before"]), user_events=False))
+    register(
+        RegisterConfig(
+            checkpoint=str(world["checkpoint"]),
+            metrics=str(out / "metrics.json"),
+            decision=str(out / "decision.json"),
+            model_name="lean",
+            tracking_uri=world["uri"],
+            data=str(world["before"]),
+            user_events=False,
+        )
+    )
     lean = mlflow.pyfunc.load_model("models:/lean@champion")
     full = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
-    folder = Path(mlflow.artifacts.download_artifacts("models:/lean@champion", tracking_uri=world["uri"]))
+    folder = Path(
+        mlflow.artifacts.download_artifacts("models:/lean@champion", tracking_uri=world["uri"])
+    )
     assert (folder / "artifacts" / "count_state.npz").is_file()
     assert not (folder / "artifacts" / "user_events.parquet").exists()
-    with pytest.raises(BadRequest, match="^row 0: no events given, and this model version carries no snapshot"):
+    with pytest.raises(
+        BadRequest, match="^row 0: no events given, and this model version carries no snapshot"
+    ):
         lean.predict(_requests(world, False).head(2))
-    np.testing.assert_array_equal(lean.predict(_requests(world, True)), full.predict(_requests(world, False)))
+    np.testing.assert_array_equal(
+        lean.predict(_requests(world, True)), full.predict(_requests(world, False))
+    )

@@ -13,18 +13,28 @@ from components.train.trainer import TrainConfig, train
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("crash, status", [(RuntimeError("validation died"), "FAILED"),
-                                           (KeyboardInterrupt("stopped"), "KILLED")])
-def test_a_crashed_training_run_is_closed_with_its_failure(tiny_dataset, tmp_path, monkeypatch, crash, status):
+@pytest.mark.parametrize(
+    "crash, status",
+    [(RuntimeError("validation died"), "FAILED"), (KeyboardInterrupt("stopped"), "KILLED")],
+)
+def test_a_crashed_training_run_is_closed_with_its_failure(
+    tiny_dataset, tmp_path, monkeypatch, crash, status
+):
     def broken(*args, **kwargs):
         raise crash
 
     monkeypatch.setattr(trainer, "evaluate", broken)  # the first validation, after an epoch's steps
-    plan = write_plan(tmp_path / "plan.json", TrainPlan(model="debug", micro_batch=512, num_workers=0,
-                                                        max_epochs=1))
+    plan = write_plan(
+        tmp_path / "plan.json",
+        TrainPlan(model="debug", micro_batch=512, num_workers=0, max_epochs=1),
+    )
     uri = sqlite_uri(tmp_path / "mlruns")
     with pytest.raises(type(crash), match=str(crash.args[0])):
-        train(TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "out"), plan=str(plan), tracking_uri=uri))
+        train(
+            TrainConfig(
+                data=str(tiny_dataset), out=str(tmp_path / "out"), plan=str(plan), tracking_uri=uri
+            )
+        )
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("dailyrec-train").experiment_id])
     assert run.info.status == status and run.info.end_time

@@ -30,8 +30,11 @@ def plan_file(path, **overrides):
 
 
 def run(tiny_dataset, tmp_path, name="out", **overrides):
-    config = TrainConfig(data=str(tiny_dataset), out=str(tmp_path / name),
-                         plan=plan_file(tmp_path / f"{name}-plan.json", **overrides))
+    config = TrainConfig(
+        data=str(tiny_dataset),
+        out=str(tmp_path / name),
+        plan=plan_file(tmp_path / f"{name}-plan.json", **overrides),
+    )
     return train(config), tmp_path / name
 
 
@@ -39,14 +42,26 @@ def test_single_process_training_writes_checkpoints_and_summary(tiny_dataset, tm
     summary, out = run(tiny_dataset, tmp_path, max_epochs=3, patience=5)
     on_disk = json.loads((out / "train_summary.json").read_text())
     assert on_disk["epochs_run"] == summary["epochs_run"] == 3
-    for key in ("best_epoch", "best_val_auc", "early_stopped", "samples_per_s", "data_wait_fraction",
-                "world_size", "precision", "seconds", "peak_memory_bytes", "flags"):
+    for key in (
+        "best_epoch",
+        "best_val_auc",
+        "early_stopped",
+        "samples_per_s",
+        "data_wait_fraction",
+        "world_size",
+        "precision",
+        "seconds",
+        "peak_memory_bytes",
+        "flags",
+    ):
         assert key in on_disk, key
     assert on_disk["world_size"] == 1 and on_disk["precision"] == "fp32"
     assert 0 <= on_disk["data_wait_fraction"] < 1 and on_disk["samples_per_s"] > 0
     assert load_checkpoint(out / "best.pt")["epoch_finished"] == on_disk["best_epoch"]
     # the recorded validation AUC is scikit-learn's AUC of the best model's predictions
-    assert on_disk["best_val_auc"] == pytest.approx(val_auc_of(out / "best.pt", tiny_dataset), abs=1e-6)
+    assert on_disk["best_val_auc"] == pytest.approx(
+        val_auc_of(out / "best.pt", tiny_dataset), abs=1e-6
+    )
 
 
 def val_auc_of(checkpoint, data) -> float:
@@ -87,8 +102,12 @@ def test_resumed_run_reaches_the_same_weights(tiny_dataset, tmp_path, monkeypatc
     interrupted = load_checkpoint(tmp_path / "resumed" / "last.pt")
     assert interrupted["epoch"] == 1 and interrupted["global_step"] == 19
     monkeypatch.setattr(Optimizers, "step", original)
-    config = TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "resumed"),
-                         plan=str(tmp_path / "resumed-plan.json"), resume="auto")
+    config = TrainConfig(
+        data=str(tiny_dataset),
+        out=str(tmp_path / "resumed"),
+        plan=str(tmp_path / "resumed-plan.json"),
+        resume="auto",
+    )
     summary = train(config)
     assert summary["resumed_from"].endswith("last.pt")
     a = load_checkpoint(straight / "last.pt")["model"]
@@ -99,12 +118,20 @@ def test_resumed_run_reaches_the_same_weights(tiny_dataset, tmp_path, monkeypatc
 
 def test_warm_start_applies_when_shapes_match_and_says_why_not(tiny_dataset, tmp_path):
     _, first = run(tiny_dataset, tmp_path, "first", max_epochs=1)
-    config = TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "second"),
-                         plan=plan_file(tmp_path / "p2.json", max_epochs=1), init_from=str(first / "best.pt"))
+    config = TrainConfig(
+        data=str(tiny_dataset),
+        out=str(tmp_path / "second"),
+        plan=plan_file(tmp_path / "p2.json", max_epochs=1),
+        init_from=str(first / "best.pt"),
+    )
     assert train(config)["warm_start"]["applied"] is True
     other = make_dataset(tmp_path / "other", item_buckets=4096)
-    config = TrainConfig(data=str(other), out=str(tmp_path / "third"),
-                         plan=plan_file(tmp_path / "p3.json", max_epochs=1), init_from=str(first / "best.pt"))
+    config = TrainConfig(
+        data=str(other),
+        out=str(tmp_path / "third"),
+        plan=plan_file(tmp_path / "p3.json", max_epochs=1),
+        init_from=str(first / "best.pt"),
+    )
     warm = train(config)["warm_start"]
     assert warm["applied"] is False and "item_emb.weight: checkpoint (2048" in warm["reason"]
 
@@ -115,31 +142,64 @@ def test_bad_inputs_get_clear_errors(tiny_dataset, tmp_path):
     meta = json.loads((broken / "meta.json").read_text())
     (broken / "meta.json").write_text(json.dumps(meta | {"schema_version": 99}))
     with pytest.raises(DatasetError, match=r"meta\.json.*99"):
-        train(TrainConfig(data=str(broken), out=str(tmp_path / "o1"), plan=plan_file(tmp_path / "p.json")))
+        train(
+            TrainConfig(
+                data=str(broken), out=str(tmp_path / "o1"), plan=plan_file(tmp_path / "p.json")
+            )
+        )
     (broken / "meta.json").write_text(json.dumps(meta))
     shutil.rmtree(broken / "val")
     with pytest.raises(DatasetError, match="val"):
-        train(TrainConfig(data=str(broken), out=str(tmp_path / "o2"), plan=plan_file(tmp_path / "p.json")))
+        train(
+            TrainConfig(
+                data=str(broken), out=str(tmp_path / "o2"), plan=plan_file(tmp_path / "p.json")
+            )
+        )
     with pytest.raises(ValueError, match="fp16 needs a CUDA device"):
-        train(TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "o3"),
-                          plan=plan_file(tmp_path / "fp16.json", precision="fp16")))
+        train(
+            TrainConfig(
+                data=str(tiny_dataset),
+                out=str(tmp_path / "o3"),
+                plan=plan_file(tmp_path / "fp16.json", precision="fp16"),
+            )
+        )
     out = tmp_path / "o4"
     out.mkdir()
     (out / "last.pt").write_bytes(b"PK\x03\x04 truncated")
     with pytest.raises(CheckpointError, match=r"o4/last\.pt: unreadable or corrupt"):
-        train(TrainConfig(data=str(tiny_dataset), out=str(out), plan=plan_file(tmp_path / "p.json"),
-                          resume="auto"))
+        train(
+            TrainConfig(
+                data=str(tiny_dataset),
+                out=str(out),
+                plan=plan_file(tmp_path / "p.json"),
+                resume="auto",
+            )
+        )
 
 
 def test_cli_exit_code_and_one_line_error(tiny_dataset, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "components.train", "--data", str(tmp_path / "nothing"),
-                           "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "components.train",
+            "--data",
+            str(tmp_path / "nothing"),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith("train: error (rank 0): DatasetError:")
 
 
 def test_torchrun_two_processes(tiny_dataset, tmp_path):
-    plan = plan_file(tmp_path / "plan.json", max_epochs=2, nproc_per_node=2, micro_batch=256, embedding_l2=0.5)
+    plan = plan_file(
+        tmp_path / "plan.json", max_epochs=2, nproc_per_node=2, micro_batch=256, embedding_l2=0.5
+    )
     summary = launch(LaunchSpec.of(data=str(tiny_dataset), out=str(tmp_path / "ddp"), plan=plan))
     assert summary["world_size"] == 2 and summary["epochs_run"] == 2
     assert summary["sparse_embeddings"] is True  # gloo: sparse gradients reduced across ranks
@@ -160,9 +220,15 @@ def test_restarted_workers_get_their_own_store_not_the_agents(tmp_path):
         "env = os.environ\n"
         "name = f\"rank{env['RANK']}-restart{env['TORCHELASTIC_RESTART_COUNT']}\"\n"
         "pathlib.Path(sys.argv[1], name).write_text(env['TORCHELASTIC_USE_AGENT_STORE'])\n"
-        "sys.exit(1 if env['TORCHELASTIC_RESTART_COUNT'] == '0' else 0)\n")
-    done = subprocess.run(torchrun(2, 1, str(script), str(tmp_path)), capture_output=True, text=True,
-                          timeout=120, check=False)
+        "sys.exit(1 if env['TORCHELASTIC_RESTART_COUNT'] == '0' else 0)\n"
+    )
+    done = subprocess.run(
+        torchrun(2, 1, str(script), str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     seen = {p.name: p.read_text() for p in tmp_path.glob("rank*")}
     # every restarted worker reported; a first-attempt worker may be stopped before it writes
@@ -173,8 +239,11 @@ def test_restarted_workers_get_their_own_store_not_the_agents(tmp_path):
 
 def test_launcher_surfaces_each_ranks_error(tiny_dataset, tmp_path):
     plan = plan_file(tmp_path / "plan.json", nproc_per_node=2, precision="fp16")
-    with pytest.raises(LaunchError, match=r"rank 0: ValueError: plan.train.precision fp16 needs a CUDA device"
-                                          r".*rank 1: ValueError"):
+    with pytest.raises(
+        LaunchError,
+        match=r"rank 0: ValueError: plan.train.precision fp16 needs a CUDA device"
+        r".*rank 1: ValueError",
+    ):
         launch(LaunchSpec.of(data=str(tiny_dataset), out=str(tmp_path / "fail"), plan=plan))
 
 
@@ -182,8 +251,13 @@ def test_mlflow_logging_from_rank_zero(tiny_dataset, tmp_path):
     import mlflow
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    config = TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "o"), tracking_uri=uri,
-                         experiment="test-train", plan=plan_file(tmp_path / "p.json", max_epochs=2, patience=5))
+    config = TrainConfig(
+        data=str(tiny_dataset),
+        out=str(tmp_path / "o"),
+        tracking_uri=uri,
+        experiment="test-train",
+        plan=plan_file(tmp_path / "p.json", max_epochs=2, patience=5),
+    )
     summary = train(config)
     client = mlflow.MlflowClient(tracking_uri=uri)
     (run,) = client.search_runs([client.get_experiment_by_name("test-train").experiment_id])
@@ -195,8 +269,11 @@ def test_mlflow_logging_from_rank_zero(tiny_dataset, tmp_path):
 
 def test_epoch_callback_can_stop_training(tiny_dataset, tmp_path):
     seen = []
-    config = TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "cb"),
-                         plan=plan_file(tmp_path / "p.json", max_epochs=4, patience=0))
+    config = TrainConfig(
+        data=str(tiny_dataset),
+        out=str(tmp_path / "cb"),
+        plan=plan_file(tmp_path / "p.json", max_epochs=4, patience=0),
+    )
     summary = train(config, on_epoch=lambda record: seen.append(record["val_auc"]) or len(seen) < 2)
     assert len(seen) == 2 and summary["epochs_run"] == 2
     assert summary["stopped_by_callback"] and summary["early_stopped"]

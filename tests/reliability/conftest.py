@@ -22,8 +22,16 @@ REPORT_ENV = "DAILYREC_RELIABILITY_REPORT"
 @pytest.fixture
 def fault_report(request):
     def record(category: str, fault: str, outcome: str) -> None:
-        ROWS.append({"test": request.node.nodeid, "category": category, "fault": fault,
-                     "outcome": outcome, "result": None})
+        ROWS.append(
+            {
+                "test": request.node.nodeid,
+                "category": category,
+                "fault": fault,
+                "outcome": outcome,
+                "result": None,
+            }
+        )
+
     return record
 
 
@@ -44,10 +52,16 @@ def pytest_runtest_makereport(item, call):
 def skipped_row(item, report) -> dict:
     """A row for a test that ended before calling ``fault_report``: its module, docstring, why."""
     doc = (getattr(item.function, "__doc__", None) or "").strip().splitlines()
-    reason = report.longrepr[2] if report.skipped and isinstance(report.longrepr, tuple) else "error"
-    return {"test": item.nodeid, "category": item.module.__name__.rpartition(".")[2].removeprefix("test_"),
-            "fault": doc[0] if doc else item.name, "outcome": str(reason).removeprefix("Skipped: "),
-            "result": None}
+    reason = (
+        report.longrepr[2] if report.skipped and isinstance(report.longrepr, tuple) else "error"
+    )
+    return {
+        "test": item.nodeid,
+        "category": item.module.__name__.rpartition(".")[2].removeprefix("test_"),
+        "fault": doc[0] if doc else item.name,
+        "outcome": str(reason).removeprefix("Skipped: "),
+        "result": None,
+    }
 
 
 def pytest_sessionfinish(session, exitstatus):

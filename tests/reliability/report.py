@@ -13,11 +13,17 @@ def table(rows: list[dict]) -> str:
     lines = ["| category | fault or bad input | observed outcome | test |", "|---|---|---|---|"]
     for row in sorted(rows, key=lambda r: (r["category"], r["fault"])):
         cells = [row["category"], row["fault"], row["outcome"], row["result"] or "not run"]
-        lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+        lines.append(
+            "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+        )
     passed = sum(r["result"] == "passed" for r in rows)
     skipped = sum(r["result"] == "skipped" for r in rows)
-    return ("\n".join(lines) + f"\n\n{passed} of {len(rows)} checks passed"
-            + (f" ({skipped} skipped)" if skipped else "") + " in the last `make test-reliability`.\n")
+    return (
+        "\n".join(lines)
+        + f"\n\n{passed} of {len(rows)} checks passed"
+        + (f" ({skipped} skipped)" if skipped else "")
+        + " in the last `make test-reliability`.\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,27 +41,45 @@ from tests.conftest import START, random_events, write_day
 CATEGORY = "bad input"
 # The quarantine reasons the raw contract documents (docs/data.md) and the column each is about
 # (spelled out here, not imported, so that a reason added in code without the docs fails this test).
-DOCUMENTED_REASONS = {"null_user_id": "user_id", "bad_user_id": "user_id", "null_item_id": "item_id",
-                      "bad_item_id": "item_id", "bad_category_id": "category_id",
-                      "bad_timestamp": "timestamp", "timestamp_out_of_range": "timestamp",
-                      "bad_label": "label"}
+DOCUMENTED_REASONS = {
+    "null_user_id": "user_id",
+    "bad_user_id": "user_id",
+    "null_item_id": "item_id",
+    "bad_item_id": "item_id",
+    "bad_category_id": "category_id",
+    "bad_timestamp": "timestamp",
+    "timestamp_out_of_range": "timestamp",
+    "bad_label": "label",
+}
 CONTRACT = ("user_id", "item_id", "category_id", "timestamp", "label")
 REQUIRED = ("user_id", "item_id", "timestamp", "label")
 
 ROWS = 24  # rows per file: enough for duplicates and splits, small enough for ~1 s per run
 DAYS = [START + dt.timedelta(days=i) for i in range(5)]
 OUTSIDE, READ_DAYS = DAYS[0], DAYS[1:]  # day 0 is before the look-back day: never read
-CONFIG = {"end_date": DAYS[-1], "days": 3, "history_days": 1, "seq_len": 3, "item_buckets": 64,
-          "category_buckets": 8, "user_buckets": 32, "scheduler": "sync"}
+CONFIG = {
+    "end_date": DAYS[-1],
+    "days": 3,
+    "history_days": 1,
+    "seq_len": 3,
+    "item_buckets": 64,
+    "category_buckets": 8,
+    "user_buckets": 32,
+    "scheduler": "sync",
+}
 SKEW = 3 * 3600
 EXAMPLES = int(os.environ.get("DAILYREC_BAD_INPUT_EXAMPLES", "3"))
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 # Text that survives a CSV round trip as one value (a quoted line break is legal CSV, but it
 # makes the expected row count depend on the reader's line splitting, which is not under test).
-CSV_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x00"),
-                   max_size=12)
+CSV_TEXT = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x00"), max_size=12
+)
 ANY_TEXT = st.text(max_size=12)
 
 
@@ -116,8 +134,9 @@ def to_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
 
 
 def rows_subset(data: st.DataObject, n: int, min_size: int = 1) -> list[int]:
-    return data.draw(st.lists(st.integers(0, n - 1), min_size=min_size, max_size=n, unique=True),
-                     label="rows")
+    return data.draw(
+        st.lists(st.integers(0, n - 1), min_size=min_size, max_size=n, unique=True), label="rows"
+    )
 
 
 # -- the faults: each damages one read day of ``raw`` and says what that allows -------------
@@ -134,13 +153,28 @@ def optional_missing_and_extra_columns(data, raw: Raw, day: dt.date) -> Expect:
     fmt, frame = raw.base[day]
     if data.draw(st.booleans(), label="drop category"):
         frame = frame.drop(columns="category_id")
-    names = data.draw(st.lists(CSV_TEXT.map(str.strip).filter(lambda s: s and s not in CONTRACT),
-                               max_size=3, unique=True), label="extra names")
+    names = data.draw(
+        st.lists(
+            CSV_TEXT.map(str.strip).filter(lambda s: s and s not in CONTRACT),
+            max_size=3,
+            unique=True,
+        ),
+        label="extra names",
+    )
     for name in names:
-        kind = data.draw(st.sampled_from(["int", "text", "nested"] if fmt == "parquet"
-                                         else ["int", "text"]), label="extra kind")
-        frame = frame.assign(**{name: {"int": np.arange(len(frame)), "text": "x,\"y\"",
-                                       "nested": [[1, 2]] * len(frame)}[kind]})
+        kind = data.draw(
+            st.sampled_from(["int", "text", "nested"] if fmt == "parquet" else ["int", "text"]),
+            label="extra kind",
+        )
+        frame = frame.assign(
+            **{
+                name: {
+                    "int": np.arange(len(frame)),
+                    "text": 'x,"y"',
+                    "nested": [[1, 2]] * len(frame),
+                }[kind]
+            }
+        )
     path = raw.replace(day, frame, fmt)
     return Expect([raw.rel(path)], rows_read=raw.read_rows(), quarantined={})
 
@@ -154,22 +188,28 @@ def wrong_types(data, raw: Raw, day: dt.date) -> Expect:
     values = frame[column].astype(object)
     if kind == "text":
         values = values.map(str)
-        values.iloc[rows] = data.draw(st.lists(CSV_TEXT if fmt == "csv" else ANY_TEXT,
-                                               min_size=len(rows), max_size=len(rows)))
+        values.iloc[rows] = data.draw(
+            st.lists(CSV_TEXT if fmt == "csv" else ANY_TEXT, min_size=len(rows), max_size=len(rows))
+        )
     elif kind == "float":
         values = values.astype(float)
         values.iloc[rows] = data.draw(st.lists(st.floats(), min_size=len(rows), max_size=len(rows)))
     elif kind == "bool":
-        values = pd.Series(data.draw(st.lists(st.booleans(), min_size=len(frame),
-                                              max_size=len(frame))), dtype=bool)
+        values = pd.Series(
+            data.draw(st.lists(st.booleans(), min_size=len(frame), max_size=len(frame))), dtype=bool
+        )
     elif kind == "bigint":
         values = values.astype(np.int64)
-        values.iloc[rows] = data.draw(st.lists(st.integers(-2**63, 2**63 - 1),
-                                               min_size=len(rows), max_size=len(rows)))
+        values.iloc[rows] = data.draw(
+            st.lists(st.integers(-(2**63), 2**63 - 1), min_size=len(rows), max_size=len(rows))
+        )
         values = values.astype(np.int64)
     else:  # Parquet timestamps / ISO text, years 1..9999 (beyond pandas' nanosecond range)
-        stamps = data.draw(st.lists(st.datetimes(timezones=st.just(dt.UTC)),
-                                    min_size=len(frame), max_size=len(frame)))
+        stamps = data.draw(
+            st.lists(
+                st.datetimes(timezones=st.just(dt.UTC)), min_size=len(frame), max_size=len(frame)
+            )
+        )
         values = pd.Series(stamps, dtype=object)
         if fmt == "csv":
             values = values.map(lambda v: v.isoformat())
@@ -182,15 +222,25 @@ def nulls(data, raw: Raw, day: dt.date) -> Expect:
     column = data.draw(st.sampled_from(CONTRACT), label="column")
     rows = rows_subset(data, len(frame))
     values = frame[column].astype(object)
-    values.iloc[rows] = data.draw(st.sampled_from([None, ""]) if column in ("user_id", "item_id")
-                                  else st.just(None), label="null")
+    values.iloc[rows] = data.draw(
+        st.sampled_from([None, ""]) if column in ("user_id", "item_id") else st.just(None),
+        label="null",
+    )
     if fmt == "parquet" and (values == "").any():
         values = values.map(lambda v: v if v is None else str(v))  # "" in an id column: text
     path = raw.replace(day, frame.assign(**{column: values}), fmt)
-    reason = {"user_id": "null_user_id", "item_id": "null_item_id", "timestamp": "bad_timestamp",
-              "label": "bad_label"}.get(column)
-    return Expect([raw.rel(path)], column=column, rows_read=raw.read_rows(),
-                  quarantined={reason: len(rows)} if reason else {})
+    reason = {
+        "user_id": "null_user_id",
+        "item_id": "null_item_id",
+        "timestamp": "bad_timestamp",
+        "label": "bad_label",
+    }.get(column)
+    return Expect(
+        [raw.rel(path)],
+        column=column,
+        rows_read=raw.read_rows(),
+        quarantined={reason: len(rows)} if reason else {},
+    )
 
 
 def labels_out_of_range(data, raw: Raw, day: dt.date) -> Expect:
@@ -199,28 +249,37 @@ def labels_out_of_range(data, raw: Raw, day: dt.date) -> Expect:
     kind = data.draw(st.sampled_from(["int", "float", "text"]), label="kind")
     valid_text = {"0", "1", "0.0", "1.0", "true", "false"}
     bad = {
-        "int": st.integers(-2**63, 2**63 - 1).filter(lambda v: v not in (0, 1)),
+        "int": st.integers(-(2**63), 2**63 - 1).filter(lambda v: v not in (0, 1)),
         "float": st.floats().filter(lambda v: v not in (0.0, 1.0)),
         "text": (CSV_TEXT if fmt == "csv" else ANY_TEXT).filter(
-            lambda s: s.strip().lower() not in valid_text),
+            lambda s: s.strip().lower() not in valid_text
+        ),
     }[kind]
-    labels = frame["label"].astype({"int": np.int64, "float": float, "text": str}[kind]).astype(object)
+    labels = (
+        frame["label"].astype({"int": np.int64, "float": float, "text": str}[kind]).astype(object)
+    )
     labels.iloc[rows] = data.draw(st.lists(bad, min_size=len(rows), max_size=len(rows)))
     if kind != "text":
         labels = labels.astype({"int": np.int64, "float": float}[kind])
     path = raw.replace(day, frame.assign(label=labels), fmt)
-    return Expect([raw.rel(path)], column="label", rows_read=raw.read_rows(),
-                  quarantined={"bad_label": len(rows)})
+    return Expect(
+        [raw.rel(path)],
+        column="label",
+        rows_read=raw.read_rows(),
+        quarantined={"bad_label": len(rows)},
+    )
 
 
 def timestamps_out_of_range(data, raw: Raw, day: dt.date) -> Expect:
     """Shifted epoch seconds, milliseconds, or far ISO / Parquet times; the count is exact."""
     fmt, frame = raw.base[day]
     rows = rows_subset(data, len(frame))
-    kind = data.draw(st.sampled_from(["shift", "milliseconds", "iso text", "datetime"]), label="kind")
+    kind = data.draw(
+        st.sampled_from(["shift", "milliseconds", "iso text", "datetime"]), label="kind"
+    )
     seconds = frame["timestamp"].to_numpy().astype(object)
     if kind == "shift":
-        seconds[rows] = [int(seconds[r]) + data.draw(st.integers(-10**11, 10**11)) for r in rows]
+        seconds[rows] = [int(seconds[r]) + data.draw(st.integers(-(10**11), 10**11)) for r in rows]
         values = pd.Series(seconds.astype(np.int64))
         epoch = values.to_numpy()
     elif kind == "milliseconds":
@@ -231,16 +290,24 @@ def timestamps_out_of_range(data, raw: Raw, day: dt.date) -> Expect:
         stamps = [dt.datetime.fromtimestamp(int(s), dt.UTC) for s in seconds]
         for r in rows:
             stamps[r] = data.draw(st.datetimes(timezones=st.just(dt.UTC)), label="time")
-        epoch = np.array([(s - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(seconds=1)
-                          for s in stamps])
+        epoch = np.array(
+            [
+                (s - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(seconds=1)
+                for s in stamps
+            ]
+        )
         values = pd.Series(stamps, dtype=object)
         if kind == "iso text" or fmt == "csv":
             values = values.map(lambda v: v.isoformat())
     window = DayWindow.for_day(schema.epoch_day(day), SKEW / 3600)
     out = int(((epoch < window.min_ts) | (epoch >= window.max_ts)).sum())
     path = raw.replace(day, frame.assign(timestamp=values.to_numpy()), fmt)
-    return Expect([raw.rel(path)], column="timestamp", rows_read=raw.read_rows(),
-                  quarantined={"timestamp_out_of_range": out} if out else {})
+    return Expect(
+        [raw.rel(path)],
+        column="timestamp",
+        rows_read=raw.read_rows(),
+        quarantined={"timestamp_out_of_range": out} if out else {},
+    )
 
 
 def duplicate_rows(data, raw: Raw, day: dt.date) -> Expect:
@@ -251,13 +318,22 @@ def duplicate_rows(data, raw: Raw, day: dt.date) -> Expect:
         path = raw.replace(day, pd.concat([frame, copies], ignore_index=True), fmt)
         extra = 0  # the copies are in the day's base frame now
     else:
-        path = write_day(raw.root, day, copies, "csv" if fmt == "parquet" else "parquet", name="dups")
+        path = write_day(
+            raw.root, day, copies, "csv" if fmt == "parquet" else "parquet", name="dups"
+        )
         extra = len(copies)
     # look-back days keep only clicks: their non-click copies are history-only, not duplicates
-    counted = len(copies) if day >= CONFIG["end_date"] - dt.timedelta(days=2) else int(
-        (copies["label"] == 1).sum())
-    return Expect([raw.rel(path)], rows_read=raw.read_rows(extra=extra), quarantined={},
-                  min_duplicates=counted)
+    counted = (
+        len(copies)
+        if day >= CONFIG["end_date"] - dt.timedelta(days=2)
+        else int((copies["label"] == 1).sum())
+    )
+    return Expect(
+        [raw.rel(path)],
+        rows_read=raw.read_rows(extra=extra),
+        quarantined={},
+        min_duplicates=counted,
+    )
 
 
 def empty_file(data, raw: Raw, day: dt.date) -> Expect:
@@ -289,8 +365,10 @@ def odd_encoding(data, raw: Raw, day: dt.date) -> Expect:
     """A CSV in latin-1, UTF-16, UTF-8 with a BOM, with CR or CRLF line ends, or with invalid
     UTF-8 bytes in one field."""
     _, frame = raw.base[day]
-    kind = data.draw(st.sampled_from(["latin-1", "utf-16", "utf-8-sig", "\r", "\r\n",
-                                      "invalid bytes"]), label="encoding")
+    kind = data.draw(
+        st.sampled_from(["latin-1", "utf-16", "utf-8-sig", "\r", "\r\n", "invalid bytes"]),
+        label="encoding",
+    )
     if kind in ("latin-1", "utf-16", "utf-8-sig"):
         frame = frame.assign(user_id="é" + frame["user_id"].astype(str))
         content = frame.to_csv(index=False).encode(kind)
@@ -312,8 +390,11 @@ def odd_encoding(data, raw: Raw, day: dt.date) -> Expect:
         return Expect([raw.rel(path)], rows_read=raw.read_rows(), quarantined={})
     if kind == "invalid bytes" and column == "extra":  # a column the stage never reads
         return Expect([raw.rel(path)], rows_read=raw.read_rows(), quarantined={})
-    return Expect([raw.rel(path)], must_fail=True,
-                  column=None if kind == "utf-16" else ("user_id" if kind == "latin-1" else column))
+    return Expect(
+        [raw.rel(path)],
+        must_fail=True,
+        column=None if kind == "utf-16" else ("user_id" if kind == "latin-1" else column),
+    )
 
 
 def very_long_ids(data, raw: Raw, day: dt.date) -> Expect:
@@ -332,13 +413,23 @@ def mixed_formats_and_id_types(data, raw: Raw, day: dt.date) -> Expect:
     _, frame = raw.base[day]
     split = data.draw(st.integers(0, len(frame)), label="split")
     text = frame.iloc[:split].copy()
-    styles = data.draw(st.lists(st.sampled_from(["plain", "prefixed", "zero-padded"]),
-                                min_size=len(text), max_size=len(text)), label="id styles")
-    text["user_id"] = [{"plain": str(v), "prefixed": f"u_{v}", "zero-padded": f"00{v}"}[s]
-                       for v, s in zip(text["user_id"], styles, strict=True)]
+    styles = data.draw(
+        st.lists(
+            st.sampled_from(["plain", "prefixed", "zero-padded"]),
+            min_size=len(text),
+            max_size=len(text),
+        ),
+        label="id styles",
+    )
+    text["user_id"] = [
+        {"plain": str(v), "prefixed": f"u_{v}", "zero-padded": f"00{v}"}[s]
+        for v, s in zip(text["user_id"], styles, strict=True)
+    ]
     raw.base_path(day).unlink()
-    paths = [write_day(raw.root, day, text, "csv", name="a"),
-             write_day(raw.root, day, frame.iloc[split:], "parquet", name="b")]
+    paths = [
+        write_day(raw.root, day, text, "csv", name="a"),
+        write_day(raw.root, day, frame.iloc[split:], "parquet", name="b"),
+    ]
     raw.base[day] = ("parquet", frame.iloc[split:])
     return Expect([raw.rel(p) for p in paths], rows_read=raw.read_rows(extra=split), quarantined={})
 
@@ -348,8 +439,11 @@ def nested_column(data, raw: Raw, day: dt.date) -> Expect:
     column = data.draw(st.sampled_from(CONTRACT), label="column")
     kind = data.draw(st.sampled_from(["list", "struct", "map"]), label="kind")
     n = len(frame)
-    nested = {"list": pa.array([[1, 2]] * n), "struct": pa.array([{"a": 1}] * n),
-              "map": pa.array([[("k", 1)]] * n, pa.map_(pa.string(), pa.int64()))}[kind]
+    nested = {
+        "list": pa.array([[1, 2]] * n),
+        "struct": pa.array([{"a": 1}] * n),
+        "map": pa.array([[("k", 1)]] * n, pa.map_(pa.string(), pa.int64())),
+    }[kind]
     table = pa.Table.from_pandas(frame, preserve_index=False)
     table = table.set_column(table.schema.get_field_index(column), column, nested)
     raw.base_path(day).unlink()
@@ -429,8 +523,9 @@ def build_raw(root: Path, seed: int, formats: list[str]) -> Raw:
 
 def outcome_of(raw: Raw, expect: Expect, out: Path, max_quarantine: float) -> str:
     """Run the stage and check the invariant; returns a short description of what happened."""
-    config = PreprocessConfig(raw=str(raw.root), out=str(out), max_quarantine_fraction=max_quarantine,
-                              **CONFIG)
+    config = PreprocessConfig(
+        raw=str(raw.root), out=str(out), max_quarantine_fraction=max_quarantine, **CONFIG
+    )
     try:
         meta = preprocess(config)
     except InputError as exc:
@@ -442,14 +537,24 @@ def outcome_of(raw: Raw, expect: Expect, out: Path, max_quarantine: float) -> st
 def check_error(message: str, raw: Raw, expect: Expect) -> str:
     assert "\n" not in message, f"not one line: {message!r}"
     named = [f for f in expect.files if f in message]
-    whole_split = re.search(r"split .* has no usable rows|every row in the window was quarantined",
-                            message) and str(raw.root) in message
-    assert named or whole_split, f"names neither a damaged file {expect.files} nor the split: {message}"
+    whole_split = (
+        re.search(r"split .* has no usable rows|every row in the window was quarantined", message)
+        and str(raw.root) in message
+    )
+    assert named or whole_split, (
+        f"names neither a damaged file {expect.files} nor the split: {message}"
+    )
     about_a_column = re.search(r"\bcolumn\b", message, re.IGNORECASE)
     if about_a_column:
-        assert any(f"'{c}'" in message for c in CONTRACT), f"a column error naming no column: {message}"
-    if expect.column and named and "failed validation" not in message and (
-            expect.must_fail or about_a_column):
+        assert any(f"'{c}'" in message for c in CONTRACT), (
+            f"a column error naming no column: {message}"
+        )
+    if (
+        expect.column
+        and named
+        and "failed validation" not in message
+        and (expect.must_fail or about_a_column)
+    ):
         assert f"'{expect.column}'" in message, f"does not name column {expect.column!r}: {message}"
     if "failed validation" in message:
         if expect.column:
@@ -475,8 +580,11 @@ def check_accounting(meta: dict, raw: Raw, expect: Expect, out: Path) -> str:
         assert info["rows"] == rows["kept"][split] > 0, (split, rows)
     quarantine_dir = out / "quarantine"
     files = sorted(quarantine_dir.glob("*.parquet")) if quarantine_dir.is_dir() else []
-    table = pd.concat([pd.read_parquet(f) for f in files]) if files else pd.DataFrame(
-        columns=["file", "reason", "column"])
+    table = (
+        pd.concat([pd.read_parquet(f) for f in files])
+        if files
+        else pd.DataFrame(columns=["file", "reason", "column"])
+    )
     assert len(table) == rows["quarantined_total"]
     for reason, column in table[["reason", "column"]].drop_duplicates().itertuples(index=False):
         assert DOCUMENTED_REASONS.get(reason) == column, (reason, column)
@@ -494,9 +602,13 @@ def test_preprocess_on_bad_input_fails_clearly_or_keeps_exact_books(fault, tmp_p
     seen: Counter[str] = Counter()
 
     @SETTINGS
-    @given(data=st.data(), seed=st.integers(0, 2**16),
-           formats=st.lists(st.sampled_from(["parquet", "csv"]), min_size=5, max_size=5),
-           day=st.sampled_from(READ_DAYS), max_quarantine=st.sampled_from([0.1, 1.0]))
+    @given(
+        data=st.data(),
+        seed=st.integers(0, 2**16),
+        formats=st.lists(st.sampled_from(["parquet", "csv"]), min_size=5, max_size=5),
+        day=st.sampled_from(READ_DAYS),
+        max_quarantine=st.sampled_from([0.1, 1.0]),
+    )
     def check(data, seed, formats, day, max_quarantine):
         folder = Path(tempfile.mkdtemp(dir=tmp_path))
         try:
@@ -519,16 +631,27 @@ def test_far_iso_and_parquet_times_are_quarantined_not_a_crash(fault_report):
     seconds, valid = parse_timestamps(text)
     assert valid.all()
     assert seconds.tolist() == [253402300799, -62135596800, schema.day_start_epoch(START) + 1]
-    far = pa.array([dt.datetime(9999, 1, 1), dt.datetime(1, 1, 1, 0, 0, 1, 500_000)], pa.timestamp("us"))
+    far = pa.array(
+        [dt.datetime(9999, 1, 1), dt.datetime(1, 1, 1, 0, 0, 1, 500_000)], pa.timestamp("us")
+    )
     seconds, valid = parse_timestamps(pa.table({"t": far}).to_pandas()["t"])
     assert valid.all() and seconds.tolist() == [253370764800, -62135596799]
-    fault_report(CATEGORY, "timestamp year 9999 / year 1 (ISO text, Parquet timestamp[us])",
-                 "quarantined timestamp_out_of_range (was OutOfBoundsDatetime)")
+    fault_report(
+        CATEGORY,
+        "timestamp year 9999 / year 1 (ISO text, Parquet timestamp[us])",
+        "quarantined timestamp_out_of_range (was OutOfBoundsDatetime)",
+    )
 
 
 def _raw_file(path: Path) -> rawio.RawFile:
-    return rawio.RawFile(index=0, path=str(path), relpath=f"dt=2026-03-01/{path.name}", day=START,
-                         fmt=path.suffix[1:], size=path.stat().st_size)
+    return rawio.RawFile(
+        index=0,
+        path=str(path),
+        relpath=f"dt=2026-03-01/{path.name}",
+        day=START,
+        fmt=path.suffix[1:],
+        size=path.stat().st_size,
+    )
 
 
 def _plan(path: Path) -> None:
@@ -542,12 +665,19 @@ def test_nested_and_duplicate_columns_are_named_at_scan(tmp_path, fault_report):
     base = pa.table({"user_id": [1], "item_id": [2], "timestamp": [3], "label": [0]})
     nested = base.set_column(0, "user_id", pa.array([[1, 2]]))
     pq.write_table(nested, tmp_path / "nested.parquet")
-    with pytest.raises(InputError, match=r"'dt=2026-03-01/nested\.parquet': column 'user_id' has nested "
-                                         r"type list"):
+    with pytest.raises(
+        InputError,
+        match=r"'dt=2026-03-01/nested\.parquet': column 'user_id' has nested "
+        r"type list",
+    ):
         _plan(tmp_path / "nested.parquet")
-    category = base.append_column("category_id", pa.array([[("k", 1)]], pa.map_(pa.string(), pa.int64())))
+    category = base.append_column(
+        "category_id", pa.array([[("k", 1)]], pa.map_(pa.string(), pa.int64()))
+    )
     pq.write_table(category, tmp_path / "category.parquet")
-    with pytest.raises(InputError, match=r"category\.parquet': column 'category_id' has nested type map"):
+    with pytest.raises(
+        InputError, match=r"category\.parquet': column 'category_id' has nested type map"
+    ):
         _plan(tmp_path / "category.parquet")
     pq.write_table(base.append_column("label", base.column("label")), tmp_path / "twice.parquet")
     with pytest.raises(InputError, match=r"twice\.parquet': column 'label' appears 2 times"):
@@ -555,8 +685,11 @@ def test_nested_and_duplicate_columns_are_named_at_scan(tmp_path, fault_report):
     (tmp_path / "twice.csv").write_text("user_id,item_id,timestamp,label,label\n1,2,3,0,1\n")
     with pytest.raises(InputError, match=r"twice\.csv': column 'label' appears 2 times"):
         _plan(tmp_path / "twice.csv")
-    fault_report(CATEGORY, "nested column; a contract column twice (Parquet, CSV)",
-                 "InputError naming file and column at scan (was TypeError / AttributeError)")
+    fault_report(
+        CATEGORY,
+        "nested column; a contract column twice (Parquet, CSV)",
+        "InputError naming file and column at scan (was TypeError / AttributeError)",
+    )
 
 
 def test_csv_header_blanks_and_quoted_commas_read_as_checked(tmp_path, fault_report):
@@ -572,8 +705,11 @@ def test_csv_header_blanks_and_quoted_commas_read_as_checked(tmp_path, fault_rep
     table = rawio.read_piece(fs, piece)
     assert table.column_names == ["user_id", "item_id", "timestamp", "label"]
     assert table.to_pylist() == [{"user_id": "1", "item_id": "2", "timestamp": "3", "label": "0"}]
-    fault_report(CATEGORY, "CSV header with blanks around names, a quoted comma in a name",
-                 "read as the header check reads it (was InputError 'column does not exist')")
+    fault_report(
+        CATEGORY,
+        "CSV header with blanks around names, a quoted comma in a name",
+        "read as the header check reads it (was InputError 'column does not exist')",
+    )
 
 
 def test_invalid_utf8_in_a_csv_field_names_the_column(tmp_path, fault_report):
@@ -584,18 +720,26 @@ def test_invalid_utf8_in_a_csv_field_names_the_column(tmp_path, fault_report):
 
     fs = fsspec.filesystem("file")
     (piece,) = rawio.plan_pieces(fs, [_raw_file(path)])
-    with pytest.raises(InputError, match=r"'dt=2026-03-01/latin\.csv': unreadable CSV data .*invalid "
-                                         r"UTF8.*column 'item_id'"):
+    with pytest.raises(
+        InputError,
+        match=r"'dt=2026-03-01/latin\.csv': unreadable CSV data .*invalid "
+        r"UTF8.*column 'item_id'",
+    ):
         rawio.read_piece(fs, piece)
-    fault_report(CATEGORY, "invalid UTF-8 byte in one CSV field",
-                 "InputError naming file and column (was: column #2)")
+    fault_report(
+        CATEGORY,
+        "invalid UTF-8 byte in one CSV field",
+        "InputError naming file and column (was: column #2)",
+    )
 
 
 def test_arrow_errors_spanning_lines_become_one_line(tmp_path, fault_report):
     """Was a three-line InputError: thrift's "...\\nDeserializing page header failed.\\n"."""
     buffer = io.BytesIO()
-    pq.write_table(pa.table({"user_id": [1, 2], "item_id": [2, 3], "timestamp": [3, 4], "label": [0, 1]}),
-                   buffer)
+    pq.write_table(
+        pa.table({"user_id": [1, 2], "item_id": [2, 3], "timestamp": [3, 4], "label": [0, 1]}),
+        buffer,
+    )
     damaged = bytearray(buffer.getvalue())
     damaged[4:30] = b"\xff" * 26  # the first page header: the footer still reads
     path = tmp_path / "paged.parquet"
@@ -604,13 +748,18 @@ def test_arrow_errors_spanning_lines_become_one_line(tmp_path, fault_report):
 
     fs = fsspec.filesystem("file")
     (piece,) = rawio.plan_pieces(fs, [_raw_file(path)])
-    with pytest.raises(InputError, match=r"^'dt=2026-03-01/paged\.parquet': unreadable PARQUET data \(") as caught:
+    with pytest.raises(
+        InputError, match=r"^'dt=2026-03-01/paged\.parquet': unreadable PARQUET data \("
+    ) as caught:
         rawio.read_piece(fs, piece)
     message = str(caught.value)
     assert message.startswith("'dt=2026-03-01/paged.parquet': unreadable PARQUET data (")
     assert "\n" not in message and message.isprintable(), repr(message)
-    fault_report(CATEGORY, "Parquet with a damaged page header (footer intact)",
-                 "InputError naming the file, one printable line (was three lines)")
+    fault_report(
+        CATEGORY,
+        "Parquet with a damaged page header (footer intact)",
+        "InputError naming the file, one printable line (was three lines)",
+    )
 
 
 def test_csv_with_cr_line_ends_reads_its_header_line_only(tmp_path, fault_report):
@@ -621,7 +770,12 @@ def test_csv_with_cr_line_ends_reads_its_header_line_only(tmp_path, fault_report
     import fsspec
 
     fs = fsspec.filesystem("file")
-    assert rawio.read_csv_header(fs, _raw_file(path)) == ["user_id", "item_id", "timestamp", "label"]
+    assert rawio.read_csv_header(fs, _raw_file(path)) == [
+        "user_id",
+        "item_id",
+        "timestamp",
+        "label",
+    ]
     (piece,) = rawio.plan_pieces(fs, [_raw_file(path)])
     assert rawio.read_piece(fs, piece).num_rows == 2
     fault_report(CATEGORY, "CSV with CR-only line ends", "read like any CSV")

@@ -45,9 +45,19 @@ def dataset(tmp_path_factory) -> Path:
     for i in range(4):
         day = START + dt.timedelta(days=i)
         write_day(root / "raw", day, random_events(rng, day, 150))
-    preprocess(PreprocessConfig(raw=str(root / "raw"), out=str(root / "data"), days=3, history_days=1,
-                                seq_len=4, item_buckets=256, category_buckets=32, user_buckets=64,
-                                scheduler="sync"))
+    preprocess(
+        PreprocessConfig(
+            raw=str(root / "raw"),
+            out=str(root / "data"),
+            days=3,
+            history_days=1,
+            seq_len=4,
+            item_buckets=256,
+            category_buckets=32,
+            user_buckets=64,
+            scheduler="sync",
+        )
+    )
     return root / "data"
 
 
@@ -68,9 +78,16 @@ def checkpoint(dataset) -> Path:
     vocab = Vocab.from_meta(meta)
     model = build_model("debug", vocab)
     path = dataset.parent / "candidate.pt"
-    save_checkpoint(path, {"model": model.state_dict(), "model_config": dataclasses.asdict(model_config("debug")),
-                           "vocab": dataclasses.asdict(vocab), "plan": dataclasses.asdict(TrainPlan()),
-                           "dataset": {"fingerprint": meta["fingerprint"], "window": meta["window"]}})
+    save_checkpoint(
+        path,
+        {
+            "model": model.state_dict(),
+            "model_config": dataclasses.asdict(model_config("debug")),
+            "vocab": dataclasses.asdict(vocab),
+            "plan": dataclasses.asdict(TrainPlan()),
+            "dataset": {"fingerprint": meta["fingerprint"], "window": meta["window"]},
+        },
+    )
     return path
 
 
@@ -84,10 +101,14 @@ def env(tmp_path, monkeypatch) -> SimpleNamespace:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     (tmp_path / "empty.json").write_text("{}")
-    return SimpleNamespace(tmp=tmp_path, missing=tmp_path / "missing", blocked=blocker / "out",
-                           dead=f"http://127.0.0.1:{closed_port()}",
-                           sqlite=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}",
-                           empty_json=tmp_path / "empty.json")
+    return SimpleNamespace(
+        tmp=tmp_path,
+        missing=tmp_path / "missing",
+        blocked=blocker / "out",
+        dead=f"http://127.0.0.1:{closed_port()}",
+        sqlite=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}",
+        empty_json=tmp_path / "empty.json",
+    )
 
 
 @dataclass(frozen=True)
@@ -113,132 +134,442 @@ def s(value) -> str:
 ARGPARSE = r"python -m [\w.]+: error: "
 CASES = [
     # -- datagen
-    Case("unwritable --out", "components.datagen",
-         lambda e: ["--out", s(e.blocked), "--days", "1", "--events-per-day", "10", "--users", "5",
-                    "--items", "10", "--categories", "2"],
-         ARGPARSE, lambda e: ["a-file"]),
-    Case("--append-days on a folder that is no dataset", "components.datagen",
-         lambda e: ["--out", s(e.missing), "--append-days", "1"], ARGPARSE, lambda e: [s(e.missing)]),
+    Case(
+        "unwritable --out",
+        "components.datagen",
+        lambda e: [
+            "--out",
+            s(e.blocked),
+            "--days",
+            "1",
+            "--events-per-day",
+            "10",
+            "--users",
+            "5",
+            "--items",
+            "10",
+            "--categories",
+            "2",
+        ],
+        ARGPARSE,
+        lambda e: ["a-file"],
+    ),
+    Case(
+        "--append-days on a folder that is no dataset",
+        "components.datagen",
+        lambda e: ["--out", s(e.missing), "--append-days", "1"],
+        ARGPARSE,
+        lambda e: [s(e.missing)],
+    ),
     # -- preprocess
-    Case("missing raw folder", "components.preprocess",
-         lambda e: ["--raw", s(e.missing), "--out", s(e.tmp / "ds")], "preprocess: error: ",
-         lambda e: [s(e.missing), "does not exist"]),
-    Case("unwritable --out", "components.preprocess",
-         lambda e: ["--raw", s(e.data.parent / "raw"), "--out", s(e.blocked), "--days", "3",
-                    "--history-days", "1", "--scheduler", "sync"],
-         "preprocess: error: ", lambda e: ["a-file"], needs=("dataset",)),
-    Case("unknown scheduler", "components.preprocess",
-         lambda e: ["--raw", s(e.missing), "--out", s(e.tmp / "ds"), "--scheduler", "bogus"],
-         "preprocess: error: ", lambda e: ["scheduler", "'bogus'"]),
-    Case("impossible --end-date", "components.preprocess",
-         lambda e: ["--raw", s(e.missing), "--out", s(e.tmp / "ds"), "--end-date", "2026-02-30"],
-         ARGPARSE, lambda e: ["--end-date", "2026-02-30"]),
+    Case(
+        "missing raw folder",
+        "components.preprocess",
+        lambda e: ["--raw", s(e.missing), "--out", s(e.tmp / "ds")],
+        "preprocess: error: ",
+        lambda e: [s(e.missing), "does not exist"],
+    ),
+    Case(
+        "unwritable --out",
+        "components.preprocess",
+        lambda e: [
+            "--raw",
+            s(e.data.parent / "raw"),
+            "--out",
+            s(e.blocked),
+            "--days",
+            "3",
+            "--history-days",
+            "1",
+            "--scheduler",
+            "sync",
+        ],
+        "preprocess: error: ",
+        lambda e: ["a-file"],
+        needs=("dataset",),
+    ),
+    Case(
+        "unknown scheduler",
+        "components.preprocess",
+        lambda e: ["--raw", s(e.missing), "--out", s(e.tmp / "ds"), "--scheduler", "bogus"],
+        "preprocess: error: ",
+        lambda e: ["scheduler", "'bogus'"],
+    ),
+    Case(
+        "impossible --end-date",
+        "components.preprocess",
+        lambda e: ["--raw", s(e.missing), "--out", s(e.tmp / "ds"), "--end-date", "2026-02-30"],
+        ARGPARSE,
+        lambda e: ["--end-date", "2026-02-30"],
+    ),
     # -- estimate
-    Case("missing data folder", "components.estimate",
-         lambda e: ["--data", s(e.missing), "--out", s(e.tmp / "plan.json")], "estimate: error: ",
-         lambda e: [s(e.missing / "meta.json")]),
-    Case("unknown model config", "components.estimate",
-         lambda e: ["--data", s(e.data), "--model", "nosuch", "--out", s(e.tmp / "plan.json")],
-         "estimate: error: ", lambda e: ["'nosuch'"], needs=("dataset",)),
-    Case("unknown hardware profile", "components.estimate",
-         lambda e: ["--data", s(e.data), "--hardware", "tpu-9000", "--out", s(e.tmp / "plan.json")],
-         "estimate: error: ", lambda e: ["'tpu-9000'"], needs=("dataset",)),
-    Case("unwritable --out", "components.estimate",
-         lambda e: ["--data", s(e.data), "--out", s(e.blocked / "plan.json")], "estimate: error: ",
-         lambda e: ["a-file"], needs=("dataset",)),
+    Case(
+        "missing data folder",
+        "components.estimate",
+        lambda e: ["--data", s(e.missing), "--out", s(e.tmp / "plan.json")],
+        "estimate: error: ",
+        lambda e: [s(e.missing / "meta.json")],
+    ),
+    Case(
+        "unknown model config",
+        "components.estimate",
+        lambda e: ["--data", s(e.data), "--model", "nosuch", "--out", s(e.tmp / "plan.json")],
+        "estimate: error: ",
+        lambda e: ["'nosuch'"],
+        needs=("dataset",),
+    ),
+    Case(
+        "unknown hardware profile",
+        "components.estimate",
+        lambda e: ["--data", s(e.data), "--hardware", "tpu-9000", "--out", s(e.tmp / "plan.json")],
+        "estimate: error: ",
+        lambda e: ["'tpu-9000'"],
+        needs=("dataset",),
+    ),
+    Case(
+        "unwritable --out",
+        "components.estimate",
+        lambda e: ["--data", s(e.data), "--out", s(e.blocked / "plan.json")],
+        "estimate: error: ",
+        lambda e: ["a-file"],
+        needs=("dataset",),
+    ),
     # -- train (its error line carries the rank, by design)
-    Case("missing data folder", "components.train",
-         lambda e: ["--data", s(e.missing), "--out", s(e.tmp / "train")], r"train: error \(rank 0\): ",
-         lambda e: [s(e.missing / "meta.json")]),
-    Case("nonexistent --init-from checkpoint", "components.train",
-         lambda e: ["--data", s(e.data), "--out", s(e.tmp / "train"), "--init-from", s(e.missing / "x.pt")],
-         r"train: error \(rank 0\): ", lambda e: [s(e.missing / "x.pt")], needs=("dataset",)),
-    Case("missing --plan file", "components.train",
-         lambda e: ["--data", s(e.data), "--out", s(e.tmp / "train"), "--plan", s(e.missing / "plan.json")],
-         r"train: error \(rank 0\): ", lambda e: [s(e.missing / "plan.json")], needs=("dataset",)),
+    Case(
+        "missing data folder",
+        "components.train",
+        lambda e: ["--data", s(e.missing), "--out", s(e.tmp / "train")],
+        r"train: error \(rank 0\): ",
+        lambda e: [s(e.missing / "meta.json")],
+    ),
+    Case(
+        "nonexistent --init-from checkpoint",
+        "components.train",
+        lambda e: [
+            "--data",
+            s(e.data),
+            "--out",
+            s(e.tmp / "train"),
+            "--init-from",
+            s(e.missing / "x.pt"),
+        ],
+        r"train: error \(rank 0\): ",
+        lambda e: [s(e.missing / "x.pt")],
+        needs=("dataset",),
+    ),
+    Case(
+        "missing --plan file",
+        "components.train",
+        lambda e: [
+            "--data",
+            s(e.data),
+            "--out",
+            s(e.tmp / "train"),
+            "--plan",
+            s(e.missing / "plan.json"),
+        ],
+        r"train: error \(rank 0\): ",
+        lambda e: [s(e.missing / "plan.json")],
+        needs=("dataset",),
+    ),
     # -- train.launch
-    Case("missing --plan file", "components.train.launch",
-         lambda e: ["--data", s(e.missing), "--out", s(e.tmp / "train"), "--plan", s(e.missing / "p.json")],
-         "launch: error: ", lambda e: [s(e.missing / "p.json")]),
-    Case("--nproc 0", "components.train.launch",
-         lambda e: ["--data", s(e.missing), "--out", s(e.tmp / "train"), "--nproc", "0"],
-         ARGPARSE, lambda e: ["--nproc", "0"]),
+    Case(
+        "missing --plan file",
+        "components.train.launch",
+        lambda e: [
+            "--data",
+            s(e.missing),
+            "--out",
+            s(e.tmp / "train"),
+            "--plan",
+            s(e.missing / "p.json"),
+        ],
+        "launch: error: ",
+        lambda e: [s(e.missing / "p.json")],
+    ),
+    Case(
+        "--nproc 0",
+        "components.train.launch",
+        lambda e: ["--data", s(e.missing), "--out", s(e.tmp / "train"), "--nproc", "0"],
+        ARGPARSE,
+        lambda e: ["--nproc", "0"],
+    ),
     # -- evaluate
-    Case("missing data folder", "components.evaluate",
-         lambda e: ["--data", s(e.missing), "--checkpoint", s(e.missing / "c.pt"), "--out", s(e.tmp / "ev")],
-         "evaluate: error: ", lambda e: [s(e.missing / "meta.json")]),
-    Case("nonexistent checkpoint", "components.evaluate",
-         lambda e: ["--data", s(e.data), "--checkpoint", s(e.missing / "c.pt"), "--out", s(e.tmp / "ev")],
-         "evaluate: error: ", lambda e: [s(e.missing / "c.pt"), "not found"], needs=("dataset",)),
-    Case("--min-auc out of range", "components.evaluate",
-         lambda e: ["--data", s(e.missing), "--checkpoint", s(e.missing), "--out", s(e.tmp / "ev"),
-                    "--min-auc", "2"], "evaluate: error: ", lambda e: ["min_auc", "2"]),
-    Case("unreachable tracking URI", "components.evaluate",
-         lambda e: ["--data", s(e.data), "--checkpoint", s(e.ckpt), "--out", s(e.tmp / "ev"),
-                    "--tracking-uri", e.dead], "evaluate: error: ", lambda e: [e.dead.split("//")[1]],
-         needs=("dataset", "checkpoint"), marks=(pytest.mark.integration,)),
+    Case(
+        "missing data folder",
+        "components.evaluate",
+        lambda e: [
+            "--data",
+            s(e.missing),
+            "--checkpoint",
+            s(e.missing / "c.pt"),
+            "--out",
+            s(e.tmp / "ev"),
+        ],
+        "evaluate: error: ",
+        lambda e: [s(e.missing / "meta.json")],
+    ),
+    Case(
+        "nonexistent checkpoint",
+        "components.evaluate",
+        lambda e: [
+            "--data",
+            s(e.data),
+            "--checkpoint",
+            s(e.missing / "c.pt"),
+            "--out",
+            s(e.tmp / "ev"),
+        ],
+        "evaluate: error: ",
+        lambda e: [s(e.missing / "c.pt"), "not found"],
+        needs=("dataset",),
+    ),
+    Case(
+        "--min-auc out of range",
+        "components.evaluate",
+        lambda e: [
+            "--data",
+            s(e.missing),
+            "--checkpoint",
+            s(e.missing),
+            "--out",
+            s(e.tmp / "ev"),
+            "--min-auc",
+            "2",
+        ],
+        "evaluate: error: ",
+        lambda e: ["min_auc", "2"],
+    ),
+    Case(
+        "unreachable tracking URI",
+        "components.evaluate",
+        lambda e: [
+            "--data",
+            s(e.data),
+            "--checkpoint",
+            s(e.ckpt),
+            "--out",
+            s(e.tmp / "ev"),
+            "--tracking-uri",
+            e.dead,
+        ],
+        "evaluate: error: ",
+        lambda e: [e.dead.split("//")[1]],
+        needs=("dataset", "checkpoint"),
+        marks=(pytest.mark.integration,),
+    ),
     # -- register
-    Case("missing metrics file", "components.register",
-         lambda e: ["--checkpoint", s(e.missing / "c.pt"), "--metrics", s(e.missing / "m.json"),
-                    "--decision", s(e.missing / "d.json"), "--tracking-uri", e.sqlite],
-         "register: error: ", lambda e: [s(e.missing / "m.json")]),
-    Case("nonexistent checkpoint", "components.register",
-         lambda e: ["--checkpoint", s(e.missing / "c.pt"), "--metrics", s(e.empty_json),
-                    "--decision", s(e.empty_json), "--tracking-uri", e.sqlite],
-         "register: error: ", lambda e: [s(e.missing / "c.pt")]),
-    Case("unreachable tracking URI", "components.register",
-         lambda e: ["--checkpoint", s(e.ckpt), "--metrics", s(e.empty_json), "--decision", s(e.empty_json),
-                    "--tracking-uri", e.dead], "register: error: ", lambda e: [e.dead.split("//")[1]],
-         needs=("dataset", "checkpoint"), marks=(pytest.mark.integration,)),
+    Case(
+        "missing metrics file",
+        "components.register",
+        lambda e: [
+            "--checkpoint",
+            s(e.missing / "c.pt"),
+            "--metrics",
+            s(e.missing / "m.json"),
+            "--decision",
+            s(e.missing / "d.json"),
+            "--tracking-uri",
+            e.sqlite,
+        ],
+        "register: error: ",
+        lambda e: [s(e.missing / "m.json")],
+    ),
+    Case(
+        "nonexistent checkpoint",
+        "components.register",
+        lambda e: [
+            "--checkpoint",
+            s(e.missing / "c.pt"),
+            "--metrics",
+            s(e.empty_json),
+            "--decision",
+            s(e.empty_json),
+            "--tracking-uri",
+            e.sqlite,
+        ],
+        "register: error: ",
+        lambda e: [s(e.missing / "c.pt")],
+    ),
+    Case(
+        "unreachable tracking URI",
+        "components.register",
+        lambda e: [
+            "--checkpoint",
+            s(e.ckpt),
+            "--metrics",
+            s(e.empty_json),
+            "--decision",
+            s(e.empty_json),
+            "--tracking-uri",
+            e.dead,
+        ],
+        "register: error: ",
+        lambda e: [e.dead.split("//")[1]],
+        needs=("dataset", "checkpoint"),
+        marks=(pytest.mark.integration,),
+    ),
     # -- score / register.rollback
-    Case("unknown registered model", "components.score",
-         lambda e: ["--model", "models:/nosuch@champion", "--raw", s(e.missing), "--date", "2026-03-01",
-                    "--out", s(e.missing) + ".parquet", "--tracking-uri", e.sqlite],
-         "score: error: ", lambda e: ["nosuch"], marks=(pytest.mark.integration,)),
-    Case("no @previous version to roll back to", "components.register.rollback",
-         lambda e: ["--model-name", "nosuch", "--tracking-uri", e.sqlite], "rollback: error: ",
-         lambda e: ["nosuch", "@previous"], marks=(pytest.mark.integration,)),
+    Case(
+        "unknown registered model",
+        "components.score",
+        lambda e: [
+            "--model",
+            "models:/nosuch@champion",
+            "--raw",
+            s(e.missing),
+            "--date",
+            "2026-03-01",
+            "--out",
+            s(e.missing) + ".parquet",
+            "--tracking-uri",
+            e.sqlite,
+        ],
+        "score: error: ",
+        lambda e: ["nosuch"],
+        marks=(pytest.mark.integration,),
+    ),
+    Case(
+        "no @previous version to roll back to",
+        "components.register.rollback",
+        lambda e: ["--model-name", "nosuch", "--tracking-uri", e.sqlite],
+        "rollback: error: ",
+        lambda e: ["nosuch", "@previous"],
+        marks=(pytest.mark.integration,),
+    ),
     # -- pipelines.local
-    Case("missing --data folder", "pipelines.local",
-         lambda e: ["--config", s(ROOT / "configs/local.json"), "--data", s(e.missing), "--root", s(e.tmp)],
-         "run: error: ", lambda e: [s(e.missing), "does not exist"]),
-    Case("--set without '='", "pipelines.local",
-         lambda e: ["--config", s(ROOT / "configs/local.json"), "--set", "window_days"],
-         "run: error: ", lambda e: ["'window_days'", "KEY=VALUE"]),
-    Case("--set with a value of the wrong type", "pipelines.local",
-         lambda e: ["--config", s(ROOT / "configs/local.json"), "--set", "window_days=eleven"],
-         "run: error: ", lambda e: ["window_days", "'eleven'"]),
-    Case("missing --config file", "pipelines.local",
-         lambda e: ["--config", s(e.missing / "run.json")], "run: error: ",
-         lambda e: [s(e.missing / "run.json")]),
-    Case("unwritable --root", "pipelines.local",
-         lambda e: ["--config", s(ROOT / "configs/local.json"), "--data", s(e.data.parent / "raw"),
-                    "--root", s(e.blocked)], "run: error: ", lambda e: ["a-file"], needs=("dataset",)),
+    Case(
+        "missing --data folder",
+        "pipelines.local",
+        lambda e: [
+            "--config",
+            s(ROOT / "configs/local.json"),
+            "--data",
+            s(e.missing),
+            "--root",
+            s(e.tmp),
+        ],
+        "run: error: ",
+        lambda e: [s(e.missing), "does not exist"],
+    ),
+    Case(
+        "--set without '='",
+        "pipelines.local",
+        lambda e: ["--config", s(ROOT / "configs/local.json"), "--set", "window_days"],
+        "run: error: ",
+        lambda e: ["'window_days'", "KEY=VALUE"],
+    ),
+    Case(
+        "--set with a value of the wrong type",
+        "pipelines.local",
+        lambda e: ["--config", s(ROOT / "configs/local.json"), "--set", "window_days=eleven"],
+        "run: error: ",
+        lambda e: ["window_days", "'eleven'"],
+    ),
+    Case(
+        "missing --config file",
+        "pipelines.local",
+        lambda e: ["--config", s(e.missing / "run.json")],
+        "run: error: ",
+        lambda e: [s(e.missing / "run.json")],
+    ),
+    Case(
+        "unwritable --root",
+        "pipelines.local",
+        lambda e: [
+            "--config",
+            s(ROOT / "configs/local.json"),
+            "--data",
+            s(e.data.parent / "raw"),
+            "--root",
+            s(e.blocked),
+        ],
+        "run: error: ",
+        lambda e: ["a-file"],
+        needs=("dataset",),
+    ),
     # -- pipelines.compile
-    Case("unknown --env", "pipelines.compile",
-         lambda e: ["--env", "moon", "--out", s(e.tmp / "p.yaml")], "compile: error: ", lambda e: ["moon"]),
-    Case("unwritable --out", "pipelines.compile",
-         lambda e: ["--out", s(e.blocked / "p.yaml")], "compile: error: ", lambda e: ["a-file"]),
+    Case(
+        "unknown --env",
+        "pipelines.compile",
+        lambda e: ["--env", "moon", "--out", s(e.tmp / "p.yaml")],
+        "compile: error: ",
+        lambda e: ["moon"],
+    ),
+    Case(
+        "unwritable --out",
+        "pipelines.compile",
+        lambda e: ["--out", s(e.blocked / "p.yaml")],
+        "compile: error: ",
+        lambda e: ["a-file"],
+    ),
     # -- pipelines.deploy
-    Case("unknown ENV", "pipelines.deploy",
-         lambda e: ["--env", "moon", "--registry", "r.example/x", "--dry-run"], "deploy: error: ",
-         lambda e: ["ENV=moon"]),
-    Case("no REGISTRY", "pipelines.deploy",
-         lambda e: ["--env", "local", "--dry-run"], "deploy: error: ", lambda e: ["REGISTRY"]),
-    Case("bad --schedule", "pipelines.deploy",
-         lambda e: ["--env", "local", "--registry", "r.example/x", "--dry-run", "--schedule", "daily"],
-         "deploy: error: ", lambda e: ["'daily'"]),
-    Case("unwritable --out (dry run)", "pipelines.deploy",
-         lambda e: ["--env", "local", "--registry", "r.example/x", "--dry-run", "--out", s(e.blocked)],
-         "deploy: error: ", lambda e: ["a-file"]),
-    Case("trigger without KFP_HOST", "pipelines.deploy", lambda e: ["trigger"], "deploy: error: ",
-         lambda e: ["KFP_HOST"]),
-    Case("trigger --set without '='", "pipelines.deploy",
-         lambda e: ["trigger", "--host", e.dead, "--set", "window_days"], "deploy: error: ",
-         lambda e: ["'window_days'", "KEY=VALUE"]),
-    Case("trigger on an unreachable KFP API", "pipelines.deploy",
-         lambda e: ["trigger", "--host", e.dead], "deploy: error: ", lambda e: [e.dead],
-         marks=(pytest.mark.filterwarnings("ignore:This client only works:FutureWarning"),)),
+    Case(
+        "unknown ENV",
+        "pipelines.deploy",
+        lambda e: ["--env", "moon", "--registry", "r.example/x", "--dry-run"],
+        "deploy: error: ",
+        lambda e: ["ENV=moon"],
+    ),
+    Case(
+        "no REGISTRY",
+        "pipelines.deploy",
+        lambda e: ["--env", "local", "--dry-run"],
+        "deploy: error: ",
+        lambda e: ["REGISTRY"],
+    ),
+    Case(
+        "bad --schedule",
+        "pipelines.deploy",
+        lambda e: [
+            "--env",
+            "local",
+            "--registry",
+            "r.example/x",
+            "--dry-run",
+            "--schedule",
+            "daily",
+        ],
+        "deploy: error: ",
+        lambda e: ["'daily'"],
+    ),
+    Case(
+        "unwritable --out (dry run)",
+        "pipelines.deploy",
+        lambda e: [
+            "--env",
+            "local",
+            "--registry",
+            "r.example/x",
+            "--dry-run",
+            "--out",
+            s(e.blocked),
+        ],
+        "deploy: error: ",
+        lambda e: ["a-file"],
+    ),
+    Case(
+        "trigger without KFP_HOST",
+        "pipelines.deploy",
+        lambda e: ["trigger"],
+        "deploy: error: ",
+        lambda e: ["KFP_HOST"],
+    ),
+    Case(
+        "trigger --set without '='",
+        "pipelines.deploy",
+        lambda e: ["trigger", "--host", e.dead, "--set", "window_days"],
+        "deploy: error: ",
+        lambda e: ["'window_days'", "KEY=VALUE"],
+    ),
+    Case(
+        "trigger on an unreachable KFP API",
+        "pipelines.deploy",
+        lambda e: ["trigger", "--host", e.dead],
+        "deploy: error: ",
+        lambda e: [e.dead],
+        marks=(pytest.mark.filterwarnings("ignore:This client only works:FutureWarning"),),
+    ),
 ]
 
 
@@ -263,7 +594,9 @@ def check_error_output(code, err: str, prefix: str, names: list[str]) -> str:
     return last
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=f"{c.module}: {c.fault}", marks=c.marks) for c in CASES])
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=f"{c.module}: {c.fault}", marks=c.marks) for c in CASES]
+)
 def test_cli_fails_with_one_line_naming_the_problem(case: Case, env, request, capsys, fault_report):
     if "dataset" in case.needs:
         env.data = request.getfixturevalue("dataset")
@@ -277,43 +610,91 @@ def test_cli_fails_with_one_line_naming_the_problem(case: Case, env, request, ca
         code = exc.code
     err = capsys.readouterr().err
     check_error_output(code, err, case.prefix, case.names(env))
-    fault_report(CATEGORY, f"{case.module}: {case.fault}", f"exit {code}, one line naming it, no traceback")
+    fault_report(
+        CATEGORY, f"{case.module}: {case.fault}", f"exit {code}, one line naming it, no traceback"
+    )
 
 
 # -- real processes -----------------------------------------------------------------------
 
 
 def run_cli(module: str, *args: str, env: dict | None = None, timeout: int = 120):
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_process_preprocess_unwritable_out(dataset, env, fault_report):
     """Was a FileNotFoundError/NotADirectoryError traceback."""
-    done = run_cli("components.preprocess", "--raw", s(dataset.parent / "raw"), "--out", s(env.blocked),
-                   "--days", "3", "--history-days", "1", "--scheduler", "sync")
+    done = run_cli(
+        "components.preprocess",
+        "--raw",
+        s(dataset.parent / "raw"),
+        "--out",
+        s(env.blocked),
+        "--days",
+        "3",
+        "--history-days",
+        "1",
+        "--scheduler",
+        "sync",
+    )
     check_error_output(done.returncode, done.stderr, "preprocess: error: ", ["a-file"])
-    fault_report(CATEGORY, "python -m components.preprocess: unwritable --out (process)",
-                 f"exit {done.returncode}, one line, no traceback")
+    fault_report(
+        CATEGORY,
+        "python -m components.preprocess: unwritable --out (process)",
+        f"exit {done.returncode}, one line, no traceback",
+    )
 
 
 @pytest.mark.integration
 def test_process_launch_failed_rank_leaves_no_torchrun_traceback(env, fault_report):
     """torchrun printed a ChildFailedError traceback above the launcher's one-line reason."""
-    done = run_cli("components.train.launch", "--data", s(env.missing), "--out", s(env.tmp / "train"),
-                   "--nproc", "1", timeout=300)
-    last = check_error_output(done.returncode, done.stderr, "launch: error: training failed: rank 0: ",
-                              [s(env.missing / "meta.json")])
+    done = run_cli(
+        "components.train.launch",
+        "--data",
+        s(env.missing),
+        "--out",
+        s(env.tmp / "train"),
+        "--nproc",
+        "1",
+        timeout=300,
+    )
+    last = check_error_output(
+        done.returncode,
+        done.stderr,
+        "launch: error: training failed: rank 0: ",
+        [s(env.missing / "meta.json")],
+    )
     assert "DatasetError" in last
-    fault_report(CATEGORY, "python -m components.train.launch: a rank fails (process, torchrun)",
-                 f"exit {done.returncode}, the rank's error in one line, no torchrun traceback")
+    fault_report(
+        CATEGORY,
+        "python -m components.train.launch: a rank fails (process, torchrun)",
+        f"exit {done.returncode}, the rank's error in one line, no torchrun traceback",
+    )
 
 
 @pytest.mark.integration
 def test_process_rollback_unreachable_tracking(env, fault_report):
-    done = run_cli("components.register.rollback", "--tracking-uri", env.dead,
-                   env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"})
-    check_error_output(done.returncode, done.stderr, "rollback: error: ",
-                       [env.dead.split("//")[1], "unusable after 3 attempts"])
-    fault_report(CATEGORY, "python -m components.register.rollback: unreachable tracking URI (process)",
-                 f"exit {done.returncode}, one line naming the URI, no traceback")
+    done = run_cli(
+        "components.register.rollback",
+        "--tracking-uri",
+        env.dead,
+        env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"},
+    )
+    check_error_output(
+        done.returncode,
+        done.stderr,
+        "rollback: error: ",
+        [env.dead.split("//")[1], "unusable after 3 attempts"],
+    )
+    fault_report(
+        CATEGORY,
+        "python -m components.register.rollback: unreachable tracking URI (process)",
+        f"exit {done.returncode}, one line naming the URI, no traceback",
+    )

@@ -41,10 +41,16 @@ def test_a_live_runs_temp_folder_is_never_removed_a_dead_ones_is(tmp_path, fault
         f"with atomic_dir({str(out)!r}) as tmp:\n"
         "    (tmp / 'part-0.npy').write_bytes(b'x' * 100)\n"
         f"    pathlib.Path({str(tmp_path / 'ready')!r}).touch()\n"
-        "    time.sleep(120)\n", tmp_path / "ready")
+        "    time.sleep(120)\n",
+        tmp_path / "ready",
+    )
     try:
-        (live,) = [p for p in out.parent.glob(f"*{TMP_MARKER}*") if not p.name.endswith(OWNER_SUFFIX)]
-        assert remove_stale_temps(out) == [] and (live / "part-0.npy").exists()  # another run's cleanup
+        (live,) = [
+            p for p in out.parent.glob(f"*{TMP_MARKER}*") if not p.name.endswith(OWNER_SUFFIX)
+        ]
+        assert (
+            remove_stale_temps(out) == [] and (live / "part-0.npy").exists()
+        )  # another run's cleanup
         with atomic_dir(out) as mine:  # another run writing the same folder meanwhile
             (mine / "x").write_text("1")
         assert (live / "part-0.npy").exists() and (out / "x").exists()
@@ -53,8 +59,11 @@ def test_a_live_runs_temp_folder_is_never_removed_a_dead_ones_is(tmp_path, fault
         writer.wait()
     assert remove_stale_temps(out) == [live] and not live.exists()
     assert not list(out.parent.glob(f"*{TMP_MARKER}*"))  # its owner file went too
-    fault_report("concurrency", "a run's cleanup meets another live run's temp folder (same dataset day)",
-                 "kept while its writer holds its owner lock; removed once the writer is dead")
+    fault_report(
+        "concurrency",
+        "a run's cleanup meets another live run's temp folder (same dataset day)",
+        "kept while its writer holds its owner lock; removed once the writer is dead",
+    )
 
 
 def test_second_run_is_refused_naming_the_holder_and_waits_when_asked(tmp_path, fault_report):
@@ -63,39 +72,71 @@ def test_second_run_is_refused_naming_the_holder_and_waits_when_asked(tmp_path, 
         "from components.common.lock import storage_lock\n"
         f"with storage_lock({str(tmp_path)!r}, 'nightly-1', stage='local run'):\n"
         f"    pathlib.Path({str(tmp_path / 'ready')!r}).touch()\n"
-        "    time.sleep(120)\n", tmp_path / "ready")
+        "    time.sleep(120)\n",
+        tmp_path / "ready",
+    )
     try:
         busy = rf"another run holds the lock on .*runs/\.lock \(run nightly-1, stage local run, pid {holder.pid} on "
-        with pytest.raises(LockBusy, match=busy + r".*, since 20\d\d-"), storage_lock(tmp_path, "nightly-2"):
+        with (
+            pytest.raises(LockBusy, match=busy + r".*, since 20\d\d-"),
+            storage_lock(tmp_path, "nightly-2"),
+        ):
             pass
         # make run: refused before anything is written, with the same message
         from pipelines.local import main
 
         raw = tmp_path / "raw"
         raw.mkdir()
-        assert main(["--config", "configs/debug.json", "--data", str(raw), "--root", str(tmp_path),
-                     "--run-id", "nightly-2"]) == 1
+        assert (
+            main(
+                [
+                    "--config",
+                    "configs/debug.json",
+                    "--data",
+                    str(raw),
+                    "--root",
+                    str(tmp_path),
+                    "--run-id",
+                    "nightly-2",
+                ]
+            )
+            == 1
+        )
         assert not (tmp_path / "runs" / "nightly-2").exists()
         # a task of the holding run (its token inherited) passes at once
         token = json.loads((tmp_path / "runs" / ".lock").read_text())["token"]
-        child = subprocess.run([sys.executable, "-c", "from components.common.lock import storage_lock\n"
-                                f"with storage_lock({str(tmp_path)!r}, 'nightly-1', stage='register'):\n"
-                                "    print('inside')"], env={**ENV, "DAILYREC_LOCK_TOKEN": token},
-                               capture_output=True, text=True, timeout=60)
+        child = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from components.common.lock import storage_lock\n"
+                f"with storage_lock({str(tmp_path)!r}, 'nightly-1', stage='register'):\n"
+                "    print('inside')",
+            ],
+            env={**ENV, "DAILYREC_LOCK_TOKEN": token},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert child.stdout.strip() == "inside", child.stderr
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     with storage_lock(tmp_path, "nightly-2", wait_s=30) as info:  # released by the holder's death
         assert info["run_id"] == "nightly-2"
-    fault_report("concurrency", "a second run on a storage root while another holds its lock",
-                 "refused at once naming run, stage, pid, host and start time (make run: exit 1, nothing "
-                 "written); tasks of the holding run pass; a waiting task gets the lock when the holder dies")
+    fault_report(
+        "concurrency",
+        "a second run on a storage root while another holds its lock",
+        "refused at once naming run, stage, pid, host and start time (make run: exit 1, nothing "
+        "written); tasks of the holding run pass; a waiting task gets the lock when the holder dies",
+    )
 
 
 def test_the_mlflow_database_is_never_left_half_created(tmp_path, fault_report):
-    code = ("from components.common.tracking import connect, sqlite_uri\n"
-            f"connect(sqlite_uri({str(tmp_path / 'runs')!r}))\n")
+    code = (
+        "from components.common.tracking import connect, sqlite_uri\n"
+        f"connect(sqlite_uri({str(tmp_path / 'runs')!r}))\n"
+    )
     db = tmp_path / "runs" / "mlflow.db"
     for delay in (0.5, 1.5, 3.0):  # SIGTERM at several points of the first creation
         proc = subprocess.Popen([sys.executable, "-c", code], env=ENV, cwd=ROOT)
@@ -112,19 +153,28 @@ def test_the_mlflow_database_is_never_left_half_created(tmp_path, fault_report):
     with sqlite3.connect(empty) as con:
         con.execute("create table experiments (experiment_id integer primary key, name text)")
     connect(sqlite_uri(empty.parent)).search_experiments()
-    assert sqlite_problem(empty) is None and len(list(empty.parent.glob("mlflow.db.incomplete-*"))) == 1
+    assert (
+        sqlite_problem(empty) is None
+        and len(list(empty.parent.glob("mlflow.db.incomplete-*"))) == 1
+    )
     broken = tmp_path / "old" / "mlflow.db"
     broken.parent.mkdir()
     with sqlite3.connect(broken) as con:
         con.execute("create table experiments (experiment_id integer primary key, name text)")
         con.execute("insert into experiments values (7, 'ctr-train')")
-    with pytest.raises(TrackingError, match=r"old/mlflow.db: an incomplete MLflow database \(1 tables, no "
-                                            r"schema version.*move it aside and rerun"):
+    with pytest.raises(
+        TrackingError,
+        match=r"old/mlflow.db: an incomplete MLflow database \(1 tables, no "
+        r"schema version.*move it aside and rerun",
+    ):
         connect(sqlite_uri(broken.parent))
     assert broken.exists()  # never moved when it holds something
-    fault_report("concurrency", "SIGTERM during the first run's MLflow database creation (3 moments)",
-                 "the database appears complete or not at all (created under a temp name, then linked); "
-                 "a half-created one from before is recreated when empty, else named with what to do")
+    fault_report(
+        "concurrency",
+        "SIGTERM during the first run's MLflow database creation (3 moments)",
+        "the database appears complete or not at all (created under a temp name, then linked); "
+        "a half-created one from before is recreated when empty, else named with what to do",
+    )
 
 
 def test_make_ui_prepares_the_registry_before_the_server_opens_it(tmp_path, fault_report):
@@ -133,12 +183,22 @@ def test_make_ui_prepares_the_registry_before_the_server_opens_it(tmp_path, faul
     db = tmp_path / "runs" / "mlflow.db"
 
     def prepare(path):
-        return subprocess.run([sys.executable, "-m", "components.common.tracking", str(path)], env=ENV, cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "components.common.tracking", str(path)],
+            env=ENV,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     for delay in (0.5, 1.5):  # SIGTERM during the creation: complete or absent, never half
-        proc = subprocess.Popen([sys.executable, "-m", "components.common.tracking", str(db)], env=ENV, cwd=ROOT,
-                                stdout=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "components.common.tracking", str(db)],
+            env=ENV,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+        )
         time.sleep(delay)
         proc.send_signal(signal.SIGTERM)
         proc.wait()
@@ -154,10 +214,14 @@ def test_make_ui_prepares_the_registry_before_the_server_opens_it(tmp_path, faul
         con.execute("insert into runs values ('abc')")
     done = prepare(broken)
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.startswith(f"tracking: error: {broken}: an incomplete MLflow database (1 tables, no schema "
-                                  "version")
-    fault_report("concurrency", "make ui on an absent, interrupted or damaged local registry",
-                 "created atomically before the server opens it; a damaged one is named with what to do, exit 1")
+    assert done.stderr.startswith(
+        f"tracking: error: {broken}: an incomplete MLflow database (1 tables, no schema version"
+    )
+    fault_report(
+        "concurrency",
+        "make ui on an absent, interrupted or damaged local registry",
+        "created atomically before the server opens it; a damaged one is named with what to do, exit 1",
+    )
 
 
 @pytest.mark.slow
@@ -175,28 +239,53 @@ def test_champion_moved_by_another_run_is_not_overwritten(tiny_dataset, tmp_path
     second = untrained_checkpoint(tmp_path / "b.pt", tiny_dataset, seed=2)
 
     def evaluated(checkpoint, name):
-        evaluate(EvaluateConfig(data=str(tiny_dataset), checkpoint=str(checkpoint), out=str(tmp_path / name),
-                                model_name="ctr", tracking_uri=uri, rule=GateRule(min_auc=0.0)))
+        evaluate(
+            EvaluateConfig(
+                data=str(tiny_dataset),
+                checkpoint=str(checkpoint),
+                out=str(tmp_path / name),
+                model_name="ctr",
+                tracking_uri=uri,
+                rule=GateRule(min_auc=0.0),
+            )
+        )
         return tmp_path / name
 
     def registered(checkpoint, out):
-        return register(RegisterConfig(checkpoint=str(checkpoint), metrics=str(out / "metrics.json"),
-                                       decision=str(out / "decision.json"), model_name="ctr", tracking_uri=uri))
+        return register(
+            RegisterConfig(
+                checkpoint=str(checkpoint),
+                metrics=str(out / "metrics.json"),
+                decision=str(out / "decision.json"),
+                model_name="ctr",
+                tracking_uri=uri,
+            )
+        )
 
     # both runs evaluate while there is no champion; the second registers first
     out_a, out_b = evaluated(first, "eval-a"), evaluated(second, "eval-b")
     assert json.loads((out_a / "decision.json").read_text())["champion_version"] is None
     assert registered(second, out_b)["champion_version"] == 1
-    with pytest.raises(ChampionMoved, match=r"ctr@champion is v1 now, but evaluate compared the candidate "
-                                            r"with no champion.*No alias moved"):
+    with pytest.raises(
+        ChampionMoved,
+        match=r"ctr@champion is v1 now, but evaluate compared the candidate "
+        r"with no champion.*No alias moved",
+    ):
         registered(first, out_a)
     client = MlflowClient(uri, registry_uri=uri)
     assert client.get_registered_model("ctr").aliases == {"champion": 1}
-    assert len(client.search_model_versions("name = 'ctr'")) == 1  # nothing registered for the stale decision
-    assert registered(second, out_b)["champion_version"] == 1  # a re-run of the winner is still idempotent
-    fault_report("concurrency", "two runs evaluate against 'no champion'; the second registers first",
-                 "the first's alias move is refused (compare-and-set on @champion), nothing registered, "
-                 "the message says to run again")
+    assert (
+        len(client.search_model_versions("name = 'ctr'")) == 1
+    )  # nothing registered for the stale decision
+    assert (
+        registered(second, out_b)["champion_version"] == 1
+    )  # a re-run of the winner is still idempotent
+    fault_report(
+        "concurrency",
+        "two runs evaluate against 'no champion'; the second registers first",
+        "the first's alias move is refused (compare-and-set on @champion), nothing registered, "
+        "the message says to run again",
+    )
 
 
 def test_lock_file_records_the_holder(tmp_path):

@@ -35,12 +35,22 @@ def sealed(tiny_dataset, tmp_path_factory):
     root = tmp_path_factory.mktemp("sealed")
     checkpoint = untrained_checkpoint(root / "model.pt", tiny_dataset, seed=1)
     (root / "decision").mkdir()
-    (root / "decision" / "decision.json").write_text(json.dumps({"blessed": True, "reasons": ["forced"]}))
+    (root / "decision" / "decision.json").write_text(
+        json.dumps({"blessed": True, "reasons": ["forced"]})
+    )
     (root / "decision" / "metrics.json").write_text("{}")
     uri = sqlite_uri(root / "runs")
-    result = register(RegisterConfig(checkpoint=str(checkpoint), metrics=str(root / "decision" / "metrics.json"),
-                                     decision=str(root / "decision" / "decision.json"), model_name="ctr",
-                                     tracking_uri=uri, out=str(root), data=str(tiny_dataset)))
+    result = register(
+        RegisterConfig(
+            checkpoint=str(checkpoint),
+            metrics=str(root / "decision" / "metrics.json"),
+            decision=str(root / "decision" / "decision.json"),
+            model_name="ctr",
+            tracking_uri=uri,
+            out=str(root),
+            data=str(tiny_dataset),
+        )
+    )
     (model_dir,) = {p.parent for p in (root / "runs" / "artifacts").rglob("MLmodel")}
     return {"uri": uri, "dir": model_dir, "result": result, "data": tiny_dataset, "root": root}
 
@@ -55,7 +65,9 @@ TAMPER = {
 
 @pytest.mark.integration
 @pytest.mark.parametrize("what", list(TAMPER))
-def test_a_tampered_model_is_refused_everywhere_it_is_loaded(sealed, what, tmp_path, capsys, fault_report):
+def test_a_tampered_model_is_refused_everywhere_it_is_loaded(
+    sealed, what, tmp_path, capsys, fault_report
+):
     from components.evaluate.decision import GateRule
     from components.evaluate.stage import EvaluateConfig, evaluate
     from components.register.integrity import DIGEST_TAG, IntegrityError, manifest, manifest_digest
@@ -72,30 +84,64 @@ def test_a_tampered_model_is_refused_everywhere_it_is_loaded(sealed, what, tmp_p
     target.write_bytes((original or b"") + (payload if target.suffix == ".py" else b"\0"))
     try:
         client = connect(sealed["uri"])
-        with pytest.raises(IntegrityError, match=r"models:/ctr/1: its files differ from what was registered "
-                                                 rf"\((changed|added): {target.relative_to(sealed['dir'])}\); "
-                                                 r"refusing to load it"):
+        with pytest.raises(
+            IntegrityError,
+            match=r"models:/ctr/1: its files differ from what was registered "
+            rf"\((changed|added): {target.relative_to(sealed['dir'])}\); "
+            r"refusing to load it",
+        ):
             champion_checkpoint(client, "ctr", str(tmp_path / "warm"))
-        result = evaluate(EvaluateConfig(data=str(sealed["data"]), checkpoint=str(sealed["root"] / "model.pt"),
-                                         out=str(tmp_path / "eval"), model_name="ctr", tracking_uri=sealed["uri"],
-                                         rule=GateRule(min_auc=0.0)))
-        assert result["decision"]["champion_status"] == "unusable" and not result["decision"]["blessed"]
+        result = evaluate(
+            EvaluateConfig(
+                data=str(sealed["data"]),
+                checkpoint=str(sealed["root"] / "model.pt"),
+                out=str(tmp_path / "eval"),
+                model_name="ctr",
+                tracking_uri=sealed["uri"],
+                rule=GateRule(min_auc=0.0),
+            )
+        )
+        assert (
+            result["decision"]["champion_status"] == "unusable"
+            and not result["decision"]["blessed"]
+        )
         assert "IntegrityError" in result["metrics"]["champion"]["reason"]
         day = json.loads((sealed["data"] / "meta.json").read_text())["window"]["end"]
-        assert score.main(["--raw", str(sealed["data"].parent / "raw"), "--date", day, "--out",
-                           str(tmp_path / "scores.parquet"), "--model", "models:/ctr@champion",
-                           "--tracking-uri", sealed["uri"]]) == 1
+        assert (
+            score.main(
+                [
+                    "--raw",
+                    str(sealed["data"].parent / "raw"),
+                    "--date",
+                    day,
+                    "--out",
+                    str(tmp_path / "scores.parquet"),
+                    "--model",
+                    "models:/ctr@champion",
+                    "--tracking-uri",
+                    sealed["uri"],
+                ]
+            )
+            == 1
+        )
         # MLflow's own background threads (left by other tests' runs) may log here too: the
         # stage's part is one line, no traceback
         ours = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("20")]
-        assert len(ours) == 1 and ours[0].startswith("score: error: models:/ctr/1: its files differ")
+        assert len(ours) == 1 and ours[0].startswith(
+            "score: error: models:/ctr/1: its files differ"
+        )
         assert not marker.exists()  # the planted code never ran
     finally:
         target.write_bytes(original) if original is not None else target.unlink()
-    assert champion_checkpoint(connect(sealed["uri"]), "ctr", str(tmp_path / "ok"))[0] == 1  # restored: loads
-    fault_report("security", f"the champion's {what} changed in the artifact store",
-                 "warm start, evaluate and the scoring client refuse it (digest of the files vs the version's "
-                 "tag); the planted code never runs")
+    assert (
+        champion_checkpoint(connect(sealed["uri"]), "ctr", str(tmp_path / "ok"))[0] == 1
+    )  # restored: loads
+    fault_report(
+        "security",
+        f"the champion's {what} changed in the artifact store",
+        "warm start, evaluate and the scoring client refuse it (digest of the files vs the version's "
+        "tag); the planted code never runs",
+    )
 
 
 @pytest.mark.integration
@@ -110,9 +156,16 @@ def test_evaluate_never_executes_the_models_code(sealed, tmp_path, fault_report)
     original = mlflow.pyfunc.load_model
     mlflow.pyfunc.load_model = lambda *a, **k: calls.append(a) or original(*a, **k)
     try:
-        result = evaluate(EvaluateConfig(data=str(sealed["data"]), checkpoint=str(sealed["root"] / "model.pt"),
-                                         out=str(tmp_path / "eval"), model_name="ctr", tracking_uri=sealed["uri"],
-                                         rule=GateRule(min_auc=0.0)))
+        result = evaluate(
+            EvaluateConfig(
+                data=str(sealed["data"]),
+                checkpoint=str(sealed["root"] / "model.pt"),
+                out=str(tmp_path / "eval"),
+                model_name="ctr",
+                tracking_uri=sealed["uri"],
+                rule=GateRule(min_auc=0.0),
+            )
+        )
     finally:
         mlflow.pyfunc.load_model = original
     assert result["decision"]["champion_status"] == "scored" and calls == []
@@ -121,8 +174,12 @@ def test_evaluate_never_executes_the_models_code(sealed, tmp_path, fault_report)
 
 
 def test_credentials_in_uris_are_refused_and_redacted(fault_report):
-    for uri in ("http://alice:s3cr3t@mlflow:5000", "https://tok3n@mlflow.example.com",
-                "http://mlflow:5000/?token=s3cr3t", "https://host/x?X-Amz-Signature=abcd"):
+    for uri in (
+        "http://alice:s3cr3t@mlflow:5000",
+        "https://tok3n@mlflow.example.com",
+        "http://mlflow:5000/?token=s3cr3t",
+        "https://host/x?X-Amz-Signature=abcd",
+    ):
         with pytest.raises(CredentialError, match=r"carries credentials.*MLFLOW_TRACKING_USERNAME"):
             check_no_credentials(uri)
         for secret in ("s3cr3t", "tok3n", "abcd"):
@@ -130,11 +187,16 @@ def test_credentials_in_uris_are_refused_and_redacted(fault_report):
         with pytest.raises(TrackingError, match=r"carries credentials") as caught:
             connect(uri)
         assert "s3cr3t" not in str(caught.value) and "tok3n" not in str(caught.value)
-        with pytest.raises(CredentialError, match="tracking_uri"):  # never on torchrun's command line
+        with pytest.raises(
+            CredentialError, match="tracking_uri"
+        ):  # never on torchrun's command line
             LaunchSpec.of(data="d", out="o", tracking_uri=uri)
     assert check_no_credentials("http://mlflow.dailyrec.svc.cluster.local:5000")
-    fault_report("security", "tracking URIs with user:password@, a token user or a token in the query",
-                 "refused (parameters, connect, launcher) with the URI redacted and the environment variables named")
+    fault_report(
+        "security",
+        "tracking URIs with user:password@, a token user or a token in the query",
+        "refused (parameters, connect, launcher) with the URI redacted and the environment variables named",
+    )
 
 
 @pytest.mark.slow
@@ -146,25 +208,68 @@ def test_a_run_writes_and_prints_no_credential(tmp_path, fault_report):
 
     secret = "Zq8-credential-sentinel-41"
     raw = tmp_path / "raw"
-    generate(DatagenConfig(out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_USERNAME": "pipeline",
-           "MLFLOW_TRACKING_PASSWORD": secret}
-    base = [sys.executable, "-m", "pipelines.local", "--config", "configs/debug.json", "--data", str(raw),
-            "--root", str(tmp_path / "store"), "--set", "window_days=4", "--set", "history_days=1",
-            "--set", "min_auc=0.0", "--set", "max_epochs=1"]
-    refused = subprocess.run([*base, "--set", f"tracking_uri=http://pipeline:{secret}@mlflow:5000"], cwd=ROOT,
-                             env=env, capture_output=True, text=True, timeout=120)
+    generate(
+        DatagenConfig(
+            out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5
+        )
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "MLFLOW_TRACKING_USERNAME": "pipeline",
+        "MLFLOW_TRACKING_PASSWORD": secret,
+    }
+    base = [
+        sys.executable,
+        "-m",
+        "pipelines.local",
+        "--config",
+        "configs/debug.json",
+        "--data",
+        str(raw),
+        "--root",
+        str(tmp_path / "store"),
+        "--set",
+        "window_days=4",
+        "--set",
+        "history_days=1",
+        "--set",
+        "min_auc=0.0",
+        "--set",
+        "max_epochs=1",
+    ]
+    refused = subprocess.run(
+        [*base, "--set", f"tracking_uri=http://pipeline:{secret}@mlflow:5000"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert refused.returncode == 2 and "carries credentials" in refused.stderr
     done = subprocess.run(base, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    leaks = [f"{p}" for p in (tmp_path / "store").rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
-    printed = [name for name, text in (("stdout", done.stdout + refused.stdout),
-                                       ("stderr", done.stderr + refused.stderr)) if secret in text]
+    leaks = [
+        f"{p}"
+        for p in (tmp_path / "store").rglob("*")
+        if p.is_file() and secret.encode() in p.read_bytes()
+    ]
+    printed = [
+        name
+        for name, text in (
+            ("stdout", done.stdout + refused.stdout),
+            ("stderr", done.stderr + refused.stderr),
+        )
+        if secret in text
+    ]
     files = sum(1 for p in (tmp_path / "store").rglob("*") if p.is_file())
     assert files > 50 and not leaks and not printed, (leaks, printed)
-    fault_report("security", "credential-leak grep: a whole local run with MLflow credentials in the environment "
-                             "and one with a credentialed tracking URI",
-                 f"{files} files written, stdout and stderr: the password appears nowhere")
+    fault_report(
+        "security",
+        "credential-leak grep: a whole local run with MLflow credentials in the environment "
+        "and one with a credentialed tracking URI",
+        f"{files} files written, stdout and stderr: the password appears nowhere",
+    )
 
 
 def test_dask_pods_are_locked_down(fault_report):
@@ -180,15 +285,22 @@ def test_dask_pods_are_locked_down(fault_report):
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         for container in pod["containers"]:
             sc = container["securityContext"]
-            assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False
+            assert (
+                sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False
+            )
             assert sc["readOnlyRootFilesystem"] is True and sc["privileged"] is False
     assert validate_cluster_spec(spec) == []
-    fault_report("security", "Dask scheduler and worker pods",
-                 "no API token, non-root, seccomp RuntimeDefault, all capabilities dropped, read-only root; "
-                 "port 8786 reachable only from the preprocess task and Dask pods (NetworkPolicy dask)")
+    fault_report(
+        "security",
+        "Dask scheduler and worker pods",
+        "no API token, non-root, seccomp RuntimeDefault, all capabilities dropped, read-only root; "
+        "port 8786 reachable only from the preprocess task and Dask pods (NetworkPolicy dask)",
+    )
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed: renders the manifests")
+@pytest.mark.skipif(
+    shutil.which("kubectl") is None, reason="kubectl not installed: renders the manifests"
+)
 @pytest.mark.parametrize("overlay", ["local", "a100"])
 def test_default_deny_and_a_policy_for_every_component(overlay, fault_report):
     from tests.deploy.conftest import render
@@ -210,12 +322,17 @@ def test_default_deny_and_a_policy_for_every_component(overlay, fault_report):
     from kube.tasks import MLFLOW_CLIENT_LABEL, TASK_LABEL
 
     assert TASK_LABEL == "dailyrec.io/task" and MLFLOW_CLIENT_LABEL == "dailyrec.io/mlflow-client"
-    fault_report("security", f"NetworkPolicies ({overlay})",
-                 f"default deny plus {len(policies) - 1} explicit policies: MLflow, trainer, pipeline tasks, "
-                 "MLflow clients, KFP's workflow pods, Dask, DNS")
+    fault_report(
+        "security",
+        f"NetworkPolicies ({overlay})",
+        f"default deny plus {len(policies) - 1} explicit policies: MLflow, trainer, pipeline tasks, "
+        "MLflow clients, KFP's workflow pods, Dask, DNS",
+    )
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed: renders the manifests")
+@pytest.mark.skipif(
+    shutil.which("kubectl") is None, reason="kubectl not installed: renders the manifests"
+)
 def test_secrets_reach_only_what_needs_them(tmp_path, fault_report):
     import yaml
 
@@ -238,7 +355,8 @@ def test_secrets_reach_only_what_needs_them(tmp_path, fault_report):
     uses = {f"{o['kind']}/{o['metadata']['name']}": secrets_of(o, set()) for o in render("base")}
     assert {k: v for k, v in uses.items() if v} == {
         "Deployment/mlflow": {"mlflow-db", "mlflow-s3", "mlflow-auth-config"},
-        "TrainingRuntime/dailyrec-torch": {"mlflow-trainer-auth"}}
+        "TrainingRuntime/dailyrec-torch": {"mlflow-trainer-auth"},
+    }
     (role,) = [o for o in render("base") if o["kind"] == "Role"]
     assert not any("secrets" in rule["resources"] for rule in role["rules"])
     from kfp import compiler
@@ -246,23 +364,32 @@ def test_secrets_reach_only_what_needs_them(tmp_path, fault_report):
     from pipelines.daily import daily
 
     compiler.Compiler().compile(daily, str(tmp_path / "daily.yaml"))
-    executors = list(yaml.safe_load_all((tmp_path / "daily.yaml").read_text()))[1]["platforms"]["kubernetes"][
-        "deploymentSpec"]["executors"]
+    executors = list(yaml.safe_load_all((tmp_path / "daily.yaml").read_text()))[1]["platforms"][
+        "kubernetes"
+    ]["deploymentSpec"]["executors"]
     with_secret = {name for name, spec in executors.items() if spec.get("secretAsEnv")}
     assert with_secret == {"exec-train-op", "exec-evaluate-op", "exec-register-op"}
     for name in with_secret:
         account, signing = executors[name]["secretAsEnv"]
         assert account["secretName"] == "mlflow-pipeline-auth" and not account["optional"]
-        assert {e["envVar"] for e in account["keyToEnv"]} == {"MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"}
+        assert {e["envVar"] for e in account["keyToEnv"]} == {
+            "MLFLOW_TRACKING_USERNAME",
+            "MLFLOW_TRACKING_PASSWORD",
+        }
         assert signing["secretName"] == "dailyrec-model-signing" and signing["optional"]
         assert [e["envVar"] for e in signing["keyToEnv"]] == ["DAILYREC_MODEL_SIGNING_KEY"]
-    fault_report("security", "who can read which Secret",
-                 "MLflow: its database, bucket and auth settings; training pods: their own MLflow account; "
-                 "only the train, evaluate and register tasks: the pipeline's MLflow account; no Role grants secrets")
+    fault_report(
+        "security",
+        "who can read which Secret",
+        "MLflow: its database, bucket and auth settings; training pods: their own MLflow account; "
+        "only the train, evaluate and register tasks: the pipeline's MLflow account; no Role grants secrets",
+    )
 
 
 @pytest.mark.integration
-def test_a_signing_key_protects_against_registry_writes_too(tiny_dataset, tmp_path, monkeypatch, fault_report):
+def test_a_signing_key_protects_against_registry_writes_too(
+    tiny_dataset, tmp_path, monkeypatch, fault_report
+):
     from mlflow import MlflowClient
 
     from components.common.tracking import sqlite_uri
@@ -283,22 +410,36 @@ def test_a_signing_key_protects_against_registry_writes_too(tiny_dataset, tmp_pa
     (tmp_path / "decision.json").write_text(json.dumps({"blessed": True, "reasons": ["forced"]}))
     (tmp_path / "metrics.json").write_text("{}")
     uri = sqlite_uri(tmp_path / "runs")
-    register(RegisterConfig(checkpoint=str(checkpoint), metrics=str(tmp_path / "metrics.json"),
-                            decision=str(tmp_path / "decision.json"), model_name="ctr", tracking_uri=uri,
-                            data=str(tiny_dataset)))
+    register(
+        RegisterConfig(
+            checkpoint=str(checkpoint),
+            metrics=str(tmp_path / "metrics.json"),
+            decision=str(tmp_path / "decision.json"),
+            model_name="ctr",
+            tracking_uri=uri,
+            data=str(tiny_dataset),
+        )
+    )
     assert champion_checkpoint(connect(uri), "ctr", str(tmp_path / "a"))[0] == 1
     # someone who can write the artifact store AND the registry: new files, and the digest tag to match
     (model_dir,) = {p.parent for p in (tmp_path / "runs" / "artifacts").rglob("MLmodel")}
     with open(model_dir / "model_code.py", "a") as fh:
         fh.write("\nprint('planted')\n")
-    MlflowClient(uri, registry_uri=uri).set_model_version_tag("ctr", "1", DIGEST_TAG,
-                                                              manifest_digest(manifest(model_dir)))
-    with pytest.raises(IntegrityError, match=rf"models:/ctr/1: its {SIGNATURE_TAG} tag is missing or does not "
-                                             r"match the digest"):
+    MlflowClient(uri, registry_uri=uri).set_model_version_tag(
+        "ctr", "1", DIGEST_TAG, manifest_digest(manifest(model_dir))
+    )
+    with pytest.raises(
+        IntegrityError,
+        match=rf"models:/ctr/1: its {SIGNATURE_TAG} tag is missing or does not "
+        r"match the digest",
+    ):
         champion_checkpoint(connect(uri), "ctr", str(tmp_path / "b"))
     monkeypatch.setenv(SIGNING_KEY_ENV, "another-key")
     with pytest.raises(IntegrityError, match=SIGNATURE_TAG):
         champion_checkpoint(connect(uri), "ctr", str(tmp_path / "c"))
-    fault_report("security", "model files and their digest tag both rewritten (artifact store and registry "
-                             "written), with a signing key set",
-                 "refused: the HMAC signature of the digest does not match")
+    fault_report(
+        "security",
+        "model files and their digest tag both rewritten (artifact store and registry "
+        "written), with a signing key set",
+        "refused: the HMAC signature of the digest does not match",
+    )

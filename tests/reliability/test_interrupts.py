@@ -26,6 +26,7 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 def assert_all_gone(pids: list[int], timeout: float) -> float:
     started = time.monotonic()
+
     def alive(pid: int) -> bool:
         try:
             return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -39,25 +40,39 @@ def assert_all_gone(pids: list[int], timeout: float) -> float:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_every_descendant(tmp_path, signum, fault_report):
     # a shell task whose children are a sleeping shell job and a Python process ignoring SIGTERM
-    code = ("import subprocess, sys\n"
-            "from components.common.proctree import Stopped, stop_tree_on_signals\n"
-            "try:\n"
-            "    with stop_tree_on_signals(grace_s=2):\n"
-            "        subprocess.run(['sh', '-c', 'sleep 300 & " + sys.executable + " -c \"import signal, time; "
-            "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)\" & wait'])\n"
-            "except Stopped as exc:\n"
-            "    print(exc, flush=True)\n"
-            "    sys.exit(128 + exc.signum)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=subprocess.PIPE, text=True)
-    tree = wait_for(lambda: (lambda c: c if len(c) >= 3 else None)(psutil.Process(proc.pid).children(recursive=True)),
-                    30, "the task tree")
+    code = (
+        "import subprocess, sys\n"
+        "from components.common.proctree import Stopped, stop_tree_on_signals\n"
+        "try:\n"
+        "    with stop_tree_on_signals(grace_s=2):\n"
+        "        subprocess.run(['sh', '-c', 'sleep 300 & "
+        + sys.executable
+        + ' -c "import signal, time; '
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)\" & wait'])\n"
+        "except Stopped as exc:\n"
+        "    print(exc, flush=True)\n"
+        "    sys.exit(128 + exc.signum)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], env=ENV, stdout=subprocess.PIPE, text=True
+    )
+    tree = wait_for(
+        lambda: (lambda c: c if len(c) >= 3 else None)(
+            psutil.Process(proc.pid).children(recursive=True)
+        ),
+        30,
+        "the task tree",
+    )
     time.sleep(0.5)  # the stubborn child has set its handler
     proc.send_signal(signum)
     assert proc.wait(timeout=30) == 128 + signum
     seconds = assert_all_gone([p.pid for p in tree], 10)
     assert f"stopped by {signal.Signals(signum).name}" in proc.stdout.read()
-    fault_report("interrupts", f"{signal.Signals(signum).name} to a process whose task tree ignores SIGTERM",
-                 f"every descendant gone {seconds:.1f}s later (SIGTERM, 2 s grace, then SIGKILL)")
+    fault_report(
+        "interrupts",
+        f"{signal.Signals(signum).name} to a process whose task tree ignores SIGTERM",
+        f"every descendant gone {seconds:.1f}s later (SIGTERM, 2 s grace, then SIGKILL)",
+    )
 
 
 @pytest.mark.slow
@@ -66,11 +81,37 @@ def test_sigterm_to_make_run_stops_torchrun_and_its_workers(tmp_path, fault_repo
     from components.datagen import DatagenConfig, generate
 
     raw = tmp_path / "raw"
-    generate(DatagenConfig(out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5))
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.local", "--config", "configs/debug.json",
-                             "--data", str(raw), "--root", str(tmp_path / "store"), "--run-id", "r1",
-                             "--set", "window_days=4", "--set", "history_days=1", "--set", "max_epochs=50"],
-                            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    generate(
+        DatagenConfig(
+            out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5
+        )
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.local",
+            "--config",
+            "configs/debug.json",
+            "--data",
+            str(raw),
+            "--root",
+            str(tmp_path / "store"),
+            "--run-id",
+            "r1",
+            "--set",
+            "window_days=4",
+            "--set",
+            "history_days=1",
+            "--set",
+            "max_epochs=50",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         workers = wait_for(lambda: trainer_processes(proc.pid), 300, "training workers")
         tree = psutil.Process(proc.pid).children(recursive=True)
@@ -83,10 +124,15 @@ def test_sigterm_to_make_run_stops_torchrun_and_its_workers(tmp_path, fault_repo
     summary = json.loads((tmp_path / "store" / "runs" / "r1" / "summary.json").read_text())
     assert summary["status"] == "CANCELED" and "SIGTERM" in summary["error"]
     assert "stopped by SIGTERM" in proc.stderr.read()
-    assert json.loads((tmp_path / "store" / "runs" / ".lock").read_text() or "{}") == {}  # lock released
-    fault_report("interrupts", f"SIGTERM to python -m pipelines.local during training ({len(workers)} ranks)",
-                 f"runner, task shell, torchrun and ranks all gone {seconds:.1f}s later; summary CANCELED; "
-                 "lock released")
+    assert (
+        json.loads((tmp_path / "store" / "runs" / ".lock").read_text() or "{}") == {}
+    )  # lock released
+    fault_report(
+        "interrupts",
+        f"SIGTERM to python -m pipelines.local during training ({len(workers)} ranks)",
+        f"runner, task shell, torchrun and ranks all gone {seconds:.1f}s later; summary CANCELED; "
+        "lock released",
+    )
 
 
 def test_full_disk_is_named_with_stage_and_path(tmp_path, monkeypatch, fault_report):
@@ -101,15 +147,20 @@ def test_full_disk_is_named_with_stage_and_path(tmp_path, monkeypatch, fault_rep
     assert not list(target.parent.iterdir())  # no temp left behind
     # numpy on a full disk says "OSError: N requested and M written", without an errno
     array = tmp_path / "x.npy"
-    with pytest.raises(NoSpaceError, match=rf"^preprocess: no space left on '{array}'"), \
-            disk_full_as("preprocess", array):
+    with (
+        pytest.raises(NoSpaceError, match=rf"^preprocess: no space left on '{array}'"),
+        disk_full_as("preprocess", array),
+    ):
         raise OSError("10800 requested and 7136 written")
     # other errors pass unchanged
     with pytest.raises(PermissionError, match="denied"), disk_full_as("preprocess", array):
         raise PermissionError(errno.EACCES, "denied")
     np.save(tmp_path / "ok.npy", np.zeros(3))
-    fault_report("interrupts", "a full disk while writing (ENOSPC at fsync; numpy's errno-less short write)",
-                 "one line: '<stage>: no space left on <path> (N MiB free)'; no temp file left")
+    fault_report(
+        "interrupts",
+        "a full disk while writing (ENOSPC at fsync; numpy's errno-less short write)",
+        "one line: '<stage>: no space left on <path> (N MiB free)'; no temp file left",
+    )
 
 
 SITE = """\
@@ -133,9 +184,13 @@ def test_training_on_a_full_disk_is_not_restarted(tiny_dataset, tmp_path, fault_
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(SITE)
     out = tmp_path / "train"
-    plan = write_plan(tmp_path / "plan.json", TrainPlan(model="debug", micro_batch=256, num_workers=0,
-                                                        max_epochs=2, eval_batch=4096))
-    spec = LaunchSpec.of(data=str(tiny_dataset), out=str(out), plan=str(plan), max_restarts=3, nproc=1)
+    plan = write_plan(
+        tmp_path / "plan.json",
+        TrainPlan(model="debug", micro_batch=256, num_workers=0, max_epochs=2, eval_batch=4096),
+    )
+    spec = LaunchSpec.of(
+        data=str(tiny_dataset), out=str(out), plan=str(plan), max_restarts=3, nproc=1
+    )
     env = {"PYTHONPATH": f"{tmp_path / 'site'}:{ROOT}", "DAILYREC_TEST_FULL_DIR": str(out)}
     started = time.monotonic()
     old = {k: os.environ.get(k) for k in env}
@@ -147,14 +202,24 @@ def test_training_on_a_full_disk_is_not_restarted(tiny_dataset, tmp_path, fault_
         for k, v in old.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     logs = tmp_path / "torchrun-logs"  # the ranks' error files (torch's record), off the full disk
-    proc = subprocess.run(LocalTorchrun().command(spec, str(logs)), env={**os.environ, **env}, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        LocalTorchrun().command(spec, str(logs)),
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     (report,) = rank_errors(logs)
     assert report["retryable"] is False and report["attempt"] == 0  # not restarted
     assert report["error"].startswith(f"train: no space left on '{out}")
-    assert proc.returncode == 28 and "torchrun: stopped without restarting: rank 0: train: no space left" \
-        in proc.stderr
+    assert (
+        proc.returncode == 28
+        and "torchrun: stopped without restarting: rank 0: train: no space left" in proc.stderr
+    )
     assert "Traceback" not in proc.stderr.split("train: error")[-1]
-    fault_report("interrupts", "training on a full disk, torchrun allowed 3 restarts",
-                 f"stopped after the first attempt ({time.monotonic() - started:.0f}s, restart_count 0), "
-                 "'train: no space left on <path>', exit 28")
+    fault_report(
+        "interrupts",
+        "training on a full disk, torchrun allowed 3 restarts",
+        f"stopped after the first attempt ({time.monotonic() - started:.0f}s, restart_count 0), "
+        "'train: no space left on <path>', exit 28",
+    )

@@ -19,7 +19,10 @@ from components.evaluate.report import markdown
 from pipelines.local import main, pipeline_parameters
 
 BAD = [
-    ("run_id=../../escape", r"parameter run_id='../../escape': must be 1-128 characters .*'/' and '\.\.' would"),
+    (
+        "run_id=../../escape",
+        r"parameter run_id='../../escape': must be 1-128 characters .*'/' and '\.\.' would",
+    ),
     ("run_date=2026-13-45", r"parameter run_date='2026-13-45': is not a calendar date"),
     ("run_date=2026-1-5", r"parameter run_date='2026-1-5': must be a date YYYY-MM-DD"),
     ("run_date=20260105", r"parameter run_date='20260105': must be a date YYYY-MM-DD"),
@@ -28,31 +31,58 @@ BAD = [
     ("min_auc=1.5", r"parameter min_auc=1.5: must be in \[0, 1\]"),
     ("tolerance=NaN", r"parameter tolerance=nan: must be in \[0, 1\)"),
     ("launcher=slurm", r"parameter launcher='slurm': must be one of local, trainjob"),
-    ("launcher=trainjob", r"parameter cluster_target: launcher=trainjob needs its \"trainjob\" block"),
+    (
+        "launcher=trainjob",
+        r"parameter cluster_target: launcher=trainjob needs its \"trainjob\" block",
+    ),
     ("model_name=a'b", r"parameter model_name=\"a'b\": must be 1-128 characters"),
     ("model_config=huge", r"parameter model_config='huge': unknown model config 'huge'"),
     ("hardware_profile=tpu", r"parameter hardware_profile='tpu': unknown hardware profile 'tpu'"),
-    ("tracking_uri=ftp://host/x", r"parameter tracking_uri='ftp://host/x': must be an http\(s\)://"),
+    (
+        "tracking_uri=ftp://host/x",
+        r"parameter tracking_uri='ftp://host/x': must be an http\(s\)://",
+    ),
     ("cluster_target=[1]", r"parameter cluster_target='\[1\]': must be a JSON object"),
-    ("model_name=ok\nFAKE LOG LINE", r"parameter model_name: 'ok\\nFAKE LOG LINE' contains control characters"),
-    ("raw_uri=s3://AKIAKEY:s3cretKEY@bucket/raw", r"parameter raw_uri='s3://\*\*\*@bucket/raw': carries credentials"),
-    ("model_config=https://host/c.json?token=s3cretKEY", r"parameter model_config='https://host/c.json\?token=\*\*\*"),
-    ('cluster_target={"trainjob": {"env": {"MLFLOW_TRACKING_PASSWORD": "s3cretKEY"}}}',
-     r"parameter cluster_target: holds credentials \(trainjob.env.MLFLOW_TRACKING_PASSWORD\); give pods"),
+    (
+        "model_name=ok\nFAKE LOG LINE",
+        r"parameter model_name: 'ok\\nFAKE LOG LINE' contains control characters",
+    ),
+    (
+        "raw_uri=s3://AKIAKEY:s3cretKEY@bucket/raw",
+        r"parameter raw_uri='s3://\*\*\*@bucket/raw': carries credentials",
+    ),
+    (
+        "model_config=https://host/c.json?token=s3cretKEY",
+        r"parameter model_config='https://host/c.json\?token=\*\*\*",
+    ),
+    (
+        'cluster_target={"trainjob": {"env": {"MLFLOW_TRACKING_PASSWORD": "s3cretKEY"}}}',
+        r"parameter cluster_target: holds credentials \(trainjob.env.MLFLOW_TRACKING_PASSWORD\); give pods",
+    ),
 ]
 
 
-@pytest.mark.parametrize("setting,message", BAD, ids=[b[0].split("=")[0] + ":" + b[0][:40] for b in BAD])
-def test_bad_parameters_are_refused_before_anything_runs(setting, message, tmp_path, capsys, fault_report):
+@pytest.mark.parametrize(
+    "setting,message", BAD, ids=[b[0].split("=")[0] + ":" + b[0][:40] for b in BAD]
+)
+def test_bad_parameters_are_refused_before_anything_runs(
+    setting, message, tmp_path, capsys, fault_report
+):
     (tmp_path / "raw").mkdir()
-    data = [] if setting.startswith("raw_uri=") else ["--data", str(tmp_path / "raw")]  # --data would win
-    code = main(["--config", "configs/debug.json", *data, "--root", str(tmp_path), "--set", setting])
+    data = (
+        [] if setting.startswith("raw_uri=") else ["--data", str(tmp_path / "raw")]
+    )  # --data would win
+    code = main(
+        ["--config", "configs/debug.json", *data, "--root", str(tmp_path), "--set", setting]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("run: error: parameter"), err
     assert __import__("re").search(message, err), err
     assert not (tmp_path / "runs").exists()  # nothing started, nothing written
     assert "s3cretKEY" not in err  # a refused credential is never echoed
-    fault_report("parameters", f"make run --set {setting!r}", err.strip()[len("run: error: "):][:160])
+    fault_report(
+        "parameters", f"make run --set {setting!r}", err.strip()[len("run: error: ") :][:160]
+    )
 
 
 def test_every_daily_parameter_is_known_to_the_checker():
@@ -61,7 +91,9 @@ def test_every_daily_parameter_is_known_to_the_checker():
     unchecked = {"warm_start"}  # a bool: its type is checked when the config is loaded
     assert set(pipeline_parameters()) - set(RULES) == unchecked
     assert check_parameters(pipeline_parameters()) == pipeline_parameters()  # the defaults pass
-    with pytest.raises(ParameterError, match=r"parameter cluster_target: dask_workers > 0 needs its \"dask\" block"):
+    with pytest.raises(
+        ParameterError, match=r"parameter cluster_target: dask_workers > 0 needs its \"dask\" block"
+    ):
         check_parameters({"dask_workers": 2, "cluster_target": '{"trainjob": {}}'})
 
 
@@ -72,14 +104,32 @@ def test_make_trigger_checks_parameters_before_contacting_the_cluster(setting, c
     # an unreachable host: the check must refuse before any connection is tried
     assert deploy_main(["trigger", "--host", "http://127.0.0.1:9", "--set", setting]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"deploy: error: parameter {setting.split('=')[0]}=") and err.count("\n") == 1
+    assert (
+        err.startswith(f"deploy: error: parameter {setting.split('=')[0]}=")
+        and err.count("\n") == 1
+    )
     assert "pw@" not in err
 
 
 def test_run_id_given_twice_must_agree(tmp_path, capsys):
     (tmp_path / "raw").mkdir()
-    assert main(["--config", "configs/debug.json", "--data", str(tmp_path / "raw"), "--root", str(tmp_path),
-                 "--set", "run_id=a", "--run-id", "b"]) == 2
+    assert (
+        main(
+            [
+                "--config",
+                "configs/debug.json",
+                "--data",
+                str(tmp_path / "raw"),
+                "--root",
+                str(tmp_path),
+                "--set",
+                "run_id=a",
+                "--run-id",
+                "b",
+            ]
+        )
+        == 2
+    )
     assert "--run-id 'b' and parameter run_id='a' differ" in capsys.readouterr().err
 
 
@@ -90,18 +140,35 @@ def test_exit_handler_refuses_a_run_id_outside_runs(tmp_path, fault_report):
 
     root = tmp_path / "store"
     (root / "raw").mkdir(parents=True)
-    status = dsl.PipelineTaskFinalStatus(state="FAILED", pipeline_job_resource_name="x",
-                                         pipeline_task_name="daily-run", error_code=1,
-                                         error_message="resolve-window failed")
-    finalize.python_func(status=status, storage_root=str(root), run_id="../raw/dt=2099-01-01",
-                         kfp_run_id="kfp-123", model_name="m", launcher="local", cluster_target="")
-    assert not (root / "raw" / "dt=2099-01-01").exists() and [p.name for p in (root / "raw").iterdir()] == []
+    status = dsl.PipelineTaskFinalStatus(
+        state="FAILED",
+        pipeline_job_resource_name="x",
+        pipeline_task_name="daily-run",
+        error_code=1,
+        error_message="resolve-window failed",
+    )
+    finalize.python_func(
+        status=status,
+        storage_root=str(root),
+        run_id="../raw/dt=2099-01-01",
+        kfp_run_id="kfp-123",
+        model_name="m",
+        launcher="local",
+        cluster_target="",
+    )
+    assert (
+        not (root / "raw" / "dt=2099-01-01").exists()
+        and [p.name for p in (root / "raw").iterdir()] == []
+    )
     summary = json.loads((root / "runs" / "kfp-123" / "summary.json").read_text())
     assert summary["run_id"] == "kfp-123" and summary["status"] == "FAILED"
     assert "run_id '../raw/dt=2099-01-01' must be 1-128 characters" in summary["error"]
     assert "resolve-window failed" in summary["error"]
-    fault_report("parameters", "exit handler with run_id ../raw/dt=2099-01-01",
-                 "nothing written outside runs/; the summary goes to runs/<KFP run id>/ and names the refusal")
+    fault_report(
+        "parameters",
+        "exit handler with run_id ../raw/dt=2099-01-01",
+        "nothing written outside runs/; the summary goes to runs/<KFP run id>/ and names the refusal",
+    )
 
 
 def test_the_same_explicit_run_id_in_two_cluster_runs_never_shares_a_folder(tmp_path, fault_report):
@@ -117,18 +184,34 @@ def test_the_same_explicit_run_id_in_two_cluster_runs_never_shares_a_folder(tmp_
     claim_run_dir(live, "kfp-live")
     with pytest.raises(RunFolderTaken, match="in use by KFP run kfp-live"):
         claim_run_dir(live, "kfp-second")
-    status = dsl.PipelineTaskFinalStatus(state="FAILED", pipeline_job_resource_name="x",
-                                         pipeline_task_name="daily-run", error_code=1,
-                                         error_message="resolve-window failed")
-    finalize.python_func(status=status, storage_root=str(root), run_id="nightly", kfp_run_id="kfp-second",
-                         model_name="m", launcher="local", cluster_target="")
-    assert sorted(p.name for p in live.iterdir()) == ["owner.json"]  # no summary: still the live run's
+    status = dsl.PipelineTaskFinalStatus(
+        state="FAILED",
+        pipeline_job_resource_name="x",
+        pipeline_task_name="daily-run",
+        error_code=1,
+        error_message="resolve-window failed",
+    )
+    finalize.python_func(
+        status=status,
+        storage_root=str(root),
+        run_id="nightly",
+        kfp_run_id="kfp-second",
+        model_name="m",
+        launcher="local",
+        cluster_target="",
+    )
+    assert sorted(p.name for p in live.iterdir()) == [
+        "owner.json"
+    ]  # no summary: still the live run's
     summary = json.loads((root / "runs" / "kfp-second" / "summary.json").read_text())
     assert summary["run_id"] == "kfp-second" and summary["status"] == "FAILED"
     assert f"run folder {live} is in use by KFP run kfp-live" in summary["error"]
-    fault_report("concurrency", "two cluster runs started with the same explicit run_id",
-                 "the second is refused naming the live one; its summary goes under its KFP run id and the "
-                 "live run's folder and TrainJob are untouched")
+    fault_report(
+        "concurrency",
+        "two cluster runs started with the same explicit run_id",
+        "the second is refused naming the live one; its summary goes under its KFP run id and the "
+        "live run's folder and TrainJob are untouched",
+    )
 
 
 def test_undefined_delong_interval_is_reported_as_undefined(fault_report):
@@ -139,17 +222,37 @@ def test_undefined_delong_interval_is_reported_as_undefined(fault_report):
     champion = {"status": "scored", "version": 4}
     verdict = decide(0.7, champion, comparison, GateRule(min_auc=0.5))
     assert not verdict["blessed"]
-    assert "undefined" in verdict["reasons"][1] and "significantly worse" not in verdict["reasons"][1]
-    assert "it has 1 and 50" in verdict["reasons"][1] and "not blessed, the champion stays" in verdict["reasons"][1]
-    assert decide(0.7, champion, comparison, GateRule(min_auc=0.5, if_champion_unusable="ignore"))["blessed"]
-    assert not decide(0.4, champion, comparison, GateRule(min_auc=0.5, if_champion_unusable="ignore"))["blessed"]
-    metrics = {"model_name": "m", "champion": {"version": 4, "metrics": None}, "comparison": comparison,
-               "candidate": {"rows": 51, "users": 5, "auc": 0.7}, "dataset": {"window": {"test_days": "d"}}}
+    assert (
+        "undefined" in verdict["reasons"][1] and "significantly worse" not in verdict["reasons"][1]
+    )
+    assert (
+        "it has 1 and 50" in verdict["reasons"][1]
+        and "not blessed, the champion stays" in verdict["reasons"][1]
+    )
+    assert decide(0.7, champion, comparison, GateRule(min_auc=0.5, if_champion_unusable="ignore"))[
+        "blessed"
+    ]
+    assert not decide(
+        0.4, champion, comparison, GateRule(min_auc=0.5, if_champion_unusable="ignore")
+    )["blessed"]
+    metrics = {
+        "model_name": "m",
+        "champion": {"version": 4, "metrics": None},
+        "comparison": comparison,
+        "candidate": {"rows": 51, "users": 5, "auc": 0.7},
+        "dataset": {"window": {"test_days": "d"}},
+    }
     text = markdown(metrics, verdict, {})
-    assert "undefined: the test split has 1 clicks and 50 non-clicks" in text and "nan" not in text.lower()
-    fault_report("evaluate", "a test day with a single click (DeLong interval NaN)",
-                 "reported as undefined with the counts; the rule blocks (champion stays) unless "
-                 "if_champion_unusable=ignore")
+    assert (
+        "undefined: the test split has 1 clicks and 50 non-clicks" in text
+        and "nan" not in text.lower()
+    )
+    fault_report(
+        "evaluate",
+        "a test day with a single click (DeLong interval NaN)",
+        "reported as undefined with the counts; the rule blocks (champion stays) unless "
+        "if_champion_unusable=ignore",
+    )
 
 
 @pytest.mark.integration
@@ -166,18 +269,45 @@ def test_validation_split_with_one_label_is_refused(tiny_dataset, tmp_path, faul
     label.flush()
     meta["splits"]["val"]["positives"] = 0
     atomic_write_json(data / "meta.json", meta)
-    with pytest.raises(DatasetError, match=rf"{data}/meta.json: the val split has \d+ rows and 0 clicks; "
-                                           r"validation AUC \(early stopping, the best epoch\) needs both"):
+    with pytest.raises(
+        DatasetError,
+        match=rf"{data}/meta.json: the val split has \d+ rows and 0 clicks; "
+        r"validation AUC \(early stopping, the best epoch\) needs both",
+    ):
         train(TrainConfig(data=str(data), out=str(tmp_path / "out")))
     assert not (tmp_path / "out" / "best.pt").exists()
-    fault_report("training", "a validation split without clicks",
-                 "refused before the first epoch, naming meta.json and the counts (no NaN AUC, no silent epoch 1)")
+    fault_report(
+        "training",
+        "a validation split without clicks",
+        "refused before the first epoch, naming meta.json and the counts (no NaN AUC, no silent epoch 1)",
+    )
 
 
 def test_parameters_json_never_holds_a_refused_uri(tmp_path, capsys):
     (tmp_path / "raw").mkdir()
-    assert main(["--config", "configs/debug.json", "--data", str(tmp_path / "raw"), "--root", str(tmp_path),
-                 "--set", "tracking_uri=http://alice:s3cr3tPW@mlflow:5000"]) == 2
+    assert (
+        main(
+            [
+                "--config",
+                "configs/debug.json",
+                "--data",
+                str(tmp_path / "raw"),
+                "--root",
+                str(tmp_path),
+                "--set",
+                "tracking_uri=http://alice:s3cr3tPW@mlflow:5000",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
-    assert "s3cr3tPW" not in err and "http://***@mlflow:5000" in err and "MLFLOW_TRACKING_PASSWORD" in err
-    assert not any("s3cr3tPW" in p.read_text(errors="replace") for p in Path(tmp_path).rglob("*") if p.is_file())
+    assert (
+        "s3cr3tPW" not in err
+        and "http://***@mlflow:5000" in err
+        and "MLFLOW_TRACKING_PASSWORD" in err
+    )
+    assert not any(
+        "s3cr3tPW" in p.read_text(errors="replace")
+        for p in Path(tmp_path).rglob("*")
+        if p.is_file()
+    )

@@ -37,13 +37,21 @@ pytestmark = pytest.mark.integration
 CATEGORY = "raw-input integrity"
 DAYS = [START + dt.timedelta(days=i) for i in range(4)]  # 2026-03-01 .. 03-04
 END = DAYS[-1]
-CONFIG = {"days": 3, "history_days": 1, "seq_len": 3, "item_buckets": 64, "category_buckets": 8,
-          "user_buckets": 32, "scheduler": "sync"}
+CONFIG = {
+    "days": 3,
+    "history_days": 1,
+    "seq_len": 3,
+    "item_buckets": 64,
+    "category_buckets": 8,
+    "user_buckets": 32,
+    "scheduler": "sync",
+}
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def make_raw(root: Path, rows: int = 24, seed: int = 0, fmt: str = "parquet",
-             days: list[dt.date] = DAYS) -> dict[dt.date, pd.DataFrame]:
+def make_raw(
+    root: Path, rows: int = 24, seed: int = 0, fmt: str = "parquet", days: list[dt.date] = DAYS
+) -> dict[dt.date, pd.DataFrame]:
     rng = np.random.default_rng(seed)
     frames = {}
     for day in days:
@@ -58,7 +66,10 @@ def run(raw: Path, out: Path, **overrides) -> dict:
 
 def books_balance(meta: dict) -> None:
     rows = meta["rows"]
-    assert rows["read"] == sum(rows["kept"].values()) + rows["quarantined_total"] + rows["duplicates_dropped"]
+    assert (
+        rows["read"]
+        == sum(rows["kept"].values()) + rows["quarantined_total"] + rows["duplicates_dropped"]
+    )
     by_day = rows["by_day"]
     assert sum(d["read"] for d in by_day.values()) == rows["read"]
     assert sum(d["quarantined"] for d in by_day.values()) == rows["quarantined_total"]
@@ -75,19 +86,27 @@ def same_dataset(tmp_path: Path, raw: Path, baseline: dict) -> dict:
     books_balance(meta)
     for key in ("read", "kept", "duplicates_dropped"):
         assert meta["rows"][key] == baseline["rows"][key], key
-    pd.testing.assert_frame_equal(events(tmp_path / "ds").reset_index(drop=True),
-                                  events(tmp_path / "base").reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        events(tmp_path / "ds").reset_index(drop=True),
+        events(tmp_path / "base").reset_index(drop=True),
+    )
     return meta
 
 
 def reference_key(text: str) -> int:
     """The key of an id's decimal text: SipHash-2-4 + splitmix64 (pure Python)."""
-    return np.uint64(splitmix64_finalizer(siphash24(HASH_KEY.encode(), text.encode()))).view(np.int64)
+    return np.uint64(splitmix64_finalizer(siphash24(HASH_KEY.encode(), text.encode()))).view(
+        np.int64
+    )
 
 
 # -- 1. ids never collide, whatever the physical type and nulls ---------------------------------
 
-BIG = [2**53 + i for i in (1, 2, 3)] + [2**63 - 1, 17, 0]  # distinct in int64, equal once in float64
+BIG = [2**53 + i for i in (1, 2, 3)] + [
+    2**63 - 1,
+    17,
+    0,
+]  # distinct in int64, equal once in float64
 UNSIGNED = [2**63 + 5, 2**64 - 1]
 
 
@@ -102,7 +121,9 @@ def _id_arrays(values: list[int], with_null: bool) -> dict[str, pa.Array]:
         "decimal256(50,0)": pa.array(dec, pa.decimal256(50, 0)),
         "string": pa.array([None if v is None else str(v) for v in ids], pa.string()),
         "large_string": pa.array([None if v is None else str(v) for v in ids], pa.large_string()),
-        "dictionary<string>": pa.array([None if v is None else str(v) for v in ids]).dictionary_encode(),
+        "dictionary<string>": pa.array(
+            [None if v is None else str(v) for v in ids]
+        ).dictionary_encode(),
     }
     if max(values) < 2**63:
         out["int64"] = pa.array(ids, pa.int64())
@@ -115,36 +136,55 @@ def _id_arrays(values: list[int], with_null: bool) -> dict[str, pa.Array]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-@pytest.mark.parametrize("values", [BIG, UNSIGNED, [17, 3, 250], [2**53, -5, 42]],
-                         ids=["above-2^53", "above-2^63", "small", "2^53-and-negative"])
+@pytest.mark.parametrize(
+    "values",
+    [BIG, UNSIGNED, [17, 3, 250], [2**53, -5, 42]],
+    ids=["above-2^53", "above-2^63", "small", "2^53-and-negative"],
+)
 @pytest.mark.parametrize("with_null", [False, True], ids=["no-null", "null"])
 def test_same_ids_same_keys_for_every_type_with_and_without_nulls(values, with_null, fault_report):
     expected = np.array([reference_key(str(v)) for v in values], np.int64)
     for name, array in _id_arrays(values, with_null).items():
         # through a Parquet file written by pyarrow (no pandas metadata), as Spark/DuckDB write them
         keys, null, invalid = id_keys(pa.table({"id": array}).column("id"))
-        np.testing.assert_array_equal(keys[:len(values)], expected, err_msg=name)
+        np.testing.assert_array_equal(keys[: len(values)], expected, err_msg=name)
         assert null.tolist() == [False] * len(values) + [True] * with_null, name
         assert not invalid.any(), name
     assert len(set(expected.tolist())) == len(values)
-    fault_report(CATEGORY, f"ids {values[:2]}... as int/uint/decimal/float/string/dictionary, "
-                           f"{'with' if with_null else 'without'} a null",
-                 "identical keys for every type; distinct ids stay distinct")
+    fault_report(
+        CATEGORY,
+        f"ids {values[:2]}... as int/uint/decimal/float/string/dictionary, "
+        f"{'with' if with_null else 'without'} a null",
+        "identical keys for every type; distinct ids stay distinct",
+    )
 
 
 def test_integer_and_string_ids_keep_todays_keys():
     """int64 without nulls and strings are today's common types: their keys must not move."""
-    assert id_keys(pa.array([17], pa.int64()))[0][0] == id_keys(pa.array(["17"]))[0][0] == reference_key("17")
+    assert (
+        id_keys(pa.array([17], pa.int64()))[0][0]
+        == id_keys(pa.array(["17"]))[0][0]
+        == reference_key("17")
+    )
     # pinned value: a change here re-buckets every existing dataset and model
     assert int(id_keys(pa.array(["17"]))[0][0]) == int(reference_key("17"))
 
 
-@pytest.mark.parametrize(("array", "reasons"), [
-    (pa.array([1.5, float("inf"), float("-inf"), float("nan"), 7.0]), ["bad", "bad", "bad", "null", "ok"]),
-    (pa.array([2.0**53 + 2, 2.0**63, 2.0**53], pa.float64()), ["bad", "bad", "ok"]),
-    (pa.array([2.0**24 + 2, 3.0], pa.float32()), ["bad", "ok"]),
-    (pa.array([decimal.Decimal("1.50"), decimal.Decimal("2.00")], pa.decimal128(10, 2)), ["bad", "ok"]),
-])
+@pytest.mark.parametrize(
+    ("array", "reasons"),
+    [
+        (
+            pa.array([1.5, float("inf"), float("-inf"), float("nan"), 7.0]),
+            ["bad", "bad", "bad", "null", "ok"],
+        ),
+        (pa.array([2.0**53 + 2, 2.0**63, 2.0**53], pa.float64()), ["bad", "bad", "ok"]),
+        (pa.array([2.0**24 + 2, 3.0], pa.float32()), ["bad", "ok"]),
+        (
+            pa.array([decimal.Decimal("1.50"), decimal.Decimal("2.00")], pa.decimal128(10, 2)),
+            ["bad", "ok"],
+        ),
+    ],
+)
 def test_values_that_cannot_be_ids_are_invalid_not_rounded(array, reasons):
     keys, null, invalid = id_keys(array)
     got = ["null" if n else "bad" if b else "ok" for n, b in zip(null, invalid, strict=True)]
@@ -155,20 +195,33 @@ def test_values_that_cannot_be_ids_are_invalid_not_rounded(array, reasons):
 def test_big_ids_with_a_null_stay_distinct_end_to_end(tmp_path, fault_report):
     """49 users above 2**53 in a file with one null user: 49 keys, equal to the null-free day's."""
     keys = {}
-    for variant, with_null in (("int64", False), ("uint64-null", True), ("decimal-null", True),
-                               ("string-null", True)):
+    for variant, with_null in (
+        ("int64", False),
+        ("uint64-null", True),
+        ("decimal-null", True),
+        ("string-null", True),
+    ):
         raw = tmp_path / variant / "raw"
         frames = make_raw(raw, rows=49)
         for day, frame in frames.items():
             users = [2**62 + 2**53 + int(u) for u in range(49)]
             ids = users[:-1] + ([None] if with_null else users[-1:])
-            array = {"int64": pa.array(ids, pa.int64()), "uint64-null": pa.array(ids, pa.uint64()),
-                     "decimal-null": pa.array([None if v is None else decimal.Decimal(v) for v in ids],
-                                              pa.decimal128(38, 0)),
-                     "string-null": pa.array([None if v is None else str(v) for v in ids])}[variant]
-            table = pa.table({"user_id": array, "item_id": pa.array(frame["item_id"], pa.int64()),
-                              "timestamp": pa.array(frame["timestamp"], pa.int64()),
-                              "label": pa.array(frame["label"], pa.int8())})
+            array = {
+                "int64": pa.array(ids, pa.int64()),
+                "uint64-null": pa.array(ids, pa.uint64()),
+                "decimal-null": pa.array(
+                    [None if v is None else decimal.Decimal(v) for v in ids], pa.decimal128(38, 0)
+                ),
+                "string-null": pa.array([None if v is None else str(v) for v in ids]),
+            }[variant]
+            table = pa.table(
+                {
+                    "user_id": array,
+                    "item_id": pa.array(frame["item_id"], pa.int64()),
+                    "timestamp": pa.array(frame["timestamp"], pa.int64()),
+                    "label": pa.array(frame["label"], pa.int8()),
+                }
+            )
             (raw / schema.day_folder_name(day) / "part-00000.parquet").unlink()
             pq.write_table(table, raw / schema.day_folder_name(day) / "part-00000.parquet")
         meta = run(raw, tmp_path / variant / "ds")
@@ -178,8 +231,11 @@ def test_big_ids_with_a_null_stay_distinct_end_to_end(tmp_path, fault_report):
     assert len(keys["int64"]) == 49
     for variant in ("uint64-null", "decimal-null", "string-null"):
         assert keys[variant] == keys["int64"] - {reference_key(str(2**62 + 2**53 + 48))}, variant
-    fault_report(CATEGORY, "49 int64 ids > 2^53 in a Parquet column with one null (uint64/decimal/string)",
-                 "49 distinct keys, equal to the null-free day's; the null row quarantined")
+    fault_report(
+        CATEGORY,
+        "49 int64 ids > 2^53 in a Parquet column with one null (uint64/decimal/string)",
+        "49 distinct keys, equal to the null-free day's; the null row quarantined",
+    )
 
 
 def test_csv_ids_written_through_float_are_the_integer_ids(tmp_path, fault_report):
@@ -193,63 +249,93 @@ def test_csv_ids_written_through_float_are_the_integer_ids(tmp_path, fault_repor
                 (raw / schema.day_folder_name(day) / "part-00000.parquet").unlink()
                 users = frame["user_id"].astype(float)
                 users.iloc[0] = np.nan
-                frame.assign(user_id=users).to_csv(raw / schema.day_folder_name(day) / "part-00000.csv",
-                                                   index=False)
+                frame.assign(user_id=users).to_csv(
+                    raw / schema.day_folder_name(day) / "part-00000.csv", index=False
+                )
                 text = (raw / schema.day_folder_name(day) / "part-00000.csv").read_text()
                 assert re.search(r"^\d+\.0,", text, re.MULTILINE), text[:200]  # as pandas writes it
         meta = run(raw, tmp_path / variant / "ds", max_quarantine_fraction=0.2)
         books_balance(meta)
         keys[variant] = set(events(tmp_path / variant / "ds")["user_key"])
     assert keys["float csv"] <= keys["int64"] and len(keys["float csv"]) >= len(keys["int64"]) - 3
-    fault_report(CATEGORY, "CSV ids written through float by pandas (17.0, a null in the column)",
-                 "read as the integer ids: the same keys as the int64 day")
+    fault_report(
+        CATEGORY,
+        "CSV ids written through float by pandas (17.0, a null in the column)",
+        "read as the integer ids: the same keys as the int64 day",
+    )
 
 
 # -- 1b. timestamp types: lossy or date-only types refused, never rows merged -------------------
 
 
 def _day_table(frame: pd.DataFrame, timestamp: pa.Array) -> pa.Table:
-    return pa.table({"user_id": pa.array(frame["user_id"], pa.int64()),
-                     "item_id": pa.array(frame["item_id"], pa.int64()),
-                     "timestamp": timestamp, "label": pa.array(frame["label"], pa.int8())})
+    return pa.table(
+        {
+            "user_id": pa.array(frame["user_id"], pa.int64()),
+            "item_id": pa.array(frame["item_id"], pa.int64()),
+            "timestamp": timestamp,
+            "label": pa.array(frame["label"], pa.int8()),
+        }
+    )
 
 
-@pytest.mark.parametrize(("type_", "words"), [
-    (pa.float32(), "float32 rounds them to 128-second steps"),
-    (pa.float16(), "halffloat"),
-    (pa.date32(), "date-only type date32"),
-    (pa.date64(), "date-only type date"),  # Parquet stores every date as date32
-    (pa.time64("us"), "has type time64"),
-    (pa.duration("s"), "has type duration"),
-    (pa.bool_(), "has type bool"),
-])
+@pytest.mark.parametrize(
+    ("type_", "words"),
+    [
+        (pa.float32(), "float32 rounds them to 128-second steps"),
+        (pa.float16(), "halffloat"),
+        (pa.date32(), "date-only type date32"),
+        (pa.date64(), "date-only type date"),  # Parquet stores every date as date32
+        (pa.time64("us"), "has type time64"),
+        (pa.duration("s"), "has type duration"),
+        (pa.bool_(), "has type bool"),
+    ],
+)
 def test_lossy_or_date_only_timestamp_types_are_refused_naming_file_and_column(
-        tmp_path, type_, words, fault_report):
+    tmp_path, type_, words, fault_report
+):
     raw = tmp_path / "raw"
     frames = make_raw(raw)
     day = DAYS[2]
     seconds = frames[day]["timestamp"]
-    values = {"date32[day]": lambda: pa.array([dt.date(2026, 3, 3)] * len(seconds), type_),
-              "date64[ms]": lambda: pa.array([dt.date(2026, 3, 3)] * len(seconds), type_),
-              "halffloat": lambda: pa.array(np.zeros(len(seconds), np.float16), type_),
-              "time64[us]": lambda: pa.array([dt.time(1)] * len(seconds), type_),
-              "duration[s]": lambda: pa.array(seconds, pa.int64()).cast(type_),
-              "bool": lambda: pa.array([True] * len(seconds)),
-              }.get(str(type_), lambda: pa.array(seconds, pa.float64()).cast(type_, safe=False))()
+    values = {
+        "date32[day]": lambda: pa.array([dt.date(2026, 3, 3)] * len(seconds), type_),
+        "date64[ms]": lambda: pa.array([dt.date(2026, 3, 3)] * len(seconds), type_),
+        "halffloat": lambda: pa.array(np.zeros(len(seconds), np.float16), type_),
+        "time64[us]": lambda: pa.array([dt.time(1)] * len(seconds), type_),
+        "duration[s]": lambda: pa.array(seconds, pa.int64()).cast(type_),
+        "bool": lambda: pa.array([True] * len(seconds)),
+    }.get(str(type_), lambda: pa.array(seconds, pa.float64()).cast(type_, safe=False))()
     path = raw / schema.day_folder_name(day) / "part-00000.parquet"
     pq.write_table(_day_table(frames[day], values), path)
-    with pytest.raises(InputError, match=r"^'dt=2026-03-03/part-00000\.parquet': column 'timestamp' ") as caught:
+    with pytest.raises(
+        InputError, match=r"^'dt=2026-03-03/part-00000\.parquet': column 'timestamp' "
+    ) as caught:
         run(raw, tmp_path / "ds", end_date=END)
     message = str(caught.value)
     assert message.startswith("'dt=2026-03-03/part-00000.parquet': column 'timestamp' "), message
     assert words in message and "\n" not in message
     assert not (tmp_path / "ds").exists()
-    fault_report(CATEGORY, f"timestamp column of type {type_}",
-                 "InputError naming file and column before any row is read")
+    fault_report(
+        CATEGORY,
+        f"timestamp column of type {type_}",
+        "InputError naming file and column before any row is read",
+    )
 
 
-@pytest.mark.parametrize("kind", ["int64 seconds", "float64 seconds", "timestamp[s]", "timestamp[ms, UTC]",
-                                  "timestamp[us, +02:00]", "timestamp[ns]", "ISO text", "decimal seconds"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "int64 seconds",
+        "float64 seconds",
+        "timestamp[s]",
+        "timestamp[ms, UTC]",
+        "timestamp[us, +02:00]",
+        "timestamp[ns]",
+        "ISO text",
+        "decimal seconds",
+    ],
+)
 def test_accepted_timestamp_types_give_the_same_dataset(tmp_path, kind, fault_report):
     raw = tmp_path / "raw"
     frames = make_raw(raw)
@@ -264,33 +350,51 @@ def test_accepted_timestamp_types_give_the_same_dataset(tmp_path, kind, fault_re
             "timestamp[ms, UTC]": stamps.cast(pa.timestamp("ms", tz="UTC")),
             "timestamp[us, +02:00]": stamps.cast(pa.timestamp("us", tz="+02:00")),
             "timestamp[ns]": stamps.cast(pa.timestamp("ns")),
-            "ISO text": pa.array([dt.datetime.fromtimestamp(int(s), dt.UTC).isoformat() for s in seconds]),
-            "decimal seconds": pa.array([decimal.Decimal(int(s)) + decimal.Decimal("0.5") for s in seconds],
-                                        pa.decimal128(15, 3)),
+            "ISO text": pa.array(
+                [dt.datetime.fromtimestamp(int(s), dt.UTC).isoformat() for s in seconds]
+            ),
+            "decimal seconds": pa.array(
+                [decimal.Decimal(int(s)) + decimal.Decimal("0.5") for s in seconds],
+                pa.decimal128(15, 3),
+            ),
         }[kind]
         path = raw / schema.day_folder_name(day) / "part-00000.parquet"
-        pq.write_table(_day_table(frame, values).append_column(
-            "category_id", pa.array(frame["category_id"], pa.int64())), path)
+        pq.write_table(
+            _day_table(frame, values).append_column(
+                "category_id", pa.array(frame["category_id"], pa.int64())
+            ),
+            path,
+        )
     same_dataset(tmp_path, raw, baseline)
-    fault_report(CATEGORY, f"timestamp as {kind}", "accepted; the same rows and times as int64 seconds")
+    fault_report(
+        CATEGORY, f"timestamp as {kind}", "accepted; the same rows and times as int64 seconds"
+    )
 
 
 def test_date_only_iso_text_is_quarantined_not_midnight(tmp_path, fault_report):
     raw = tmp_path / "raw"
     frames = make_raw(raw, fmt="csv")
     day = DAYS[1]  # the train day
-    stamps = [dt.datetime.fromtimestamp(int(s), dt.UTC).isoformat() for s in frames[day]["timestamp"]]
+    stamps = [
+        dt.datetime.fromtimestamp(int(s), dt.UTC).isoformat() for s in frames[day]["timestamp"]
+    ]
     stamps[:12] = ["2026-03-02"] * 12  # the first half: a date, no time of day
-    frames[day].assign(timestamp=stamps).to_csv(raw / schema.day_folder_name(day) / "part-00000.csv",
-                                                index=False)
-    with pytest.raises(InputError, match=r"^'dt=2026-03-02': 12 of 24 rows of this day .*bad_timestamp .*"
-                                         r"column 'timestamp'.*value '2026-03-02'"):
+    frames[day].assign(timestamp=stamps).to_csv(
+        raw / schema.day_folder_name(day) / "part-00000.csv", index=False
+    )
+    with pytest.raises(
+        InputError,
+        match=r"^'dt=2026-03-02': 12 of 24 rows of this day .*bad_timestamp .*"
+        r"column 'timestamp'.*value '2026-03-02'",
+    ):
         run(raw, tmp_path / "ds")
     meta = run(raw, tmp_path / "ds", max_quarantine_fraction=1.0)
     assert meta["rows"]["quarantined"] == {"bad_timestamp": 12}
     assert meta["rows"]["by_day"]["2026-03-02"]["duplicates"] == 0
     books_balance(meta)
-    fault_report(CATEGORY, "ISO dates without a time of day", "quarantined bad_timestamp, never merged")
+    fault_report(
+        CATEGORY, "ISO dates without a time of day", "quarantined bad_timestamp, never merged"
+    )
 
 
 def test_a_whole_day_in_milliseconds_fails_even_under_the_window_limit(tmp_path, fault_report):
@@ -300,11 +404,17 @@ def test_a_whole_day_in_milliseconds_fails_even_under_the_window_limit(tmp_path,
     frames = make_raw(raw, rows=20, days=days)
     day = days[5]
     write_day(raw, day, frames[day].assign(timestamp=frames[day]["timestamp"] * 1000))
-    with pytest.raises(InputError, match=r"^'dt=2026-03-06': 20 of 20 rows of this day \(100\.0%\) failed "
-                                         r"validation.*timestamp_out_of_range.*look like epoch milliseconds"):
+    with pytest.raises(
+        InputError,
+        match=r"^'dt=2026-03-06': 20 of 20 rows of this day \(100\.0%\) failed "
+        r"validation.*timestamp_out_of_range.*look like epoch milliseconds",
+    ):
         run(raw, tmp_path / "ds", days=11, history_days=1)
-    fault_report(CATEGORY, "one day of 12 in epoch milliseconds (8% of the window)",
-                 "InputError naming the day: the quarantine limit holds per day")
+    fault_report(
+        CATEGORY,
+        "one day of 12 in epoch milliseconds (8% of the window)",
+        "InputError naming the day: the quarantine limit holds per day",
+    )
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
@@ -316,16 +426,22 @@ def test_decimal_labels_are_numbers(tmp_path, fmt, fault_report):
     frame = frames[day]
     if fmt == "csv":
         frame.assign(label=frame["label"].map({0: "0.00", 1: "1.00"})).to_csv(
-            raw / schema.day_folder_name(day) / "part-00000.csv", index=False)
+            raw / schema.day_folder_name(day) / "part-00000.csv", index=False
+        )
     else:
         labels = pa.array([decimal.Decimal(f"{v}.00") for v in frame["label"]], pa.decimal128(3, 2))
-        table = _day_table(frame, pa.array(frame["timestamp"], pa.int64())).set_column(3, "label", labels)
+        table = _day_table(frame, pa.array(frame["timestamp"], pa.int64())).set_column(
+            3, "label", labels
+        )
         pq.write_table(table, raw / schema.day_folder_name(day) / "part-00000.parquet")
     meta = run(raw, tmp_path / "ds")
     assert meta["rows"]["quarantined"] == {}
     assert meta["splits"] == baseline["splits"]
-    fault_report(CATEGORY, f"labels 0.00/1.00 ({'CSV text' if fmt == 'csv' else 'Parquet decimal'})",
-                 "accepted as 0/1")
+    fault_report(
+        CATEGORY,
+        f"labels 0.00/1.00 ({'CSV text' if fmt == 'csv' else 'Parquet decimal'})",
+        "accepted as 0/1",
+    )
 
 
 # -- 1c. duplicates are counted per day and bounded ----------------------------------------------
@@ -342,15 +458,21 @@ def test_duplicates_per_day_in_meta_summary_and_limit(tmp_path, fault_report):
     assert meta["rows"]["by_day"]["2026-03-02"]["duplicates"] == 0
     assert "exact duplicates by day: 2026-03-03 2" in format_summary(meta)
     write_day(raw, day, frames[day].iloc[:6], "csv", name="copy")  # 6 of 30: 20%
-    with pytest.raises(InputError, match=r"^'dt=2026-03-03': 6 of 30 rows \(20\.0%\) are exact duplicates .*"
-                                         r"max_duplicate_fraction=0\.1; files: 'dt=2026-03-03/copy\.csv', "
-                                         r"'dt=2026-03-03/part-00000\.parquet'"):
+    with pytest.raises(
+        InputError,
+        match=r"^'dt=2026-03-03': 6 of 30 rows \(20\.0%\) are exact duplicates .*"
+        r"max_duplicate_fraction=0\.1; files: 'dt=2026-03-03/copy\.csv', "
+        r"'dt=2026-03-03/part-00000\.parquet'",
+    ):
         run(raw, tmp_path / "ds2")
     assert not (tmp_path / "ds2").exists()
     books_balance(run(raw, tmp_path / "ds3", max_duplicate_fraction=0.25))
-    fault_report(CATEGORY, "a day with 20% exact duplicates (a file written twice)",
-                 "counted per day in meta.json and the summary; InputError naming the day and files "
-                 "above max_duplicate_fraction")
+    fault_report(
+        CATEGORY,
+        "a day with 20% exact duplicates (a file written twice)",
+        "counted per day in meta.json and the summary; InputError naming the day and files "
+        "above max_duplicate_fraction",
+    )
 
 
 def test_duplicate_limit_is_a_flag_with_help_and_default():
@@ -360,8 +482,12 @@ def test_duplicate_limit_is_a_flag_with_help_and_default():
     help_text = " ".join(parser.format_help().split())
     assert "--max-duplicate-fraction" in help_text and "(default: 0.1)" in help_text
     assert parser.parse_args(["--raw", "r", "--out", "o"]).max_duplicate_fraction == 0.1
-    assert parser.parse_args(["--raw", "r", "--out", "o", "--max-duplicate-fraction", "0.3"]
-                             ).max_duplicate_fraction == 0.3
+    assert (
+        parser.parse_args(
+            ["--raw", "r", "--out", "o", "--max-duplicate-fraction", "0.3"]
+        ).max_duplicate_fraction
+        == 0.3
+    )
     with pytest.raises(ValueError, match=r"max_duplicate_fraction must be in \[0, 1\], got 1\.5"):
         PreprocessConfig(raw="r", out="o", max_duplicate_fraction=1.5)
     with pytest.raises(ValueError, match=r"max_duplicate_fraction must be in \[0, 1\], got nan"):
@@ -371,30 +497,45 @@ def test_duplicate_limit_is_a_flag_with_help_and_default():
 # -- 2. nothing in the raw folder skipped without a word -----------------------------------------
 
 
-@pytest.mark.parametrize(("name", "end_date", "history_days"), [
-    ("dt=2026-3-5", None, 1),  # non-padded, after the latest day: the window would end a day early
-    ("dt=2026-13-45", None, 1),  # no date, but it sorts after the latest day
-    ("dt=20260305", None, 1),
-    ("date=2026-03-05", None, 1),  # another partition key
-    ("DT=2026-03-05", None, 1),
-    ("2026-03-05", None, 1),
-    ("dt=2026-03-04.bak", None, 1),  # a copy of the latest day: which one is meant?
-    ("dt=2026-02-30", END, 4),  # no date, inside the days read (02-26 .. 03-04)
-    ("dt=2026-3-3", END, 1),  # non-padded, inside the window
-])
-def test_misnamed_day_folders_that_may_hold_window_days_are_an_error(tmp_path, name, end_date, history_days,
-                                                                     fault_report):
+@pytest.mark.parametrize(
+    ("name", "end_date", "history_days"),
+    [
+        (
+            "dt=2026-3-5",
+            None,
+            1,
+        ),  # non-padded, after the latest day: the window would end a day early
+        ("dt=2026-13-45", None, 1),  # no date, but it sorts after the latest day
+        ("dt=20260305", None, 1),
+        ("date=2026-03-05", None, 1),  # another partition key
+        ("DT=2026-03-05", None, 1),
+        ("2026-03-05", None, 1),
+        ("dt=2026-03-04.bak", None, 1),  # a copy of the latest day: which one is meant?
+        ("dt=2026-02-30", END, 4),  # no date, inside the days read (02-26 .. 03-04)
+        ("dt=2026-3-3", END, 1),  # non-padded, inside the window
+    ],
+)
+def test_misnamed_day_folders_that_may_hold_window_days_are_an_error(
+    tmp_path, name, end_date, history_days, fault_report
+):
     raw = tmp_path / "raw"
     make_raw(raw, days=[START - dt.timedelta(days=2), *DAYS])
     (raw / name).mkdir()
     write_day(raw, DAYS[0], random_events(np.random.default_rng(1), DAYS[0], 5), name="x")
-    (raw / name / "part-00000.parquet").write_bytes((raw / schema.day_folder_name(DAYS[0]) / "x.parquet")
-                                                    .read_bytes())
-    with pytest.raises(InputError, match=rf"folder '{re.escape(name)}' is a (misnamed day folder|not a calendar date)"
-                                         r".* may hold days of the window .*rename it"):
+    (raw / name / "part-00000.parquet").write_bytes(
+        (raw / schema.day_folder_name(DAYS[0]) / "x.parquet").read_bytes()
+    )
+    with pytest.raises(
+        InputError,
+        match=rf"folder '{re.escape(name)}' is a (misnamed day folder|not a calendar date)"
+        r".* may hold days of the window .*rename it",
+    ):
         run(raw, tmp_path / "ds", end_date=end_date, history_days=history_days)
-    fault_report(CATEGORY, f"day folder {name!r} ({'window ends at the latest day' if end_date is None else 'inside the window'})",
-                 "InputError naming the folder")
+    fault_report(
+        CATEGORY,
+        f"day folder {name!r} ({'window ends at the latest day' if end_date is None else 'inside the window'})",
+        "InputError naming the folder",
+    )
 
 
 def test_everything_not_read_is_listed_with_its_reason_and_warned(tmp_path, caplog, fault_report):
@@ -428,36 +569,49 @@ def test_everything_not_read_is_listed_with_its_reason_and_warned(tmp_path, capl
         "dt=2026-03-03/_temporary": "hidden or marker folder (name starts with '.' or '_')",
         "dt=2026-03-03/gone.parquet": "broken symbolic link",
         "dt=2026-03-03/notes.txt": "not a raw data file (accepted: .parquet, .pq, .csv, .csv.gz, .csv.gzip, "
-                                   ".csv.bz2, .csv.zst, .csv.zstd)",
+        ".csv.bz2, .csv.zst, .csv.zstd)",
         "dt=2026-03-03/part-00000.json": "not a raw data file (accepted: .parquet, .pq, .csv, .csv.gz, "
-                                         ".csv.gzip, .csv.bz2, .csv.zst, .csv.zstd)",
+        ".csv.gzip, .csv.bz2, .csv.zst, .csv.zstd)",
     }
     warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("not read: ")]
     assert len(warned) == len(ignored)
     assert "not read: 'dt=2026-03-03/gone.parquet' (broken symbolic link)" in warned
     assert "not read: 12 paths" in format_summary(meta)
-    fault_report(CATEGORY, "impossible/misnamed day folders outside the window, _SUCCESS, .crc, _temporary, "
-                           "notes, a broken link, files outside day folders",
-                 "listed in meta.json inputs.ignored with the reason, one warning each")
+    fault_report(
+        CATEGORY,
+        "impossible/misnamed day folders outside the window, _SUCCESS, .crc, _temporary, "
+        "notes, a broken link, files outside day folders",
+        "listed in meta.json inputs.ignored with the reason, one warning each",
+    )
 
 
 def test_last_day_missing_or_without_raw_files_is_an_error(tmp_path, fault_report):
     raw = tmp_path / "raw"
     make_raw(raw)
-    with pytest.raises(InputError, match=r"no raw files for the window's last day 2026-03-05 \(expected in "
-                                         r"'dt=2026-03-05', which does not exist\)"):
+    with pytest.raises(
+        InputError,
+        match=r"no raw files for the window's last day 2026-03-05 \(expected in "
+        r"'dt=2026-03-05', which does not exist\)",
+    ):
         run(raw, tmp_path / "ds", end_date=dt.date(2026, 3, 5), days=4, test_days=2)
     last = raw / schema.day_folder_name(END)
     for f in last.iterdir():
         f.unlink()
     (last / "_SUCCESS").write_bytes(b"")
     (last / "events.txt").write_bytes(b"x")
-    with pytest.raises(InputError, match=r"no raw files for the (window's last day 2026-03-04|test split)"):
+    with pytest.raises(
+        InputError, match=r"no raw files for the (window's last day 2026-03-04|test split)"
+    ):
         run(raw, tmp_path / "ds", end_date=END)
-    with pytest.raises(InputError, match=r"no raw files for the (window's last day 2026-03-04|test split)"):
+    with pytest.raises(
+        InputError, match=r"no raw files for the (window's last day 2026-03-04|test split)"
+    ):
         run(raw, tmp_path / "ds")
-    fault_report(CATEGORY, "the window's last day folder missing, or holding no raw file",
-                 "InputError naming the day (never a window that silently ends a day early)")
+    fault_report(
+        CATEGORY,
+        "the window's last day folder missing, or holding no raw file",
+        "InputError naming the day (never a window that silently ends a day early)",
+    )
 
 
 def test_days_of_the_window_without_raw_files_are_reported(tmp_path, caplog, fault_report):
@@ -469,8 +623,11 @@ def test_days_of_the_window_without_raw_files_are_reported(tmp_path, caplog, fau
         meta = run(raw, tmp_path / "ds2")
     assert meta["inputs"]["days_without_files"] == ["2026-03-01"]
     assert "no raw files for 2026-03-01" in [r.getMessage() for r in caplog.records]
-    fault_report(CATEGORY, "a day folder of the look-back window left empty",
-                 "listed in meta.json inputs.days_without_files and warned")
+    fault_report(
+        CATEGORY,
+        "a day folder of the look-back window left empty",
+        "listed in meta.json inputs.days_without_files and warned",
+    )
 
 
 def _compress(data: bytes, kind: str) -> bytes:
@@ -496,15 +653,22 @@ def test_compressed_csv_nested_partitions_pq_and_symlinks_are_read(tmp_path, fau
         text = frame.to_csv(index=False).encode()
         if i == 0:  # gzip, bzip2 and zstd CSV, a third of the rows each
             third = len(frame) // 3
-            for kind, part in (("gz", frame.iloc[:third]), ("bz2", frame.iloc[third:2 * third]),
-                               ("zst", frame.iloc[2 * third:])):
-                (folder / f"events.csv.{kind}").write_bytes(_compress(part.to_csv(index=False).encode(), kind))
+            for kind, part in (
+                ("gz", frame.iloc[:third]),
+                ("bz2", frame.iloc[third : 2 * third]),
+                ("zst", frame.iloc[2 * third :]),
+            ):
+                (folder / f"events.csv.{kind}").write_bytes(
+                    _compress(part.to_csv(index=False).encode(), kind)
+                )
         elif i == 1:  # Spark: dt=.../hour=HH/part-....snappy.parquet, plus its markers
             for hour, part in ((0, frame.iloc[:10]), (13, frame.iloc[10:])):
                 sub = folder / f"hour={hour:02d}"
                 sub.mkdir()
-                pq.write_table(pa.Table.from_pandas(part, preserve_index=False),
-                               sub / "part-00000-1f2e.c000.snappy.parquet")
+                pq.write_table(
+                    pa.Table.from_pandas(part, preserve_index=False),
+                    sub / "part-00000-1f2e.c000.snappy.parquet",
+                )
                 (sub / "_SUCCESS").write_bytes(b"")
         elif i == 2:  # .pq, and the file is a symbolic link to a file elsewhere
             frame.to_parquet(outside / "day2.pq", index=False)
@@ -517,33 +681,66 @@ def test_compressed_csv_nested_partitions_pq_and_symlinks_are_read(tmp_path, fau
             os.symlink(target, folder, target_is_directory=True)
             os.symlink(target, target / "loop", target_is_directory=True)  # a link loop inside
     meta = same_dataset(tmp_path, raw, baseline)
-    assert sorted(meta["inputs"]["files"]) == sorted([
-        "dt=2026-03-01/events.csv.bz2", "dt=2026-03-01/events.csv.gz", "dt=2026-03-01/events.csv.zst",
-        "dt=2026-03-02/hour=00/part-00000-1f2e.c000.snappy.parquet",
-        "dt=2026-03-02/hour=13/part-00000-1f2e.c000.snappy.parquet",
-        "dt=2026-03-03/events.pq", "dt=2026-03-04/events.csv"])
+    assert sorted(meta["inputs"]["files"]) == sorted(
+        [
+            "dt=2026-03-01/events.csv.bz2",
+            "dt=2026-03-01/events.csv.gz",
+            "dt=2026-03-01/events.csv.zst",
+            "dt=2026-03-02/hour=00/part-00000-1f2e.c000.snappy.parquet",
+            "dt=2026-03-02/hour=13/part-00000-1f2e.c000.snappy.parquet",
+            "dt=2026-03-03/events.pq",
+            "dt=2026-03-04/events.csv",
+        ]
+    )
     ignored = {i["path"]: i["reason"] for i in meta["inputs"]["ignored"]}
     assert ignored["dt=2026-03-04/loop"] == "symbolic link loop"
     assert ignored["dt=2026-03-02/hour=00/_SUCCESS"].startswith("hidden or marker file")
-    fault_report(CATEGORY, "gzip/bzip2/zstd CSV, Spark hour=HH/ sub-folders, .pq, symlinked file and "
-                           "day folder, a link loop",
-                 "read: the same rows as plain Parquet; the loop listed as not read")
+    fault_report(
+        CATEGORY,
+        "gzip/bzip2/zstd CSV, Spark hour=HH/ sub-folders, .pq, symlinked file and "
+        "day folder, a link loop",
+        "read: the same rows as plain Parquet; the loop listed as not read",
+    )
 
 
-@pytest.mark.parametrize(("name", "content", "message"), [
-    ("events.csv", "parquet", r"named as CSV text but holds a Parquet file; rename it to \.parquet"),
-    ("events.csv", "gzip", r"named as CSV text but holds gzip-compressed data; rename it to \.csv\.gz"),
-    ("events.csv", "zip", r"named as CSV text but holds a ZIP archive; unzip it"),
-    ("events.csv.gz", "csv", r"named as gzip-compressed CSV but holds text; rename it to \.csv if it is CSV"),
-    ("events.csv.gz", "parquet", r"named as gzip-compressed CSV but holds a Parquet file"),
-    ("events.parquet", "gzip", r"named as a Parquet file but holds gzip-compressed data"),
-    ("events.parquet", "csv", r"named as a Parquet file but holds text; rename it to \.csv if it is CSV"),
-    ("events.csv.gz", "broken gzip", r"unreadable gzip"),
-    ("events.csv.snappy", "csv", r"compressed as '\.snappy', which is not read; accepted: \.parquet"),
-    ("events.parquet.lz4", "csv", r"compressed as '\.lz4', which is not read"),
-])
-def test_a_file_that_is_not_what_its_name_says_is_named_as_such(tmp_path, name, content, message,
-                                                                 fault_report):
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        (
+            "events.csv",
+            "parquet",
+            r"named as CSV text but holds a Parquet file; rename it to \.parquet",
+        ),
+        (
+            "events.csv",
+            "gzip",
+            r"named as CSV text but holds gzip-compressed data; rename it to \.csv\.gz",
+        ),
+        ("events.csv", "zip", r"named as CSV text but holds a ZIP archive; unzip it"),
+        (
+            "events.csv.gz",
+            "csv",
+            r"named as gzip-compressed CSV but holds text; rename it to \.csv if it is CSV",
+        ),
+        ("events.csv.gz", "parquet", r"named as gzip-compressed CSV but holds a Parquet file"),
+        ("events.parquet", "gzip", r"named as a Parquet file but holds gzip-compressed data"),
+        (
+            "events.parquet",
+            "csv",
+            r"named as a Parquet file but holds text; rename it to \.csv if it is CSV",
+        ),
+        ("events.csv.gz", "broken gzip", r"unreadable gzip"),
+        (
+            "events.csv.snappy",
+            "csv",
+            r"compressed as '\.snappy', which is not read; accepted: \.parquet",
+        ),
+        ("events.parquet.lz4", "csv", r"compressed as '\.lz4', which is not read"),
+    ],
+)
+def test_a_file_that_is_not_what_its_name_says_is_named_as_such(
+    tmp_path, name, content, message, fault_report
+):
     raw = tmp_path / "raw"
     frames = make_raw(raw)
     day = DAYS[2]
@@ -555,14 +752,22 @@ def test_a_file_that_is_not_what_its_name_says_is_named_as_such(tmp_path, name, 
     if content == "zip":
         with zipfile.ZipFile(buffer, "w") as archive:
             archive.writestr("events.csv", text)
-    data = {"parquet": (raw / schema.day_folder_name(day) / "part-00000.parquet").read_bytes(),
-            "gzip": gzip.compress(text), "csv": text, "zip": buffer.getvalue(),
-            "broken gzip": gzip.compress(text)[:-30]}[content]
+    data = {
+        "parquet": (raw / schema.day_folder_name(day) / "part-00000.parquet").read_bytes(),
+        "gzip": gzip.compress(text),
+        "csv": text,
+        "zip": buffer.getvalue(),
+        "broken gzip": gzip.compress(text)[:-30],
+    }[content]
     (raw / schema.day_folder_name(day) / name).write_bytes(data)
-    with pytest.raises(InputError, match=rf"^'dt=2026-03-03/{name.replace('.', '[.]')}': .*{message}") as caught:
+    with pytest.raises(
+        InputError, match=rf"^'dt=2026-03-03/{name.replace('.', '[.]')}': .*{message}"
+    ) as caught:
         run(raw, tmp_path / "ds")
     assert "re-encode" not in str(caught.value) and "\n" not in str(caught.value)
-    fault_report(CATEGORY, f"{content} bytes in a file named {name}", "InputError saying what the file holds")
+    fault_report(
+        CATEGORY, f"{content} bytes in a file named {name}", "InputError saying what the file holds"
+    )
 
 
 # -- 4. file names cannot forge or break a line ---------------------------------------------------
@@ -580,34 +785,65 @@ def test_newline_and_non_utf8_file_names_are_quoted(tmp_path, fault_report):
     meta = run(raw, tmp_path / "ds", max_duplicate_fraction=0.5)
     books_balance(meta)
     assert "dt=2026-03-03/caf\\xe9.parquet" in meta["inputs"]["files"]
-    assert "dt=2026-03-03/note\nERROR fake line.txt" in [i["path"] for i in meta["inputs"]["ignored"]]
+    assert "dt=2026-03-03/note\nERROR fake line.txt" in [
+        i["path"] for i in meta["inputs"]["ignored"]
+    ]
     json.dumps(meta, ensure_ascii=False).encode("utf-8")  # storable: no lone surrogate left
     # an unreadable file with such names: the error names it, on one printable line
     (folder / "bad\nINFO all good.parquet").write_bytes(b"PAR1 junk")
     proc = subprocess.run(
-        [sys.executable, "-m", "components.preprocess", "--raw", str(raw), "--out", str(tmp_path / "ds2"),
-         "--days", "3", "--history-days", "1", "--scheduler", "sync"],
-        capture_output=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        [
+            sys.executable,
+            "-m",
+            "components.preprocess",
+            "--raw",
+            str(raw),
+            "--out",
+            str(tmp_path / "ds2"),
+            "--days",
+            "3",
+            "--history-days",
+            "1",
+            "--scheduler",
+            "sync",
+        ],
+        capture_output=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     stderr = proc.stderr.decode("utf-8")
     assert proc.returncode == 2, stderr
     errors = [line for line in stderr.splitlines() if "preprocess: error" in line]
-    assert errors == ["preprocess: error: 'dt=2026-03-03/bad\\nINFO all good.parquet': unreadable Parquet "
-                      "file (" + errors[0].split("unreadable Parquet file (", 1)[1]], stderr
+    assert errors == [
+        "preprocess: error: 'dt=2026-03-03/bad\\nINFO all good.parquet': unreadable Parquet "
+        "file (" + errors[0].split("unreadable Parquet file (", 1)[1]
+    ], stderr
     assert not any(line.startswith("INFO all good") for line in stderr.splitlines())
     assert "not read: 'dt=2026-03-03/note\\nERROR fake line.txt'" in stderr
     assert not any(line.startswith("ERROR fake line") for line in stderr.splitlines())
     os.unlink(folder / "bad\nINFO all good.parquet")
     os.rename(odd, os.fsencode(str(folder)) + b"/bad\xff.csv")
-    with pytest.raises(InputError, match=r"^'dt=2026-03-03/bad\\udcff\.csv': named as CSV text but holds a "
-                                         r"Parquet file"):
+    with pytest.raises(
+        InputError,
+        match=r"^'dt=2026-03-03/bad\\udcff\.csv': named as CSV text but holds a "
+        r"Parquet file",
+    ):
         run(raw, tmp_path / "ds3")
-    fault_report(CATEGORY, "a newline / a non-UTF-8 byte in a raw file name",
-                 "quoted with repr in errors and warnings: one line, the file named")
+    fault_report(
+        CATEGORY,
+        "a newline / a non-UTF-8 byte in a raw file name",
+        "quoted with repr in errors and warnings: one line, the file named",
+    )
 
 
 def test_every_quarantine_reason_is_documented_in_the_raw_contract():
     from components.preprocess.clean import REASONS
 
-    contract = (ROOT / "docs" / "data.md").read_text().split("## Raw data contract", 1)[1].split("\n## ", 1)[0]
+    contract = (
+        (ROOT / "docs" / "data.md")
+        .read_text()
+        .split("## Raw data contract", 1)[1]
+        .split("\n## ", 1)[0]
+    )
     assert [r for r in REASONS if f"`{r}`" not in contract] == []

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.integration
 
 def aliases(uri: str) -> dict[str, int]:
     client = connect(uri)
-    return {a: int(v.version) for a in (CHAMPION, PREVIOUS) if (v := alias_version(client, "ctr", a))}
+    return {
+        a: int(v.version) for a in (CHAMPION, PREVIOUS) if (v := alias_version(client, "ctr", a))
+    }
 
 
 @pytest.fixture
@@ -37,21 +39,45 @@ def two_versions(tiny_dataset, tmp_path):
         out = tmp_path / f"v{version}"
         out.mkdir()
         checkpoint = untrained_checkpoint(out / "model.pt", tiny_dataset, seed=version)
-        (out / "decision.json").write_text(json.dumps({"blessed": True, "reasons": ["forced"],
-                                                       "champion_version": champion}))
+        (out / "decision.json").write_text(
+            json.dumps({"blessed": True, "reasons": ["forced"], "champion_version": champion})
+        )
         (out / "metrics.json").write_text("{}")
-        register(RegisterConfig(checkpoint=str(checkpoint), metrics=str(out / "metrics.json"),
-                                decision=str(out / "decision.json"), model_name="ctr", tracking_uri=uri,
-                                data=str(tiny_dataset)))
+        register(
+            RegisterConfig(
+                checkpoint=str(checkpoint),
+                metrics=str(out / "metrics.json"),
+                decision=str(out / "decision.json"),
+                model_name="ctr",
+                tracking_uri=uri,
+                data=str(tiny_dataset),
+            )
+        )
     assert aliases(uri) == {CHAMPION: 2, PREVIOUS: 1}
     return uri, tmp_path
 
 
 def run_rollback(uri: str, *extra: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}  # another process: not the lock's holder
-    return subprocess.run([sys.executable, "-m", "components.register.rollback", "--model-name", "ctr",
-                           "--tracking-uri", uri, *extra], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    env = {
+        k: v for k, v in os.environ.items() if k != TOKEN_ENV
+    }  # another process: not the lock's holder
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "components.register.rollback",
+            "--model-name",
+            "ctr",
+            "--tracking-uri",
+            uri,
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_rollback_promotes_a_verified_version_and_a_second_undoes_it(two_versions):
@@ -73,11 +99,19 @@ def test_rollback_refuses_a_tampered_version_and_moves_nothing(two_versions, fau
     weights.write_bytes(weights.read_bytes() + b"\0")
     done = run_rollback(uri)
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.strip().splitlines()[-1].startswith(
-        "rollback: error: models:/ctr/1: its files differ from what was registered (changed: artifacts/model.pt)")
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "rollback: error: models:/ctr/1: its files differ from what was registered (changed: artifacts/model.pt)"
+        )
+    )
     assert aliases(uri) == {CHAMPION: 2, PREVIOUS: 1}
-    fault_report("security", "rollback to a version whose files changed in the artifact store",
-                 "refused with the changed file named; no alias moves")
+    fault_report(
+        "security",
+        "rollback to a version whose files changed in the artifact store",
+        "refused with the changed file named; no alias moves",
+    )
 
 
 def test_rollback_waits_for_no_one_while_a_run_holds_the_lock(two_versions, fault_report):
@@ -85,12 +119,20 @@ def test_rollback_waits_for_no_one_while_a_run_holds_the_lock(two_versions, faul
     with storage_lock(root, "20261130-0200-ab12", stage="register"):
         done = run_rollback(uri)
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.strip().splitlines()[-1].startswith(
-        f"rollback: error: another run holds the lock on {root / 'runs' / '.lock'} (run 20261130-0200-ab12, "
-        "stage register")
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"rollback: error: another run holds the lock on {root / 'runs' / '.lock'} (run 20261130-0200-ab12, "
+            "stage register"
+        )
+    )
     assert aliases(uri) == {CHAMPION: 2, PREVIOUS: 1}
-    fault_report("concurrency", "rollback while a run's register stage holds the storage lock",
-                 "refused at once naming the holder; no alias moves")
+    fault_report(
+        "concurrency",
+        "rollback while a run's register stage holds the storage lock",
+        "refused at once naming the holder; no alias moves",
+    )
 
 
 def test_rollback_is_compare_and_set_on_the_champion(two_versions, monkeypatch, fault_report):
@@ -102,12 +144,18 @@ def test_rollback_is_compare_and_set_on_the_champion(two_versions, monkeypatch, 
         return real(client, name, version, dest)
 
     monkeypatch.setattr(R, "verified_download", meanwhile)
-    with pytest.raises(R.ChampionMoved, match=r"^ctr@champion moved from v2 to v1 during the rollback; nothing "
-                                              r"moved"):
+    with pytest.raises(
+        R.ChampionMoved,
+        match=r"^ctr@champion moved from v2 to v1 during the rollback; nothing "
+        r"moved",
+    ):
         R.rollback(uri, "ctr")
     assert aliases(uri) == {CHAMPION: 1, PREVIOUS: 1}  # only the other writer's move happened
-    fault_report("concurrency", "champion moved by another writer during a rollback",
-                 "compare-and-set: the rollback moves nothing and says so")
+    fault_report(
+        "concurrency",
+        "champion moved by another writer during a rollback",
+        "compare-and-set: the rollback moves nothing and says so",
+    )
 
 
 def test_rollback_lock_root_is_the_registrys_storage_root(tmp_path):

@@ -13,11 +13,17 @@ def batch(n, seed=0):
     rng = np.random.default_rng(seed)
     hist_len = rng.integers(0, 6, n)
     hist = rng.integers(1, 64, (n, 5)) * (np.arange(5) >= 5 - hist_len[:, None])
-    return {"hist_item": torch.tensor(hist), "hist_cat": torch.tensor(hist % 8),
-            "hist_gap": torch.tensor((hist > 0) * 3), "hist_len": torch.tensor(hist_len),
-            "target_item": torch.tensor(rng.integers(1, 64, n)), "target_cat": torch.tensor(rng.integers(1, 8, n)),
-            "user": torch.tensor(rng.integers(1, 32, n)), "context": torch.tensor(rng.integers(0, 7, (n, 2))),
-            "label": torch.tensor(rng.integers(0, 2, n), dtype=torch.float32)}
+    return {
+        "hist_item": torch.tensor(hist),
+        "hist_cat": torch.tensor(hist % 8),
+        "hist_gap": torch.tensor((hist > 0) * 3),
+        "hist_len": torch.tensor(hist_len),
+        "target_item": torch.tensor(rng.integers(1, 64, n)),
+        "target_cat": torch.tensor(rng.integers(1, 8, n)),
+        "user": torch.tensor(rng.integers(1, 32, n)),
+        "context": torch.tensor(rng.integers(0, 7, (n, 2))),
+        "label": torch.tensor(rng.integers(0, 2, n), dtype=torch.float32),
+    }
 
 
 def grads(model, parts, world_size=1, step_rows=None):
@@ -43,7 +49,9 @@ def test_accumulated_and_sharded_gradients_equal_one_large_batch():
     rank0 = grads(model, pieces[:2], world_size=2, step_rows=12)
     rank1 = grads(model, pieces[2:], world_size=2, step_rows=12)
     for name in one:
-        torch.testing.assert_close(rank0[name] + rank1[name], one[name], rtol=1e-5, atol=1e-7, msg=name)
+        torch.testing.assert_close(
+            rank0[name] + rank1[name], one[name], rtol=1e-5, atol=1e-7, msg=name
+        )
 
 
 def test_uneven_last_micro_batch_is_weighted_by_its_rows():
@@ -51,6 +59,8 @@ def test_uneven_last_micro_batch_is_weighted_by_its_rows():
     model = build_model("debug", VOCAB).eval()
     full = batch(7, seed=3)
     one = grads(model, [full])
-    uneven = grads(model, [{k: v[:6] for k, v in full.items()}, {k: v[6:] for k, v in full.items()}])
+    uneven = grads(
+        model, [{k: v[:6] for k, v in full.items()}, {k: v[6:] for k, v in full.items()}]
+    )
     for name in one:
         torch.testing.assert_close(uneven[name], one[name], rtol=1e-5, atol=1e-7, msg=name)

@@ -69,6 +69,7 @@ def test_a_failed_fsync_or_rename_leaves_the_previous_checkpoint_intact(tmp_path
     path = tmp_path / LAST
     save_checkpoint(path, state(1))
     for target in ("fsync", "replace"):
+
         def fails(*args, target=target, **kwargs):
             raise OSError(5, f"{target} failed")
 
@@ -85,7 +86,9 @@ def test_saved_checkpoint_round_trips_with_its_format_tag(tmp_path):
     raw = torch.load(path, weights_only=True)
     assert raw["format"] == CHECKPOINT_FORMAT and raw["epoch"] == 4
     loaded = load_checkpoint(path, map_location="cpu")
-    assert loaded["model"]["w"].device.type == "cpu" and torch.equal(loaded["model"]["w"], torch.full((3,), 4.0))
+    assert loaded["model"]["w"].device.type == "cpu" and torch.equal(
+        loaded["model"]["w"], torch.full((3,), 4.0)
+    )
 
 
 def test_rotation_keeps_exactly_the_one_before(tmp_path):
@@ -120,7 +123,9 @@ def test_resume_names_every_unusable_file(tmp_path):
     with pytest.raises(CheckpointError, match=r"^no usable checkpoint to resume from: ") as info:
         load_resumable(tmp_path)
     message = str(info.value)
-    assert message.startswith(f"no usable checkpoint to resume from: {tmp_path / LAST}: unreadable or corrupt")
+    assert message.startswith(
+        f"no usable checkpoint to resume from: {tmp_path / LAST}: unreadable or corrupt"
+    )
     assert message.endswith(f"; {tmp_path / PREVIOUS}: not a dailyrec.checkpoint/v1 checkpoint")
 
 
@@ -134,13 +139,16 @@ def test_load_errors_name_the_file_and_the_first_line_of_the_cause(tmp_path, mon
     path = save_checkpoint(tmp_path / LAST, state(1))
     for message, shown in (("x" * 300 + "\nsecond line", "x" * 200), ("", ""), ("  \n", "")):
         with monkeypatch.context() as patch:
+
             def fails(*args, message=message, **kwargs):
                 raise RuntimeError(message)
 
             patch.setattr(checkpoint.torch, "load", fails)
             with pytest.raises(CheckpointError, match="unreadable or corrupt checkpoint") as info:
                 load_checkpoint(path)
-        assert str(info.value) == f"{path}: unreadable or corrupt checkpoint (RuntimeError: {shown})"
+        assert (
+            str(info.value) == f"{path}: unreadable or corrupt checkpoint (RuntimeError: {shown})"
+        )
         assert isinstance(info.value.__cause__, RuntimeError)
 
 
@@ -148,7 +156,9 @@ def test_load_refuses_what_is_not_a_dailyrec_checkpoint(tmp_path):
     torch.save([1, 2, 3], tmp_path / "list.pt")
     torch.save({"epoch": 1}, tmp_path / "untagged.pt")
     for name in ("list.pt", "untagged.pt"):
-        with pytest.raises(CheckpointError, match=rf"{name}: not a dailyrec\.checkpoint/v1 checkpoint$"):
+        with pytest.raises(
+            CheckpointError, match=rf"{name}: not a dailyrec\.checkpoint/v1 checkpoint$"
+        ):
             load_checkpoint(tmp_path / name)
 
 
@@ -158,7 +168,9 @@ def test_load_is_weights_only(tmp_path):
             return (print, ("pwned",))
 
     torch.save({"format": CHECKPOINT_FORMAT, "x": Code()}, tmp_path / "code.pt")
-    with pytest.raises(CheckpointError, match=r"code\.pt: unreadable or corrupt checkpoint \(UnpicklingError"):
+    with pytest.raises(
+        CheckpointError, match=r"code\.pt: unreadable or corrupt checkpoint \(UnpicklingError"
+    ):
         load_checkpoint(tmp_path / "code.pt")
 
 
@@ -166,7 +178,10 @@ def test_shape_mismatches_in_order_and_none_when_compatible():
     model = {"a": torch.zeros(2, 3), "b": torch.zeros(4), "c": torch.zeros(1)}
     target = {"a": torch.zeros(3, 3), "c": torch.zeros(1), "d": torch.zeros(5)}
     assert shape_mismatches(model, target) == [
-        "d: missing in checkpoint", "b: not in this model", "a: checkpoint (2, 3) vs model (3, 3)"]
+        "d: missing in checkpoint",
+        "b: not in this model",
+        "a: checkpoint (2, 3) vs model (3, 3)",
+    ]
     assert shape_mismatches(model, dict(model)) == []
 
 
@@ -181,7 +196,9 @@ def test_weights_only_is_explicit_so_the_environment_cannot_relax_it(tmp_path, m
 
     torch.save({"format": CHECKPOINT_FORMAT, "x": Code()}, tmp_path / "code.pt")
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
-    with pytest.raises(CheckpointError, match=r"code\.pt: unreadable or corrupt checkpoint \(UnpicklingError"):
+    with pytest.raises(
+        CheckpointError, match=r"code\.pt: unreadable or corrupt checkpoint \(UnpicklingError"
+    ):
         load_checkpoint(tmp_path / "code.pt")
     assert not marker.exists()
 

@@ -31,6 +31,7 @@ class Captured(Exception):
 
 def parser_of(module: str, monkeypatch) -> argparse.ArgumentParser:
     """The parser ``module.main`` builds (its first parse is stopped before anything runs)."""
+
     def capture(self, args=None, namespace=None):
         raise Captured(self)
 
@@ -50,8 +51,13 @@ def parsers(parser: argparse.ArgumentParser, name: str):
 
 def test_the_cli_modules_are_found():
     modules = cli_modules()
-    assert {"components.preprocess.__main__", "components.train.__main__", "pipelines.local",
-            "pipelines.deploy", "components.train.launch"} <= set(modules), modules
+    assert {
+        "components.preprocess.__main__",
+        "components.train.__main__",
+        "pipelines.local",
+        "pipelines.deploy",
+        "components.train.launch",
+    } <= set(modules), modules
 
 
 @pytest.mark.parametrize("module", cli_modules())
@@ -59,9 +65,12 @@ def test_every_flag_has_help_and_shows_its_default(module, monkeypatch):
     parser = parser_of(module, monkeypatch)
     for name, each in parsers(parser, module):
         # a whole sentence, not a docstring's first line cut mid-sentence
-        assert each.description and each.description.rstrip().endswith((".", ")", "``", "!")), \
+        assert each.description and each.description.rstrip().endswith((".", ")", "``", "!")), (
             f"{name}: description {each.description!r}"
-        assert issubclass(each.formatter_class, HelpFormatter), f"{name}: --help would not show defaults"
+        )
+        assert issubclass(each.formatter_class, HelpFormatter), (
+            f"{name}: --help would not show defaults"
+        )
         formatter = each._get_formatter()
         for action in each._actions:
             if not action.option_strings or isinstance(action, argparse._HelpAction):
@@ -69,9 +78,13 @@ def test_every_flag_has_help_and_shows_its_default(module, monkeypatch):
             flag = "/".join(action.option_strings)
             assert action.help and action.help.strip(), f"{name} {flag}: no help text"
             shown = formatter._get_help_string(action)
-            assert "(required)" in shown or "default" in shown.lower(), f"{name} {flag}: no default shown"
+            assert "(required)" in shown or "default" in shown.lower(), (
+                f"{name} {flag}: no default shown"
+            )
             if action.default is None and not action.required:  # "(default: None)" says nothing
-                assert "default" in action.help.lower(), f"{name} {flag}: say what an unset value means"
+                assert "default" in action.help.lower(), (
+                    f"{name} {flag}: say what an unset value means"
+                )
 
 
 def test_help_shows_defaults_and_required_and_keeps_explained_defaults(tmp_path):

@@ -18,12 +18,22 @@ def test_window_assigns_days_to_splits():
     assert window.first_read == dt.date(2026, 3, 14)
     assert window.start == dt.date(2026, 3, 16)
     assert [window.split_of(dt.date(2026, 3, d)) for d in range(14, 22)] == [
-        None, None, "train", "train", "val", "test", "test", None]
+        None,
+        None,
+        "train",
+        "train",
+        "val",
+        "test",
+        "test",
+        None,
+    ]
     assert window.split_range("train") == "2026-03-16 .. 2026-03-17"
     assert window.split_range("test") == "2026-03-19 .. 2026-03-20"
-    assert window.day_numbers() == {"train": schema.epoch_day(dt.date(2026, 3, 16)),
-                                    "val": schema.epoch_day(dt.date(2026, 3, 18)),
-                                    "test": schema.epoch_day(dt.date(2026, 3, 19))}
+    assert window.day_numbers() == {
+        "train": schema.epoch_day(dt.date(2026, 3, 16)),
+        "val": schema.epoch_day(dt.date(2026, 3, 18)),
+        "test": schema.epoch_day(dt.date(2026, 3, 19)),
+    }
 
 
 def test_missing_days_are_listed():
@@ -32,16 +42,19 @@ def test_missing_days_are_listed():
     assert window.missing_days(present) == [dt.date(2026, 3, 18), dt.date(2026, 3, 19)]
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    ({"days": 2}, "must exceed val_days"),
-    ({"seq_len": 0}, "seq_len must be >= 1"),
-    ({"history_days": -1}, "history_days must be >= 0"),
-    ({"item_buckets": 1}, "item_buckets must be in"),
-    ({"max_quarantine_fraction": 1.5}, "max_quarantine_fraction"),
-    ({"scheduler": "gpu"}, "scheduler must be one of"),
-    ({"workers": 0}, "workers must be >= 1"),
-    ({"raw": ""}, "raw: the raw events location"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"days": 2}, "must exceed val_days"),
+        ({"seq_len": 0}, "seq_len must be >= 1"),
+        ({"history_days": -1}, "history_days must be >= 0"),
+        ({"item_buckets": 1}, "item_buckets must be in"),
+        ({"max_quarantine_fraction": 1.5}, "max_quarantine_fraction"),
+        ({"scheduler": "gpu"}, "scheduler must be one of"),
+        ({"workers": 0}, "workers must be >= 1"),
+        ({"raw": ""}, "raw: the raw events location"),
+    ],
+)
 def test_config_rejects_bad_values_naming_the_field(overrides, message):
     with pytest.raises(ValueError, match=message):
         config(**overrides)

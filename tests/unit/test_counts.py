@@ -21,20 +21,28 @@ COLUMNS = ("user_key", "item_key", "cat_key", "ts", "label")
 
 def _events(seed: int, n: int = 300) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    return pd.DataFrame({
-        "user_key": rng.integers(1, 6, n), "item_key": rng.integers(1, 9, n),
-        "cat_key": rng.integers(0, 3, n),
-        # few distinct timestamps: many rows share one
-        "ts": 1_700_000_000 + rng.integers(0, 40, n) * 97, "label": rng.integers(0, 2, n),
-    })
+    return pd.DataFrame(
+        {
+            "user_key": rng.integers(1, 6, n),
+            "item_key": rng.integers(1, 9, n),
+            "cat_key": rng.integers(0, 3, n),
+            # few distinct timestamps: many rows share one
+            "ts": 1_700_000_000 + rng.integers(0, 40, n) * 97,
+            "label": rng.integers(0, 2, n),
+        }
+    )
 
 
 def brute_force_features(df: pd.DataFrame) -> np.ndarray:
     """Row by row, straight from the definition: every earlier row, nothing at or after."""
     user = df.user_key.to_numpy()
-    keys = {"item": df.item_key.to_numpy(), "user": user, "category": df.cat_key.to_numpy(),
-            "user_category": pair_key(user, df.cat_key.to_numpy()),
-            "user_item": pair_key(user, df.item_key.to_numpy())}
+    keys = {
+        "item": df.item_key.to_numpy(),
+        "user": user,
+        "category": df.cat_key.to_numpy(),
+        "user_category": pair_key(user, df.cat_key.to_numpy()),
+        "user_item": pair_key(user, df.item_key.to_numpy()),
+    }
     ts, label = df.ts.to_numpy(), df.label.to_numpy()
     out = np.zeros((len(df), len(DENSE_FEATURES)))
     for i in range(len(df)):
@@ -45,12 +53,14 @@ def brute_force_features(df: pd.DataFrame) -> np.ndarray:
             same = earlier & (keys[entity] == keys[entity][i])
             imps, clicks = same.sum(), label[same].sum()
             rate = (clicks + PRIOR_WEIGHT * prior) / (imps + PRIOR_WEIGHT)
-            out[i, col:col + 3] = np.log1p(imps), np.log1p(clicks), np.log(rate / (1 - rate))
+            out[i, col : col + 3] = np.log1p(imps), np.log1p(clicks), np.log(rate / (1 - rate))
             col += 3
         for entity in USER_ENTITIES:
             mine = earlier & (keys[entity] == keys[entity][i])
             for mask in (mine, mine & (label == 1)):
-                seconds = min(ts[i] - ts[mask].max(), NEVER_SECONDS) if mask.any() else NEVER_SECONDS
+                seconds = (
+                    min(ts[i] - ts[mask].max(), NEVER_SECONDS) if mask.any() else NEVER_SECONDS
+                )
                 out[i, col] = np.log1p(seconds)
                 col += 1
     return out
@@ -66,7 +76,8 @@ def _features(df: pd.DataFrame, parts: int = 1) -> np.ndarray:
         rows = np.flatnonzero(np.isin(df.ts.to_numpy(), cut))
         sub = df.iloc[rows]
         global_columns[rows], prior[rows] = state.features(
-            sub.item_key.to_numpy(), sub.cat_key.to_numpy(), sub.ts.to_numpy(), sub.label.to_numpy())
+            sub.item_key.to_numpy(), sub.cat_key.to_numpy(), sub.ts.to_numpy(), sub.label.to_numpy()
+        )
     shuffled = np.random.default_rng(0).permutation(len(df))
     users = np.zeros((len(df), len(DENSE_FEATURES) - 6), np.float32)
     users[shuffled] = user_features(*(df[c].to_numpy()[shuffled] for c in COLUMNS), prior[shuffled])
@@ -80,8 +91,15 @@ def test_counts_equal_brute_force_whatever_the_partitioning(parts):
 
 
 def test_rows_sharing_a_timestamp_do_not_see_each_other():
-    df = pd.DataFrame({"user_key": [1, 1, 1], "item_key": [5, 5, 5], "cat_key": [2, 2, 2],
-                       "ts": [100, 100, 200], "label": [1, 1, 0]})
+    df = pd.DataFrame(
+        {
+            "user_key": [1, 1, 1],
+            "item_key": [5, 5, 5],
+            "cat_key": [2, 2, 2],
+            "ts": [100, 100, 200],
+            "label": [1, 1, 0],
+        }
+    )
     f = _features(df)
     imps = DENSE_FEATURES.index("item_log_impressions")
     clicks = DENSE_FEATURES.index("item_log_clicks")

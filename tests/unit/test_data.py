@@ -32,8 +32,9 @@ NEG_LEN = 3
 ROWS = {"train": 103, "val": 37, "test": 11}
 
 
-def write_dataset(root: Path, rows: dict[str, int] = ROWS, seq_len: int = SEQ_LEN,
-                  seed: int = 0) -> Path:
+def write_dataset(
+    root: Path, rows: dict[str, int] = ROWS, seq_len: int = SEQ_LEN, seed: int = 0
+) -> Path:
     """A dataset folder in the contract's format: one .npy per split and array, meta.json."""
     rng = np.random.default_rng(seed)
     specs = array_specs(seq_len, NEG_LEN)
@@ -50,8 +51,10 @@ def write_dataset(root: Path, rows: dict[str, int] = ROWS, seq_len: int = SEQ_LE
         "schema_version": SCHEMA_VERSION,
         "seq_len": seq_len,
         "neg_len": NEG_LEN,
-        "splits": {s: {"rows": n, "positives": 0, "positive_rate": 0.0, "days": ""}
-                   for s, n in rows.items()},
+        "splits": {
+            s: {"rows": n, "positives": 0, "positive_rate": 0.0, "days": ""}
+            for s, n in rows.items()
+        },
         "arrays": {name: {"dtype": d, "row_shape": list(t)} for name, (d, t) in specs.items()},
     }
     (root / "meta.json").write_text(json.dumps(meta))
@@ -79,10 +82,16 @@ def epoch_batches(n_rows, micro_batch, world_size, epoch=0, seed=0, skip=0, shuf
 
 
 @settings(max_examples=150, deadline=None)
-@given(n_rows=st.integers(0, 300), micro_batch=st.integers(1, 17), world_size=st.integers(1, 6),
-       epoch=st.integers(0, 5), shuffle=st.booleans())
+@given(
+    n_rows=st.integers(0, 300),
+    micro_batch=st.integers(1, 17),
+    world_size=st.integers(1, 6),
+    epoch=st.integers(0, 5),
+    shuffle=st.booleans(),
+)
 def test_every_row_once_per_epoch_with_equal_batch_counts_across_ranks(
-        n_rows, micro_batch, world_size, epoch, shuffle):
+    n_rows, micro_batch, world_size, epoch, shuffle
+):
     per_rank = epoch_batches(n_rows, micro_batch, world_size, epoch, shuffle=shuffle)
     counts = {len(b) for b in per_rank}
     assert counts == {-(-n_rows // (micro_batch * world_size))}
@@ -103,7 +112,9 @@ def test_every_row_once_per_epoch_with_equal_batch_counts_across_ranks(
 
 @settings(max_examples=100, deadline=None)
 @given(n_rows=st.integers(0, 300), micro_batch=st.integers(1, 17), world_size=st.integers(1, 6))
-def test_global_rows_sums_to_n_rows_and_matches_the_ranks_batch_sizes(n_rows, micro_batch, world_size):
+def test_global_rows_sums_to_n_rows_and_matches_the_ranks_batch_sizes(
+    n_rows, micro_batch, world_size
+):
     per_rank = epoch_batches(n_rows, micro_batch, world_size, epoch=1)
     sampler = ShardedBatchSampler(n_rows, micro_batch, world_size, 0, seed=3)
     rows = sampler.global_rows(1)
@@ -152,8 +163,12 @@ def test_no_shuffle_keeps_row_order():
 
 
 @settings(max_examples=80, deadline=None)
-@given(n_rows=st.integers(0, 200), micro_batch=st.integers(1, 9), world_size=st.integers(1, 4),
-       data=st.data())
+@given(
+    n_rows=st.integers(0, 200),
+    micro_batch=st.integers(1, 9),
+    world_size=st.integers(1, 4),
+    data=st.data(),
+)
 def test_skip_resumes_exactly_where_the_epoch_left_off(n_rows, micro_batch, world_size, data):
     full = epoch_batches(n_rows, micro_batch, world_size, epoch=2, seed=5)
     skip = data.draw(st.integers(0, len(full[0])))
@@ -200,7 +215,9 @@ def test_batches_equal_direct_indexing_with_the_contract_dtypes(data_dir):
     assert batch["hist_item"].shape == (5, SEQ_LEN) and batch["context"].shape == (5, 2)
     assert batch["label"].shape == (5,)
     assert batch["user_key"].dtype == torch.int64
-    assert np.array_equal(batch["user_key"].numpy(), np.load(data_dir / "train" / "user_key.npy")[index])
+    assert np.array_equal(
+        batch["user_key"].numpy(), np.load(data_dir / "train" / "user_key.npy")[index]
+    )
     plain = BatchDataset(data_dir, "train")
     assert "user_key" not in plain[index] and "ts" not in plain[index]
 
@@ -252,8 +269,9 @@ def test_worker_processes_give_the_same_batches_as_the_main_process(data_dir):
     for a_epoch, b_epoch in zip(main, workers, strict=True):
         for a, b in zip(a_epoch, b_epoch, strict=True):
             assert a.keys() == b.keys()
-            assert all(torch.equal(a[k], b[k]) and a[k].dtype == b[k].dtype == BATCH_SPEC[k]
-                       for k in a)
+            assert all(
+                torch.equal(a[k], b[k]) and a[k].dtype == b[k].dtype == BATCH_SPEC[k] for k in a
+            )
     assert not torch.equal(main[0][0]["target_item"], main[1][0]["target_item"])
 
 
@@ -269,8 +287,12 @@ class SquaresDataset(torch.utils.data.Dataset):
 
 
 def test_workers_pass_other_datasets_batches_through_unchanged(data_dir):
-    loader = make_loader(SquaresDataset(), ShardedBatchSampler(10, 4, shuffle=False),
-                         plan(num_workers=2, persistent_workers=False), "cpu")
+    loader = make_loader(
+        SquaresDataset(),
+        ShardedBatchSampler(10, 4, shuffle=False),
+        plan(num_workers=2, persistent_workers=False),
+        "cpu",
+    )
     batches = list(loader)
     assert [b["x"].tolist() for b in batches] == [[0, 1, 4, 9], [16, 25, 36, 49], [64, 81]]
     assert batches[0]["y"].dtype == torch.float16
@@ -292,15 +314,18 @@ def test_the_loader_pin_thread_widens_and_pins_worker_batches(data_dir, monkeypa
     batch = pin_memory(dataset.wire(index))
     assert isinstance(batch, dict) and len(pinned) == len(batch) == len(BATCH_SPEC) + 1
     expected = dataset[index]
-    assert all(torch.equal(batch[k], expected[k]) and batch[k].dtype == expected[k].dtype
-               for k in expected)
+    assert all(
+        torch.equal(batch[k], expected[k]) and batch[k].dtype == expected[k].dtype for k in expected
+    )
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_creating_loader_iterators_leaves_the_global_torch_rng_alone(data_dir, num_workers):
     dataset = BatchDataset(data_dir, "train")
     sampler = ShardedBatchSampler(len(dataset), 16, seed=1)
-    loader = make_loader(dataset, sampler, plan(num_workers=num_workers, persistent_workers=False), "cpu")
+    loader = make_loader(
+        dataset, sampler, plan(num_workers=num_workers, persistent_workers=False), "cpu"
+    )
     torch.manual_seed(123)
     before = torch.get_rng_state()
     for epoch in range(2):
@@ -318,8 +343,9 @@ def test_loader_options_follow_the_plan_and_device(data_dir):
     cpu = make_loader(dataset, sampler, plan(num_workers=0, pin_memory=True), "cpu")
     assert cpu.batch_size is None and cpu.num_workers == 0 and not cpu.pin_memory
     assert not cpu.persistent_workers and cpu.prefetch_factor is None
-    multi = make_loader(dataset, sampler, plan(num_workers=2, pin_memory=True, prefetch_factor=3),
-                        "cuda")
+    multi = make_loader(
+        dataset, sampler, plan(num_workers=2, pin_memory=True, prefetch_factor=3), "cuda"
+    )
     assert multi.pin_memory and multi.persistent_workers and multi.prefetch_factor == 3
     assert multi.generator is not None and multi.generator is not cpu.generator
 
@@ -366,7 +392,9 @@ def test_dataset_of_the_previous_schema_asks_for_a_rebuild(data_dir):
     """A dataset written before count features and skipped exposures existed is refused
     with what to do, never read with a wrong layout."""
     edit_meta(data_dir, lambda m: m.update(schema_version=1))
-    with pytest.raises(DatasetError, match=r"schema_version 1 is not supported .*run preprocess again"):
+    with pytest.raises(
+        DatasetError, match=r"schema_version 1 is not supported .*run preprocess again"
+    ):
         load_meta(data_dir)
     with pytest.raises(DatasetError, match="schema_version"):
         BatchDataset(data_dir, "train")
@@ -401,7 +429,9 @@ def test_missing_split_folder(data_dir):
 
 def test_missing_array_file(data_dir):
     (data_dir / "val" / "hist_gap.npy").unlink()
-    with pytest.raises(DatasetError, match=re.escape(f"{data_dir / 'val' / 'hist_gap.npy'}: array")):
+    with pytest.raises(
+        DatasetError, match=re.escape(f"{data_dir / 'val' / 'hist_gap.npy'}: array")
+    ):
         load_meta(data_dir)
     with pytest.raises(DatasetError, match="array file missing") as err:
         BatchDataset(data_dir, "val")

@@ -25,8 +25,14 @@ from components.datagen.generator import DatagenConfig, generate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMALL = dict(
-    days=3, users=400, items=1500, categories=40, events_per_day=6000, seed=11,
-    start_date=dt.date(2026, 3, 1), rows_per_file=2500,
+    days=3,
+    users=400,
+    items=1500,
+    categories=40,
+    events_per_day=6000,
+    seed=11,
+    start_date=dt.date(2026, 3, 1),
+    rows_per_file=2500,
 )
 TINY = dict(days=2, users=100, items=300, categories=10, events_per_day=1500, seed=5)
 
@@ -39,7 +45,9 @@ def small(tmp_path_factory) -> tuple[Path, dict]:
 
 def read_day(out: Path, date: str, truth: bool = False) -> pd.DataFrame:
     folder = out / (generator.TRUTH_DIR if truth else "") / f"dt={date}"
-    return pd.concat([pd.read_parquet(f) for f in sorted(folder.glob("part-*.parquet"))], ignore_index=True)
+    return pd.concat(
+        [pd.read_parquet(f) for f in sorted(folder.glob("part-*.parquet"))], ignore_index=True
+    )
 
 
 def pairwise_auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -72,10 +80,16 @@ def test_layout_columns_and_dtypes(small):
             raw_schema = pq.read_schema(out / f"dt={date}" / part)
             assert raw_schema.names == list(schema.CONTRACT_COLUMNS)
             assert [raw_schema.field(c).type for c in raw_schema.names] == [
-                pa.int64(), pa.int64(), pa.int64(), pa.int64(), pa.int8()
+                pa.int64(),
+                pa.int64(),
+                pa.int64(),
+                pa.int64(),
+                pa.int8(),
             ]
             assert pq.read_schema(out / "_truth" / f"dt={date}" / part).names == ["p"]
-            assert pq.read_schema(out / "_truth" / f"dt={date}" / part).field("p").type == pa.float32()
+            assert (
+                pq.read_schema(out / "_truth" / f"dt={date}" / part).field("p").type == pa.float32()
+            )
 
 
 def test_rows_sorted_inside_their_day_with_valid_values(small):
@@ -157,7 +171,9 @@ def test_popularity_auc_is_the_item_appeal_auc(small):
     for date, reported in summary["popularity_auc"].items():
         raw = read_day(out, date)
         appeal = world.item_appeal[raw[schema.ITEM_ID].to_numpy() - 1]
-        assert reported == pytest.approx(pairwise_auc(appeal, raw[schema.LABEL].to_numpy()), abs=2e-6)
+        assert reported == pytest.approx(
+            pairwise_auc(appeal, raw[schema.LABEL].to_numpy()), abs=2e-6
+        )
 
 
 # --- realism and the planted signal ------------------------------------------------------
@@ -165,7 +181,11 @@ def test_popularity_auc_is_the_item_appeal_auc(small):
 
 @pytest.mark.parametrize("target", [0.03, 0.08, 0.3])
 def test_click_rate_follows_target(tmp_path, target):
-    summary = generate(DatagenConfig(out=tmp_path / "raw", **{**TINY, "events_per_day": 5000, "click_rate": target}))
+    summary = generate(
+        DatagenConfig(
+            out=tmp_path / "raw", **{**TINY, "events_per_day": 5000, "click_rate": target}
+        )
+    )
     rates = list(summary["click_rate"].values())
     overall = np.mean(rates)
     # Binomial noise on 10k rows is ~0.003-0.005; calibration itself is much tighter.
@@ -189,7 +209,9 @@ def with_previous_click(small) -> pd.DataFrame:
     clicks = frame.where(frame[schema.LABEL] == 1)
     by_user = frame[schema.USER_ID]
     for column in (schema.ITEM_ID, schema.CATEGORY_ID, schema.TIMESTAMP):
-        frame[f"previous_{column}"] = clicks[column].groupby(by_user).transform(lambda s: s.shift().ffill())
+        frame[f"previous_{column}"] = (
+            clicks[column].groupby(by_user).transform(lambda s: s.shift().ffill())
+        )
     return frame
 
 
@@ -215,7 +237,9 @@ def test_repeat_of_a_clicked_item_lifts_ctr(with_previous_click):
     frame = with_previous_click
     label = frame[schema.LABEL]
     same_item = frame[schema.ITEM_ID] == frame["previous_item_id"]
-    same_category_other_item = (frame[schema.CATEGORY_ID] == frame["previous_category_id"]) & ~same_item
+    same_category_other_item = (
+        frame[schema.CATEGORY_ID] == frame["previous_category_id"]
+    ) & ~same_item
     # Without the repeat effect this ratio is ~1.0-1.35 (clicked items have higher appeal).
     assert label[same_item].mean() > 1.6 * label[same_category_other_item].mean()
 
@@ -318,10 +342,22 @@ def test_failed_run_leaves_no_output(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("days", 0), ("users", -1), ("items", 0), ("events_per_day", 0), ("categories", 0),
-        ("rows_per_file", 0), ("users", 2.5), ("days", True), ("seed", -1),
-        ("click_rate", 0.0), ("click_rate", 1.0), ("click_rate", "high"), ("id_format", "uuid"),
-        ("start_date", "2026-13-01"), ("start_date", 20260101), ("out", ""),
+        ("days", 0),
+        ("users", -1),
+        ("items", 0),
+        ("events_per_day", 0),
+        ("categories", 0),
+        ("rows_per_file", 0),
+        ("users", 2.5),
+        ("days", True),
+        ("seed", -1),
+        ("click_rate", 0.0),
+        ("click_rate", 1.0),
+        ("click_rate", "high"),
+        ("id_format", "uuid"),
+        ("start_date", "2026-13-01"),
+        ("start_date", 20260101),
+        ("out", ""),
         ("categories", 400),  # more categories than items
         ("days", 10**7),  # runs past year 9999
     ],
@@ -333,7 +369,9 @@ def test_config_rejects_bad_values_naming_the_field(tmp_path, field, value):
 
 
 def test_config_accepts_iso_date_string(tmp_path):
-    config = DatagenConfig(out=str(tmp_path / "raw"), **{**TINY, "start_date": "2026-02-27", "days": 3})
+    config = DatagenConfig(
+        out=str(tmp_path / "raw"), **{**TINY, "start_date": "2026-02-27", "days": 3}
+    )
     assert config.start_date == dt.date(2026, 2, 27)
     assert config.dates[-1] == dt.date(2026, 3, 1)
     assert isinstance(config.out, Path)
@@ -341,11 +379,32 @@ def test_config_accepts_iso_date_string(tmp_path):
 
 def test_cli_writes_dataset_and_prints_summary(tmp_path, capsys):
     out = tmp_path / "raw"
-    code = main([
-        "--out", str(out), "--days", "2", "--users", "50", "--items", "200", "--categories", "8",
-        "--events-per-day", "800", "--seed", "3", "--start-date", "2026-02-01", "--click-rate", "0.2",
-        "--id-format", "str", "--rows-per-file", "500",
-    ])
+    code = main(
+        [
+            "--out",
+            str(out),
+            "--days",
+            "2",
+            "--users",
+            "50",
+            "--items",
+            "200",
+            "--categories",
+            "8",
+            "--events-per-day",
+            "800",
+            "--seed",
+            "3",
+            "--start-date",
+            "2026-02-01",
+            "--click-rate",
+            "0.2",
+            "--id-format",
+            "str",
+            "--rows-per-file",
+            "500",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "1,600 rows" in printed and "rows/s" in printed and "oracle AUC" in printed
@@ -378,8 +437,19 @@ def test_cli_bad_arguments_fail_with_one_line(tmp_path, capsys, args, reason):
 
 def test_cli_process_exit_code_on_bad_input(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "components.datagen", "--out", str(tmp_path / "raw"), "--items", "5"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "components.datagen",
+            "--out",
+            str(tmp_path / "raw"),
+            "--items",
+            "5",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "categories" in result.stderr
@@ -409,7 +479,9 @@ def test_click_history_keeps_latest_clicks_first():
     for n_clicks in (0, 3, 25, 1, 40):
         users = rng.integers(0, n_users, n_clicks)
         items = rng.integers(0, 1000, n_clicks).astype(np.int32)
-        times = clock + np.arange(n_clicks, dtype=np.int64)  # time-ordered, as the generator records
+        times = clock + np.arange(
+            n_clicks, dtype=np.int64
+        )  # time-ordered, as the generator records
         clock += n_clicks
         history.record(users, items, items % 7, times)
         for u, i, t in zip(users, items, times, strict=True):
@@ -420,12 +492,14 @@ def test_click_history_keeps_latest_clicks_first():
             assert history.items[u, : len(kept)].tolist() == [i for i, _ in kept]
             assert history.times[u, : len(kept)].tolist() == [t for _, t in kept]
             assert history.categories[u, : len(kept)].tolist() == [i % 7 for i, _ in kept]
-            assert np.all(history.items[u, len(kept):] == generator.NO_CLICK)
+            assert np.all(history.items[u, len(kept) :] == generator.NO_CLICK)
 
 
 def test_history_signal_decays_with_age():
     history = generator._ClickHistory(1)
-    history.record(np.array([0]), np.array([42], np.int32), np.array([3], np.int32), np.array([1000]))
+    history.record(
+        np.array([0]), np.array([42], np.int32), np.array([3], np.int32), np.array([1000])
+    )
     users = np.zeros(4, dtype=np.int32)
     items = np.array([42, 42, 7, 7], np.int32)
     categories = np.array([3, 3, 3, 5], np.int32)
@@ -440,7 +514,9 @@ def test_history_signal_decays_with_age():
 
 def test_append_days_keeps_existing_days_byte_identical(tmp_path):
     out = tmp_path / "raw"
-    generate(DatagenConfig(out=out, days=2, users=50, items=80, categories=5, events_per_day=300, seed=4))
+    generate(
+        DatagenConfig(out=out, days=2, users=50, items=80, categories=5, events_per_day=300, seed=4)
+    )
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*.parquet")}
     assert main(["--out", str(out), "--append-days", "1"]) == 0
     after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*.parquet")}

@@ -20,7 +20,9 @@ from components.preprocess import raw as rawio
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.stage import resolve
 
-CSV = "user_id,item_id,timestamp,label\n" + "".join(f"u{i},i{i},{1767225600 + i},0\n" for i in range(120_000))
+CSV = "user_id,item_id,timestamp,label\n" + "".join(
+    f"u{i},i{i},{1767225600 + i},0\n" for i in range(120_000)
+)
 """About 3.4 MB: more than the first and last MiB a sampling fingerprint would read."""
 
 
@@ -28,7 +30,7 @@ def edit_middle(data: str) -> str:
     """The same text with one label in the middle flipped: same size, first and last MiB unchanged."""
     middle = len(data) // 2
     at = data.index(",0\n", middle)
-    return data[:at] + ",1\n" + data[at + 3:]
+    return data[:at] + ",1\n" + data[at + 3 :]
 
 
 def test_a_same_size_edit_in_the_middle_of_a_local_file_changes_its_fingerprint(tmp_path):
@@ -74,14 +76,18 @@ class ObjectStore:
 
 def test_an_object_store_is_vouched_for_by_its_checksum_without_reading():
     assert rawio.content_token(ObjectStore('"abc"'), "b/k") == 'info:ETag="abc"'
-    assert rawio.content_token(ObjectStore('"abd"'), "b/k") != rawio.content_token(ObjectStore('"abc"'), "b/k")
+    assert rawio.content_token(ObjectStore('"abd"'), "b/k") != rawio.content_token(
+        ObjectStore('"abc"'), "b/k"
+    )
 
 
 def test_each_configuration_of_one_window_gets_its_own_folder(raw_days, tmp_path):
     raw, _ = raw_days(days=6, rows=50)
     folders = set()
     for overrides in ({}, {"days": 3}, {"history_days": 2}, {"seq_len": 5}):
-        found = resolve(PreprocessConfig(raw=str(raw), out=str(tmp_path), **({"days": 4} | overrides)))
+        found = resolve(
+            PreprocessConfig(raw=str(raw), out=str(tmp_path), **({"days": 4} | overrides))
+        )
         folder = dataset_dir(tmp_path, found.window.end.isoformat(), found.fingerprint)
         assert folder.name == f"{found.window.end.isoformat()}-{found.fingerprint[:12]}"
         folders.add(folder)
@@ -92,15 +98,27 @@ def test_a_dataset_is_used_only_when_its_meta_json_is_the_expected_one(tmp_path)
     good, other = "a" * 64, "b" * 64
     folder = tmp_path / "datasets" / f"2026-01-05-{good[:12]}"
     folder.mkdir(parents=True)
-    meta = {"fingerprint": good, "splits": {s: {"rows": n} for s, n in (("train", 5), ("val", 2), ("test", 1))}}
+    meta = {
+        "fingerprint": good,
+        "splits": {s: {"rows": n} for s, n in (("train", 5), ("val", 2), ("test", 1))},
+    }
     (folder / "meta.json").write_text(json.dumps(meta))
     pointer = tmp_path / "dataset.json"
     metadata = write_pointer(pointer, meta, str(folder))
-    assert metadata == {"uri": str(folder), "fingerprint": good, "train_rows": 5, "val_rows": 2, "test_rows": 1}
+    assert metadata == {
+        "uri": str(folder),
+        "fingerprint": good,
+        "train_rows": 5,
+        "val_rows": 2,
+        "test_rows": 1,
+    }
     assert read_pointer(pointer) == str(folder)
     # the folder rebuilt for another key since the pointer was cached: refused, not used
     (folder / "meta.json").write_text(json.dumps({**meta, "fingerprint": other}))
-    with pytest.raises(DatasetMismatch, match=r"meta.json fingerprint bbbbbbbbbbbb is not the expected aaaaaaaaaaaa"):
+    with pytest.raises(
+        DatasetMismatch,
+        match=r"meta.json fingerprint bbbbbbbbbbbb is not the expected aaaaaaaaaaaa",
+    ):
         read_pointer(pointer)
     (folder / "meta.json").unlink()
     with pytest.raises(DatasetMismatch, match="no meta.json: the dataset folder is gone"):

@@ -12,7 +12,11 @@ RULE = GateRule(min_auc=0.6, tolerance=0.002)
 
 
 def scored(delta, low, high, version=3):
-    return {"status": "scored", "version": version}, {"delta": delta, "ci_low": low, "ci_high": high}
+    return {"status": "scored", "version": version}, {
+        "delta": delta,
+        "ci_low": low,
+        "ci_high": high,
+    }
 
 
 def test_first_model_is_judged_by_the_floor_alone():
@@ -28,7 +32,9 @@ def test_not_significantly_worse_is_blessed_and_significantly_worse_is_not():
     assert verdict["blessed"] and "not significantly worse" in verdict["reasons"][1]
     champion, comparison = scored(-0.01, -0.015, -0.005)
     verdict = decide(0.7, champion, comparison, RULE)
-    assert not verdict["blessed"] and "significantly worse than the champion" in verdict["reasons"][1]
+    assert (
+        not verdict["blessed"] and "significantly worse than the champion" in verdict["reasons"][1]
+    )
     assert "v3" in verdict["reasons"][1]
     # the floor still applies when the comparison passes
     champion, comparison = scored(0.01, 0.0, 0.02)
@@ -44,14 +50,19 @@ def test_unusable_champion_blocks_unless_policy_says_ignore():
     champion = {"status": "unusable", "version": 2, "reason": "item: model 4096 vs data 2048"}
     verdict = decide(0.7, champion, None, RULE)
     assert not verdict["blessed"]
-    assert "could not be scored" in verdict["reasons"][1] and "item: model 4096" in verdict["reasons"][1]
+    assert (
+        "could not be scored" in verdict["reasons"][1]
+        and "item: model 4096" in verdict["reasons"][1]
+    )
     ignore = GateRule(min_auc=0.6, if_champion_unusable="ignore")
     assert decide(0.7, champion, None, ignore)["blessed"]
     assert decide(0.7, champion, None, ignore)["rule"]["if_champion_unusable"] == "ignore"
 
 
-@pytest.mark.parametrize("field, value", [("min_auc", 1.5), ("tolerance", -0.1), ("confidence", 0.3),
-                                          ("if_champion_unusable", "maybe")])
+@pytest.mark.parametrize(
+    "field, value",
+    [("min_auc", 1.5), ("tolerance", -0.1), ("confidence", 0.3), ("if_champion_unusable", "maybe")],
+)
 def test_rule_rejects_nonsense(field, value):
     with pytest.raises(ValueError, match=field):
         GateRule(**{field: value})
@@ -64,8 +75,10 @@ def test_min_auc_floor_is_inclusive():
     """A candidate exactly at the floor passes; the next float below it does not."""
     at_floor = decide(0.6, {"status": "none"}, None, RULE)
     assert at_floor["blessed"]
-    assert at_floor["reasons"] == ["test AUC 0.6000 >= min_auc 0.6000",
-                                   "no champion registered yet: nothing to compare with"]
+    assert at_floor["reasons"] == [
+        "test AUC 0.6000 >= min_auc 0.6000",
+        "no champion registered yet: nothing to compare with",
+    ]
     below = decide(math.nextafter(0.6, 0.0), {"status": "none"}, None, RULE)
     assert not below["blessed"] and below["reasons"][0] == "test AUC 0.6000 < min_auc 0.6000"
     assert decide(0.0, {"status": "none"}, None, GateRule(min_auc=0.0))["blessed"]
@@ -82,12 +95,14 @@ def test_reasons_spell_out_the_comparison():
     champion, comparison = scored(-0.003, -0.006, -0.0015)
     assert decide(0.7, champion, comparison, RULE)["reasons"][1] == (
         "AUC vs champion v3: -0.0030 (95% CI -0.0060 .. -0.0015); "
-        "upper bound >= -tolerance -0.0020: not significantly worse")
+        "upper bound >= -tolerance -0.0020: not significantly worse"
+    )
     rule90 = GateRule(min_auc=0.6, tolerance=0.001, confidence=0.9)
     champion, comparison = scored(-0.02, -0.03, -0.01, version=7)
     assert decide(0.7, champion, comparison, rule90)["reasons"][1] == (
         "AUC vs champion v7: -0.0200 (90% CI -0.0300 .. -0.0100); "
-        "upper bound < -tolerance -0.0010: significantly worse than the champion")
+        "upper bound < -tolerance -0.0010: significantly worse than the champion"
+    )
 
 
 def test_unusable_champion_reasons_name_version_cause_and_policy():
@@ -95,12 +110,16 @@ def test_unusable_champion_reasons_name_version_cause_and_policy():
     blocked = decide(0.7, champion, None, RULE)
     assert blocked["reasons"][1] == (
         "champion v2 could not be scored on today's data (cannot load: OSError: gone); "
-        "policy if_champion_unusable=block: not blessed until resolved")
+        "policy if_champion_unusable=block: not blessed until resolved"
+    )
     ignored = decide(0.7, champion, None, GateRule(min_auc=0.6, if_champion_unusable="ignore"))
     assert ignored["blessed"] and ignored["reasons"][1].endswith(
-        "policy if_champion_unusable=ignore: judged on min_auc alone")
+        "policy if_champion_unusable=ignore: judged on min_auc alone"
+    )
     # the floor still rules when the champion is ignored
-    assert not decide(0.5, champion, None, GateRule(min_auc=0.6, if_champion_unusable="ignore"))["blessed"]
+    assert not decide(0.5, champion, None, GateRule(min_auc=0.6, if_champion_unusable="ignore"))[
+        "blessed"
+    ]
 
 
 def test_unknown_champion_status_is_an_error():
@@ -110,17 +129,38 @@ def test_unknown_champion_status_is_an_error():
 
 def test_verdict_carries_the_rule():
     assert decide(0.7, {"status": "none"}, None, RULE)["rule"] == {
-        "min_auc": 0.6, "tolerance": 0.002, "confidence": 0.95, "if_champion_unusable": "block"}
+        "min_auc": 0.6,
+        "tolerance": 0.002,
+        "confidence": 0.95,
+        "if_champion_unusable": "block",
+    }
 
 
-@pytest.mark.parametrize("field, value", [("min_auc", 0.0), ("min_auc", 1.0), ("tolerance", 0.0),
-                                          ("tolerance", 0.999), ("confidence", 0.5), ("confidence", 0.999)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("min_auc", 0.0),
+        ("min_auc", 1.0),
+        ("tolerance", 0.0),
+        ("tolerance", 0.999),
+        ("confidence", 0.5),
+        ("confidence", 0.999),
+    ],
+)
 def test_rule_accepts_its_documented_bounds(field, value):
     assert getattr(GateRule(**{field: value}), field) == value
 
 
-@pytest.mark.parametrize("field, value", [("min_auc", -0.01), ("min_auc", 1.01), ("tolerance", 1.0),
-                                          ("confidence", 0.4999), ("confidence", 1.0)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("min_auc", -0.01),
+        ("min_auc", 1.01),
+        ("tolerance", 1.0),
+        ("confidence", 0.4999),
+        ("confidence", 1.0),
+    ],
+)
 def test_rule_rejects_just_outside_its_bounds(field, value):
     with pytest.raises(ValueError, match=f"{field} must be in .*got {value!r}"):
         GateRule(**{field: value})
@@ -138,18 +178,32 @@ def test_comparison_is_defined_only_with_three_finite_numbers():
         assert not comparison_defined(full | {key: "0.01"}), key
 
 
-@pytest.mark.parametrize(("policy", "blessed", "ending"), [
-    ("block", False, "not blessed, the champion stays"), ("ignore", True, "judged on min_auc alone")])
+@pytest.mark.parametrize(
+    ("policy", "blessed", "ending"),
+    [
+        ("block", False, "not blessed, the champion stays"),
+        ("ignore", True, "judged on min_auc alone"),
+    ],
+)
 def test_an_undefined_comparison_follows_the_unusable_policy(policy, blessed, ending):
     """A test split with one click: DeLong's interval is NaN, neither "worse" nor "as good"."""
     nan = {"delta": 0.1, "ci_low": math.nan, "ci_high": math.nan, "positives": 1, "negatives": 40}
-    verdict = decide(0.7, {"status": "scored", "version": 3}, nan,
-                     GateRule(min_auc=0.6, if_champion_unusable=policy))
+    verdict = decide(
+        0.7,
+        {"status": "scored", "version": 3},
+        nan,
+        GateRule(min_auc=0.6, if_champion_unusable=policy),
+    )
     assert verdict["blessed"] is blessed
     assert verdict["reasons"] == [
         "test AUC 0.7000 >= min_auc 0.6000",
         "AUC vs champion v3: undefined (DeLong's interval needs at least 2 clicks and 2 non-clicks in the "
-        f"test split; it has 1 and 40); policy if_champion_unusable={policy}: {ending}"]
+        f"test split; it has 1 and 40); policy if_champion_unusable={policy}: {ending}",
+    ]
     # the floor still rules
-    assert not decide(0.5, {"status": "scored", "version": 3}, nan,
-                      GateRule(min_auc=0.6, if_champion_unusable=policy))["blessed"]
+    assert not decide(
+        0.5,
+        {"status": "scored", "version": 3},
+        nan,
+        GateRule(min_auc=0.6, if_champion_unusable=policy),
+    )["blessed"]

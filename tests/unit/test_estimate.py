@@ -51,17 +51,25 @@ def one_thread():
 NEG_LEN = 10
 
 
-def fake_dataset(root, rows: int = 100_000, seq_len: int = 20, item: int = 1 << 18, user: int = 1 << 18):
+def fake_dataset(
+    root, rows: int = 100_000, seq_len: int = 20, item: int = 1 << 18, user: int = 1 << 18
+):
     """A folder load_meta accepts (meta.json + empty array files): enough for the planner."""
     root.mkdir(parents=True, exist_ok=True)
     specs = array_specs(seq_len, NEG_LEN)
-    meta = {"schema_version": SCHEMA_VERSION, "seq_len": seq_len, "neg_len": NEG_LEN,
-            "dense_features": {"names": list(DENSE_FEATURES)},
-            "arrays": {k: {"dtype": d, "row_shape": list(s)} for k, (d, s) in specs.items()},
-            "splits": {s: {"rows": rows if s == "train" else rows // 10, "positive_rate": 0.08}
-                       for s in SPLITS},
-            "buckets": {"item": item, "category": 1 << 12, "user": user, "gap": 16},
-            "context_features": {"hour": 24, "dow": 7}, "fingerprint": "test"}
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        "seq_len": seq_len,
+        "neg_len": NEG_LEN,
+        "dense_features": {"names": list(DENSE_FEATURES)},
+        "arrays": {k: {"dtype": d, "row_shape": list(s)} for k, (d, s) in specs.items()},
+        "splits": {
+            s: {"rows": rows if s == "train" else rows // 10, "positive_rate": 0.08} for s in SPLITS
+        },
+        "buckets": {"item": item, "category": 1 << 12, "user": user, "gap": 16},
+        "context_features": {"hour": 24, "dow": 7},
+        "fingerprint": "test",
+    }
     (root / "meta.json").write_text(json.dumps(meta))
     for split in SPLITS:
         (root / split).mkdir(exist_ok=True)
@@ -90,7 +98,10 @@ def test_weights_are_fp32_parameters():
     params = mem.parameter_split(DEBUG, SMALL)
     counts = count_parameters(DEBUG, SMALL)
     assert params["embedding"] + params["dense"] == counts["total"]
-    assert mem.weight_bytes(params) == {"embedding": 4 * counts["embedding"], "dense": 4 * counts["dense"]}
+    assert mem.weight_bytes(params) == {
+        "embedding": 4 * counts["embedding"],
+        "dense": 4 * counts["dense"],
+    }
 
 
 def test_gradients_dense_tables_full_size_sparse_tables_per_batch():
@@ -101,15 +112,22 @@ def test_gradients_dense_tables_full_size_sparse_tables_per_batch():
     rows = 64 * ((SMALL.seq_len + 1) * (8 + 4 * DEBUG.d_model) + (8 + 4 * DEBUG.user_width))
     assert sparse["embedding"] == 4 * params["other_tables"] + rows
     # per batch, not per table: doubles with the micro-batch and with accumulation
-    assert mem.sparse_gradient_bytes(DEBUG, SMALL, 128) == 2 * mem.sparse_gradient_bytes(DEBUG, SMALL, 64)
-    assert mem.sparse_gradient_bytes(DEBUG, SMALL, 64, 3) == 3 * mem.sparse_gradient_bytes(DEBUG, SMALL, 64)
+    assert mem.sparse_gradient_bytes(DEBUG, SMALL, 128) == 2 * mem.sparse_gradient_bytes(
+        DEBUG, SMALL, 64
+    )
+    assert mem.sparse_gradient_bytes(DEBUG, SMALL, 64, 3) == 3 * mem.sparse_gradient_bytes(
+        DEBUG, SMALL, 64
+    )
     big = dataclasses.replace(SMALL, item=SMALL.item * 16)
     assert mem.sparse_gradient_bytes(DEBUG, big, 64) == mem.sparse_gradient_bytes(DEBUG, SMALL, 64)
 
 
 def test_optimizer_state_two_moments_for_everything():
     params = mem.parameter_split(DEBUG, SMALL)
-    assert mem.optimizer_bytes(params) == {"embedding": 8 * params["embedding"], "dense": 8 * params["dense"]}
+    assert mem.optimizer_bytes(params) == {
+        "embedding": 8 * params["embedding"],
+        "dense": 8 * params["dense"],
+    }
 
 
 def test_autocast_copies_only_under_mixed_precision():
@@ -122,10 +140,14 @@ def test_ddp_buckets_only_with_several_processes():
     params = mem.parameter_split(DEBUG, SMALL)
     one = mem.ddp_bucket_bytes(mem.MemorySetup(DEBUG, SMALL, 64, world_size=1), params)
     assert one == {"embedding": 0, "dense": 0}
-    two = mem.ddp_bucket_bytes(mem.MemorySetup(DEBUG, SMALL, 64, world_size=2, sparse=False), params)
+    two = mem.ddp_bucket_bytes(
+        mem.MemorySetup(DEBUG, SMALL, 64, world_size=2, sparse=False), params
+    )
     total = two["embedding"] + two["dense"]
     assert total >= 4 * params["total"] and total % mem.DDP_BUCKET_BYTES == 0
-    sparse = mem.ddp_bucket_bytes(mem.MemorySetup(DEBUG, SMALL, 64, world_size=2, sparse=True), params)
+    sparse = mem.ddp_bucket_bytes(
+        mem.MemorySetup(DEBUG, SMALL, 64, world_size=2, sparse=True), params
+    )
     assert sum(sparse.values()) <= total  # sparse tables are not bucketed
 
 
@@ -134,13 +156,17 @@ def test_activation_terms_scale_with_shape():
     base = mem.encoder_layer_activation_bytes(DEBUG, t)
     assert mem.encoder_layer_activation_bytes(DEBUG.replace(ffn=2 * DEBUG.ffn), t) > base
     assert mem.encoder_layer_activation_bytes(DEBUG.replace(d_model=16), t) > base
-    assert mem.encoder_layer_activation_bytes(DEBUG.replace(heads=4), t) > base  # CPU math attention
+    assert (
+        mem.encoder_layer_activation_bytes(DEBUG.replace(heads=4), t) > base
+    )  # CPU math attention
     assert mem.encoder_layer_activation_bytes(DEBUG, t, "bf16", "cuda") < base
     no_dropout = DEBUG.replace(dropout=0.0, head_dropout=0.0)
     assert mem.encoder_layer_activation_bytes(no_dropout, t) < base
     per = mem.activation_bytes_per_sample(DEBUG, SMALL)
     two_layers = mem.activation_bytes_per_sample(DEBUG.replace(layers=2), SMALL)
-    assert two_layers["dense"] - per["dense"] == base and two_layers["embedding"] == per["embedding"]
+    assert (
+        two_layers["dense"] - per["dense"] == base and two_layers["embedding"] == per["embedding"]
+    )
     deep = DEBUG.replace(layers=6)
     ckpt = mem.activation_bytes_per_sample(deep, SMALL, checkpointing=True)
     assert ckpt["dense"] < mem.activation_bytes_per_sample(deep, SMALL)["dense"]
@@ -156,13 +182,26 @@ def test_loader_and_workspace_terms():
 
 
 def test_breakdown_adds_up_and_separates_parts():
-    b = mem.memory_breakdown(mem.MemorySetup(DEBUG, SMALL, 256, world_size=2, precision="bf16",
-                                             sparse=False, device="cuda", num_workers=2))
+    b = mem.memory_breakdown(
+        mem.MemorySetup(
+            DEBUG,
+            SMALL,
+            256,
+            world_size=2,
+            precision="bf16",
+            sparse=False,
+            device="cuda",
+            num_workers=2,
+        )
+    )
     terms = b["terms"]
     for part in terms.values():
         assert part["total"] == part["embedding"] + part["dense"]
     assert b["total"]["total"] == sum(p["total"] for p in terms.values())
-    assert b["tensors"]["total"] == b["total"]["total"] - terms["loader"]["total"] - terms["workspace"]["total"]
+    assert (
+        b["tensors"]["total"]
+        == b["total"]["total"] - terms["loader"]["total"] - terms["workspace"]["total"]
+    )
 
 
 def test_memory_setup_validates():
@@ -173,16 +212,38 @@ def test_memory_setup_validates():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 200), st.integers(1, 60), st.integers(1, 4096),
-       st.sampled_from(["fp32", "bf16"]), st.booleans(), st.sampled_from(["cpu", "cuda"]))
+@given(
+    st.integers(1, 200),
+    st.integers(1, 60),
+    st.integers(1, 4096),
+    st.sampled_from(["fp32", "bf16"]),
+    st.booleans(),
+    st.sampled_from(["cpu", "cuda"]),
+)
 def test_longer_sequences_never_need_less_memory(seq_len, extra, batch, precision, ckpt, device):
     short = dataclasses.replace(SMALL, seq_len=seq_len)
     long = dataclasses.replace(SMALL, seq_len=seq_len + extra)
     for config in (DEBUG, NAMED_CONFIGS["local"], NAMED_CONFIGS["prod"]):
-        a = mem.total_bytes(mem.MemorySetup(config, short, batch, precision=precision,
-                                            activation_checkpointing=ckpt, device=device))
-        b = mem.total_bytes(mem.MemorySetup(config, long, batch, precision=precision,
-                                            activation_checkpointing=ckpt, device=device))
+        a = mem.total_bytes(
+            mem.MemorySetup(
+                config,
+                short,
+                batch,
+                precision=precision,
+                activation_checkpointing=ckpt,
+                device=device,
+            )
+        )
+        b = mem.total_bytes(
+            mem.MemorySetup(
+                config,
+                long,
+                batch,
+                precision=precision,
+                activation_checkpointing=ckpt,
+                device=device,
+            )
+        )
         assert b >= a
 
 
@@ -190,7 +251,9 @@ def test_longer_sequences_never_need_less_memory(seq_len, extra, batch, precisio
 
 
 def test_named_profiles_load():
-    assert {"a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "cpu-local"} <= set(available_profiles())
+    assert {"a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "cpu-local"} <= set(
+        available_profiles()
+    )
     for name in available_profiles():
         p = load_profile(name)
         assert p.memory_bytes > 0 and p.gpus_per_node >= 1
@@ -232,8 +295,10 @@ def test_estimate_config_validates(dataset):
 
 
 def test_plan_for_a100_prod(dataset, tmp_path):
-    path, doc = write(EstimateConfig(data=str(dataset), probe=False, model="prod", hardware="a100-80gb"),
-                      tmp_path / "plan.json")
+    path, doc = write(
+        EstimateConfig(data=str(dataset), probe=False, model="prod", hardware="a100-80gb"),
+        tmp_path / "plan.json",
+    )
     plan, on_disk = read_plan(path)
     assert plan == doc["train"]
     assert plan.precision == "bf16" and plan.sparse_embeddings == "auto"
@@ -249,44 +314,75 @@ def test_plan_for_a100_prod(dataset, tmp_path):
 
 
 def test_plan_for_cpu_local(dataset):
-    doc = estimate(EstimateConfig(data=str(dataset), probe=False, model="local", hardware="cpu-local"))
+    doc = estimate(
+        EstimateConfig(data=str(dataset), probe=False, model="local", hardware="cpu-local")
+    )
     plan = doc["train"]
     profile = load_profile("cpu-local")
     assert plan.precision == "fp32" and plan.num_workers == 0 and plan.cpu_threads == 1
     assert plan.nproc_per_node == profile.gpus_per_node and plan.nnodes == 1
     assert "modelled" in doc["rationale"]["throughput"]
-    odd = estimate(EstimateConfig(data=str(dataset), probe=False, model="debug", hardware="cpu-local",
-                                  global_batch=profile.gpus_per_node * 8 + 1))["train"]
-    assert odd.global_batch == profile.gpus_per_node * 8 + 1  # fewer processes when cores don't divide
-    with pytest.raises(InfeasibleError, match=r"deadline 1e-09 h \(3.6e-06 s\) cannot be met on cpu-local.*start-up"):
-        estimate(EstimateConfig(data=str(dataset), probe=False, model="debug", hardware="cpu-local",
-                                deadline_hours=1e-9))
+    odd = estimate(
+        EstimateConfig(
+            data=str(dataset),
+            probe=False,
+            model="debug",
+            hardware="cpu-local",
+            global_batch=profile.gpus_per_node * 8 + 1,
+        )
+    )["train"]
+    assert (
+        odd.global_batch == profile.gpus_per_node * 8 + 1
+    )  # fewer processes when cores don't divide
+    with pytest.raises(
+        InfeasibleError,
+        match=r"deadline 1e-09 h \(3.6e-06 s\) cannot be met on cpu-local.*start-up",
+    ):
+        estimate(
+            EstimateConfig(
+                data=str(dataset),
+                probe=False,
+                model="debug",
+                hardware="cpu-local",
+                deadline_hours=1e-9,
+            )
+        )
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.sampled_from([1, 2, 8, 96, 256, 1000, 1024, 4096, 65536]),
-       st.sampled_from(["a100-40gb", "h100-80gb", "cpu-local"]),
-       st.sampled_from(["debug", "local", "prod"]))
+@given(
+    st.sampled_from([1, 2, 8, 96, 256, 1000, 1024, 4096, 65536]),
+    st.sampled_from(["a100-40gb", "h100-80gb", "cpu-local"]),
+    st.sampled_from(["debug", "local", "prod"]),
+)
 def test_accumulation_times_micro_times_world_is_global_batch(dataset, batch, hardware, model):
     try:
-        plan = estimate(EstimateConfig(data=str(dataset), probe=False, model=model, hardware=hardware,
-                                       global_batch=batch))["train"]
+        plan = estimate(
+            EstimateConfig(
+                data=str(dataset), probe=False, model=model, hardware=hardware, global_batch=batch
+            )
+        )["train"]
     except InfeasibleError:  # e.g. a world size that does not divide the batch
         return
     assert plan.micro_batch * plan.grad_accum * plan.world_size == batch
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.floats(0.05, 200), st.floats(1.0, 8.0), st.sampled_from(["debug", "local", "prod"]),
-       st.sampled_from([64, 1024, 8192]))
+@given(
+    st.floats(0.05, 200),
+    st.floats(1.0, 8.0),
+    st.sampled_from(["debug", "local", "prod"]),
+    st.sampled_from([64, 1024, 8192]),
+)
 def test_more_device_memory_never_gives_a_smaller_micro_batch(gib, factor, model, per_process):
     config, vocab = NAMED_CONFIGS[model], REFERENCE_VOCAB[model]
     profile = load_profile("a100-80gb")
 
     def micro(mem_gib):
         p = dataclasses.replace(profile, memory_bytes=int(mem_gib * GB))
-        found = largest_micro_batch(config, vocab, p, 0.88 * p.memory_bytes, per_process, 1, "bf16",
-                                    False, 4, 4)
+        found = largest_micro_batch(
+            config, vocab, p, 0.88 * p.memory_bytes, per_process, 1, "bf16", False, 4, 4
+        )
         return found[0] if found else 0
 
     assert micro(gib * factor) >= micro(gib)
@@ -299,49 +395,85 @@ def test_infeasible_memory(dataset, tmp_path):
 
 
 def test_infeasible_deadline(dataset):
-    with pytest.raises(InfeasibleError, match=r"deadline 1e-06 h \(0.0036 s\) cannot be met on a100-40gb \(at most 32 devices\).*h .*s\) at best"):
-        estimate(EstimateConfig(data=str(dataset), probe=False, model="prod", hardware="a100-40gb",
-                                deadline_hours=1e-6))
+    with pytest.raises(
+        InfeasibleError,
+        match=r"deadline 1e-06 h \(0.0036 s\) cannot be met on a100-40gb \(at most 32 devices\).*h .*s\) at best",
+    ):
+        estimate(
+            EstimateConfig(
+                data=str(dataset),
+                probe=False,
+                model="prod",
+                hardware="a100-40gb",
+                deadline_hours=1e-6,
+            )
+        )
 
 
 def test_deadline_adds_devices(tmp_path):
     # a compute-bound request (big global batch): more GPUs finish sooner
     data = fake_dataset(tmp_path / "big", rows=2_000_000_000)
-    config = {"data": str(data), "model": "prod", "hardware": "h100-80gb", "global_batch": 65536,
-              "probe": False}
+    config = {
+        "data": str(data),
+        "model": "prod",
+        "hardware": "h100-80gb",
+        "global_batch": 65536,
+        "probe": False,
+    }
     free = estimate(EstimateConfig(**config))
     hours = free["estimate"]["times"]["total_seconds"] / 3600
     tight = estimate(EstimateConfig(**config, deadline_hours=hours / 1.3))
     assert tight["train"].world_size > free["train"].world_size == 1
-    assert tight["estimate"]["times"]["total_seconds"] * 1.15 <= hours / 1.3 * 3600  # with the headroom
+    assert (
+        tight["estimate"]["times"]["total_seconds"] * 1.15 <= hours / 1.3 * 3600
+    )  # with the headroom
     assert tight["train"].global_batch == 65536
     # the fastest plan (2 GPUs) needs 0.66 of the single GPU's time: it fits a 1/1.5 deadline only
     # without headroom for the estimate's error
     fastest = estimate(EstimateConfig(**config, deadline_hours=hours / 1.5, deadline_margin=0.0))
-    assert fastest["estimate"]["times"]["total_seconds"] <= hours / 1.5 * 3600 < \
-        fastest["estimate"]["times"]["total_seconds"] * 1.15
-    with pytest.raises(InfeasibleError, match=r"cannot be met on h100-80gb .*15% headroom for the estimate's error"):
+    assert (
+        fastest["estimate"]["times"]["total_seconds"]
+        <= hours / 1.5 * 3600
+        < fastest["estimate"]["times"]["total_seconds"] * 1.15
+    )
+    with pytest.raises(
+        InfeasibleError, match=r"cannot be met on h100-80gb .*15% headroom for the estimate's error"
+    ):
         estimate(EstimateConfig(**config, deadline_hours=hours / 1.5))
     with pytest.raises(EstimateError, match=r"deadline_margin must be in \[0, 1\), got 1.5"):
         EstimateConfig(**config, deadline_margin=1.5)
 
 
 def test_checkpointing_only_when_needed(dataset, tmp_path):
-    doc = estimate(EstimateConfig(data=str(dataset), probe=False, model="prod", hardware="a100-40gb"))
+    doc = estimate(
+        EstimateConfig(data=str(dataset), probe=False, model="prod", hardware="a100-40gb")
+    )
     assert not doc["train"].activation_checkpointing
     # a device where micro-batch 1 fits only with checkpointing
     vocab = Vocab.from_meta(json.loads((dataset / "meta.json").read_text()))
     profile = load_profile("a100-40gb")
 
     def need(ckpt):
-        setup = setup_for(NAMED_CONFIGS["prod"], vocab, profile, micro=1, accum=8, world=1,
-                          precision="bf16", checkpointing=ckpt, num_workers=8, prefetch=4)
+        setup = setup_for(
+            NAMED_CONFIGS["prod"],
+            vocab,
+            profile,
+            micro=1,
+            accum=8,
+            world=1,
+            precision="bf16",
+            checkpointing=ckpt,
+            num_workers=8,
+            prefetch=4,
+        )
         return mem.total_bytes(setup)
 
     assert need(True) < need(False)
     cap = (need(True) + need(False)) / 2
     tight = profile_file(tmp_path, "tight", memory_bytes=int(cap / 0.88), max_nodes=1)
-    doc = estimate(EstimateConfig(data=str(dataset), probe=False, model="prod", hardware=tight, global_batch=8))
+    doc = estimate(
+        EstimateConfig(data=str(dataset), probe=False, model="prod", hardware=tight, global_batch=8)
+    )
     assert doc["train"].activation_checkpointing and doc["train"].micro_batch == 1
     assert doc["rationale"]["activation_checkpointing"].startswith("on")
 
@@ -352,13 +484,43 @@ def test_flops_per_sample_counts_checkpoint_recompute():
 
 
 def test_cli_prints_one_line_on_error(dataset, tmp_path, capsys):
-    assert cli_main(["--data", str(dataset), "--model", "prod", "--hardware", "a100-40gb",
-                     "--deadline-hours", "0.000001", "--no-probe", "--out", str(tmp_path / "p.json")]) == 1
+    assert (
+        cli_main(
+            [
+                "--data",
+                str(dataset),
+                "--model",
+                "prod",
+                "--hardware",
+                "a100-40gb",
+                "--deadline-hours",
+                "0.000001",
+                "--no-probe",
+                "--out",
+                str(tmp_path / "p.json"),
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("estimate: error: deadline")
     assert not (tmp_path / "p.json").exists()
-    assert cli_main(["--data", str(dataset), "--model", "debug", "--hardware", "h200-141gb", "--no-probe",
-                     "--out", str(tmp_path / "p.json")]) == 0
+    assert (
+        cli_main(
+            [
+                "--data",
+                str(dataset),
+                "--model",
+                "debug",
+                "--hardware",
+                "h200-141gb",
+                "--no-probe",
+                "--out",
+                str(tmp_path / "p.json"),
+            ]
+        )
+        == 0
+    )
     assert "micro_batch" in capsys.readouterr().out and (tmp_path / "p.json").is_file()
 
 
@@ -393,9 +555,12 @@ def test_analytic_model_matches_probe_on_debug():
     for batch, measured in zip(result["micro_batches"], result["measured"], strict=True):
         predicted = mem.memory_breakdown(mem.MemorySetup(DEBUG, vocab, batch, sparse=True))
         assert predicted["tensors"]["total"] == pytest.approx(measured["total"], rel=0.05)
-        assert predicted["terms"]["gradients"]["total"] == pytest.approx(measured["gradients"], rel=0.05)
-        assert predicted["model_state"]["total"] - predicted["terms"]["gradients"]["total"] == \
-            pytest.approx(measured["weights"] + measured["optimizer"], rel=0.01)
+        assert predicted["terms"]["gradients"]["total"] == pytest.approx(
+            measured["gradients"], rel=0.05
+        )
+        assert predicted["model_state"]["total"] - predicted["terms"]["gradients"][
+            "total"
+        ] == pytest.approx(measured["weights"] + measured["optimizer"], rel=0.01)
 
 
 def test_probe_runner_uses_the_trainers_optimizers():
@@ -407,9 +572,13 @@ def test_probe_runner_uses_the_trainers_optimizers():
 
 
 def test_estimate_with_probe_uses_measurements(tiny_dataset):
-    doc = estimate(EstimateConfig(data=str(tiny_dataset), model="debug", hardware="cpu-local", probe=True))
+    doc = estimate(
+        EstimateConfig(data=str(tiny_dataset), model="debug", hardware="cpu-local", probe=True)
+    )
     est = doc["estimate"]
-    assert est["throughput"]["source"] == "probe" and est["throughput"]["measured_samples_per_s"] > 0
+    assert (
+        est["throughput"]["source"] == "probe" and est["throughput"]["measured_samples_per_s"] > 0
+    )
     assert est["speed_probe"]["samples"] > 0 and est["speed_probe"]["eval_samples_per_s"] > 0
     assert "probe-measured" in doc["rationale"]["throughput"]
     modelled = est["memory"]["terms"]["activations"]["total"]
@@ -444,8 +613,10 @@ def test_sparse_gradients_grow_with_accumulation_inside_the_breakdown():
     params = mem.parameter_split(DEBUG, SMALL)
     setup = mem.MemorySetup(DEBUG, SMALL, micro_batch=64, grad_accum=3, sparse=True)
     rows = 64 * 3 * ((SMALL.seq_len + 1) * (8 + 4 * DEBUG.d_model) + (8 + 4 * DEBUG.user_width))
-    assert mem.gradient_bytes(setup, params) == {"embedding": 4 * params["other_tables"] + rows,
-                                                 "dense": 4 * params["dense"]}
+    assert mem.gradient_bytes(setup, params) == {
+        "embedding": 4 * params["other_tables"] + rows,
+        "dense": 4 * params["dense"],
+    }
 
 
 def test_ddp_buckets_round_up_to_whole_buckets_on_the_bigger_part():
@@ -466,7 +637,10 @@ def test_ddp_buckets_round_up_to_whole_buckets_on_the_bigger_part():
     assert mem.ddp_bucket_bytes(setup, params) == {"embedding": bucket, "dense": bucket}
     # sparse tables are not bucketed: only the other tables are reduced densely (half a bucket here)
     sparse = mem.MemorySetup(DEBUG, SMALL, 64, world_size=2, sparse=True)
-    assert mem.ddp_bucket_bytes(sparse, params) == {"embedding": bucket // 2, "dense": bucket + bucket // 2}
+    assert mem.ddp_bucket_bytes(sparse, params) == {
+        "embedding": bucket // 2,
+        "dense": bucket + bucket // 2,
+    }
 
 
 def test_loader_workspace_and_batch_bytes_exactly():
@@ -475,12 +649,18 @@ def test_loader_workspace_and_batch_bytes_exactly():
     assert mem.batch_bytes_per_sample(SMALL) == 8 * (3 * SMALL.seq_len + 7) + 4
     wide = dataclasses.replace(SMALL, neg_len=5, dense=21)
     assert mem.batch_bytes_per_sample(wide) == 8 * (3 * 20 + 3 * 5 + 7) + 4 * 22
-    assert mem.loader_bytes(mem.MemorySetup(DEBUG, SMALL, 10)) == 10 * mem.batch_bytes_per_sample(SMALL)
-    assert mem.loader_bytes(mem.MemorySetup(DEBUG, SMALL, 10, num_workers=3, prefetch_factor=2)) == \
-        7 * 10 * mem.batch_bytes_per_sample(SMALL)
+    assert mem.loader_bytes(mem.MemorySetup(DEBUG, SMALL, 10)) == 10 * mem.batch_bytes_per_sample(
+        SMALL
+    )
+    assert mem.loader_bytes(
+        mem.MemorySetup(DEBUG, SMALL, 10, num_workers=3, prefetch_factor=2)
+    ) == 7 * 10 * mem.batch_bytes_per_sample(SMALL)
     cpu = mem.MemorySetup(DEBUG, SMALL, 10)
     assert mem.workspace_bytes(cpu, 1009) == 100  # 10%, rounded down
-    assert mem.workspace_bytes(mem.MemorySetup(DEBUG, SMALL, 10, device="cuda"), 1009) == 100 + 256 * 1024 * 1024
+    assert (
+        mem.workspace_bytes(mem.MemorySetup(DEBUG, SMALL, 10, device="cuda"), 1009)
+        == 100 + 256 * 1024 * 1024
+    )
 
 
 def test_optimizer_weights_and_autocast_exactly():
@@ -488,7 +668,10 @@ def test_optimizer_weights_and_autocast_exactly():
     assert mem.weight_bytes(params) == {"embedding": 28, "dense": 44}
     assert mem.optimizer_bytes(params) == {"embedding": 56, "dense": 88}
     assert [mem.autocast_copy_bytes(p, params) for p in ("fp32", "bf16", "fp16")] == [
-        {"embedding": 0, "dense": 0}, {"embedding": 0, "dense": 22}, {"embedding": 0, "dense": 22}]
+        {"embedding": 0, "dense": 0},
+        {"embedding": 0, "dense": 22},
+        {"embedding": 0, "dense": 22},
+    ]
 
 
 def test_rule_of_thumb_is_the_published_formula():
@@ -499,8 +682,13 @@ def test_sparse_rows_and_parameter_split():
     assert mem.sparse_rows_per_sample(SMALL) == (SMALL.seq_len + 1, 1)
     split = mem.parameter_split(DEBUG, SMALL)
     counts = count_parameters(DEBUG, SMALL)
-    assert split == {"sparse_tables": counts["sparse"], "other_tables": counts["embedding"] - counts["sparse"],
-                     "dense": counts["dense"], "embedding": counts["embedding"], "total": counts["total"]}
+    assert split == {
+        "sparse_tables": counts["sparse"],
+        "other_tables": counts["embedding"] - counts["sparse"],
+        "dense": counts["dense"],
+        "embedding": counts["embedding"],
+        "total": counts["total"],
+    }
     assert split["embedding"] + split["dense"] == split["total"]
 
 

@@ -212,7 +212,9 @@ def test_delong_matches_sklearn_and_brute_force_with_ties() -> None:
     assert result["positives"] + result["negatives"] == n
     assert result["ci_low"] < result["delta"] < result["ci_high"]
     assert result["z"] == pytest.approx(result["delta"] / result["se"])
-    assert result["p_value"] == pytest.approx(math.erfc(abs(result["z"]) / math.sqrt(2)), rel=1e-12)  # two-sided
+    assert result["p_value"] == pytest.approx(
+        math.erfc(abs(result["z"]) / math.sqrt(2)), rel=1e-12
+    )  # two-sided
 
 
 def test_delong_identical_scores() -> None:
@@ -293,11 +295,17 @@ def test_delong_matches_a_hand_computed_example() -> None:
     order = np.array([4, 0, 3, 2, 1])
     assert delong(HAND_A[order], HAND_B[order], HAND_LABELS[order]) == pytest.approx(result)
     swapped = delong(HAND_B, HAND_A, HAND_LABELS)
-    assert swapped["delta"] == pytest.approx(-1 / 3) and swapped["se"] == pytest.approx(result["se"])
-    assert swapped["z"] == pytest.approx(-result["z"]) and swapped["p_value"] == pytest.approx(result["p_value"])
+    assert swapped["delta"] == pytest.approx(-1 / 3) and swapped["se"] == pytest.approx(
+        result["se"]
+    )
+    assert swapped["z"] == pytest.approx(-result["z"]) and swapped["p_value"] == pytest.approx(
+        result["p_value"]
+    )
 
 
-@pytest.mark.parametrize("confidence, z", [(0.95, Z_975), (0.90, 1.6448536269514722), (0.99, 2.5758293035489004)])
+@pytest.mark.parametrize(
+    "confidence, z", [(0.95, Z_975), (0.90, 1.6448536269514722), (0.99, 2.5758293035489004)]
+)
 def test_delong_interval_is_delta_plus_minus_z_times_se(confidence: float, z: float) -> None:
     """Width = 2 * z(1 - alpha/2) * se: a 95% interval that quietly became a 90% one fails here."""
     rng = np.random.default_rng(8)
@@ -324,7 +332,9 @@ def test_delong_on_hanley_and_mcneil_published_ratings() -> None:
     assert (result["positives"], result["negatives"]) == (51, 58)
     assert round(result["auc_a"], 3) == 0.893 and result["auc_b"] == 0.5
     assert result["se"] == pytest.approx(0.032, abs=0.002)
-    assert result["ci_high"] - result["ci_low"] == pytest.approx(2 * Z_975 * result["se"], rel=1e-12)
+    assert result["ci_high"] - result["ci_low"] == pytest.approx(
+        2 * Z_975 * result["se"], rel=1e-12
+    )
 
 
 def test_delong_zero_variance_with_a_difference_is_certain() -> None:
@@ -340,7 +350,11 @@ def test_delong_zero_variance_with_a_difference_is_certain() -> None:
 
 
 def test_delong_integer_scores_and_boolean_labels() -> None:
-    ints = delong(np.array([3, 2, 1, 2, 0]), np.array([1, 1, 1, 1, 1]), np.array([True, True, True, False, False]))
+    ints = delong(
+        np.array([3, 2, 1, 2, 0]),
+        np.array([1, 1, 1, 1, 1]),
+        np.array([True, True, True, False, False]),
+    )
     floats = delong(np.array([3.0, 2.0, 1.0, 2.0, 0.0]), np.ones(5), np.array([1, 1, 1, 0, 0]))
     assert ints == pytest.approx(floats)
     # per positive, the share of negatives (2, 0) beaten, ties half: 3 -> 1, 2 -> 3/4, 1 -> 1/2

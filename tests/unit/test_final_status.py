@@ -12,17 +12,20 @@ from kube.trainjob import trainjob_name
 from pipelines.daily import finalize
 
 
-@pytest.mark.parametrize(("state", "message", "status", "failed"), [
-    ("SUCCEEDED", None, "SUCCEEDED", False),       # kfp.local
-    ("FAILED", "Task x failed.", "FAILED", True),  # kfp.local, with its message
-    ("COMPLETE", "", "SUCCEEDED", False),          # KFP backend: MLMD states, message always empty
-    ("CACHED", "", "SUCCEEDED", False),
-    ("FAILED", "", "FAILED", True),
-    ("CANCELED", "", "CANCELED", True),
-    ("CANCELLED", None, "CANCELED", True),         # the SDK's documented spelling
-    ("RUNNING", "", "FAILED", True),               # not finished when the handler ran: clean up
-    ("SOMETHING_NEW", "", "FAILED", True),
-])
+@pytest.mark.parametrize(
+    ("state", "message", "status", "failed"),
+    [
+        ("SUCCEEDED", None, "SUCCEEDED", False),  # kfp.local
+        ("FAILED", "Task x failed.", "FAILED", True),  # kfp.local, with its message
+        ("COMPLETE", "", "SUCCEEDED", False),  # KFP backend: MLMD states, message always empty
+        ("CACHED", "", "SUCCEEDED", False),
+        ("FAILED", "", "FAILED", True),
+        ("CANCELED", "", "CANCELED", True),
+        ("CANCELLED", None, "CANCELED", True),  # the SDK's documented spelling
+        ("RUNNING", "", "FAILED", True),  # not finished when the handler ran: clean up
+        ("SOMETHING_NEW", "", "FAILED", True),
+    ],
+)
 def test_both_vocabularies_map_to_one(state, message, status, failed):
     outcome = final_status(state, message)
     assert (outcome.status, outcome.failed) == (status, failed)
@@ -30,9 +33,13 @@ def test_both_vocabularies_map_to_one(state, message, status, failed):
 
 
 def test_failure_is_decided_without_the_message():
-    assert final_status("FAILED", "").error == \
-        "the run ended FAILED (the KFP backend gives no message: see the failed task's log)"
-    assert final_status("FAILED", "Task preprocess-op failed.").error == "Task preprocess-op failed."
+    assert (
+        final_status("FAILED", "").error
+        == "the run ended FAILED (the KFP backend gives no message: see the failed task's log)"
+    )
+    assert (
+        final_status("FAILED", "Task preprocess-op failed.").error == "Task preprocess-op failed."
+    )
     assert final_status("Weird", None).error == "the run ended in the unknown state 'Weird'"
 
 
@@ -41,7 +48,9 @@ class Recorder:
 
     deleted: list = []
 
-    def delete_namespaced_custom_object(self, group, version, namespace, plural, name, propagation_policy):
+    def delete_namespaced_custom_object(
+        self, group, version, namespace, plural, name, propagation_policy
+    ):
         Recorder.deleted.append((namespace, plural, name))
 
 
@@ -56,12 +65,22 @@ def in_cluster(monkeypatch):
 
 
 def run_finalize(root, state, message, launcher="trainjob"):
-    status = dsl.PipelineTaskFinalStatus(state=state, pipeline_job_resource_name="run-1",
-                                         pipeline_task_name="exit-handler-1", error_code=None,
-                                         error_message=message)
-    finalize.python_func(status=status, storage_root=str(root), run_id="r1", kfp_run_id="kfp-1",
-                         model_name="m", launcher=launcher,
-                         cluster_target=json.dumps({"trainjob": {"namespace": "ns"}}))
+    status = dsl.PipelineTaskFinalStatus(
+        state=state,
+        pipeline_job_resource_name="run-1",
+        pipeline_task_name="exit-handler-1",
+        error_code=None,
+        error_message=message,
+    )
+    finalize.python_func(
+        status=status,
+        storage_root=str(root),
+        run_id="r1",
+        kfp_run_id="kfp-1",
+        model_name="m",
+        launcher=launcher,
+        cluster_target=json.dumps({"trainjob": {"namespace": "ns"}}),
+    )
     return json.loads((root / "runs" / "r1" / "summary.json").read_text())
 
 
@@ -80,5 +99,9 @@ def test_backend_cancel_deletes_the_trainjob_and_says_canceled(tmp_path, in_clus
 
 def test_backend_success_is_reported_as_succeeded_and_keeps_the_job(tmp_path, in_cluster):
     summary = run_finalize(tmp_path, "COMPLETE", "")
-    assert summary["status"] == "SUCCEEDED" and summary["error"] is None and summary["kfp_state"] == "COMPLETE"
+    assert (
+        summary["status"] == "SUCCEEDED"
+        and summary["error"] is None
+        and summary["kfp_state"] == "COMPLETE"
+    )
     assert in_cluster.deleted == []

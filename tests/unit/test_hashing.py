@@ -18,22 +18,37 @@ def siphash24(key: bytes, data: bytes) -> int:
     mask = 0xFFFFFFFFFFFFFFFF
     k0 = int.from_bytes(key[:8], "little")
     k1 = int.from_bytes(key[8:], "little")
-    v = [k0 ^ 0x736F6D6570736575, k1 ^ 0x646F72616E646F6D, k0 ^ 0x6C7967656E657261, k1 ^ 0x7465646279746573]
+    v = [
+        k0 ^ 0x736F6D6570736575,
+        k1 ^ 0x646F72616E646F6D,
+        k0 ^ 0x6C7967656E657261,
+        k1 ^ 0x7465646279746573,
+    ]
 
     def rounds(n):
         for _ in range(n):
-            v[0] = (v[0] + v[1]) & mask; v[1] = _rotl(v[1], 13); v[1] ^= v[0]; v[0] = _rotl(v[0], 32)  # noqa: E702
-            v[2] = (v[2] + v[3]) & mask; v[3] = _rotl(v[3], 16); v[3] ^= v[2]  # noqa: E702
-            v[0] = (v[0] + v[3]) & mask; v[3] = _rotl(v[3], 21); v[3] ^= v[0]  # noqa: E702
-            v[2] = (v[2] + v[1]) & mask; v[1] = _rotl(v[1], 17); v[1] ^= v[2]; v[2] = _rotl(v[2], 32)  # noqa: E702
+            v[0] = (v[0] + v[1]) & mask
+            v[1] = _rotl(v[1], 13)
+            v[1] ^= v[0]
+            v[0] = _rotl(v[0], 32)  # noqa: E702
+            v[2] = (v[2] + v[3]) & mask
+            v[3] = _rotl(v[3], 16)
+            v[3] ^= v[2]  # noqa: E702
+            v[0] = (v[0] + v[3]) & mask
+            v[3] = _rotl(v[3], 21)
+            v[3] ^= v[0]  # noqa: E702
+            v[2] = (v[2] + v[1]) & mask
+            v[1] = _rotl(v[1], 17)
+            v[1] ^= v[2]
+            v[2] = _rotl(v[2], 32)  # noqa: E702
 
     tail_len = len(data) % 8
     for i in range(0, len(data) - tail_len, 8):
-        m = int.from_bytes(data[i:i + 8], "little")
+        m = int.from_bytes(data[i : i + 8], "little")
         v[3] ^= m
         rounds(2)
         v[0] ^= m
-    last = (len(data) & 0xFF) << 56 | int.from_bytes(data[len(data) - tail_len:], "little")
+    last = (len(data) & 0xFF) << 56 | int.from_bytes(data[len(data) - tail_len :], "little")
     v[3] ^= last
     rounds(2)
     v[0] ^= last
@@ -59,8 +74,13 @@ def test_siphash_reference_matches_the_published_vector():
 BLANKS = " \t\r\n\f\v"
 
 
-@given(st.lists(st.text(min_size=1, max_size=80).filter(lambda s: s == s.strip(BLANKS) != ""),
-                min_size=1, max_size=30))
+@given(
+    st.lists(
+        st.text(min_size=1, max_size=80).filter(lambda s: s == s.strip(BLANKS) != ""),
+        min_size=1,
+        max_size=30,
+    )
+)
 def test_hash_is_siphash24_of_utf8_text_then_splitmix(ids):
     keys, null = hash_ids(pd.Series(ids, dtype=object))
     expected = [splitmix64_finalizer(siphash24(HASH_KEY.encode(), s.encode("utf-8"))) for s in ids]
@@ -122,18 +142,45 @@ def test_binary_ids_hash_their_bytes():
     keys, null, invalid = id_keys(pa.array([b"abc", b"", b"\xff\xfe", None]))
     assert keys[0] == hash_ids(pd.Series(["abc"]))[0][0]
     assert null.tolist() == [False, True, False, True] and not invalid.any()
-    assert keys[2] == np.uint64(splitmix64_finalizer(siphash24(HASH_KEY.encode(), b"\xff\xfe"))).view(np.int64)
+    assert keys[2] == np.uint64(
+        splitmix64_finalizer(siphash24(HASH_KEY.encode(), b"\xff\xfe"))
+    ).view(np.int64)
 
 
 def test_blanks_around_text_ids_are_not_part_of_the_id():
     keys, unusable = hash_ids(pd.Series(["u1", " u1", "u1\t", "  ", "u 1", "\u00a0u1"]))
-    assert keys[1] == keys[2] == keys[0] and unusable.tolist() == [False, False, False, True, False, False]
+    assert keys[1] == keys[2] == keys[0] and unusable.tolist() == [
+        False,
+        False,
+        False,
+        True,
+        False,
+        False,
+    ]
     assert keys[4] != keys[0] and keys[5] != keys[0]  # inner blanks and non-ASCII spaces are kept
 
 
-ID_TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
-            "float64", "decimal32", "decimal64", "decimal128", "decimal256", "string", "large_string",
-            "string_view", "dictionary"]
+ID_TYPES = [
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "decimal32",
+    "decimal64",
+    "decimal128",
+    "decimal256",
+    "string",
+    "large_string",
+    "string_view",
+    "dictionary",
+]
 
 
 def _as_type(values: list, name: str):
@@ -142,10 +189,16 @@ def _as_type(values: list, name: str):
     import pyarrow as pa
 
     if name.startswith("decimal"):
-        maker = {"decimal32": pa.decimal32, "decimal64": pa.decimal64, "decimal128": pa.decimal128,
-                 "decimal256": pa.decimal256}[name]
+        maker = {
+            "decimal32": pa.decimal32,
+            "decimal64": pa.decimal64,
+            "decimal128": pa.decimal128,
+            "decimal256": pa.decimal256,
+        }[name]
         precision = {"decimal32": 9, "decimal64": 18, "decimal128": 38, "decimal256": 76}[name]
-        return pa.array([None if v is None else decimal.Decimal(v) for v in values], maker(precision, 0))
+        return pa.array(
+            [None if v is None else decimal.Decimal(v) for v in values], maker(precision, 0)
+        )
     if name in ("string", "large_string", "string_view"):
         return pa.array([None if v is None else str(v) for v in values], getattr(pa, name)())
     if name == "dictionary":
@@ -162,21 +215,34 @@ def _fits(value: int, name: str) -> bool:
     if name.startswith("float"):
         return abs(value) <= {"float16": 2**11, "float32": 2**24, "float64": 2**53}[name]
     if name.startswith("decimal"):
-        return len(str(abs(value))) <= {"decimal32": 9, "decimal64": 18, "decimal128": 38, "decimal256": 76}[name]
+        return (
+            len(str(abs(value)))
+            <= {"decimal32": 9, "decimal64": 18, "decimal128": 38, "decimal256": 76}[name]
+        )
     return True
 
 
-@given(st.lists(st.one_of(st.integers(-2**63, 2**64 - 1), st.integers(-300, 300)), min_size=1, max_size=20),
-       st.lists(st.booleans(), min_size=20, max_size=20), st.sampled_from(ID_TYPES))
+@given(
+    st.lists(
+        st.one_of(st.integers(-(2**63), 2**64 - 1), st.integers(-300, 300)), min_size=1, max_size=20
+    ),
+    st.lists(st.booleans(), min_size=20, max_size=20),
+    st.sampled_from(ID_TYPES),
+)
 def test_any_id_type_with_any_nulls_gives_the_decimal_texts_key(ids, null_at, name):
     from components.common.hashing import id_keys
 
     ids = [v for v in ids if _fits(v, name)]
     values = [None if null_at[i] else v for i, v in enumerate(ids)]
     keys, null, invalid = id_keys(_as_type(values, name))
-    expected = [0 if v is None else np.uint64(splitmix64_finalizer(siphash24(HASH_KEY.encode(),
-                                                                             str(v).encode()))).view(np.int64)
-                for v in values]
+    expected = [
+        0
+        if v is None
+        else np.uint64(splitmix64_finalizer(siphash24(HASH_KEY.encode(), str(v).encode()))).view(
+            np.int64
+        )
+        for v in values
+    ]
     assert keys.tolist() == expected
     assert null.tolist() == [v is None for v in values] and not invalid.any()
 
@@ -209,8 +275,14 @@ def test_bucketize_smallest_table_and_types():
     assert (two.dtype, two.tolist()) == (np.int32, [1, 1, 1, 1])
     # unsigned modulo: -1 is 2**64 - 1
     assert bucketize(keys, 11, np.array([False, False, True, False])).tolist() == [
-        (2**64 - 1) % 10 + 1, 1, 0, 2**62 % 10 + 1]
-    with pytest.raises(ValueError, match=r"^buckets must be >= 2 \(one is reserved for padding\), got 1$"):
+        (2**64 - 1) % 10 + 1,
+        1,
+        0,
+        2**62 % 10 + 1,
+    ]
+    with pytest.raises(
+        ValueError, match=r"^buckets must be >= 2 \(one is reserved for padding\), got 1$"
+    ):
         bucketize(keys, 1)
 
 
@@ -221,8 +293,10 @@ def test_a_column_of_null_type_is_all_null_ids():
 
     from components.common.hashing import id_keys
 
-    for column in (pa.array([None, None], pa.null()),
-                   pa.DictionaryArray.from_arrays(pa.array([None, None], pa.int32()), pa.array([], pa.null()))):
+    for column in (
+        pa.array([None, None], pa.null()),
+        pa.DictionaryArray.from_arrays(pa.array([None, None], pa.int32()), pa.array([], pa.null())),
+    ):
         keys, null, bad = id_keys(column)
         assert keys.tolist() == [0, 0] and null.tolist() == [True, True] and not bad.any()
 
@@ -240,8 +314,20 @@ def test_floats_that_are_no_integer_are_invalid_and_nan_is_null():
 
     from components.common.hashing import id_keys
 
-    values = pa.array([3.0, 1.5, float("inf"), float("-inf"), float("nan"), None, -7.0, 2.0**53, 2.0**53 + 2,
-                       2.0**60])
+    values = pa.array(
+        [
+            3.0,
+            1.5,
+            float("inf"),
+            float("-inf"),
+            float("nan"),
+            None,
+            -7.0,
+            2.0**53,
+            2.0**53 + 2,
+            2.0**60,
+        ]
+    )
     keys, null, invalid = id_keys(values)
     assert null.tolist() == [False, False, False, False, True, True, False, False, False, False]
     # float64 holds every integer up to 2**53 exactly: beyond it, the writer may have merged ids
@@ -270,8 +356,10 @@ def test_decimals_that_are_no_integer_are_invalid():
     from components.common.hashing import id_keys
 
     for type_ in (pa.decimal32(5, 2), pa.decimal64(5, 2), pa.decimal128(5, 2), pa.decimal256(5, 2)):
-        values = pa.array([decimal.Decimal("3.00"), decimal.Decimal("1.50"), None, decimal.Decimal("-0.01")],
-                          type_)
+        values = pa.array(
+            [decimal.Decimal("3.00"), decimal.Decimal("1.50"), None, decimal.Decimal("-0.01")],
+            type_,
+        )
         keys, null, invalid = id_keys(values)
         assert null.tolist() == [False, False, True, False], type_
         assert invalid.tolist() == [False, True, False, True], type_
@@ -286,8 +374,12 @@ def test_decimals_of_every_width_and_scale():
     from components.common.hashing import id_keys
 
     # 38 digits are the most decimal128 holds, 39 need decimal256; scale = precision: below 1
-    cases = [(pa.decimal256(38, 0), "9" * 38), (pa.decimal256(39, 0), "9" * 39), (pa.decimal128(2, 2), "0"),
-             (pa.decimal256(76, 0), "-" + "9" * 76)]
+    cases = [
+        (pa.decimal256(38, 0), "9" * 38),
+        (pa.decimal256(39, 0), "9" * 39),
+        (pa.decimal128(2, 2), "0"),
+        (pa.decimal256(76, 0), "-" + "9" * 76),
+    ]
     for type_, text in cases:
         keys, null, invalid = id_keys(pa.array([decimal.Decimal(text)], type_))
         assert keys.tolist() == [_key(text)] and not null.any() and not invalid.any(), type_
@@ -302,21 +394,32 @@ def test_dictionaries_whose_values_hold_nulls():
     from components.common.hashing import id_keys
 
     indices = pa.array([0, 1, 1, None, 0], pa.int32())
-    for dictionary, text in [(pa.array(["u1", None]), "u1"), (pa.array([4.0, None]), "4"),
-                             (pa.array([decimal.Decimal("4"), None], pa.decimal128(5, 0)), "4"),
-                             (pa.array([4, None], pa.int64()), "4")]:
+    for dictionary, text in [
+        (pa.array(["u1", None]), "u1"),
+        (pa.array([4.0, None]), "4"),
+        (pa.array([decimal.Decimal("4"), None], pa.decimal128(5, 0)), "4"),
+        (pa.array([4, None], pa.int64()), "4"),
+    ]:
         keys, null, invalid = id_keys(pa.DictionaryArray.from_arrays(indices, dictionary))
         assert null.tolist() == [False, True, True, True, False], dictionary.type
-        assert not invalid.any() and keys.tolist() == [_key(text), 0, 0, 0, _key(text)], dictionary.type
+        assert not invalid.any() and keys.tolist() == [_key(text), 0, 0, 0, _key(text)], (
+            dictionary.type
+        )
     # NaN among a dictionary's float values is a null id, not an invalid one
-    keys, null, invalid = id_keys(pa.DictionaryArray.from_arrays(indices, pa.array([4.0, float("nan")])))
+    keys, null, invalid = id_keys(
+        pa.DictionaryArray.from_arrays(indices, pa.array([4.0, float("nan")]))
+    )
     assert null.tolist() == [False, True, True, True, False] and not invalid.any()
     assert keys.tolist() == [_key("4"), 0, 0, 0, _key("4")]
     # a dictionary of invalid values: invalid rows
     keys, null, invalid = id_keys(pa.DictionaryArray.from_arrays(indices, pa.array([2.5, 4.0])))
-    assert invalid.tolist() == [True, False, False, False, True] and null.tolist() == [False] * 3 + [True, False]
+    assert invalid.tolist() == [True, False, False, False, True] and null.tolist() == [
+        False
+    ] * 3 + [True, False]
     # null-type values, more than none
-    keys, null, invalid = id_keys(pa.DictionaryArray.from_arrays(indices, pa.array([None, None], pa.null())))
+    keys, null, invalid = id_keys(
+        pa.DictionaryArray.from_arrays(indices, pa.array([None, None], pa.null()))
+    )
     assert keys.tolist() == [0] * 5 and null.all() and not invalid.any()
 
 
@@ -327,12 +430,28 @@ def test_chunked_columns_and_columns_without_a_distinct_id():
 
     chunked = pa.chunked_array([pa.array(["a", None]), pa.array(["b", "a"])])
     keys, null, invalid = id_keys(chunked)
-    assert keys.tolist() == [_key("a"), 0, _key("b"), _key("a")] and null.tolist() == [False, True, False, False]
-    for empty in (pa.chunked_array([], pa.string()), pa.chunked_array([], pa.int64()), pa.array([], pa.string())):
+    assert keys.tolist() == [_key("a"), 0, _key("b"), _key("a")] and null.tolist() == [
+        False,
+        True,
+        False,
+        False,
+    ]
+    for empty in (
+        pa.chunked_array([], pa.string()),
+        pa.chunked_array([], pa.int64()),
+        pa.array([], pa.string()),
+    ):
         keys, null, invalid = id_keys(empty)
-        assert (keys.tolist(), null.tolist(), invalid.tolist()) == ([], [], []) and keys.dtype == np.int64
-    for nulls in (pa.array([None, None], pa.string()), pa.array([None, None], pa.float64()),
-                  pa.array(["", " "], pa.string())):
+        assert (keys.tolist(), null.tolist(), invalid.tolist()) == (
+            [],
+            [],
+            [],
+        ) and keys.dtype == np.int64
+    for nulls in (
+        pa.array([None, None], pa.string()),
+        pa.array([None, None], pa.float64()),
+        pa.array(["", " "], pa.string()),
+    ):
         keys, null, invalid = id_keys(nulls)
         assert keys.tolist() == [0, 0] and null.tolist() == [True, True] and not invalid.any()
 
@@ -345,7 +464,11 @@ def test_view_and_fixed_size_layouts_hash_like_their_plain_types():
     text, _, _ = id_keys(pa.array([" u1 ", "u2"], pa.string_view()))
     assert text.tolist() == [_key("u1"), _key("u2")]  # text: blanks around it trimmed
     raw, null, _ = id_keys(pa.array([b"\xff\xfe", b" u1 ", b""], pa.binary_view()))
-    assert raw.tolist() == [_key(b"\xff\xfe"), _key(b" u1 "), 0] and null.tolist() == [False, False, True]
+    assert raw.tolist() == [_key(b"\xff\xfe"), _key(b" u1 "), 0] and null.tolist() == [
+        False,
+        False,
+        True,
+    ]
     fixed, null, _ = id_keys(pa.array([b"ab\xff", None], pa.binary(3)))
     assert fixed.tolist() == [_key(b"ab\xff"), 0] and null.tolist() == [False, True]
 
@@ -355,8 +478,10 @@ def test_a_type_that_holds_no_ids_is_a_type_error():
 
     from components.common.hashing import id_keys
 
-    message = ("type timestamp[s] cannot hold ids; expected integers, strings, binary, or integral "
-               "decimals/floats")
+    message = (
+        "type timestamp[s] cannot hold ids; expected integers, strings, binary, or integral "
+        "decimals/floats"
+    )
     with pytest.raises(TypeError, match=rf"^{re.escape(message)}$"):
         id_keys(pa.array([1, 2], pa.timestamp("s")))
 
@@ -366,9 +491,19 @@ def test_mixed_python_values_each_hash_as_their_own_type():
     decimal text, a value of no id type (a date) as its text; 1.5 and NaN are unusable."""
     import datetime as dt
 
-    values = pd.Series([b"\xff", "x", 1.5, None, float("nan"), 7.0, True, dt.date(2026, 3, 1), " y "],
-                       dtype=object)
+    values = pd.Series(
+        [b"\xff", "x", 1.5, None, float("nan"), 7.0, True, dt.date(2026, 3, 1), " y "], dtype=object
+    )
     keys, unusable = hash_ids(values)
     assert unusable.tolist() == [False, False, True, True, True, False, False, False, False]
-    assert keys.tolist() == [_key(b"\xff"), _key("x"), 0, 0, 0, _key("7"), _key("1"), _key("2026-03-01"),
-                             _key("y")]
+    assert keys.tolist() == [
+        _key(b"\xff"),
+        _key("x"),
+        0,
+        0,
+        0,
+        _key("7"),
+        _key("1"),
+        _key("2026-03-01"),
+        _key("y"),
+    ]

@@ -15,7 +15,10 @@ class TrainRows:
     """The two columns IdPenalty reads from the training split."""
 
     def __init__(self, target_item, user):
-        self.columns = {"target_item": np.asarray(target_item, np.int32), "user": np.asarray(user, np.int32)}
+        self.columns = {
+            "target_item": np.asarray(target_item, np.int32),
+            "user": np.asarray(user, np.int32),
+        }
 
     def __len__(self):
         return len(self.columns["user"])
@@ -31,7 +34,9 @@ def test_penalty_is_frequency_weighted_l2_of_the_distinct_ids_in_the_batch():
     penalty = IdPenalty(model, rows, weight=0.5)
     batch = {"target_item": torch.tensor([3, 3, 5]), "user": torch.tensor([2, 2, 2])}
     item, user = model.item_emb.weight, model.user_emb.weight
-    expected = 0.5 * (item[3].pow(2).sum() / 3 + item[5].pow(2).sum() / 1 + user[2].pow(2).sum() / 3)
+    expected = 0.5 * (
+        item[3].pow(2).sum() / 3 + item[5].pow(2).sum() / 1 + user[2].pow(2).sum() / 3
+    )
     value = penalty(batch)
     assert value.item() == pytest.approx(expected.item(), rel=1e-6)
     value.backward()

@@ -103,7 +103,9 @@ def test_trial_template_is_a_trainjob_with_placeholders(hyperband):
     trainer = job["spec"]["trainer"]
     assert trainer["command"] == ["torchrun", "--module", "components.tune.trial"]
     assert trainer["numProcPerNode"] == 1 and trainer["resourcesPerNode"]["limits"] == {
-        "cpu": "11", "memory": "75Gi", "nvidia.com/gpu": "1"
+        "cpu": "11",
+        "memory": "75Gi",
+        "nvidia.com/gpu": "1",
     }
     assert (
         trainer["resourcesPerNode"]["requests"]["cpu"] == "11"
@@ -140,7 +142,9 @@ def test_metric_filter_reads_the_trainer_line():
 
 
 def test_random_and_tpe_use_log_uniform_and_a_fixed_epoch_count():
-    doc = experiment(KatibConfig(env="local", algorithm="tpe", max_epochs=3, name="cpu-search", data=DATA))
+    doc = experiment(
+        KatibConfig(env="local", algorithm="tpe", max_epochs=3, name="cpu-search", data=DATA)
+    )
     spec = doc["spec"]
     assert spec["algorithm"] == {"algorithmName": "tpe"} and spec["maxTrialCount"] == 24
     params = {p["name"]: p for p in spec["parameters"]}
@@ -260,8 +264,14 @@ def test_write_experiment_and_cli(tmp_path, capsys):
 def test_hyperband_budget_grid_and_share():
     assert hyperband_budget(3, 3) == (6, 3) and hyperband_budget(27, 3) == (70, 27)
     assert log_grid(1e-4, 1e-2, 3) == ["0.0001", "0.001", "0.01"] and log_grid(0.5, 0.5) == ["0.5"]
-    assert cpu_quantity(quantity("88") / 8) == "11" and memory_quantity(quantity("600Gi") / 8) == "75Gi"
-    assert cpu_quantity(quantity("500m") / 2) == "250m" and memory_quantity(quantity("1Gi") / 3) == "341Mi"
+    assert (
+        cpu_quantity(quantity("88") / 8) == "11"
+        and memory_quantity(quantity("600Gi") / 8) == "75Gi"
+    )
+    assert (
+        cpu_quantity(quantity("500m") / 2) == "250m"
+        and memory_quantity(quantity("1Gi") / 3) == "341Mi"
+    )
 
 
 def test_the_experiment_is_bound_to_the_current_window(tmp_path):
@@ -270,18 +280,34 @@ def test_the_experiment_is_bound_to_the_current_window(tmp_path):
 
     assert window_dataset() == "/mnt/dailyrec/datasets/latest"
     assert window_dataset(root=str(tmp_path)) == str(tmp_path / "datasets" / "latest")
-    folders = {name: tmp_path / "datasets" / name for name in
-               ("2026-03-01-aaaaaaaaaaaa", "2026-03-02-bbbbbbbbbbbb", "2026-02-20-cccccccccccc")}
+    folders = {
+        name: tmp_path / "datasets" / name
+        for name in (
+            "2026-03-01-aaaaaaaaaaaa",
+            "2026-03-02-bbbbbbbbbbbb",
+            "2026-02-20-cccccccccccc",
+        )
+    }
     for folder in folders.values():
         folder.mkdir(parents=True)
         (folder / "meta.json").write_text(folder.name)
     latest = tmp_path / "datasets" / "latest"
-    assert point_latest(folders["2026-03-01-aaaaaaaaaaaa"]) and (latest / "meta.json").read_text() == "2026-03-01-aaaaaaaaaaaa"
-    assert point_latest(folders["2026-03-02-bbbbbbbbbbbb"]) and os.readlink(latest) == "2026-03-02-bbbbbbbbbbbb"
+    assert (
+        point_latest(folders["2026-03-01-aaaaaaaaaaaa"])
+        and (latest / "meta.json").read_text() == "2026-03-01-aaaaaaaaaaaa"
+    )
+    assert (
+        point_latest(folders["2026-03-02-bbbbbbbbbbbb"])
+        and os.readlink(latest) == "2026-03-02-bbbbbbbbbbbb"
+    )
     assert not point_latest(folders["2026-02-20-cccccccccccc"])  # a backfill of an older day
     assert os.readlink(latest) == "2026-03-02-bbbbbbbbbbbb"
-    assert sorted(p.name for p in latest.parent.iterdir()) == sorted([*folders, "latest"])  # no temp left
-    with pytest.raises(KatibError, match="data: the dataset folder of the window to search on is required"):
+    assert sorted(p.name for p in latest.parent.iterdir()) == sorted(
+        [*folders, "latest"]
+    )  # no temp left
+    with pytest.raises(
+        KatibError, match="data: the dataset folder of the window to search on is required"
+    ):
         KatibConfig(env="a100")
 
 

@@ -11,20 +11,31 @@ from kube.dask import check_space, cluster_name, cluster_spec, estimate_dataset_
 from kube.types import DaskTarget, cluster_target
 from kube.validate import validate_cluster_spec
 
-OWNER = {"apiVersion": "v1", "kind": "Pod", "name": "preprocess-abc", "uid": "u-1",
-         "blockOwnerDeletion": False, "controller": False}
+OWNER = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "name": "preprocess-abc",
+    "uid": "u-1",
+    "blockOwnerDeletion": False,
+    "controller": False,
+}
 
 
 def test_cluster_spec_is_sized_mounted_owned_and_valid():
     target = DaskTarget(worker_cpu="4", worker_memory="16Gi", image="reg/dailyrec-runtime:abc")
-    spec = cluster_spec(cluster_name("run-7"), 6, target, run_id="run-7", owner=OWNER, scratch="8Gi")
+    spec = cluster_spec(
+        cluster_name("run-7"), 6, target, run_id="run-7", owner=OWNER, scratch="8Gi"
+    )
     assert spec["kind"] == "DaskCluster" and spec["metadata"]["namespace"] == "dailyrec"
     assert spec["metadata"]["labels"]["dailyrec.io/run"] == "run-7"
     assert spec["metadata"]["ownerReferences"] == [OWNER]
     assert spec["spec"]["worker"]["replicas"] == 6 and spec["spec"]["idleTimeout"] == 600
     for role in ("scheduler", "worker"):
         pod = spec["spec"][role]["spec"]
-        assert pod["volumes"][0] == {"name": "data", "persistentVolumeClaim": {"claimName": "dailyrec-data"}}
+        assert pod["volumes"][0] == {
+            "name": "data",
+            "persistentVolumeClaim": {"claimName": "dailyrec-data"},
+        }
         assert pod["volumes"][1] == {"name": "scratch", "emptyDir": {"sizeLimit": "8Gi"}}
         assert pod["securityContext"]["runAsNonRoot"] is True
         (container,) = pod["containers"]
@@ -40,13 +51,17 @@ def test_validation_catches_bad_specs():
     spec["spec"]["worker"]["replicas"] = "two"
     spec["spec"]["worker"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] = 5
     problems = validate_cluster_spec(spec)
-    assert any("replicas" in p for p in problems) and any(p.startswith("worker pod") for p in problems)
+    assert any("replicas" in p for p in problems) and any(
+        p.startswith("worker pod") for p in problems
+    )
 
 
 def test_clusters_are_named_by_run_and_never_shared():
     names = {cluster_name(r) for r in ("run-1", "run-2", "Run 1", "a" * 200, "")}
     assert len(names) == 5 and all(len(n) <= 63 and n[0].isalpha() for n in names)
-    assert cluster_name("run-1") == cluster_name("run-1") and cluster_name("run-1").startswith("dailyrec-pre-run-1-")
+    assert cluster_name("run-1") == cluster_name("run-1") and cluster_name("run-1").startswith(
+        "dailyrec-pre-run-1-"
+    )
 
 
 def test_run_identity_from_the_kfp_pod():
@@ -67,9 +82,14 @@ def test_volume_estimate_and_early_failure_with_the_numbers():
     # the sample: 9.6 MB of Parquet made a 439 MB dataset (46x); the estimate covers it
     assert 439e6 <= estimate_dataset_bytes({"parquet": 9_596_936}) <= 1.1 * 439e6 * 1.03
     assert estimate_dataset_bytes({"csv": 10**12}) == 20 * 10**9 * 320  # 1 TB of CSV: 6.4 TB
-    assert estimate_dataset_bytes({"csv": 10**9}, seq_len=40) > estimate_dataset_bytes({"csv": 10**9})
+    assert estimate_dataset_bytes({"csv": 10**9}, seq_len=40) > estimate_dataset_bytes(
+        {"csv": 10**9}
+    )
     assert check_space({"csv": 10**9}, 10**12) == 6_400_000_000
-    with pytest.raises(ValueError, match=r"/mnt/dailyrec: the dataset needs ~596.0 GiB \(93.1 GiB of input at "
-                                         r"~320 bytes per row\) but only 200.0 GiB are free"):
+    with pytest.raises(
+        ValueError,
+        match=r"/mnt/dailyrec: the dataset needs ~596.0 GiB \(93.1 GiB of input at "
+        r"~320 bytes per row\) but only 200.0 GiB are free",
+    ):
         check_space({"csv": 10**11}, 200 * 2**30, where="/mnt/dailyrec")
     assert scratch_limit(10**9, 8) == "2Gi" and scratch_limit(100 * 2**30, 10) == "20Gi"

@@ -23,30 +23,50 @@ from kube.trainjob import Verdict, assess, build_trainjob, resources_per_node, t
 from kube.types import NodeProfile, TrainJobTarget, cluster_target
 from kube.validate import crd_schemas, validate_objects
 
-A100 = TrainJobTarget(accelerator="nvidia.com/gpu", node=NodeProfile(cpu="88", memory="600Gi", gpus=8),
-                      node_selector={"pool": "a100"},
-                      tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                      env={"MLFLOW_TRACKING_URI": "http://mlflow:5000"}, image="reg/dailyrec-trainer:abc")
+A100 = TrainJobTarget(
+    accelerator="nvidia.com/gpu",
+    node=NodeProfile(cpu="88", memory="600Gi", gpus=8),
+    node_selector={"pool": "a100"},
+    tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    env={"MLFLOW_TRACKING_URI": "http://mlflow:5000"},
+    image="reg/dailyrec-trainer:abc",
+)
 
 
 def spec_for(tmp_path, **plan):
     path = write_plan(tmp_path / "plan.json", TrainPlan(**({"model": "prod"} | plan)))
-    return LaunchSpec.of(data="/mnt/d/datasets/x", out=str(tmp_path / "train"), plan=str(path),
-                         tracking_uri="http://mlflow:5000", max_restarts=2)
+    return LaunchSpec.of(
+        data="/mnt/d/datasets/x",
+        out=str(tmp_path / "train"),
+        plan=str(path),
+        tracking_uri="http://mlflow:5000",
+        max_restarts=2,
+    )
 
 
 def test_trainjob_from_plan_and_target(tmp_path):
     spec = spec_for(tmp_path, nproc_per_node=8, nnodes=2, precision="bf16")
-    job = build_trainjob(spec, TrainPlan(model="prod", nproc_per_node=8, nnodes=2), A100, {"run": "r1"})
+    job = build_trainjob(
+        spec, TrainPlan(model="prod", nproc_per_node=8, nnodes=2), A100, {"run": "r1"}
+    )
     assert job["metadata"]["name"] == trainjob_name(spec.out) and len(job["metadata"]["name"]) <= 63
     trainer = job["spec"]["trainer"]
     assert trainer["numNodes"] == 2 and trainer["numProcPerNode"] == 8
-    assert trainer["command"] == ["python", "-m", "components.train.torchrun", "--module", "components.train"]
+    assert trainer["command"] == [
+        "python",
+        "-m",
+        "components.train.torchrun",
+        "--module",
+        "components.train",
+    ]
     assert trainer["args"] == spec.trainer_args() and "--resume" in trainer["args"]
     # restarts on the cluster are the JobSet's (TrainingRuntime failurePolicy), never torchrun's
     assert {"name": "PET_MAX_RESTARTS", "value": "0"} in trainer["env"]
-    assert job["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
-                                         "name": "dailyrec-torch"}
+    assert job["spec"]["runtimeRef"] == {
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "TrainingRuntime",
+        "name": "dailyrec-torch",
+    }
     (patch,) = job["spec"]["runtimePatches"]
     (replicated,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
     pod = replicated["template"]["spec"]["template"]["spec"]
@@ -63,13 +83,22 @@ def test_a_whole_node_plan_takes_the_overlays_resources_and_a_smaller_one_its_sh
     whole = build_trainjob(spec, TrainPlan(nproc_per_node=8), A100)
     assert "resourcesPerNode" not in whole["spec"]["trainer"]
     # one GPU: the node's share per GPU (88/8 CPU, 600Gi/8), requests = limits (Guaranteed)
-    one = build_trainjob(spec, TrainPlan(nproc_per_node=1), A100)["spec"]["trainer"]["resourcesPerNode"]
-    assert one["requests"] == one["limits"] == {"cpu": "11", "memory": "75Gi", "nvidia.com/gpu": "1"}
+    one = build_trainjob(spec, TrainPlan(nproc_per_node=1), A100)["spec"]["trainer"][
+        "resourcesPerNode"
+    ]
+    assert (
+        one["requests"] == one["limits"] == {"cpu": "11", "memory": "75Gi", "nvidia.com/gpu": "1"}
+    )
     three = resources_per_node(TrainPlan(nproc_per_node=3), A100)
     assert three["limits"] == {"cpu": "33", "memory": "225Gi", "nvidia.com/gpu": "3"}
-    odd = TrainJobTarget(accelerator="nvidia.com/gpu", node=NodeProfile(cpu="90", memory="500Gi", gpus=8))
+    odd = TrainJobTarget(
+        accelerator="nvidia.com/gpu", node=NodeProfile(cpu="90", memory="500Gi", gpus=8)
+    )
     assert resources_per_node(TrainPlan(nproc_per_node=1), odd)["requests"] == {
-        "cpu": "11250m", "memory": "64000Mi", "nvidia.com/gpu": "1"}
+        "cpu": "11250m",
+        "memory": "64000Mi",
+        "nvidia.com/gpu": "1",
+    }
     with pytest.raises(ValueError, match="16 GPUs per node requested; the node profile has 8"):
         build_trainjob(spec, TrainPlan(nproc_per_node=16), A100)
 
@@ -117,28 +146,70 @@ def pod(phase, **status):
 
 def test_assess_a_job_that_completes():
     assert assess(None, [], [], 1, 1, FAST) == Verdict("running")
-    assert assess({"conditions": [cond("Created")]}, [], [pod("Running")], 5, 0, FAST).state == "running"
-    assert assess({"conditions": [cond("Complete", message="done")]}, [], [], 50, 0, FAST) == \
-        Verdict("succeeded", "done")
+    assert (
+        assess({"conditions": [cond("Created")]}, [], [pod("Running")], 5, 0, FAST).state
+        == "running"
+    )
+    assert assess(
+        {"conditions": [cond("Complete", message="done")]}, [], [], 50, 0, FAST
+    ) == Verdict("succeeded", "done")
 
 
 def test_assess_a_failed_job_names_the_reason():
-    pods = [pod("Failed", containerStatuses=[
-        {"name": "node", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}])]
-    verdict = assess({"conditions": [cond("Failed", "JobFailed", "backoff limit exceeded")]}, [], pods, 60, 0, FAST)
+    pods = [
+        pod(
+            "Failed",
+            containerStatuses=[
+                {"name": "node", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+            ],
+        )
+    ]
+    verdict = assess(
+        {"conditions": [cond("Failed", "JobFailed", "backoff limit exceeded")]},
+        [],
+        pods,
+        60,
+        0,
+        FAST,
+    )
     assert verdict.state == "failed"
-    assert "JobFailed: backoff limit exceeded" in verdict.reason and "exited 137 (OOMKilled)" in verdict.reason
+    assert (
+        "JobFailed: backoff limit exceeded" in verdict.reason
+        and "exited 137 (OOMKilled)" in verdict.reason
+    )
 
 
 def test_assess_stuck_pending_names_the_cause():
-    unschedulable = [pod("Pending", conditions=[{"type": "PodScheduled", "status": "False",
-                                                 "reason": "Unschedulable",
-                                                 "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}])]
+    unschedulable = [
+        pod(
+            "Pending",
+            conditions=[
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        )
+    ]
     assert assess({}, [], unschedulable, 5, 5, FAST).state == "running"
     verdict = assess({}, [], unschedulable, 11, 11, FAST)
-    assert verdict.state == "timeout" and "Unschedulable: 0/3 nodes are available: 3 Insufficient" in verdict.reason
-    pulling = [pod("Pending", containerStatuses=[
-        {"name": "node", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}])]
+    assert (
+        verdict.state == "timeout"
+        and "Unschedulable: 0/3 nodes are available: 3 Insufficient" in verdict.reason
+    )
+    pulling = [
+        pod(
+            "Pending",
+            containerStatuses=[
+                {
+                    "name": "node",
+                    "state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}},
+                }
+            ],
+        )
+    ]
     assert "ImagePullBackOff: not found" in assess({}, [], pulling, 11, 11, FAST).reason
     assert assess({}, [], [], 11, 11, FAST).reason.endswith("no pod was created")
     assert assess({}, [], [pod("Running")], 101, 0, FAST).state == "timeout"
@@ -148,13 +219,24 @@ def test_assess_stuck_pending_names_the_cause():
 
 
 def container(name="node", **state):
-    return k8s.V1ContainerStatus(name=name, image="reg/dailyrec-trainer:abc", image_id="", ready=False,
-                                 restart_count=0, state=k8s.V1ContainerState(**state))
+    return k8s.V1ContainerStatus(
+        name=name,
+        image="reg/dailyrec-trainer:abc",
+        image_id="",
+        ready=False,
+        restart_count=0,
+        state=k8s.V1ContainerState(**state),
+    )
 
 
 def event(kind, reason, message, i=0):
-    return k8s.CoreV1Event(metadata=k8s.V1ObjectMeta(name=f"e{i}"), involved_object=k8s.V1ObjectReference(),
-                           type=kind, reason=reason, message=message)
+    return k8s.CoreV1Event(
+        metadata=k8s.V1ObjectMeta(name=f"e{i}"),
+        involved_object=k8s.V1ObjectReference(),
+        type=kind,
+        reason=reason,
+        message=message,
+    )
 
 
 def real_apis(trainjob_answers, pod_status, events_by_object=None, pod_name="dailyrec-node-0-0"):
@@ -170,17 +252,25 @@ def real_apis(trainjob_answers, pod_status, events_by_object=None, pod_name="dai
 
     def events(namespace, field_selector):
         involved = field_selector.split("=", 1)[1]
-        return k8s.CoreV1EventList(items=[event(*e, i) for i, e in enumerate(events_by_object.get(involved, []))])
+        return k8s.CoreV1EventList(
+            items=[event(*e, i) for i, e in enumerate(events_by_object.get(involved, []))]
+        )
 
     core.list_namespaced_event.side_effect = events
-    core.read_namespaced_pod_log.return_value = "Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory"
+    core.read_namespaced_pod_log.return_value = (
+        "Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory"
+    )
     return custom, core
 
 
 def backend(custom, core, **target):
     sleeps = []
-    made = TrainJobBackend(TrainJobTarget(**({"poll_s": 0.01, "namespace": "ns"} | target)), apis=(custom, core),
-                           sleep=sleeps.append, echo=lambda line: None)
+    made = TrainJobBackend(
+        TrainJobTarget(**({"poll_s": 0.01, "namespace": "ns"} | target)),
+        apis=(custom, core),
+        sleep=sleeps.append,
+        echo=lambda line: None,
+    )
     return made, sleeps
 
 
@@ -191,59 +281,113 @@ def summary(tmp_path, auc):
 
 def test_the_client_models_are_read_in_the_apis_camel_case():
     """Negative control of the conversion: to_dict() says exit_code, the API (and assess) exitCode."""
-    oom = k8s.V1Pod(status=k8s.V1PodStatus(phase="Failed", container_statuses=[
-        container(terminated=k8s.V1ContainerStateTerminated(exit_code=137, reason="OOMKilled"))]))
+    oom = k8s.V1Pod(
+        status=k8s.V1PodStatus(
+            phase="Failed",
+            container_statuses=[
+                container(
+                    terminated=k8s.V1ContainerStateTerminated(exit_code=137, reason="OOMKilled")
+                )
+            ],
+        )
+    )
     assert "container_statuses" in oom.to_dict()["status"]
     converted = as_json(oom)
     assert converted["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
-    verdict = assess({"conditions": [cond("Failed", "JobFailed", "x")]}, [], [converted], 1, 0, FAST)
+    verdict = assess(
+        {"conditions": [cond("Failed", "JobFailed", "x")]}, [], [converted], 1, 0, FAST
+    )
     assert "exited 137 (OOMKilled)" in verdict.reason
-    assert "exited" not in assess({"conditions": [cond("Failed", "JobFailed", "x")]}, [],
-                                  [oom.to_dict()], 1, 0, FAST).reason
+    assert (
+        "exited"
+        not in assess(
+            {"conditions": [cond("Failed", "JobFailed", "x")]}, [], [oom.to_dict()], 1, 0, FAST
+        ).reason
+    )
 
 
 def test_a_failed_pod_names_its_exit_code_and_the_job_is_deleted(tmp_path):
-    oom = k8s.V1PodStatus(phase="Failed", container_statuses=[
-        container(terminated=k8s.V1ContainerStateTerminated(exit_code=137, reason="OOMKilled"))])
-    custom, core = real_apis([{}, {"conditions": [cond("Failed", "JobFailed", "backoff limit")]}], oom)
+    oom = k8s.V1PodStatus(
+        phase="Failed",
+        container_statuses=[
+            container(terminated=k8s.V1ContainerStateTerminated(exit_code=137, reason="OOMKilled"))
+        ],
+    )
+    custom, core = real_apis(
+        [{}, {"conditions": [cond("Failed", "JobFailed", "backoff limit")]}], oom
+    )
     launcher, _ = backend(custom, core)
-    with pytest.raises(LaunchError, match=r"failed: JobFailed: backoff limit \(container node exited 137 "
-                                          r"\(OOMKilled\)\)\nlast log lines:\n[\s\S]*CUDA out of memory"):
+    with pytest.raises(
+        LaunchError,
+        match=r"failed: JobFailed: backoff limit \(container node exited 137 "
+        r"\(OOMKilled\)\)\nlast log lines:\n[\s\S]*CUDA out of memory",
+    ):
         launcher.run(spec_for(tmp_path))
     name = trainjob_name(str(tmp_path / "train"))
-    core.list_namespaced_pod.assert_any_call("ns", label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
+    core.list_namespaced_pod.assert_any_call(
+        "ns", label_selector=f"jobset.sigs.k8s.io/jobset-name={name}"
+    )
     core.list_namespaced_event.assert_any_call("ns", field_selector=f"involvedObject.name={name}")
     custom.delete_namespaced_custom_object.assert_called_once_with(
-        "trainer.kubeflow.org", "v1alpha1", "ns", "trainjobs", name, propagation_policy="Foreground")
+        "trainer.kubeflow.org", "v1alpha1", "ns", "trainjobs", name, propagation_policy="Foreground"
+    )
 
 
 def test_an_unschedulable_pod_is_diagnosed_from_its_own_events(tmp_path):
     """FailedScheduling is an event on the pod (not the TrainJob), and such a pod has no
     container statuses: the backend fetches the pending pod's events."""
     pending = k8s.V1PodStatus(phase="Pending")
-    custom, core = real_apis([{}], pending, events_by_object={
-        "dailyrec-node-0-0": [("Warning", "FailedScheduling", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")]})
+    custom, core = real_apis(
+        [{}],
+        pending,
+        events_by_object={
+            "dailyrec-node-0-0": [
+                (
+                    "Warning",
+                    "FailedScheduling",
+                    "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+                )
+            ]
+        },
+    )
     launcher, _ = backend(custom, core, pending_timeout_s=0.05)
-    with pytest.raises(LaunchError, match=r"timeout: no pod running after \d+s: FailedScheduling: 0/3 nodes are "
-                                          r"available: 3 Insufficient nvidia.com/gpu\."):
+    with pytest.raises(
+        LaunchError,
+        match=r"timeout: no pod running after \d+s: FailedScheduling: 0/3 nodes are "
+        r"available: 3 Insufficient nvidia.com/gpu\.",
+    ):
         launcher.run(spec_for(tmp_path))
-    core.list_namespaced_event.assert_any_call("ns", field_selector="involvedObject.name=dailyrec-node-0-0")
+    core.list_namespaced_event.assert_any_call(
+        "ns", field_selector="involvedObject.name=dailyrec-node-0-0"
+    )
     custom.delete_namespaced_custom_object.assert_called_once()
 
 
 def test_a_pod_stuck_pulling_its_image_is_named(tmp_path):
-    pulling = k8s.V1PodStatus(phase="Pending", container_statuses=[
-        container(waiting=k8s.V1ContainerStateWaiting(reason="ImagePullBackOff",
-                                                      message='Back-off pulling image "reg/x"'))])
+    pulling = k8s.V1PodStatus(
+        phase="Pending",
+        container_statuses=[
+            container(
+                waiting=k8s.V1ContainerStateWaiting(
+                    reason="ImagePullBackOff", message='Back-off pulling image "reg/x"'
+                )
+            )
+        ],
+    )
     custom, core = real_apis([{}], pulling)
     launcher, _ = backend(custom, core, pending_timeout_s=0.05)
-    with pytest.raises(LaunchError, match=r"timeout: no pod running after \d+s: ImagePullBackOff: "
-                                          r"Back-off pulling image \"reg/x\""):
+    with pytest.raises(
+        LaunchError,
+        match=r"timeout: no pod running after \d+s: ImagePullBackOff: "
+        r"Back-off pulling image \"reg/x\"",
+    ):
         launcher.run(spec_for(tmp_path))
 
 
 def test_a_succeeded_job_is_deleted_after_its_results_are_collected(tmp_path):
-    running = k8s.V1PodStatus(phase="Running", container_statuses=[container(running=k8s.V1ContainerStateRunning())])
+    running = k8s.V1PodStatus(
+        phase="Running", container_statuses=[container(running=k8s.V1ContainerStateRunning())]
+    )
     summary(tmp_path, 0.71)
     custom, core = real_apis([{}, {}, {"conditions": [cond("Complete")]}], running)
     launcher, _ = backend(custom, core, pending_timeout_s=0.001)
@@ -251,33 +395,50 @@ def test_a_succeeded_job_is_deleted_after_its_results_are_collected(tmp_path):
     ((args, kwargs),) = custom.create_namespaced_custom_object.call_args_list
     assert args[:4] == ("trainer.kubeflow.org", "v1alpha1", "ns", "trainjobs")
     custom.delete_namespaced_custom_object.assert_called_once_with(
-        "trainer.kubeflow.org", "v1alpha1", "ns", "trainjobs", trainjob_name(str(tmp_path / "train")),
-        propagation_policy="Foreground")
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        "ns",
+        "trainjobs",
+        trainjob_name(str(tmp_path / "train")),
+        propagation_policy="Foreground",
+    )
 
 
 def test_transient_api_errors_are_retried_with_backoff(tmp_path):
     summary(tmp_path, 0.7)
     running = k8s.V1PodStatus(phase="Running")
-    custom, core = real_apis([ApiException(status=503, reason="Service Unavailable"),
-                              ApiException(status=429, reason="Too Many Requests"),
-                              {"conditions": [cond("Complete")]}], running)
+    custom, core = real_apis(
+        [
+            ApiException(status=503, reason="Service Unavailable"),
+            ApiException(status=429, reason="Too Many Requests"),
+            {"conditions": [cond("Complete")]},
+        ],
+        running,
+    )
     launcher, sleeps = backend(custom, core, poll_s=1, api_retries=3)
     assert launcher.run(spec_for(tmp_path)) == {"best_val_auc": 0.7}
     assert sleeps == [1, 2]  # doubling backoff, then the answer
 
 
 def test_an_api_that_stays_down_fails_the_task_and_deletes_the_job(tmp_path):
-    custom, core = real_apis([ApiException(status=503, reason="Service Unavailable")], k8s.V1PodStatus(phase="Running"))
+    custom, core = real_apis(
+        [ApiException(status=503, reason="Service Unavailable")], k8s.V1PodStatus(phase="Running")
+    )
     launcher, sleeps = backend(custom, core, poll_s=1, api_retries=2)
-    with pytest.raises(LaunchError, match=r"following TrainJob dailyrec-\w+: the Kubernetes API failed 3 times "
-                                          r"in a row; last: ApiException"):
+    with pytest.raises(
+        LaunchError,
+        match=r"following TrainJob dailyrec-\w+: the Kubernetes API failed 3 times "
+        r"in a row; last: ApiException",
+    ):
         launcher.run(spec_for(tmp_path))
     assert sleeps == [1, 2]
     custom.delete_namespaced_custom_object.assert_called_once()
 
 
 def test_a_forbidden_answer_is_not_retried(tmp_path):
-    custom, core = real_apis([ApiException(status=403, reason="Forbidden")], k8s.V1PodStatus(phase="Running"))
+    custom, core = real_apis(
+        [ApiException(status=403, reason="Forbidden")], k8s.V1PodStatus(phase="Running")
+    )
     launcher, sleeps = backend(custom, core, poll_s=1, api_retries=5)
     with pytest.raises(ApiException, match="Forbidden"):
         launcher.run(spec_for(tmp_path))
@@ -287,41 +448,66 @@ def test_a_forbidden_answer_is_not_retried(tmp_path):
 def test_a_retried_task_adopts_its_own_job(tmp_path):
     summary(tmp_path, 0.7)
     custom, core = real_apis([{"conditions": [cond("Complete")]}], k8s.V1PodStatus(phase="Running"))
-    custom.create_namespaced_custom_object.side_effect = ApiException(status=409, reason="AlreadyExists")
+    custom.create_namespaced_custom_object.side_effect = ApiException(
+        status=409, reason="AlreadyExists"
+    )
     launcher, _ = backend(custom, core)
     assert launcher.run(spec_for(tmp_path)) == {"best_val_auc": 0.7}
 
 
 def test_rank0_log_is_streamed_once_per_pod():
     core = create_autospec(k8s.CoreV1Api, instance=True)
-    running = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="job-node-0-0", uid="a"), status=k8s.V1PodStatus(phase="Running"))
+    running = k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="job-node-0-0", uid="a"),
+        status=k8s.V1PodStatus(phase="Running"),
+    )
     core.list_namespaced_pod.return_value = k8s.V1PodList(items=[running])
-    core.read_namespaced_pod_log.side_effect = lambda *a, **k: io.BytesIO(b"epoch 1/3 loss 0.5\nepoch 2/3 loss 0.4\n")
+    core.read_namespaced_pod_log.side_effect = lambda *a, **k: io.BytesIO(
+        b"epoch 1/3 loss 0.5\nepoch 2/3 loss 0.4\n"
+    )
     lines = []
     follower = LogFollower(core, "ns", "job", lines.append)
     assert follower.follow_once() == 2
     assert lines == ["[rank 0] epoch 1/3 loss 0.5", "[rank 0] epoch 2/3 loss 0.4"]
-    core.read_namespaced_pod_log.assert_called_once_with("job-node-0-0", "ns", container="node", follow=True,
-                                                         _preload_content=False)
+    core.read_namespaced_pod_log.assert_called_once_with(
+        "job-node-0-0", "ns", container="node", follow=True, _preload_content=False
+    )
     assert core.list_namespaced_pod.call_args.kwargs["label_selector"] == (
         "jobset.sigs.k8s.io/jobset-name=job,jobset.sigs.k8s.io/replicatedjob-name=node,"
-        "batch.kubernetes.io/job-completion-index=0")
+        "batch.kubernetes.io/job-completion-index=0"
+    )
     assert follower.follow_once() == 0  # that pod's log is complete: not repeated
-    restarted = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name="job-node-0-0", uid="b"), status=k8s.V1PodStatus(phase="Running"))
+    restarted = k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name="job-node-0-0", uid="b"),
+        status=k8s.V1PodStatus(phase="Running"),
+    )
     core.list_namespaced_pod.return_value = k8s.V1PodList(items=[restarted])
     assert follower.follow_once() == 2  # a JobSet restart: the new pod is followed
 
 
-@pytest.mark.parametrize(("edit", "problem"), [
-    (lambda t: t["spec"].__setitem__("runtimePatchez", t["spec"].pop("runtimePatches")),
-     "'runtimePatchez' was unexpected"),
-    (lambda t: t["spec"]["trainer"].__setitem__("numProcPerNod", t["spec"]["trainer"].pop("numProcPerNode")),
-     "'numProcPerNod' was unexpected"),
-    (lambda t: t["spec"]["trainer"].__setitem__("numProcPerNode", 0),
-     "numProcPerNode must be greater than or equal to 1 (self >= 1) at /spec/trainer/numProcPerNode"),
-    (lambda t: t["metadata"].__setitem__("name", "Dailyrec_Job"),
-     "metadata.name must match RFC 1035 DNS label format"),
-])
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (
+            lambda t: t["spec"].__setitem__("runtimePatchez", t["spec"].pop("runtimePatches")),
+            "'runtimePatchez' was unexpected",
+        ),
+        (
+            lambda t: t["spec"]["trainer"].__setitem__(
+                "numProcPerNod", t["spec"]["trainer"].pop("numProcPerNode")
+            ),
+            "'numProcPerNod' was unexpected",
+        ),
+        (
+            lambda t: t["spec"]["trainer"].__setitem__("numProcPerNode", 0),
+            "numProcPerNode must be greater than or equal to 1 (self >= 1) at /spec/trainer/numProcPerNode",
+        ),
+        (
+            lambda t: t["metadata"].__setitem__("name", "Dailyrec_Job"),
+            "metadata.name must match RFC 1035 DNS label format",
+        ),
+    ],
+)
 def test_strict_validation_refuses_misspelt_fields_and_broken_cel_rules(tmp_path, edit, problem):
     """kubectl --validate=strict refuses unknown fields; the API server evaluates the CRD's CEL rules."""
     schemas = crd_schemas()
@@ -338,7 +524,9 @@ def test_sigterm_to_the_launcher_deletes_its_trainjob(tmp_path):
     import os
     import signal
 
-    running = k8s.V1PodStatus(phase="Running", container_statuses=[container(running=k8s.V1ContainerStateRunning())])
+    running = k8s.V1PodStatus(
+        phase="Running", container_statuses=[container(running=k8s.V1ContainerStateRunning())]
+    )
     custom, core = real_apis([{}], running)
     looks = []
 
@@ -355,6 +543,11 @@ def test_sigterm_to_the_launcher_deletes_its_trainjob(tmp_path):
         launcher.run(spec_for(tmp_path))
     assert len(looks) == 3 and custom.create_namespaced_custom_object.call_count == 1
     custom.delete_namespaced_custom_object.assert_called_once_with(
-        "trainer.kubeflow.org", "v1alpha1", "ns", "trainjobs", trainjob_name(str(tmp_path / "train")),
-        propagation_policy="Foreground")
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        "ns",
+        "trainjobs",
+        trainjob_name(str(tmp_path / "train")),
+        propagation_policy="Foreground",
+    )
     assert signal.getsignal(signal.SIGTERM) is before  # the process's own handling is given back

@@ -23,8 +23,9 @@ from components.train.model import (
     model_config,
 )
 
-SMALL = Vocab(item=500, category=40, user=300, gap=16, seq_len=12, neg_len=6,
-              dense=len(DENSE_FEATURES))
+SMALL = Vocab(
+    item=500, category=40, user=300, gap=16, seq_len=12, neg_len=6, dense=len(DENSE_FEATURES)
+)
 NO_DROPOUT = NAMED_CONFIGS["debug"].replace(dropout=0.0, head_dropout=0.0)
 
 
@@ -63,8 +64,13 @@ def make_batch(vocab: Vocab, hist_len, seed: int = 0, length: int | None = None)
         "target_item": ids(vocab.item, (rows,)),
         "target_cat": ids(vocab.category, (rows,)),
         "user": ids(vocab.user, (rows,)),
-        "context": torch.stack([torch.randint(0, vocab.hour, (rows,), generator=gen),
-                                torch.randint(0, vocab.dow, (rows,), generator=gen)], dim=1),
+        "context": torch.stack(
+            [
+                torch.randint(0, vocab.hour, (rows,), generator=gen),
+                torch.randint(0, vocab.dow, (rows,), generator=gen),
+            ],
+            dim=1,
+        ),
         "label": torch.randint(0, 2, (rows,), generator=gen).float(),
     }
 
@@ -125,7 +131,11 @@ def test_padded_positions_never_change_the_output(seed):
     gen = torch.Generator().manual_seed(100 + seed)
     padded = torch.arange(length).unsqueeze(0) < (length - batch["hist_len"]).unsqueeze(1)
     noisy = dict(batch)
-    for key, high in (("hist_item", SMALL.item), ("hist_cat", SMALL.category), ("hist_gap", SMALL.gap)):
+    for key, high in (
+        ("hist_item", SMALL.item),
+        ("hist_cat", SMALL.category),
+        ("hist_gap", SMALL.gap),
+    ):
         junk = torch.randint(0, high, batch[key].shape, generator=gen)
         noisy[key] = torch.where(padded, junk, batch[key])
     assert not torch.equal(noisy["hist_item"], batch["hist_item"])
@@ -205,8 +215,10 @@ def test_every_parameter_gets_a_gradient_of_the_right_layout(sparse, hist_len):
 
 def test_sparse_and_dense_optimizers_step_together():
     model = seeded_model(NAMED_CONFIGS["debug"], sparse=True)
-    optimizers = [torch.optim.SparseAdam(model.sparse_parameters(), lr=1e-2),
-                  torch.optim.AdamW(model.dense_parameters(), lr=1e-2)]
+    optimizers = [
+        torch.optim.SparseAdam(model.sparse_parameters(), lr=1e-2),
+        torch.optim.AdamW(model.dense_parameters(), lr=1e-2),
+    ]
     batch = make_batch(SMALL, [0, 5, 12, 3], seed=5)
     before = model.item_emb.weight.detach().clone()
     for _ in range(2):
@@ -216,8 +228,9 @@ def test_sparse_and_dense_optimizers_step_together():
         for opt in optimizers:
             opt.step()
     moved = (model.item_emb.weight.detach() != before).any(dim=1)
-    used = torch.cat([batch["hist_item"].flatten(), batch["neg_item"].flatten(),
-                      batch["target_item"]]).unique()
+    used = torch.cat(
+        [batch["hist_item"].flatten(), batch["neg_item"].flatten(), batch["target_item"]]
+    ).unique()
     used = used[used != 0]
     assert moved[used].all()
     assert moved.sum() == len(used)  # only the rows in the batch, never the padding row
@@ -259,7 +272,9 @@ def test_checkpointing_is_off_in_eval():
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_empty_batch_trains(sparse):
-    model = seeded_model(NAMED_CONFIGS["debug"], sparse=sparse, activation_checkpointing=True).train()
+    model = seeded_model(
+        NAMED_CONFIGS["debug"], sparse=sparse, activation_checkpointing=True
+    ).train()
     batch = make_batch(SMALL, torch.zeros(0, dtype=torch.int64))
     logits = model(batch)
     assert logits.shape == (0,) and logits.dtype == torch.float32
@@ -280,7 +295,9 @@ def test_local_config_learns_a_signal_only_the_sequence_carries():
 
     def labelled(seed, rows):
         gen = torch.Generator().manual_seed(seed)
-        batch = make_batch(vocab, torch.randint(0, vocab.seq_len + 1, (rows,), generator=gen), seed=seed)
+        batch = make_batch(
+            vocab, torch.randint(0, vocab.seq_len + 1, (rows,), generator=gen), seed=seed
+        )
         batch["hist_cat"] = batch["hist_item"] % 11 + (batch["hist_item"] > 0)  # 0 stays padding
         batch["target_cat"] = batch["target_item"] % 11 + 1
         batch["label"] = (batch["hist_cat"] == batch["target_cat"].unsqueeze(1)).any(dim=1).float()
@@ -321,14 +338,19 @@ def test_count_parameters_matches_a_real_instance(name):
 
 
 def documented_counts() -> dict[str, tuple[str, dict[str, int]]]:
-    pattern = re.compile(r"^\s*(\w+)\s+(item .*?L \d+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s*$")
+    pattern = re.compile(
+        r"^\s*(\w+)\s+(item .*?L \d+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s*$"
+    )
     table = {}
     for line in model_module.__doc__.splitlines():
         match = pattern.match(line)
         if match:
             name, vocab, *numbers = match.groups()
             values = [int(n.replace(",", "")) for n in numbers]
-            table[name] = (vocab, dict(zip(("embedding", "sparse", "dense", "total"), values, strict=True)))
+            table[name] = (
+                vocab,
+                dict(zip(("embedding", "sparse", "dense", "total"), values, strict=True)),
+            )
     return table
 
 
@@ -346,9 +368,15 @@ def test_documented_parameter_counts_are_current():
 
 def test_reference_vocab_of_debug_and_local_is_the_preprocess_default():
     defaults = PreprocessConfig(raw="r", out="o")
-    expected = Vocab(item=defaults.item_buckets, category=defaults.category_buckets,
-                     user=defaults.user_buckets, gap=len(GAP_EDGES_SECONDS) + 2,
-                     seq_len=defaults.seq_len, neg_len=defaults.neg_len, dense=len(DENSE_FEATURES))
+    expected = Vocab(
+        item=defaults.item_buckets,
+        category=defaults.category_buckets,
+        user=defaults.user_buckets,
+        gap=len(GAP_EDGES_SECONDS) + 2,
+        seq_len=defaults.seq_len,
+        neg_len=defaults.neg_len,
+        dense=len(DENSE_FEATURES),
+    )
     assert REFERENCE_VOCAB["debug"] == REFERENCE_VOCAB["local"] == expected
 
 
@@ -363,11 +391,24 @@ def test_prod_is_about_100m_parameters_mostly_embeddings():
 # --- configs and vocab --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("d_model", 0), ("layers", 0), ("heads", -1), ("ffn", 0), ("context_dim", 0),
-    ("user_dim", 0), ("dropout", 1.0), ("dropout", -0.1), ("head_dropout", 1.5),
-    ("mlp", (16, 0)), ("activation", "tanh"), ("name", ""), ("layers", 1.5),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("d_model", 0),
+        ("layers", 0),
+        ("heads", -1),
+        ("ffn", 0),
+        ("context_dim", 0),
+        ("user_dim", 0),
+        ("dropout", 1.0),
+        ("dropout", -0.1),
+        ("head_dropout", 1.5),
+        ("mlp", (16, 0)),
+        ("activation", "tanh"),
+        ("name", ""),
+        ("layers", 1.5),
+    ],
+)
 def test_config_validation_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         NAMED_CONFIGS["debug"].replace(**{field: value})
@@ -392,12 +433,23 @@ def test_unknown_config_name_lists_the_valid_ones():
 
 
 def test_vocab_from_meta_reads_the_dataset_meta():
-    meta = {"buckets": {"item": 1 << 10, "category": 64, "user": 512, "gap": 16, "hash": "x",
-                        "padding": 0},
-            "seq_len": 30, "neg_len": 5, "context_features": {"hour": 24, "dow": 7},
-            "dense_features": {"names": ["a", "b", "c"]}}
-    assert Vocab.from_meta(meta) == Vocab(item=1024, category=64, user=512, gap=16, seq_len=30,
-                                          neg_len=5, dense=3)
+    meta = {
+        "buckets": {
+            "item": 1 << 10,
+            "category": 64,
+            "user": 512,
+            "gap": 16,
+            "hash": "x",
+            "padding": 0,
+        },
+        "seq_len": 30,
+        "neg_len": 5,
+        "context_features": {"hour": 24, "dow": 7},
+        "dense_features": {"names": ["a", "b", "c"]},
+    }
+    assert Vocab.from_meta(meta) == Vocab(
+        item=1024, category=64, user=512, gap=16, seq_len=30, neg_len=5, dense=3
+    )
     del meta["context_features"]
     with pytest.raises(ValueError, match="context_features"):
         Vocab.from_meta(meta)
@@ -428,7 +480,7 @@ def test_padded_skipped_positions_are_ignored():
     batch["neg_item"][1] = 0
     changed = dict(batch, neg_gap=batch["neg_gap"].clone(), neg_item=batch["neg_item"].clone())
     changed["neg_gap"][0, :-2] = 5  # padding positions: ignored whatever they hold
-    changed["neg_item"][1, :] = 7   # a row with no skipped exposures
+    changed["neg_item"][1, :] = 7  # a row with no skipped exposures
     with torch.no_grad():
         torch.testing.assert_close(model(changed), model(batch), rtol=0, atol=0)
 
@@ -460,8 +512,10 @@ def test_dense_statistics_standardize_and_travel_with_the_weights():
 
 def test_init_from_meta_sets_base_rate_and_dense_statistics():
     model = seeded_model()
-    meta = {"splits": {"train": {"positive_rate": 0.2}},
-            "dense_features": {"mean": [1.0] * SMALL.dense, "std": [2.0] * SMALL.dense}}
+    meta = {
+        "splits": {"train": {"positive_rate": 0.2}},
+        "dense_features": {"mean": [1.0] * SMALL.dense, "std": [2.0] * SMALL.dense},
+    }
     model.init_from_meta(meta)
     assert model.head[-1].bias.item() == pytest.approx(math.log(0.2 / 0.8))
     torch.testing.assert_close(model.dense_scale, torch.full((SMALL.dense,), 0.5))
@@ -470,13 +524,18 @@ def test_init_from_meta_sets_base_rate_and_dense_statistics():
 def test_matches_sum_the_gap_vectors_of_positions_holding_the_target():
     vocab = dataclasses.replace(SMALL, neg_len=0, dense=0)
     model = seeded_model(vocab=vocab).eval()
-    batch = {"hist_item": torch.tensor([[9, 5, 7, 5]]), "hist_cat": torch.tensor([[2, 1, 1, 2]]),
-             "hist_gap": torch.tensor([[6, 2, 3, 4]]), "hist_len": torch.tensor([3]),
-             "target_item": torch.tensor([5]), "target_cat": torch.tensor([2])}
+    batch = {
+        "hist_item": torch.tensor([[9, 5, 7, 5]]),
+        "hist_cat": torch.tensor([[2, 1, 1, 2]]),
+        "hist_gap": torch.tensor([[6, 2, 3, 4]]),
+        "hist_len": torch.tensor([3]),
+        "target_item": torch.tensor([5]),
+        "target_cat": torch.tensor([2]),
+    }
     table = model.match_emb.weight.detach()
     rows = vocab.gap + 1  # one block of rows per (sequence, field)
-    expected_item = table[2] + table[4]       # item 5 at gaps 2 and 4; position 0 is padding
-    expected_cat = table[rows + 4]            # category 2 only at gap 4 among the valid positions
+    expected_item = table[2] + table[4]  # item 5 at gaps 2 and 4; position 0 is padding
+    expected_cat = table[rows + 4]  # category 2 only at gap 4 among the valid positions
     with torch.no_grad():
         out = model._matches(batch)
     torch.testing.assert_close(out, torch.cat([expected_item, expected_cat]).unsqueeze(0))

@@ -25,8 +25,10 @@ def test_settings_select_one_module_and_its_tests():
     assert settings["only_mutate"] == ["components/evaluate/metrics.py"]
     assert settings["pytest_add_cli_args_test_selection"] == ["tests/unit/test_evaluate_metrics.py"]
     assert settings["process_isolation"] == "forkserver"
-    assert delong.patterns() == [f"components.evaluate.metrics.x_{f}__mutmut_*"
-                                 for f in ("_vectors", "_structural_components", "_sample_cov", "delong")]
+    assert delong.patterns() == [
+        f"components.evaluate.metrics.x_{f}__mutmut_*"
+        for f in ("_vectors", "_structural_components", "_sample_cov", "delong")
+    ]
 
 
 def test_equivalent_mutants_name_known_modules_and_say_why():
@@ -36,16 +38,29 @@ def test_equivalent_mutants_name_known_modules_and_say_why():
 
 
 def test_mutated_line_is_the_first_added_line_of_the_diff():
-    diff = ("--- a.py\n+++ a.py\n@@ -1,2 +1,2 @@\n def f(x):\n-    return x >= 1\n+    return x > 1\n")
+    diff = (
+        "--- a.py\n+++ a.py\n@@ -1,2 +1,2 @@\n def f(x):\n-    return x >= 1\n+    return x > 1\n"
+    )
     assert mutation.mutated_line(diff) == "return x > 1"
     assert mutation.mutated_line("") == ""
 
 
 def test_table_reports_the_rate_over_non_equivalent_mutants():
-    row = {"path": "components/x.py", "functions": "all", "what": "x", "mutants": 10, "killed": 8,
-           "equivalent": 1, "kill_rate_non_equivalent": 8 / 9, "tests": ["tests/unit/test_x.py"],
-           "seconds": 12.0, "meets_target": False}
+    row = {
+        "path": "components/x.py",
+        "functions": "all",
+        "what": "x",
+        "mutants": 10,
+        "killed": 8,
+        "equivalent": 1,
+        "kill_rate_non_equivalent": 8 / 9,
+        "tests": ["tests/unit/test_x.py"],
+        "seconds": 12.0,
+        "meets_target": False,
+    }
     text = mutation.table([row])
     assert "| `components/x.py` | x | 10 | 8 | 1 | 88.9% | `tests/unit/test_x.py` | 12 s |" in text
-    assert text.endswith("0 of 1 modules at >= 90% of non-equivalent mutants killed (`make mutation`; "
-                         "survivors and equivalents with reasons in benchmarks/results/mutation.json).")
+    assert text.endswith(
+        "0 of 1 modules at >= 90% of non-equivalent mutants killed (`make mutation`; "
+        "survivors and equivalents with reasons in benchmarks/results/mutation.json)."
+    )

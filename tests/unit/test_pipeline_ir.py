@@ -11,8 +11,15 @@ from kfp import compiler, dsl
 from pipelines.daily import daily_pipeline
 from pipelines.steps import CLUSTER, LOCAL, TASK_POLICY
 
-IDEMPOTENT = ("resolve-window", "preprocess-op", "estimate-op", "train-op", "evaluate-op", "register-op",
-              "finalize")
+IDEMPOTENT = (
+    "resolve-window",
+    "preprocess-op",
+    "estimate-op",
+    "train-op",
+    "evaluate-op",
+    "register-op",
+    "finalize",
+)
 PARAMETER_ONLY = {"check-parameters", "resolve-window", "preprocess-op", "finalize"}
 """Tasks with no artifact input: the parameter check and window resolution come first; preprocess's KFP
 cache key must not change with a per-run artifact; the exit handler takes only the run's status."""
@@ -35,7 +42,11 @@ def all_tasks(spec: dict) -> dict[str, dict]:
     found = dict(spec["root"]["dag"]["tasks"])
     for component in spec["components"].values():
         found.update(component.get("dag", {}).get("tasks", {}))
-    return {name: task for name, task in found.items() if not name.startswith(("exit-handler", "condition"))}
+    return {
+        name: task
+        for name, task in found.items()
+        if not name.startswith(("exit-handler", "condition"))
+    }
 
 
 def test_idempotent_tasks_retry_with_exponential_backoff_on_the_cluster():
@@ -59,11 +70,14 @@ def test_every_task_has_a_timeout():
 
 
 def test_the_cluster_build_takes_the_schedule_time_and_the_local_build_does_not():
-    cluster = all_tasks(compiled(CLUSTER)[0])["resolve-window"]["inputs"]["parameters"]["schedule_time"]
+    cluster = all_tasks(compiled(CLUSTER)[0])["resolve-window"]["inputs"]["parameters"][
+        "schedule_time"
+    ]
     assert cluster == {"runtimeValue": {"constant": dsl.PIPELINE_JOB_SCHEDULE_TIME_UTC_PLACEHOLDER}}
     local_tasks = all_tasks(compiled(LOCAL)[0])
-    assert local_tasks["resolve-window"]["inputs"]["parameters"]["schedule_time"] == \
-        {"runtimeValue": {"constant": ""}}
+    assert local_tasks["resolve-window"]["inputs"]["parameters"]["schedule_time"] == {
+        "runtimeValue": {"constant": ""}
+    }
     # kfp.local sleeps through backoffs, and its failures are deterministic: no retries there
     assert not any("retryPolicy" in task for task in local_tasks.values())
 
@@ -71,16 +85,25 @@ def test_the_cluster_build_takes_the_schedule_time_and_the_local_build_does_not(
 def artifact_sources(spec: dict, task: dict) -> set[str]:
     """Producer tasks of a task's artifact inputs, following the channels a condition DAG passes through."""
     sources = set()
-    parents = {c: t for comp in spec["components"].values() for t in comp.get("dag", {}).get("tasks", {}).values()
-               for c in [t["componentRef"]["name"]]}
+    parents = {
+        c: t
+        for comp in spec["components"].values()
+        for t in comp.get("dag", {}).get("tasks", {}).values()
+        for c in [t["componentRef"]["name"]]
+    }
     for item in task.get("inputs", {}).get("artifacts", {}).values():
         if "taskOutputArtifact" in item:
             sources.add(item["taskOutputArtifact"]["producerTask"])
-        elif "componentInputArtifact" in item:  # passed in by the enclosing condition: look it up there
+        elif (
+            "componentInputArtifact" in item
+        ):  # passed in by the enclosing condition: look it up there
             for name, parent in parents.items():
-                if item["componentInputArtifact"] in spec["components"][name].get("inputDefinitions", {}).get(
-                        "artifacts", {}):
-                    ref = parent["inputs"]["artifacts"][item["componentInputArtifact"]]["taskOutputArtifact"]
+                if item["componentInputArtifact"] in spec["components"][name].get(
+                    "inputDefinitions", {}
+                ).get("artifacts", {}):
+                    ref = parent["inputs"]["artifacts"][item["componentInputArtifact"]][
+                        "taskOutputArtifact"
+                    ]
                     sources.add(ref["producerTask"])
     return sources
 
@@ -116,6 +139,11 @@ def test_every_component_input_and_output_has_a_description():
 def test_outputs_are_typed_artifacts(component):
     outputs = compiled(CLUSTER)[0]["components"][component]["outputDefinitions"]["artifacts"]
     titles = {name: a["artifactType"]["schemaTitle"] for name, a in outputs.items()}
-    assert titles == {"comp-preprocess-op": {"dataset": "system.Dataset"},
-                      "comp-train-op": {"model": "system.Model"},
-                      "comp-register-op": {"registration": "system.Artifact"}}[component]
+    assert (
+        titles
+        == {
+            "comp-preprocess-op": {"dataset": "system.Dataset"},
+            "comp-train-op": {"model": "system.Model"},
+            "comp-register-op": {"registration": "system.Artifact"},
+        }[component]
+    )

@@ -55,17 +55,26 @@ def registry(tmp_path_factory):
 
 def failing(client, method: str, exc: Exception):
     """``client`` whose ``method`` raises ``exc`` (every other call is the real one)."""
+
     def fail(*args, **kwargs):
         raise exc
 
-    proxy = SimpleNamespace(tracking_uri=client.tracking_uri, get_registered_model=client.get_registered_model,
-                            get_model_version=client.get_model_version)
+    proxy = SimpleNamespace(
+        tracking_uri=client.tracking_uri,
+        get_registered_model=client.get_registered_model,
+        get_model_version=client.get_model_version,
+    )
     setattr(proxy, method, fail)
     return proxy
 
 
 def test_alias_names_and_model_uri():
-    assert (CHAMPION, PREVIOUS, CHALLENGER, KEY_TAG) == ("champion", "previous", "challenger", "dailyrec_key")
+    assert (CHAMPION, PREVIOUS, CHALLENGER, KEY_TAG) == (
+        "champion",
+        "previous",
+        "challenger",
+        "dailyrec_key",
+    )
     assert model_uri("ctr", "champion") == "models:/ctr@champion"
 
 
@@ -78,40 +87,57 @@ def test_alias_version_reads_the_alias_map(registry):
 
 
 @pytest.mark.parametrize("method", ["get_registered_model", "get_model_version"])
-@pytest.mark.parametrize("exc", [MlflowException("database is locked", error_code=INTERNAL_ERROR),
-                                 MlflowException("503 from the proxy", error_code=TEMPORARILY_UNAVAILABLE),
-                                 ConnectionError("connection reset by peer")])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        MlflowException("database is locked", error_code=INTERNAL_ERROR),
+        MlflowException("503 from the proxy", error_code=TEMPORARILY_UNAVAILABLE),
+        ConnectionError("connection reset by peer"),
+    ],
+)
 def test_a_read_error_after_connecting_is_an_error_not_no_champion(registry, method, exc):
     """Not knowing the champion must stop the gate: treated as "none", any candidate would pass."""
     client = failing(registry.client, method, exc)
     with pytest.raises(TrackingError, match=r"cannot read alias ctr@champion: ") as info:
         alias_version(client, NAME, CHAMPION)
-    assert str(info.value) == (f"registry at {registry.uri}: cannot read alias ctr@champion: "
-                               f"{type(exc).__name__}: {exc}")
+    assert str(info.value) == (
+        f"registry at {registry.uri}: cannot read alias ctr@champion: {type(exc).__name__}: {exc}"
+    )
     assert info.value.__cause__ is exc
 
 
 def test_only_a_missing_model_means_no_alias(registry):
-    gone = MlflowException("Registered Model with name=ctr not found", error_code=RESOURCE_DOES_NOT_EXIST)
-    assert alias_version(failing(registry.client, "get_registered_model", gone), NAME, CHAMPION) is None
+    gone = MlflowException(
+        "Registered Model with name=ctr not found", error_code=RESOURCE_DOES_NOT_EXIST
+    )
+    assert (
+        alias_version(failing(registry.client, "get_registered_model", gone), NAME, CHAMPION)
+        is None
+    )
 
 
 def test_read_errors_do_not_leak_the_password(registry):
     client = failing(registry.client, "get_registered_model", ConnectionError("refused"))
     client.tracking_uri = "https://alice:s3cr3t-pw@mlflow.example.com"
-    with pytest.raises(TrackingError, match=r"registry at https://\*\*\*@mlflow\.example\.com: ") as info:
+    with pytest.raises(
+        TrackingError, match=r"registry at https://\*\*\*@mlflow\.example\.com: "
+    ) as info:
         alias_version(client, NAME, CHAMPION)
     assert "s3cr3t-pw" not in str(info.value)
 
 
-def test_champion_checkpoint_is_none_without_champion_and_refused_without_a_digest(registry, tmp_path):
+def test_champion_checkpoint_is_none_without_champion_and_refused_without_a_digest(
+    registry, tmp_path
+):
     """No champion: None. A champion registered without dailyrec's digest tags is never loaded
     (the verified download itself is tested in tests/reliability/test_integrity_and_credentials.py)."""
     from components.register.integrity import IntegrityError
 
     registry.client.create_registered_model("fresh")
     assert champion_checkpoint(registry.client, "fresh", str(tmp_path / "none")) is None
-    with pytest.raises(IntegrityError, match=r"^models:/ctr/1 carries no dailyrec_model_sha256 tag"):
+    with pytest.raises(
+        IntegrityError, match=r"^models:/ctr/1 carries no dailyrec_model_sha256 tag"
+    ):
         champion_checkpoint(registry.client, NAME, str(tmp_path / "dl"))
 
 
@@ -136,8 +162,9 @@ def test_champion_checkpoint_is_the_champions_verified_weights(registry, tmp_pat
         tags, _ = seal(folder)
         with mlflow.start_run() as run:
             mlflow.log_artifacts(str(folder), artifact_path="model")
-        registry.client.create_model_version("sealed", f"{run.info.artifact_uri}/model", run_id=run.info.run_id,
-                                             tags=tags)
+        registry.client.create_model_version(
+            "sealed", f"{run.info.artifact_uri}/model", run_id=run.info.run_id, tags=tags
+        )
     registry.client.set_registered_model_alias("sealed", CHAMPION, "2")
     version, path = champion_checkpoint(registry.client, "sealed", str(tmp_path / "dl"))
     assert version == 2 and type(version) is int

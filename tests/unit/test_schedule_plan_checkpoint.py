@@ -68,7 +68,9 @@ def test_plan_round_trip_and_errors_name_the_field(tmp_path):
     bad = json.loads(path.read_text())
     bad["train"]["micro_batch"] = 0
     (tmp_path / "bad.json").write_text(json.dumps(bad))
-    with pytest.raises(ValueError, match=r"bad\.json: plan\.train\.micro_batch must be an integer >= 1"):
+    with pytest.raises(
+        ValueError, match=r"bad\.json: plan\.train\.micro_batch must be an integer >= 1"
+    ):
         read_plan(tmp_path / "bad.json")
     bad["train"] = {"micro_batchh": 3}
     (tmp_path / "typo.json").write_text(json.dumps(bad))

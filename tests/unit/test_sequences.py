@@ -29,7 +29,9 @@ def reference_histories(rows, seq_len):
         pad = seq_len - len(clicks)
         items = [0] * pad + [i for _, i, _ in clicks]
         cats = [0] * pad + [c for _, _, c in clicks]
-        gaps = [0] * pad + [bisect.bisect_right(GAP_EDGES_SECONDS, ts - t) + 1 for t, _, _ in clicks]
+        gaps = [0] * pad + [
+            bisect.bisect_right(GAP_EDGES_SECONDS, ts - t) + 1 for t, _, _ in clicks
+        ]
         out.append((items, cats, gaps, len(clicks)))
     return out
 
@@ -49,12 +51,17 @@ events = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(events, st.integers(1, 6))
 def test_histories_match_plain_python_reference(rows, seq_len):
-    columns = [np.asarray(c, np.int64) for c in zip(*rows, strict=True)] if rows else [
-        np.empty(0, np.int64)] * 5
+    columns = (
+        [np.asarray(c, np.int64) for c in zip(*rows, strict=True)]
+        if rows
+        else [np.empty(0, np.int64)] * 5
+    )
     user, ts, label, item, cat = columns
     order = sort_order(user, ts, item, cat, label, np.zeros(len(rows), np.int64))
     user, ts, label, item, cat = (c[order] for c in (user, ts, label, item, cat))
-    got = build_histories(user, ts, label, item.astype(np.int32), cat.astype(np.int32), seq_len, EDGES)
+    got = build_histories(
+        user, ts, label, item.astype(np.int32), cat.astype(np.int32), seq_len, EDGES
+    )
     expected = reference_histories(list(zip(user, ts, label, item, cat, strict=True)), seq_len)
     for i, (items, cats, gaps, length) in enumerate(expected):
         assert got["hist_item"][i].tolist() == items
@@ -108,20 +115,33 @@ def test_context_features_hour_and_weekday():
 
 def histories(user, ts, label, item, seq_len=3, edges=EDGES):
     item = np.asarray(item, np.int32)
-    return build_histories(np.asarray(user, np.int64), np.asarray(ts, np.int64), np.asarray(label),
-                           item, item + 100, seq_len, np.asarray(edges, np.int64))
+    return build_histories(
+        np.asarray(user, np.int64),
+        np.asarray(ts, np.int64),
+        np.asarray(label),
+        item,
+        item + 100,
+        seq_len,
+        np.asarray(edges, np.int64),
+    )
 
 
 def test_output_arrays_have_the_dataset_dtypes_and_shapes():
     got = histories([1, 1], [10, 20], [1, 0], [5, 6])
     assert {k: (v.dtype, v.shape) for k, v in got.items()} == {
-        "hist_item": (np.int32, (2, 3)), "hist_cat": (np.int32, (2, 3)),
-        "hist_gap": (np.uint8, (2, 3)), "hist_len": (np.int16, (2,))}
+        "hist_item": (np.int32, (2, 3)),
+        "hist_cat": (np.int32, (2, 3)),
+        "hist_gap": (np.uint8, (2, 3)),
+        "hist_len": (np.int16, (2,)),
+    }
     assert got["hist_cat"].tolist() == [[0, 0, 0], [0, 0, 105]]
     empty = histories([], [], [], [])
     assert {k: (v.dtype, v.shape) for k, v in empty.items()} == {
-        "hist_item": (np.int32, (0, 3)), "hist_cat": (np.int32, (0, 3)),
-        "hist_gap": (np.uint8, (0, 3)), "hist_len": (np.int16, (0,))}
+        "hist_item": (np.int32, (0, 3)),
+        "hist_cat": (np.int32, (0, 3)),
+        "hist_gap": (np.uint8, (0, 3)),
+        "hist_len": (np.int16, (0,)),
+    }
 
 
 def test_gap_buckets_count_a_gap_equal_to_an_edge_in_the_next_bucket():
@@ -133,7 +153,9 @@ def test_gap_buckets_count_a_gap_equal_to_an_edge_in_the_next_bucket():
 
 
 def test_at_most_254_gap_edges():
-    assert histories([1], [0], [0], [1], edges=list(range(1, 255)))["hist_gap"].tolist() == [[0, 0, 0]]
+    assert histories([1], [0], [0], [1], edges=list(range(1, 255)))["hist_gap"].tolist() == [
+        [0, 0, 0]
+    ]
     with pytest.raises(ValueError, match="^at most 254 gap edges fit a uint8 bucket$"):
         histories([1], [0], [0], [1], edges=list(range(1, 256)))
 
@@ -150,11 +172,15 @@ def test_keys_stay_exact_where_floating_point_would_merge_seconds():
 def test_partition_key_space_limit_is_exact():
     # two users and a time span of exactly 2**61 seconds fill 2**62 keys: refused; one less fits
     t0 = 1_000
-    with pytest.raises(ValueError, match="^time span x users too large for one partition; use more partitions$"):
+    with pytest.raises(
+        ValueError, match="^time span x users too large for one partition; use more partitions$"
+    ):
         histories([1, 2], [t0, t0 + 2**61 - 1], [1, 0], [5, 6])
     got = histories([1, 2], [t0, t0 + 2**61 - 2], [1, 0], [5, 6])
     assert got["hist_len"].tolist() == [0, 0]
-    three = histories([1, 2, 3], [t0, t0 + 2**60, t0 + 2**60], [1, 1, 0], [5, 6, 7])  # 3 x (2**60 + 1) fits
+    three = histories(
+        [1, 2, 3], [t0, t0 + 2**60, t0 + 2**60], [1, 1, 0], [5, 6, 7]
+    )  # 3 x (2**60 + 1) fits
     assert three["hist_len"].tolist() == [0, 0, 0]
 
 

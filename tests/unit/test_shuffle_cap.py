@@ -35,7 +35,10 @@ def test_the_cap_holds_inside_nests_and_is_restored_after_an_error(tmp_path):
         assert not (tmp_path / "b").exists()  # its spill folder went with it
     with pytest.raises(RuntimeError, match="boom"), bounded_disk_shuffle(2 << 20, tmp_path / "c"):
         raise RuntimeError("boom")
-    assert partd.Buffer(partd.Dict(), partd.File(str(tmp_path / "f"))).available_memory == PARTD_DEFAULT
+    assert (
+        partd.Buffer(partd.Dict(), partd.File(str(tmp_path / "f"))).available_memory
+        == PARTD_DEFAULT
+    )
     assert shuffle._caps == []
 
 
@@ -69,9 +72,15 @@ def test_a_real_disk_shuffle_keeps_under_the_cap_and_spills(tmp_path, monkeypatc
     frame = pd.DataFrame({"k": rng.integers(0, 64, 200_000), "v": rng.random(200_000)})  # ~3.2 MB
     cap = 256 << 10
     with bounded_disk_shuffle(cap, tmp_path / "spill"), dask.config.set(scheduler="threads"):
-        out = dd.from_pandas(frame, npartitions=8).shuffle(on="k", npartitions=8, shuffle_method="disk").compute()
+        out = (
+            dd.from_pandas(frame, npartitions=8)
+            .shuffle(on="k", npartitions=8, shuffle_method="disk")
+            .compute()
+        )
     assert held and {limit for limit, _ in held} == {cap}
     assert max(used for _, used in held) <= cap  # what exceeded it went to disk
-    pd.testing.assert_frame_equal(out.sort_values(["k", "v"]).reset_index(drop=True),
-                                  frame.sort_values(["k", "v"]).reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        out.sort_values(["k", "v"]).reset_index(drop=True),
+        frame.sort_values(["k", "v"]).reset_index(drop=True),
+    )
     assert not (tmp_path / "spill").exists()

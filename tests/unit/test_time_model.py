@@ -122,10 +122,17 @@ def test_time_model_with_measured_rates_and_mid_epoch_checkpoints():
 def test_time_model_with_a_probe_launched_in_the_plans_world():
     """A probe run in the plan's world size measured micro-steps that include DDP's all-reduce, and
     the whole launch: neither the modelled all-reduce nor the per-process start-up is added."""
-    measured = {"samples_per_s": 1000.0, "eval_samples_per_s": 4000.0, "setup_seconds": 2.0,
-                "processes": 2, "startup_seconds": 7.5}
+    measured = {
+        "samples_per_s": 1000.0,
+        "eval_samples_per_s": 4000.0,
+        "setup_seconds": 2.0,
+        "processes": 2,
+        "startup_seconds": 7.5,
+    }
     t = time_model(profile=PROFILE, **CASE, measured=measured)
-    assert t["allreduce_seconds"] == 0 and t["step_seconds"] == pytest.approx(2 * 0.1)  # no 0.8, no comm
+    assert t["allreduce_seconds"] == 0 and t["step_seconds"] == pytest.approx(
+        2 * 0.1
+    )  # no 0.8, no comm
     assert t["startup_seconds"] == pytest.approx(7.5 + 5.0 + 20.0)  # measured launch + pods + image
     other = time_model(profile=PROFILE, **CASE, measured={**measured, "processes": 1})
     assert other["allreduce_seconds"] == pytest.approx(5e-3)  # another world: modelled, as before
@@ -144,8 +151,11 @@ def test_probe_launch_times_ddp_steps_and_the_start_up(tiny_dataset):
     assert started < result["ready_at"] < result["done_at"] < time.time()
     assert 0 < result["startup_seconds"] < result["launch_seconds"] < time.time() - started
     assert result["launch_seconds"] - result["startup_seconds"] == pytest.approx(
-        result["done_at"] - result["ready_at"], abs=0.05)
-    with pytest.raises(ValueError, match=r"^.*too few rows to time steps of micro-batch 65536 on 1 process"):
+        result["done_at"] - result["ready_at"], abs=0.05
+    )
+    with pytest.raises(
+        ValueError, match=r"^.*too few rows to time steps of micro-batch 65536 on 1 process"
+    ):
         probe_launch(str(tiny_dataset), plan.replace(micro_batch=65536, nproc_per_node=1))
 
 

@@ -26,22 +26,55 @@ from components.estimate.planner import (
 from components.train.model import ModelConfig, Vocab, head_width
 
 # d = 4, f = 10, T = seq_len + 1 = 3, three layers
-CFG = ModelConfig(name="hand", d_model=4, layers=3, heads=2, ffn=10, dropout=0.1, mlp=(6,),
-                  user_dim=5, context_dim=3, dense_embed=2, match_dim=2)
+CFG = ModelConfig(
+    name="hand",
+    d_model=4,
+    layers=3,
+    heads=2,
+    ffn=10,
+    dropout=0.1,
+    mlp=(6,),
+    user_dim=5,
+    context_dim=3,
+    dense_embed=2,
+    match_dim=2,
+)
 VOCAB = Vocab(item=50, category=7, user=30, gap=5, seq_len=2, neg_len=3, dense=2)
 PLAIN = Vocab(item=50, category=7, user=30, gap=5, seq_len=2)
 
 PROFILE = dataclasses.replace(
     load_profile("a100-80gb"),
-    bf16_flops=1e12, hbm_bandwidth_bytes_per_s=1e9, memory_efficiency=0.5, step_latency_seconds=1e-3,
-    parallel_efficiency=0.8, eval_speedup=4.0, startup_seconds=10.0, startup_seconds_per_process=3.0,
-    pod_startup_seconds=5.0, image_pull_seconds=20.0, checkpoint_write_bytes_per_s=1e8,
-    intra_node_bandwidth_bytes_per_s=1e9, inter_node_bandwidth_bytes_per_s=2.5e8,
+    bf16_flops=1e12,
+    hbm_bandwidth_bytes_per_s=1e9,
+    memory_efficiency=0.5,
+    step_latency_seconds=1e-3,
+    parallel_efficiency=0.8,
+    eval_speedup=4.0,
+    startup_seconds=10.0,
+    startup_seconds_per_process=3.0,
+    pod_startup_seconds=5.0,
+    image_pull_seconds=20.0,
+    checkpoint_write_bytes_per_s=1e8,
+    intra_node_bandwidth_bytes_per_s=1e9,
+    inter_node_bandwidth_bytes_per_s=2.5e8,
     allreduce_latency_seconds=1e-3,
 )
-CASE = dict(flops=1e6, micro_batch=100, grad_accum=2, nproc=2, nnodes=1, reduced_bytes=4e6,
-            optimizer_params=1000, embedding_bytes=1000, steps_per_epoch=10, val_rows=1001,
-            checkpoint_bytes=1e8, max_epochs=3, max_lost_seconds=600, mfu=0.5)
+CASE = dict(
+    flops=1e6,
+    micro_batch=100,
+    grad_accum=2,
+    nproc=2,
+    nnodes=1,
+    reduced_bytes=4e6,
+    optimizer_params=1000,
+    embedding_bytes=1000,
+    steps_per_epoch=10,
+    val_rows=1001,
+    checkpoint_bytes=1e8,
+    max_epochs=3,
+    max_lost_seconds=600,
+    mfu=0.5,
+)
 
 
 # ----------------------------------------------------------------------------- FLOPs
@@ -51,9 +84,12 @@ def test_flops_per_sample_by_hand():
     # a layer: T*2*(4d^2 + 2df) projections and feed-forward + 2*2*T^2*d attention
     layer = 3 * 2 * (4 * 16 + 2 * 4 * 10) + 2 * 2 * 9 * 4  # 864 + 144 = 1008
     width = head_width(CFG, VOCAB)
-    head = (2 * width * 6 + 2 * 6 * 1        # MLP: width -> 6 -> 1
-            + 2 * 3 * 4                      # the target's attention over 3 skipped exposures
-            + 2 * 2 * 2 * 8 * 2)             # 2 dense features: 8 frequencies, sin/cos -> 2 wide
+    head = (
+        2 * width * 6
+        + 2 * 6 * 1  # MLP: width -> 6 -> 1
+        + 2 * 3 * 4  # the target's attention over 3 skipped exposures
+        + 2 * 2 * 2 * 8 * 2
+    )  # 2 dense features: 8 frequencies, sin/cos -> 2 wide
     assert flops_per_sample(CFG, VOCAB) == 3 * (3 * layer + head)
     # checkpointing runs the encoder's forward once more
     assert flops_per_sample(CFG, VOCAB, checkpointing=True) == 3 * (3 * layer + head) + 3 * layer
@@ -102,12 +138,14 @@ def test_ring_allreduce_by_hand():
 
 def test_every_term_of_a_latency_bound_run():
     t = time_model(profile=PROFILE, **CASE)
-    assert t["compute_seconds"] == pytest.approx(100 * 1e6 / (1e12 * 0.5))                # 2e-4
-    assert t["memory_seconds"] == pytest.approx((100 * 1000 + 1000 * 28 / 2) / (1e9 * 0.5))  # 2.28e-4
+    assert t["compute_seconds"] == pytest.approx(100 * 1e6 / (1e12 * 0.5))  # 2e-4
+    assert t["memory_seconds"] == pytest.approx(
+        (100 * 1000 + 1000 * 28 / 2) / (1e9 * 0.5)
+    )  # 2.28e-4
     assert t["latency_floor_seconds"] == 1e-3 and t["bound"] == "latency"
     assert t["micro_step_seconds"] == 1e-3
-    assert t["allreduce_seconds"] == pytest.approx(2 * 0.5 * 4e6 / 1e9 + 1e-3)           # 5e-3
-    assert t["step_seconds"] == pytest.approx(2 * 1e-3 / 0.8 + 5e-3)                     # 7.5e-3
+    assert t["allreduce_seconds"] == pytest.approx(2 * 0.5 * 4e6 / 1e9 + 1e-3)  # 5e-3
+    assert t["step_seconds"] == pytest.approx(2 * 1e-3 / 0.8 + 5e-3)  # 7.5e-3
     # every process validates its share, rounded up: ceil(1001 / 2) = 501 rows, forward only
     assert t["validation_seconds"] == pytest.approx(501 * (1e-3 / 100) / 4)
     assert t["checkpoint_write_seconds"] == pytest.approx(1.0)
@@ -156,8 +194,11 @@ def test_measured_rates_replace_the_modelled_ones():
     assert t["startup_seconds"] == pytest.approx(10 + 5 + 20 + 2)  # + the probe's setup
     # the modelled terms are still reported
     assert t["compute_seconds"] == pytest.approx(2e-4) and t["latency_floor_seconds"] == 1e-3
-    no_setup = time_model(profile=PROFILE, **(CASE | {"nproc": 1}),
-                          measured={"samples_per_s": 1000.0, "eval_samples_per_s": 4000.0})
+    no_setup = time_model(
+        profile=PROFILE,
+        **(CASE | {"nproc": 1}),
+        measured={"samples_per_s": 1000.0, "eval_samples_per_s": 4000.0},
+    )
     assert no_setup["startup_seconds"] == pytest.approx(35.0)
 
 
@@ -165,8 +206,13 @@ def test_a_probe_launched_in_the_plans_world_replaces_allreduce_and_start_up():
     """Measured micro-steps of the plan's own world size already paid DDP's all-reduce, and the
     launched probe timed the whole start-up: neither the modelled all-reduce, the parallel loss nor
     the per-process start-up is added; pods and image pull still are."""
-    launched = {"samples_per_s": 1000.0, "eval_samples_per_s": 4000.0, "setup_seconds": 2.0,
-                "processes": 2, "startup_seconds": 7.5}
+    launched = {
+        "samples_per_s": 1000.0,
+        "eval_samples_per_s": 4000.0,
+        "setup_seconds": 2.0,
+        "processes": 2,
+        "startup_seconds": 7.5,
+    }
     t = time_model(profile=PROFILE, **CASE, measured=launched)
     assert t["allreduce_seconds"] == 0 and t["step_seconds"] == pytest.approx(2 * 0.1)
     assert t["validation_seconds"] == pytest.approx(501 / 4000)  # each of the 2 processes its share
@@ -179,11 +225,16 @@ def test_a_probe_launched_in_the_plans_world_replaces_allreduce_and_start_up():
     assert other["startup_seconds"] == pytest.approx(7.5 + 5 + 20)  # the launch was still timed
     # no processes recorded (an in-process probe measured one process): in a world of 2 the modelled
     # all-reduce and parallel loss are added
-    unrecorded = time_model(profile=PROFILE, **CASE, measured={"samples_per_s": 1000.0, "eval_samples_per_s": 4000.0})
+    unrecorded = time_model(
+        profile=PROFILE, **CASE, measured={"samples_per_s": 1000.0, "eval_samples_per_s": 4000.0}
+    )
     assert unrecorded["step_seconds"] == pytest.approx(2 * 0.1 / 0.8 + 5e-3)
     # ... and in a world of 1 there is nothing to add
-    single = time_model(profile=PROFILE, **(CASE | {"nproc": 1}),
-                        measured={"samples_per_s": 1000.0, "eval_samples_per_s": 4000.0})
+    single = time_model(
+        profile=PROFILE,
+        **(CASE | {"nproc": 1}),
+        measured={"samples_per_s": 1000.0, "eval_samples_per_s": 4000.0},
+    )
     assert single["step_seconds"] == pytest.approx(2 * 0.1) and single["allreduce_seconds"] == 0
 
 
@@ -194,9 +245,13 @@ def test_long_epochs_write_mid_epoch_checkpoints():
     assert t["checkpoint_seconds"] == pytest.approx((2 + 1) * 1.0)
     assert t["epoch_seconds"] == pytest.approx(10_000 * 7.5e-3 + 501 * 1e-5 / 4 + 3.0)
     # a write of 3 s (3e8 bytes at 1e8 bytes/s): last, best and the mid-epoch one, 3 s each
-    t = time_model(profile=PROFILE, **(CASE | {"steps_per_epoch": 10_000, "max_lost_seconds": 60,
-                                                "checkpoint_bytes": 3e8}))
-    assert t["checkpoint_write_seconds"] == pytest.approx(3.0) and t["checkpoint_seconds"] == pytest.approx(9.0)
+    t = time_model(
+        profile=PROFILE,
+        **(CASE | {"steps_per_epoch": 10_000, "max_lost_seconds": 60, "checkpoint_bytes": 3e8}),
+    )
+    assert t["checkpoint_write_seconds"] == pytest.approx(3.0) and t[
+        "checkpoint_seconds"
+    ] == pytest.approx(9.0)
     # 20,000 steps: twice
     t = time_model(profile=PROFILE, **(CASE | {"steps_per_epoch": 20_000, "max_lost_seconds": 60}))
     assert t["checkpoint_seconds"] == pytest.approx(4.0)
@@ -206,9 +261,9 @@ def test_long_epochs_write_mid_epoch_checkpoints():
 
 
 def test_checkpoint_interval_edges():
-    assert checkpoint_interval(600, 2.0, 600) == 0       # an epoch exactly as long as the bound
-    assert checkpoint_interval(600.5, 2.0, 600) == 300   # just longer: mid-epoch checkpoints
-    assert checkpoint_interval(3600, 1000.0, 600) == 1   # a step longer than the bound: every step
+    assert checkpoint_interval(600, 2.0, 600) == 0  # an epoch exactly as long as the bound
+    assert checkpoint_interval(600.5, 2.0, 600) == 300  # just longer: mid-epoch checkpoints
+    assert checkpoint_interval(3600, 1000.0, 600) == 1  # a step longer than the bound: every step
     # 600 / 0.1 is 5999.999... in floats: the relative 1e-12 keeps it at 6000 steps
     assert checkpoint_interval(10_000, 0.1, 600) == 6000
     assert checkpoint_interval(10_000, 0.7, 600) == 857  # 857 * 0.7 = 599.9 s

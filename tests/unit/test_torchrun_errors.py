@@ -25,10 +25,19 @@ def fail_recorded(monkeypatch, path, exc: Exception) -> None:
 def test_rank_errors_of_the_latest_attempt_and_a_full_disk_is_fatal(tmp_path, monkeypatch):
     run = tmp_path / "logs" / "none_abc123"
     fail_recorded(monkeypatch, run / "attempt_0" / "0" / "error.json", ValueError("first try"))
-    fail_recorded(monkeypatch, run / "attempt_1" / "1" / "error.json", ValueError("plan.train.precision fp16"))
-    fail_recorded(monkeypatch, run / "attempt_1" / "0" / "error.json", NoSpaceError(tmp_path / "best.pt", "train"))
+    fail_recorded(
+        monkeypatch, run / "attempt_1" / "1" / "error.json", ValueError("plan.train.precision fp16")
+    )
+    fail_recorded(
+        monkeypatch,
+        run / "attempt_1" / "0" / "error.json",
+        NoSpaceError(tmp_path / "best.pt", "train"),
+    )
     errors = rank_errors(tmp_path / "logs")
-    assert [(e["rank"], e["attempt"], e["retryable"]) for e in errors] == [(0, 1, False), (1, 1, True)]
+    assert [(e["rank"], e["attempt"], e["retryable"]) for e in errors] == [
+        (0, 1, False),
+        (1, 1, True),
+    ]
     assert errors[0]["error"].startswith(f"train: no space left on '{tmp_path / 'best.pt'}'")
     assert errors[1]["error"] == "ValueError: plan.train.precision fp16"
     assert fatal_failure(str(tmp_path / "logs")).startswith("rank 0: train: no space left on ")
@@ -46,7 +55,10 @@ def test_workers_thread_count_comes_from_the_plan(tmp_path):
     from components.train.torchrun import thread_count
 
     plan = write_plan(tmp_path / "plan.json", TrainPlan(model="debug", cpu_threads=3))
-    assert thread_count(["--standalone", "-m", "components.train", "--plan", str(plan), "--out", "o"]) == 3
+    assert (
+        thread_count(["--standalone", "-m", "components.train", "--plan", str(plan), "--out", "o"])
+        == 3
+    )
     (tmp_path / "bad.json").write_text("{")
     assert thread_count(["-m", "components.train", "--plan", str(tmp_path / "bad.json")]) == 1
     assert thread_count(["-m", "components.train", "--out", "o"]) == 1  # torchrun's own choice
