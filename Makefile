@@ -41,7 +41,7 @@ DRY_RUN ?=
 PUSH ?=
 SKIP_IMAGES ?=
 
-.PHONY: help install run data next-day preprocess tune compile ui serve images lock deploy trigger test test-tools test-reliability mutation bench docs lint format clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess tune compile ui serve images lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu docs lint format clean clean-data clean-runs
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -123,22 +123,28 @@ test-reliability: install ## every fault-injection, bad-input and security test;
 	$(PY) -m tests.reliability.report benchmarks/results/reliability.json
 
 mutation: $(VENV)/.mutation ## mutation testing (mutmut) of the critical modules [MODULES=…] -> benchmarks/results/mutation.json, docs/
-	$(PY) benchmarks/mutation.py $(if $(MODULES),--only $(MODULES))
+	$(PY) -m benchmarks.mutation $(if $(MODULES),--only $(MODULES))
 
 $(VENV)/.mutation: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,mutation]'
 	@touch $@
 
-bench: install data preprocess ## measured comparisons against baselines -> benchmarks/results/ and docs/
+bench: bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu test-reliability mutation ## every measurement -> benchmarks/results/ and docs/ (hours on 2 cores; one: make bench-quality, bench-preprocess, bench-loader, bench-train, bench-estimate, bench-tune, bench-gpu)
+	-$(PY) -m benchmarks.fingerprint
+
+bench-quality bench-preprocess bench-estimate bench-tune: $(VENV)/.bench
+	$(PY) -m benchmarks.$(@:bench-%=%)
+
+bench-loader bench-train: $(VENV)/.bench data preprocess
+	$(PY) -m benchmarks.$(@:bench-%=%) --data $(DATASET)
+
+bench-gpu: $(VENV)/.bench
+	@if $(PY) -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then $(PY) -m benchmarks.gpu; \
+	else echo "no CUDA device: python -m benchmarks.gpu --dry only (benchmarks/results/gpu.json kept)"; $(PY) -m benchmarks.gpu --dry; fi
+
+$(VENV)/.bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
-	$(PY) benchmarks/quality.py
-	$(PY) benchmarks/preprocess.py
-	$(PY) benchmarks/loader.py --data $(DATASET)
-	$(PY) benchmarks/train.py --data $(DATASET)
-	$(PY) benchmarks/estimate.py
-	$(PY) benchmarks/tune.py
-	@if $(PY) -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then $(PY) benchmarks/gpu.py; \
-	else echo "no CUDA device: benchmarks/gpu.py --dry only"; $(PY) benchmarks/gpu.py --dry; fi
+	@touch $@
 
 docs: install ## rewrite the generated blocks of README.md and docs/ from benchmarks/results/ and the compiled pipeline (no measuring)
 	$(PY) -m benchmarks.readme

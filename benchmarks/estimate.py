@@ -25,8 +25,8 @@ shared 2-core machine are noisy: the results record the load average before
 and after. Writes benchmarks/results/estimate.json and the block
 between ``<!-- bench:estimate:start/end -->`` (docs/performance.md).
 
-    python benchmarks/estimate.py                      # the real benchmark (~10 min)
-    python benchmarks/estimate.py --quick --no-readme [--data DIR]  # debug, 1 process: a smoke test
+    python -m benchmarks.estimate                      # the real benchmark (~10 min)
+    python -m benchmarks.estimate --quick --no-readme [--data DIR]  # debug, 1 process: a smoke test
 """
 
 from __future__ import annotations
@@ -39,14 +39,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.measure import machine  # noqa: E402
-from benchmarks.readme import publish  # noqa: E402
-from components.common.plan import TrainPlan, write_plan  # noqa: E402
-from components.estimate.hardware import load_profile  # noqa: E402
-from components.estimate.planner import EstimateConfig, InfeasibleError, estimate  # noqa: E402
+from benchmarks.measure import machine
+from benchmarks.readme import publish
+from components.common.plan import TrainPlan, write_plan
+from components.estimate.hardware import load_profile
+from components.estimate.planner import EstimateConfig, InfeasibleError, estimate
 
 NAME = "estimate"
 TARGET = 0.25
@@ -240,7 +237,7 @@ def memory_rows(data: Path, batches: dict[str, tuple[int, ...]], work: Path) -> 
 def readme_table(result: dict) -> str:
     s = result["summary"]
     lines = [
-        f"Measured by `python benchmarks/estimate.py` on {result['machine'].get('cpus')} cores "
+        f"Measured by `python -m benchmarks.estimate` on {result['machine'].get('cpus')} cores "
         f"({result['machine'].get('cpu_model', 'CPU')}), shared with other work (load average "
         f"{result['load_before']:.1f} before, {result['load_after']:.1f} after: timings are noisy). "
         f"Training wall time of the real launch (torchrun, {result['epochs']} epochs) against the "
@@ -298,7 +295,9 @@ def readme_table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="benchmarks/estimate.py", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.estimate", description=__doc__.splitlines()[0]
+    )
     p.add_argument(
         "--quick",
         action="store_true",

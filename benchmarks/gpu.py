@@ -27,8 +27,8 @@ MFU at each size, the step-time floor at the smallest, samples/s), to replace
 the cited ones in ``components/estimate/hardware/<profile>.json`` (each with
 this file as its source). One run takes a few minutes on an H200.
 
-    python benchmarks/gpu.py               # needs CUDA; writes benchmarks/results/gpu.json
-    python benchmarks/gpu.py --dry         # CPU, tiny vocab, 2 steps: proves the script runs
+    python -m benchmarks.gpu               # needs CUDA; writes benchmarks/results/gpu.json
+    python -m benchmarks.gpu --dry         # CPU, tiny vocab, 2 steps: proves the script runs
 """
 
 from __future__ import annotations
@@ -38,26 +38,22 @@ import dataclasses
 import resource
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
+from torch.utils.flop_counter import FlopCounterMode
 
-import torch  # noqa: E402
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
-
-from benchmarks.measure import machine  # noqa: E402
-from benchmarks.readme import NO_README_HELP, publish, rate  # noqa: E402
-from components.common.plan import TrainPlan  # noqa: E402
-from components.estimate.hardware import HardwareError, load_profile  # noqa: E402
-from components.estimate.memory import MemorySetup, batch_bytes_per_sample, memory_breakdown  # noqa: E402
-from components.estimate.planner import (  # noqa: E402
+from benchmarks.measure import machine
+from benchmarks.readme import NO_README_HELP, publish, rate
+from components.common.plan import TrainPlan
+from components.estimate.hardware import HardwareError, load_profile
+from components.estimate.memory import MemorySetup, batch_bytes_per_sample, memory_breakdown
+from components.estimate.planner import (
     OPTIMIZER_BYTES_PER_PARAM,
     embedding_bytes_per_sample,
     flops_per_sample,
     time_model,
 )
-from components.train.model import (  # noqa: E402
+from components.train.model import (
     REFERENCE_VOCAB,
     ModelConfig,
     Vocab,
@@ -65,7 +61,7 @@ from components.train.model import (  # noqa: E402
     count_parameters,
     model_config,
 )
-from components.train.trainer import Optimizers, autocast_for  # noqa: E402
+from components.train.trainer import Optimizers, autocast_for
 
 NAME = "gpu"
 MODEL = "prod"
@@ -322,7 +318,7 @@ def readme_table(result: dict) -> str:
     dev, params = result["device"], result["parameters"]
     peak = result["peak_flops"]
     lines = [
-        f"Measured by `python benchmarks/gpu.py` on {dev['name']} (torch {dev['torch']}): `{MODEL}` model "
+        f"Measured by `python -m benchmarks.gpu` on {dev['name']} (torch {dev['torch']}): `{MODEL}` model "
         f"({params['total'] / 1e6:.1f} M parameters, {params['dense'] / 1e6:.2f} M outside the embedding "
         f"tables), dense tables + fused AdamW, synthetic batches of {result['batch']:,}, "
         f"{result['flops_per_sample'] / 1e6:.1f} MFLOP per sample (forward + backward); MFU against "

@@ -17,8 +17,8 @@ loader runs (goal: >= 10x; the step then waits for data at most ~10% of its
 time even with no overlap at all). Writes benchmarks/results/loader.json and
 the block between ``<!-- bench:loader:start/end -->`` (docs/performance.md).
 
-    python benchmarks/loader.py                      # data/dataset (`make run` creates it)
-    python benchmarks/loader.py --quick --no-readme  # seconds, for smoke tests
+    python -m benchmarks.loader                      # data/dataset (`make run` creates it)
+    python -m benchmarks.loader --quick --no-readme  # seconds, for smoke tests
 """
 
 from __future__ import annotations
@@ -28,18 +28,15 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from benchmarks.measure import machine  # noqa: E402
-from benchmarks.readme import dataset_benchmark_parser, publish, rate, require_dataset  # noqa: E402
-from components.common.plan import TrainPlan  # noqa: E402
-from components.train.data import BatchDataset, ShardedBatchSampler, load_meta, make_loader  # noqa: E402
-from components.train.model import Vocab, build_model  # noqa: E402
-from components.train.trainer import Optimizers  # noqa: E402
+from benchmarks.measure import machine
+from benchmarks.readme import dataset_benchmark_parser, publish, rate, require_dataset
+from components.common.plan import TrainPlan
+from components.train.data import BatchDataset, ShardedBatchSampler, load_meta, make_loader
+from components.train.model import Vocab, build_model
+from components.train.trainer import Optimizers
 
 NAME = "loader"
 MICRO_BATCH = 1024
@@ -145,7 +142,7 @@ def measure_model(
 def readme_table(result: dict) -> str:
     m, model = result["machine"], result["model_step"]
     lines = [
-        f"Measured by `python benchmarks/loader.py` on {m['cpus']} cores ({m['cpu_model']}), "
+        f"Measured by `python -m benchmarks.loader` on {m['cpus']} cores ({m['cpu_model']}), "
         f"{m['memory_gib']} GiB RAM; {result['train_rows']:,} training rows, micro-batch "
         f"{result['micro_batch']:,}{' (--quick)' if result['quick'] else ''}.",
         "",

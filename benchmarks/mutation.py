@@ -11,8 +11,8 @@ A surviving mutant is listed with its diff; the few that cannot change behaviour
 (equivalent mutants) are named in ``EQUIVALENT`` with the reason, and the kill rate is
 reported both raw and over the non-equivalent mutants (the target: >= 90% per module).
 
-    python benchmarks/mutation.py                      # every module (tens of minutes on 2 cores)
-    python benchmarks/mutation.py --only decision      # one or more modules, by name
+    python -m benchmarks.mutation                   # every module (tens of minutes on 2 cores)
+    python -m benchmarks.mutation --only decision   # one or more modules, by name
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from benchmarks.fingerprint import mutation_files, stamp_for
 from benchmarks.readme import RESULTS, ROOT, update_block
 
 SCRATCH = ROOT / "build" / "mutation"
@@ -885,6 +883,9 @@ def mutated_line(diff: str) -> str:
 
 def run_module(module: Module, workers: int) -> dict:
     folder = prepare(module)
+    # the code measured, stamped before the run: a later edit must not pass for measured
+    code = stamp_for(mutation_files(module.path, list(module.tests)))
+    (folder / "code.json").write_text(json.dumps(code) + "\n")
     started = time.perf_counter()
     done = mutmut(folder, "run", "--max-children", str(workers), *module.patterns())
     seconds = time.perf_counter() - started
@@ -901,6 +902,8 @@ def collect(module: Module, folder: Path) -> dict:
     """The result row of a finished run in ``folder`` (also used to re-read one: ``--collect``)."""
     timing = folder / "seconds.txt"
     seconds = float(timing.read_text()) if timing.is_file() else None  # JSON null: not timed
+    code_file = folder / "code.json"
+    code = json.loads(code_file.read_text()) if code_file.is_file() else None
     statuses = results(folder, module)
     counts: dict[str, int] = {}
     for status in statuses.values():
@@ -945,6 +948,7 @@ def collect(module: Module, folder: Path) -> dict:
         "kill_rate_non_equivalent": round(effective, 4),
         "meets_target": effective >= TARGET,
         "seconds": None if seconds is None else round(seconds, 1),
+        "code": code,
         "survivors": survivors,
     }
 
@@ -976,7 +980,7 @@ def readme_table(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="benchmarks/mutation.py", description=__doc__.splitlines()[0]
+        prog="python -m benchmarks.mutation", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
         "--only",

@@ -4,8 +4,8 @@ Generates synthetic logs (cached under benchmarks/scratch/), then runs each job 
 its own process and measures events/s and the peak RSS of its process tree.
 Writes benchmarks/results/preprocess.json and its block in docs/performance.md.
 
-    python benchmarks/preprocess.py                   # 5 M and 20 M events (baseline at 5 M)
-    python benchmarks/preprocess.py --sizes 200000 --baseline-sizes 200000   # a quick look
+    python -m benchmarks.preprocess                   # 5 M and 20 M events (baseline at 5 M)
+    python -m benchmarks.preprocess --sizes 200000 --baseline-sizes 200000   # a quick look
 """
 
 from __future__ import annotations
@@ -16,11 +16,8 @@ import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.measure import machine, run_measured  # noqa: E402
-from benchmarks.readme import NO_README_HELP, publish  # noqa: E402
+from benchmarks.measure import machine, run_measured
+from benchmarks.readme import NO_README_HELP, ROOT, publish
 
 DAYS, WINDOW_DAYS, HISTORY_DAYS = 10, 8, 2
 

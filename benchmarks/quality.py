@@ -25,8 +25,8 @@ baseline's AUC with the paired DeLong 95% interval; the gap to the oracle.
 Goals: AUC >= best baseline + 0.005 with the interval above 0 on both
 worlds, and within 0.02 of the oracle on the ``make run`` world.
 
-    python benchmarks/quality.py                 # both worlds (tens of minutes on 2 cores)
-    python benchmarks/quality.py --quick         # tiny world, 1 epoch: a smoke test
+    python -m benchmarks.quality                 # both worlds (tens of minutes on 2 cores)
+    python -m benchmarks.quality --quick         # tiny world, 1 epoch: a smoke test
 
 LightGBM is a benchmark dependency (``pip install -e '.[bench]'``), never a
 pipeline one.
@@ -42,16 +42,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
+import pandas as pd
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from benchmarks.measure import machine, run_measured  # noqa: E402
-from benchmarks.readme import NO_README_HELP, publish  # noqa: E402
-from components.common.dataset import DENSE_FEATURES  # noqa: E402
-from components.evaluate.metrics import delong, summarize  # noqa: E402
+from benchmarks.measure import machine, run_measured
+from benchmarks.readme import NO_README_HELP, ROOT, publish
+from components.common.dataset import DENSE_FEATURES
+from components.evaluate.metrics import delong, summarize
 
 NAME = "quality"
 CONFIG = ROOT / "configs" / "local.json"

@@ -119,8 +119,10 @@ def publish(
     readme: bool = True,
 ) -> Path:
     """Write the JSON, print the table, and (for real measurements) refresh the published block."""
+    from benchmarks.fingerprint import stamp
     from components.common.storage import atomic_write_json
 
+    result = {**result, "code": stamp(name)}  # which code this measured (benchmarks/fingerprint.py)
     out = atomic_write_json(results_path(name, results, throwaway=throwaway), repo_relative(result))
     print("\n" + table + f"\n\nwrote {out}")
     if readme and not throwaway:  # --quick / --dry figures are no measurement
@@ -150,9 +152,15 @@ def dataset_benchmark_parser(doc: str, name: str) -> argparse.ArgumentParser:
 
 
 def table_from_results(name: str, results: Path = RESULTS) -> str:
-    """The ``name`` block as its benchmark renders it from the stored results file (no measuring)."""
+    """The ``name`` block as its benchmark renders it from the stored results file (no measuring);
+    a result the code has moved on from says so under its table."""
+    from benchmarks.fingerprint import stale
+
     module = importlib.import_module(f"benchmarks.{name}")
-    return module.readme_table(json.loads((results / f"{name}.json").read_text()))
+    path = results / f"{name}.json"
+    table = module.readme_table(json.loads(path.read_text()))
+    problems = stale(path)
+    return table + "".join(f"\n\n**Measured on older code.** {line}" for line in problems)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,8 +24,8 @@ Data-wait is measured the same way everywhere: time blocked in
 benchmarks/results/train.json and the block between
 ``<!-- bench:train:start/end -->`` (docs/performance.md).
 
-    python benchmarks/train.py                         # data/dataset, 200,000 rows
-    python benchmarks/train.py --quick --no-readme     # seconds, for smoke tests
+    python -m benchmarks.train                         # data/dataset, 200,000 rows
+    python -m benchmarks.train --quick --no-readme     # seconds, for smoke tests
 """
 
 from __future__ import annotations
@@ -37,21 +37,18 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from torch.utils.data import DataLoader, Dataset  # noqa: E402
-
-from benchmarks.measure import machine  # noqa: E402
-from benchmarks.readme import dataset_benchmark_parser, publish, rate, require_dataset  # noqa: E402
-from components.common.dataset import SPLITS  # noqa: E402
-from components.common.plan import TrainPlan, write_plan  # noqa: E402
-from components.common.storage import atomic_write_json  # noqa: E402
-from components.train.data import BATCH_SPEC, load_meta  # noqa: E402
-from components.train.launch import LaunchSpec, launch  # noqa: E402
-from components.train.model import Vocab, build_model  # noqa: E402
+from benchmarks.measure import machine
+from benchmarks.readme import dataset_benchmark_parser, publish, rate, require_dataset
+from components.common.dataset import SPLITS
+from components.common.plan import TrainPlan, write_plan
+from components.common.storage import atomic_write_json
+from components.train.data import BATCH_SPEC, load_meta
+from components.train.launch import LaunchSpec, launch
+from components.train.model import Vocab, build_model
 
 NAME = "train"
 GLOBAL_BATCH = 1024
@@ -236,7 +233,7 @@ def summarize(naive: dict, tuned: list[dict]) -> dict:
 def readme_table(result: dict) -> str:
     m, s, naive = result["machine"], result["summary"], result["naive"]
     lines = [
-        f"Measured by `python benchmarks/train.py` on {m['cpus']} cores ({m['cpu_model']}), "
+        f"Measured by `python -m benchmarks.train` on {m['cpus']} cores ({m['cpu_model']}), "
         f"{m['memory_gib']} GiB RAM; `{MODEL}` model, global batch {GLOBAL_BATCH:,}, the first "
         f"{result['rows']['train']:,} training rows{' (--quick)' if result['quick'] else ''}. "
         f"Naive: {naive['steps']} timed steps after {naive['warmup_steps']} warm-up; tuned: 1 epoch.",

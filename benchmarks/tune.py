@@ -26,8 +26,8 @@ draw; so the baseline's full curves are also replayed through the same Optuna pr
 how often the target holds. The replay of the measured order must reproduce the ASHA arm
 exactly (``replay_matches``): that is what makes the replay a measurement too. Writes benchmarks/results/tune.json and the block ``<!-- bench:tune:start/end -->`` (docs/performance.md).
 
-    python benchmarks/tune.py                       # the measurement (about 10 minutes on 2 cores)
-    python benchmarks/tune.py --quick --no-readme      # tiny sizes, a smoke test (no published block)
+    python -m benchmarks.tune                       # the measurement (about 10 minutes on 2 cores)
+    python -m benchmarks.tune --quick --no-readme      # tiny sizes, a smoke test (no published block)
 """
 
 from __future__ import annotations
@@ -44,13 +44,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.measure import machine  # noqa: E402
-from benchmarks.readme import publish  # noqa: E402
-from components.tune.space import SearchSpace, suggest  # noqa: E402
-from components.tune.study import (  # noqa: E402
+from benchmarks.measure import machine
+from benchmarks.readme import ROOT, publish
+from components.tune.space import SearchSpace, suggest
+from components.tune.study import (
     SUMMARY_FILE,
     TuneConfig,
     build_pruner,
@@ -205,7 +202,9 @@ def run_arms(data: Path, work: Path, size: dict, configs: list[dict]) -> dict[st
         logs[arm].close()
         if code != 0:
             tail = (work / f"{arm}.log").read_text()[-3000:]
-            raise SystemExit(f"benchmarks/tune.py: the {arm} search failed ({code}):\n{tail}")
+            raise SystemExit(
+                f"python -m benchmarks.tune: the {arm} search failed ({code}):\n{tail}"
+            )
         summary = json.loads((work / arm / SUMMARY_FILE).read_text())
         results[arm] = {**summary, "wall_seconds": round(seconds, 1)}
         print(
@@ -376,7 +375,7 @@ def spent_by_outcome(rows: list[dict]) -> str:
 def readme_table(result: dict) -> str:
     m, d, s, arms = result["machine"], result["dataset"], result["summary"], result["arms"]
     lines = [
-        f"Measured by `python benchmarks/tune.py` on {m['cpus']} cores "
+        f"Measured by `python -m benchmarks.tune` on {m['cpus']} cores "
         f"({m.get('cpu_model', 'CPU')}), {m['memory_gib']} GiB RAM; `{BASE_MODEL}`-based "
         f"architectures (d_model {list(SPACE.d_model)} x layers {list(SPACE.layers)}), "
         f"{d['train_rows']:,} training / {d['val_rows']:,} validation rows, global batch "
@@ -425,7 +424,9 @@ def readme_table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="benchmarks/tune.py", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.tune", description=__doc__.splitlines()[0]
+    )
     p.add_argument(
         "--quick", action="store_true", help="tiny sizes: a smoke test, not a measurement"
     )

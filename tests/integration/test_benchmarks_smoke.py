@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_script(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), *args],
+        [sys.executable, "-m", f"benchmarks.{name}", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

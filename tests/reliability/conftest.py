@@ -17,6 +17,8 @@ import pytest
 
 ROWS: list[dict] = []
 REPORT_ENV = "DAILYREC_RELIABILITY_REPORT"
+CODE: dict = {}
+"""The code the checks ran against (benchmarks/fingerprint.py), taken before the first check."""
 
 
 @pytest.fixture
@@ -64,8 +66,18 @@ def skipped_row(item, report) -> dict:
     }
 
 
+def pytest_sessionstart(session):
+    if os.environ.get(REPORT_ENV):
+        try:
+            from benchmarks.fingerprint import stamp
+        except ModuleNotFoundError:  # run outside the repository: the rows carry no stamp
+            return
+        CODE.update(stamp("reliability"))
+
+
 def pytest_sessionfinish(session, exitstatus):
     target = os.environ.get(REPORT_ENV)
     if target and ROWS:
         Path(target).parent.mkdir(parents=True, exist_ok=True)
-        Path(target).write_text(json.dumps(ROWS, indent=2) + "\n")
+        report = {"code": CODE or None, "rows": ROWS}
+        Path(target).write_text(json.dumps(report, indent=2) + "\n")

@@ -28,7 +28,7 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     path = Path((argv or sys.argv[1:])[0])
-    rows = json.loads(path.read_text())
+    rows = json.loads(path.read_text())["rows"]
     home = update_block("reliability", table(rows))
     print(f"Reliability table: {len(rows)} rows from {path}" + (f" -> {home}" if home else ""))
     return 0

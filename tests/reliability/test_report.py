@@ -60,7 +60,7 @@ def test_skipped_checks_are_rows_marked_skipped(tmp_path):
         timeout=120,
         check=False,
     )
-    rows = {row["test"].rpartition("::")[2]: row for row in json.loads(out.read_text())}
+    rows = {row["test"].rpartition("::")[2]: row for row in json.loads(out.read_text())["rows"]}
     assert {name: (row["category"], row["fault"], row["result"]) for name, row in rows.items()} == {
         "test_recorded": ("faults", "disk full", "passed"),
         "test_skips_before_reporting": ("checks", "kubectl renders the manifests", "skipped"),

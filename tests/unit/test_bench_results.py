@@ -1,0 +1,112 @@
+"""Published benchmark numbers describe the code as it is: every stored result names the code it
+measured (benchmarks/fingerprint.py), and a result whose code changed since fails here, naming
+the benchmark to re-run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import fingerprint, readme
+from benchmarks.fingerprint import NEEDS, code_digest, digest_files, module_closure, stale
+
+RESULTS = sorted(readme.RESULTS.glob("*.json"))
+
+
+def _device_present(name: str) -> bool:
+    if name != "gpu":
+        return True
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("results", RESULTS, ids=[p.stem for p in RESULTS])
+def test_every_stored_result_measured_the_code_as_it_is(results):
+    problems = stale(results)
+    if problems and results.stem in NEEDS and not _device_present(results.stem):
+        # only a machine with the device can measure it again: the page must say it is older
+        home = readme.block_home(results.stem)
+        assert home is not None and "**Measured on older code.**" in home.read_text(), (
+            f"{results.name} is stale and no {NEEDS[results.stem]} is here to re-measure it; its "
+            "published block must say so: run `make docs`"
+        )
+        return
+    assert not problems, "\n".join(problems)
+
+
+def test_every_results_file_has_a_scope_or_is_per_module():
+    names = {p.stem for p in RESULTS}
+    assert names - {"mutation"} <= set(fingerprint.SCOPES), names - set(fingerprint.SCOPES)
+
+
+def test_the_digest_ignores_layout_comments_and_docstrings_but_not_code():
+    base = code_digest('def f(x):\n    """Doc."""\n    return x + 1\n')
+    assert code_digest("def f(x):  # why\n    return (x\n            + 1)\n") == base
+    assert code_digest('def f(x):\n    """Other words."""\n    return x + 1\n') == base
+    assert code_digest("def f(x):\n    return x + 2\n") != base
+    assert code_digest("def f(x):\n    return x - 1\n") != base
+
+
+def test_the_closure_follows_imports_in_function_bodies_and_relative_ones():
+    tree = {
+        "benchmarks/__init__.py": "",
+        "benchmarks/b.py": "import numpy\nfrom components.x import f\n",
+        "components/__init__.py": "",
+        "components/x.py": "from . import y\ndef f():\n    from components.z import g\n",
+        "components/y.py": "",
+        "components/z.py": "",
+        "components/unused.py": "",
+    }
+    files = module_closure(("benchmarks.b",), tree.get)
+    assert set(files) == set(tree) - {"components/unused.py"}
+
+
+def test_a_changed_scope_makes_a_result_stale_and_names_the_rerun(tmp_path, monkeypatch):
+    scope = {"components/x.py": "def f():\n    return 1\n"}
+    monkeypatch.setattr(fingerprint, "scope_files", lambda name, commit=None: dict(scope))
+    results = tmp_path / "train.json"
+    results.write_text(json.dumps({"code": fingerprint.stamp_for(scope, "abc123")}))
+    assert stale(results) == []
+    scope["components/x.py"] = "def f():\n    return 2\n"
+    assert stale(results) == [
+        "train.json was measured on commit abc123; the code it measures changed since: "
+        "re-run `make bench-train`"
+    ]
+    results.write_text(json.dumps({"rows": []}))
+    assert stale(results) == ["train.json records no code fingerprint; re-run `make bench-train`"]
+
+
+def test_mutation_rows_are_stale_when_the_module_or_its_tests_change(tmp_path, monkeypatch):
+    files = {"components/m.py": "x = 1\n", "tests/unit/test_m.py": "def test(): pass\n"}
+    monkeypatch.setattr(fingerprint, "mutation_files", lambda path, tests, commit=None: dict(files))
+    row = {"module": "m", "path": "components/m.py", "tests": ["tests/unit/test_m.py"]}
+    results = tmp_path / "mutation.json"
+    results.write_text(
+        json.dumps(
+            {"modules": [{**row, "code": {"commit": "c0", "fingerprint": digest_files(files)}}]}
+        )
+    )
+    assert stale(results) == []
+    files["tests/unit/test_m.py"] = "def test(): assert False\n"
+    assert stale(results) == [
+        "mutation module m was measured on c0: its code or tests changed since; "
+        "re-run `make mutation MODULES=m`"
+    ]
+
+
+def test_the_cli_reports_each_results_file():
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.fingerprint"],
+        cwd=readme.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if not line.startswith(" ")]
+    assert sorted(line.partition(":")[0] for line in lines) == [p.stem for p in RESULTS]
+    assert done.returncode == (1 if "stale" in done.stdout else 0), done.stdout + done.stderr
