@@ -316,26 +316,19 @@ class Vocab:
             ) from None
 
 
+# The preprocess defaults (PreprocessConfig: 2**18 / 2**12 / 2**18 buckets, 16 gaps, L 20).
+_PREPROCESS_DEFAULTS = Vocab(
+    item=1 << 18,
+    category=1 << 12,
+    user=1 << 18,
+    gap=16,
+    seq_len=20,
+    neg_len=10,
+    dense=len(DENSE_FEATURES),
+)
 REFERENCE_VOCAB: dict[str, Vocab] = {
-    # The preprocess defaults (PreprocessConfig: 2**18 / 2**12 / 2**18 buckets, 16 gaps, L 20).
-    "debug": Vocab(
-        item=1 << 18,
-        category=1 << 12,
-        user=1 << 18,
-        gap=16,
-        seq_len=20,
-        neg_len=10,
-        dense=len(DENSE_FEATURES),
-    ),
-    "local": Vocab(
-        item=1 << 18,
-        category=1 << 12,
-        user=1 << 18,
-        gap=16,
-        seq_len=20,
-        neg_len=10,
-        dense=len(DENSE_FEATURES),
-    ),
+    "debug": _PREPROCESS_DEFAULTS,
+    "local": _PREPROCESS_DEFAULTS,
     # Production-sized hashing: fewer collisions on millions of items / users, longer history.
     "prod": Vocab(
         item=1 << 20,
