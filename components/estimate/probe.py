@@ -16,7 +16,7 @@ Batches are synthetic full histories (hist_len = L, no padding), the worst case
 for the sparse gradients (padding rows are dropped from them).
 
 Speed (:func:`probe_speed`) is measured differently: the trainer's own epoch
-loop (components/train/trainer.py ``run_epoch``: its loader, loss, L2 penalty,
+loop (components/train/trainer.py ``StepRunner.run_epoch``: its loader, loss, L2 penalty,
 optimizers) times real micro-batches of the plan's size on rows of
 the dataset's train split (sampled across it), and its ``evaluate`` times
 validation on sampled rows of the val split, so the measured rate includes
