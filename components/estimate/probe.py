@@ -16,7 +16,7 @@ Batches are synthetic full histories (hist_len = L, no padding), the worst case
 for the sparse gradients (padding rows are dropped from them).
 
 Speed (:func:`probe_speed`) is measured differently: the trainer's own epoch
-loop (components/train/trainer.py ``run_epoch``: its loader, loss, L2 penalty,
+loop (components/train/trainer.py ``StepRunner.run_epoch``: its loader, loss, L2 penalty,
 optimizers) times real micro-batches of the plan's size on rows of
 the dataset's train split (sampled across it), and its ``evaluate`` times
 validation on sampled rows of the val split, so the measured rate includes
@@ -316,6 +316,7 @@ def probe_speed(
 
     from components.train import trainer as T
     from components.train.data import BatchDataset, ShardedBatchSampler, load_meta, make_loader
+    from components.train.state import TrainState
 
     torch_device = torch.device(device)
     runtime = runtime or T.Runtime(
@@ -347,28 +348,16 @@ def probe_speed(
     setup = time.perf_counter() - start
     optim = T.Optimizers(model, plan, total_steps=warmup + steps)
     scaler = torch.amp.GradScaler("cuda") if plan.precision == "fp16" else None
+    runner = T.StepRunner(wrapped, model, optim, scaler, plan, runtime, penalty)
     ready_at = time.time()
 
-    def epoch(n_rows: int, index: int) -> dict:
+    def epoch(n_rows: int, index: int) -> T.EpochStats:
         subset = Rows(train_set, sample_rows(len(train_set), n_rows, plan.seed + index))
         sampler = ShardedBatchSampler(
             len(subset), plan.micro_batch, world, runtime.rank, seed=plan.seed
         )
-        state = {"epoch": index, "micro_step": 0, "global_step": 0, "history": [], "partial": {}}
         loader = make_loader(subset, sampler, plan, runtime.device.type)
-        return T.run_epoch(
-            wrapped,
-            model,
-            loader,
-            sampler,
-            optim,
-            scaler,
-            plan,
-            runtime,
-            state,
-            lambda: None,
-            penalty,
-        )
+        return runner.run_epoch(loader, sampler, TrainState(epoch=index))
 
     epoch(min(rows, max(warmup, 1) * plan.micro_batch * world), 0)
     timed_rows = min(len(train_set), steps * plan.micro_batch * world)
@@ -379,16 +368,16 @@ def probe_speed(
     if runtime.device.type == "cuda":
         torch.cuda.synchronize(runtime.device)
     evaluated = min(eval_rows, len(val_set))
-    per_process = timed_rows / world / max(timed["seconds"], 1e-9)
+    per_process = timed_rows / world / max(timed.seconds, 1e-9)
     return {
         "device": str(runtime.device),
         "processes": world,
         "micro_batch": plan.micro_batch,
         "steps": steps,
         "samples": int(timed_rows),
-        "seconds": timed["seconds"],
+        "seconds": timed.seconds,
         "samples_per_s": per_process,
-        "step_seconds": timed["seconds"] / max(1, -(-timed_rows // (plan.micro_batch * world))),
+        "step_seconds": timed.seconds / max(1, -(-timed_rows // (plan.micro_batch * world))),
         "eval_rows": evaluated,
         "eval_seconds": eval_seconds,
         "eval_samples_per_s": evaluated / world / max(eval_seconds, 1e-9),

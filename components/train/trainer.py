@@ -60,6 +60,7 @@ from components.train.data import (
 )
 from components.train.model import BSTModel, Vocab, build_model, model_config
 from components.train.schedule import EarlyStopping, warmup_cosine
+from components.train.state import TrainState
 
 log = get_logger(__name__)
 SUMMARY = TRAIN_SUMMARY
@@ -418,246 +419,332 @@ def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = 
     broadcast, so every rank stops together.
     """
     try:
-        return _train(config, on_epoch)
+        return Trainer(config, on_epoch).train()
     except BaseException as exc:
         MlflowLogger.close_active(exc)
         raise
 
 
-def _train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None) -> dict:
-    started, started_wall = time.perf_counter(), time.time()
-    runtime = init_runtime()
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    plan, plan_doc = read_plan(config.plan) if config.plan else (TrainPlan(), None)
-    if config.max_epochs:
-        plan = plan.replace(max_epochs=config.max_epochs)
-    plan = check_plan_for_device(plan, runtime)
-    meta = load_meta(config.data)
-    train_set = BatchDataset(config.data, "train", meta)
-    val_set = BatchDataset(config.data, "val", meta)
-    # else every epoch's val AUC is NaN and epoch 1 silently stays "best"
-    require_both_labels(meta, "val", config.data, "validation AUC (early stopping, the best epoch)")
-    vocab = Vocab.from_meta(meta)
-    if runtime.device.type == "cpu":
-        torch.set_num_threads(plan.cpu_threads)
+class Trainer:
+    """One training run: data, model, optimizers, loader and the :class:`TrainState` that the
+    checkpoints carry. Building it reads the plan and data and builds the model; :meth:`train`
+    resumes when asked, then runs epochs (steps, validation, checkpoints) until done."""
 
-    torch.manual_seed(plan.seed)
-    sparse = use_sparse(plan, runtime)
-    model = build_model(
-        plan.model, vocab, sparse=sparse, activation_checkpointing=plan.activation_checkpointing
-    ).to(runtime.device)
-    # start the output at the base rate: the first steps learn features, not the click rate
-    model.init_from_meta(meta)
-    warm_start = (
-        warm_start_from(model, config.init_from, runtime.is_main) if config.init_from else None
-    )
-    wrapped = (
-        DDP(model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None)
-        if runtime.distributed
-        else model
-    )
+    def __init__(
+        self, config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = None
+    ) -> None:
+        self.started, self.started_wall = time.perf_counter(), time.time()
+        self.config, self.on_epoch = config, on_epoch
+        self.runtime = runtime = init_runtime()
+        self.out = Path(config.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        plan, self.plan_doc = read_plan(config.plan) if config.plan else (TrainPlan(), None)
+        if config.max_epochs:
+            plan = plan.replace(max_epochs=config.max_epochs)
+        self.plan = plan = check_plan_for_device(plan, runtime)
+        self._open_data()
+        self._build_model()
+        self.sampler = ShardedBatchSampler(
+            len(self.train_set), plan.micro_batch, runtime.world_size, runtime.rank, seed=plan.seed
+        )
+        self.steps_per_epoch = math.ceil(len(self.sampler) / plan.grad_accum)
+        self.optim = Optimizers(self.model, plan, self.steps_per_epoch * plan.max_epochs)
+        self.scaler = torch.amp.GradScaler("cuda") if plan.precision == "fp16" else None
+        self.state = TrainState(EarlyStopping(plan.patience, plan.min_delta))
+        self.resumed_from: str | None = None
+        self.checkpoint_meta = {
+            "model_config": dataclasses.asdict(model_config(plan.model)),
+            "vocab": dataclasses.asdict(self.vocab),
+            "plan": dataclasses.asdict(plan),
+            "dataset": {
+                "fingerprint": self.meta.get("fingerprint"),
+                "window": self.meta.get("window"),
+            },
+        }
+        self.totals = EpochStats()  # this process's epochs (a resumed run counts its own)
+        self.stopped = self.stopped_by_callback = False
+        self.saved_at = 0.0  # time.perf_counter() of the latest `last` write (or of the start)
 
-    sampler = ShardedBatchSampler(
-        len(train_set), plan.micro_batch, runtime.world_size, runtime.rank, seed=plan.seed
-    )
-    micro_per_epoch = len(sampler)
-    steps_per_epoch = math.ceil(micro_per_epoch / plan.grad_accum)
-    optim = Optimizers(model, plan, steps_per_epoch * plan.max_epochs)
-    scaler = torch.amp.GradScaler("cuda") if plan.precision == "fp16" else None
-    stopper = EarlyStopping(plan.patience, plan.min_delta)
-    state = {"epoch": 0, "micro_step": 0, "global_step": 0, "history": [], "partial": {}}
-    resumed_from = None
-    found = load_resumable(out, runtime.device) if config.resume == "auto" else None
-    if found is not None:
+    def _open_data(self) -> None:
+        config, runtime = self.config, self.runtime
+        self.meta = load_meta(config.data)
+        self.train_set = BatchDataset(config.data, "train", self.meta)
+        self.val_set = BatchDataset(config.data, "val", self.meta)
+        # else every epoch's val AUC is NaN and epoch 1 silently stays "best"
+        require_both_labels(
+            self.meta, "val", config.data, "validation AUC (early stopping, the best epoch)"
+        )
+        self.vocab = Vocab.from_meta(self.meta)
+        if runtime.device.type == "cpu":
+            torch.set_num_threads(self.plan.cpu_threads)
+
+    def _build_model(self) -> None:
+        plan, runtime = self.plan, self.runtime
+        torch.manual_seed(plan.seed)
+        self.sparse = use_sparse(plan, runtime)
+        self.model = model = build_model(
+            plan.model,
+            self.vocab,
+            sparse=self.sparse,
+            activation_checkpointing=plan.activation_checkpointing,
+        ).to(runtime.device)
+        # start the output at the base rate: the first steps learn features, not the click rate
+        model.init_from_meta(self.meta)
+        init_from = self.config.init_from
+        self.warm_start = warm_start_from(model, init_from, runtime.is_main) if init_from else None
+        self.wrapped = (
+            DDP(model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None)
+            if runtime.distributed
+            else model
+        )
+
+    def train(self) -> dict:
+        """Resume if asked; epochs of steps, validation and checkpoints; the summary."""
+        self.resume()
+        self._prepare_epochs()
+        self._start_reports()
+        self.stopped = self.state.stopper.should_stop  # a resumed run that had stopped stays so
+        self.saved_at = time.perf_counter()
+        while self.state.epoch < self.plan.max_epochs and not self.stopped:
+            stats = self.steps.run_epoch(
+                self.loader, self.sampler, self.state, self.after_step, self.progress
+            )
+            self.totals.add(stats)
+            record, metrics, improved = self.validate(stats)
+            if self.runtime.is_main:
+                self.save_epoch(metrics, record["epoch"], improved)
+                self.report_epoch(record)
+            self.stopped = self.state.stopper.should_stop or self._callback_stops(record)
+        return self.finish()
+
+    def resume(self) -> None:
+        """With ``resume="auto"``: continue from the newest usable ``last`` checkpoint, if any."""
+        found = (
+            load_resumable(self.out, self.runtime.device) if self.config.resume == "auto" else None
+        )
+        if found is None:
+            return
         ckpt, path, skipped = found
         for problem in skipped:
             log.warning("skipping a damaged checkpoint: %s", problem)
-        resumed_from = str(path)
-        restore(ckpt, model, optim, scaler, stopper, state)
+        self.resumed_from = str(path)
+        self.load_state_dict(ckpt)
         log.log(
             PROGRESS,
             "resumed from %s at epoch %d, micro-step %d",
             path,
-            state["epoch"],
-            state["micro_step"],
+            self.state.epoch,
+            self.state.micro_step,
         )
-    loader = make_loader(train_set, sampler, plan, runtime.device.type)
-    penalty = IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
 
-    if runtime.is_main:
-        log.log(
-            PROGRESS,
-            "training %s (%s params) on %d x %s, %s, micro-batch %d x accum %d x world %d = %d, "
-            "%d steps/epoch, sparse embeddings %s",
-            plan.model,
-            f"{sum(p.numel() for p in model.parameters()):,}",
-            runtime.world_size,
-            runtime.device.type,
-            plan.precision,
-            plan.micro_batch,
-            plan.grad_accum,
-            runtime.world_size,
-            plan.micro_batch * plan.grad_accum * runtime.world_size,
-            steps_per_epoch,
-            "on" if sparse else "off",
-        )
-    mlf = MlflowLogger(
-        config,
-        runtime,
-        {
-            **dataclasses.asdict(plan),
-            "world_size": runtime.world_size,
-            "dataset": meta.get("fingerprint", "")[:16],
-            "sparse": sparse,
-        },
-    )
-    gpu = GpuSampler(runtime.device)
-    monitor = TrainingMetrics.from_env(runtime.is_main)  # rank 0's Prometheus gauges
-    if monitor:
-        estimate = (plan_doc or {}).get("estimate") or {}
-        monitor.set(
-            planned_samples_per_second=(estimate.get("throughput") or {}).get("samples_per_s")
-        )
-    checkpoint_meta = {
-        "model_config": dataclasses.asdict(model_config(plan.model)),
-        "vocab": dataclasses.asdict(vocab),
-        "plan": dataclasses.asdict(plan),
-        "dataset": {"fingerprint": meta.get("fingerprint"), "window": meta.get("window")},
-    }
-
-    def save_last() -> None:
-        if runtime.is_main:
-            save_rotating(out, snapshot(model, optim, scaler, stopper, state, checkpoint_meta))
-
-    train_seconds = wait_seconds = samples = 0.0
-    early_stopped = stopper.should_stop  # a resumed run that had already stopped stays stopped
-    stopped_by_callback = False
-    progress = Progress(plan, runtime, monitor=monitor)
-    while state["epoch"] < plan.max_epochs and not early_stopped:
-        epoch = state["epoch"]
-        epoch_stats = run_epoch(
-            wrapped,
-            model,
-            loader,
-            sampler,
-            optim,
-            scaler,
-            plan,
-            runtime,
-            state,
-            save_last,
-            penalty,
-            progress,
-        )
-        train_seconds += epoch_stats["seconds"]
-        wait_seconds += epoch_stats["wait_seconds"]
-        samples += epoch_stats["samples"]
-        validation_started = time.perf_counter()
-        metrics = evaluate(model, val_set, plan, runtime)
-        progress.validation_seconds = time.perf_counter() - validation_started
-        improved = stopper.update(metrics["val_auc"], epoch)
-        early_stopped = stopper.should_stop
-        record = {
-            "epoch": epoch,
-            "train_loss": epoch_stats["loss"],
-            **metrics,
-            "lr": optim.lr,
-            "samples_per_s": epoch_stats["samples"] / max(epoch_stats["seconds"], 1e-9),
-            "data_wait_fraction": epoch_stats["wait_seconds"] / max(epoch_stats["seconds"], 1e-9),
-            "seconds": epoch_stats["seconds"],
-            "validation_seconds": progress.validation_seconds,
+    def state_dict(self, extra: dict | None = None) -> dict:
+        """A checkpoint: everything needed to continue exactly where training is now."""
+        return {
+            **self.checkpoint_meta,
+            **(extra or {}),
+            "model": self.model.state_dict(),
+            "optim": self.optim.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            **self.state.state_dict(),
         }
-        state["history"].append(record)
-        state["epoch"], state["micro_step"], state["partial"] = epoch + 1, 0, {}
-        if runtime.is_main:
-            extra = {"metrics": metrics, "epoch_finished": epoch}
-            if improved:
-                save_checkpoint(
-                    out / BEST,
-                    snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra),
-                )
-            save_rotating(
-                out, snapshot(model, optim, scaler, stopper, state, checkpoint_meta, extra)
+
+    def load_state_dict(self, ckpt: dict) -> None:
+        problems = shape_mismatches(ckpt["model"], self.model.state_dict())
+        if problems:
+            raise CheckpointError(
+                f"cannot resume: the checkpoint's model differs: {'; '.join(problems[:3])}"
             )
-            state["saved_at"] = time.perf_counter()
+        self.model.load_state_dict(ckpt["model"])
+        self.optim.load_state_dict(ckpt["optim"])
+        if self.scaler is not None and ckpt.get("scaler"):
+            self.scaler.load_state_dict(ckpt["scaler"])
+        self.state.load_state_dict(ckpt)
+
+    def _prepare_epochs(self) -> None:
+        """The loader and the step runner (the L2 penalty counts the training ids)."""
+        plan, model = self.plan, self.model
+        self.loader = make_loader(self.train_set, self.sampler, plan, self.runtime.device.type)
+        penalty = (
+            IdPenalty(model, self.train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
+        )
+        self.steps = StepRunner(
+            self.wrapped, model, self.optim, self.scaler, plan, self.runtime, penalty
+        )
+
+    def _start_reports(self) -> None:
+        """The run's first log line, MLflow run, GPU sampler and Prometheus gauges (rank 0's)."""
+        plan, runtime = self.plan, self.runtime
+        if runtime.is_main:
             log.log(
                 PROGRESS,
-                "epoch %d/%d  loss %.4f  val_auc %.4f (best %.4f @%d)  lr %.2e  %.0f samples/s  "
-                "data-wait %.1f%%  %.1fs%s",
-                epoch + 1,
-                plan.max_epochs,
-                record["train_loss"],
-                metrics["val_auc"],
-                stopper.best,
-                stopper.best_epoch + 1,
-                record["lr"],
-                record["samples_per_s"],
-                100 * record["data_wait_fraction"],
-                record["seconds"],
-                "  (early stop)" if early_stopped else "",
+                "training %s (%s params) on %d x %s, %s, micro-batch %d x accum %d x world %d = %d, "
+                "%d steps/epoch, sparse embeddings %s",
+                plan.model,
+                f"{sum(p.numel() for p in self.model.parameters()):,}",
+                runtime.world_size,
+                runtime.device.type,
+                plan.precision,
+                plan.micro_batch,
+                plan.grad_accum,
+                runtime.world_size,
+                plan.micro_batch * plan.grad_accum * runtime.world_size,
+                self.steps_per_epoch,
+                "on" if self.sparse else "off",
             )
-            mlf.epoch(record, epoch)
-            if monitor:
-                monitor.set(
-                    val_auc=metrics["val_auc"],
-                    loss=record["train_loss"],
-                    epoch=epoch + 1,
-                    samples_per_second=record["samples_per_s"],
-                    data_wait_fraction=record["data_wait_fraction"],
-                    gpu_utilization_percent=gpu.recent(),
-                    progress_ratio=(epoch + 1) / plan.max_epochs,
-                )
-        if (
-            on_epoch is not None
-            and not early_stopped
-            and _callback_stops(on_epoch, record, runtime)
-        ):
-            early_stopped = stopped_by_callback = True
-    gpu_util = gpu.stop()
-    if monitor:
-        monitor.close()
-    peak, capacity = peak_memory(runtime.device)
-    summary = {
-        "epochs_run": len(state["history"]),
-        "best_epoch": stopper.best_epoch,
-        "best_val_auc": stopper.best,
-        "early_stopped": early_stopped,
-        "stopped_by_callback": stopped_by_callback,
-        "samples_per_s": samples / max(train_seconds, 1e-9),
-        "data_wait_fraction": wait_seconds / max(train_seconds, 1e-9),
-        "world_size": runtime.world_size,
-        "precision": plan.precision,
-        "seconds": time.perf_counter() - started,
-        "device": runtime.device.type,
-        "sparse_embeddings": sparse,
-        "peak_memory_bytes": peak,
-        "device_memory_bytes": capacity,
-        "gpu_utilization": gpu_util,
-        "history": state["history"],
-        "plan": dataclasses.asdict(plan),
-        "plan_file": config.plan,
-        "warm_start": warm_start,
-        "resumed_from": resumed_from,
-        "checkpoints": {"best": str(out / BEST), "last": str(out / LAST)},
-    }
-    summary["flags"] = diagnose(summary["data_wait_fraction"], gpu_util, peak, capacity)
-    summary["tracking_error"] = mlf.error
-    summary["mlflow_run_id"] = mlf.run_id
-    if runtime.device.type == "cuda":
-        summary["peak_memory_reserved_bytes"] = torch.cuda.max_memory_reserved(runtime.device)
-    summary["process_seconds"] = process_seconds(started_wall)
-    summary["plan_vs_actual"] = plan_vs_actual((plan_doc or {}).get("estimate"), summary)
-    if runtime.is_main:
-        atomic_write_json(out / SUMMARY, summary)
-        for flag in summary["flags"]:
-            log.warning("%s (%s): %s", flag["flag"], flag["value"], flag["recommendation"])
-        for line in drift_lines(summary["plan_vs_actual"]):
-            log.info("%s", line)
-        mlf.finish(summary)
-    if runtime.distributed:
-        dist.barrier()
-    return summary
+        params = {
+            **dataclasses.asdict(plan),
+            "world_size": runtime.world_size,
+            "dataset": self.meta.get("fingerprint", "")[:16],
+            "sparse": self.sparse,
+        }
+        self.mlf = MlflowLogger(self.config, runtime, params)
+        self.gpu = GpuSampler(runtime.device)
+        self.monitor = TrainingMetrics.from_env(runtime.is_main)
+        if self.monitor:
+            estimate = (self.plan_doc or {}).get("estimate") or {}
+            self.monitor.set(
+                planned_samples_per_second=(estimate.get("throughput") or {}).get("samples_per_s")
+            )
+        self.progress = Progress(plan, runtime, monitor=self.monitor)
+
+    def after_step(self) -> None:
+        """Write ``last`` every ``plan.checkpoint_every_steps`` optimizer steps and whenever
+        ``plan.max_lost_minutes`` have passed since the previous write."""
+        plan, now = self.plan, time.perf_counter()
+        due = (
+            plan.checkpoint_every_steps
+            and self.state.global_step % plan.checkpoint_every_steps == 0
+        )
+        overdue = plan.max_lost_minutes and now - self.saved_at >= 60 * plan.max_lost_minutes
+        if due or overdue:
+            if self.runtime.is_main:
+                save_rotating(self.out, self.state_dict())
+            self.saved_at = time.perf_counter()
+
+    def validate(self, stats: EpochStats) -> tuple[dict, dict, bool]:
+        """Validation after an epoch: the epoch's record (kept in the state's history), its
+        validation metrics, and whether it is the best epoch so far."""
+        epoch = self.state.epoch
+        validation_started = time.perf_counter()
+        metrics = evaluate(self.model, self.val_set, self.plan, self.runtime)
+        self.progress.validation_seconds = time.perf_counter() - validation_started
+        improved = self.state.stopper.update(metrics["val_auc"], epoch)
+        record = {
+            "epoch": epoch,
+            "train_loss": stats.loss,
+            **metrics,
+            "lr": self.optim.lr,
+            "samples_per_s": stats.samples / max(stats.seconds, 1e-9),
+            "data_wait_fraction": stats.wait_seconds / max(stats.seconds, 1e-9),
+            "seconds": stats.seconds,
+            "validation_seconds": self.progress.validation_seconds,
+        }
+        self.state.finish_epoch(record)
+        return record, metrics, improved
+
+    def save_epoch(self, metrics: dict, epoch: int, improved: bool) -> None:
+        """Rank 0, after an epoch: ``best`` when it improved, ``last`` always."""
+        extra = {"metrics": metrics, "epoch_finished": epoch}
+        if improved:
+            save_checkpoint(self.out / BEST, self.state_dict(extra))
+        save_rotating(self.out, self.state_dict(extra))
+        self.saved_at = time.perf_counter()
+
+    def report_epoch(self, record: dict) -> None:
+        """Rank 0's epoch line, MLflow metrics and Prometheus gauges."""
+        epoch, stopper, plan = record["epoch"], self.state.stopper, self.plan
+        log.log(
+            PROGRESS,
+            "epoch %d/%d  loss %.4f  val_auc %.4f (best %.4f @%d)  lr %.2e  %.0f samples/s  "
+            "data-wait %.1f%%  %.1fs%s",
+            epoch + 1,
+            plan.max_epochs,
+            record["train_loss"],
+            record["val_auc"],
+            stopper.best,
+            stopper.best_epoch + 1,
+            record["lr"],
+            record["samples_per_s"],
+            100 * record["data_wait_fraction"],
+            record["seconds"],
+            "  (early stop)" if stopper.should_stop else "",
+        )
+        self.mlf.epoch(record, epoch)
+        if self.monitor:
+            self.monitor.set(
+                val_auc=record["val_auc"],
+                loss=record["train_loss"],
+                epoch=epoch + 1,
+                samples_per_second=record["samples_per_s"],
+                data_wait_fraction=record["data_wait_fraction"],
+                gpu_utilization_percent=self.gpu.recent(),
+                progress_ratio=(epoch + 1) / plan.max_epochs,
+            )
+
+    def _callback_stops(self, record: dict) -> bool:
+        """``on_epoch`` returned False on rank 0 (broadcast: every rank stops together)."""
+        if self.on_epoch is None:
+            return False
+        stop = torch.zeros(1, dtype=torch.int32)
+        if self.runtime.is_main and self.on_epoch(record) is False:
+            stop[0] = 1
+        if self.runtime.distributed:
+            dist.broadcast(stop, src=0)
+        self.stopped_by_callback = bool(stop.item())
+        return self.stopped_by_callback
+
+    def finish(self) -> dict:
+        """The run's summary: written by rank 0 (train_summary.json, MLflow), returned by all."""
+        gpu_util = self.gpu.stop()
+        if self.monitor:
+            self.monitor.close()
+        summary = self.summary(gpu_util)
+        if self.runtime.is_main:
+            atomic_write_json(self.out / SUMMARY, summary)
+            for flag in summary["flags"]:
+                log.warning("%s (%s): %s", flag["flag"], flag["value"], flag["recommendation"])
+            for line in drift_lines(summary["plan_vs_actual"]):
+                log.info("%s", line)
+            self.mlf.finish(summary)
+        if self.runtime.distributed:
+            dist.barrier()
+        return summary
+
+    def summary(self, gpu_util: float | None) -> dict:
+        """train_summary.json: the run's outcome, speed, memory, history and plan vs. actual."""
+        runtime, stopper, totals = self.runtime, self.state.stopper, self.totals
+        peak, capacity = peak_memory(runtime.device)
+        summary = {
+            "epochs_run": len(self.state.history),
+            "best_epoch": stopper.best_epoch,
+            "best_val_auc": stopper.best,
+            "early_stopped": self.stopped,
+            "stopped_by_callback": self.stopped_by_callback,
+            "samples_per_s": totals.samples / max(totals.seconds, 1e-9),
+            "data_wait_fraction": totals.wait_seconds / max(totals.seconds, 1e-9),
+            "world_size": runtime.world_size,
+            "precision": self.plan.precision,
+            "seconds": time.perf_counter() - self.started,
+            "device": runtime.device.type,
+            "sparse_embeddings": self.sparse,
+            "peak_memory_bytes": peak,
+            "device_memory_bytes": capacity,
+            "gpu_utilization": gpu_util,
+            "history": self.state.history,
+            "plan": dataclasses.asdict(self.plan),
+            "plan_file": self.config.plan,
+            "warm_start": self.warm_start,
+            "resumed_from": self.resumed_from,
+            "checkpoints": {"best": str(self.out / BEST), "last": str(self.out / LAST)},
+        }
+        summary["flags"] = diagnose(summary["data_wait_fraction"], gpu_util, peak, capacity)
+        summary["tracking_error"] = self.mlf.error
+        summary["mlflow_run_id"] = self.mlf.run_id
+        if runtime.device.type == "cuda":
+            summary["peak_memory_reserved_bytes"] = torch.cuda.max_memory_reserved(runtime.device)
+        summary["process_seconds"] = process_seconds(self.started_wall)
+        summary["plan_vs_actual"] = plan_vs_actual((self.plan_doc or {}).get("estimate"), summary)
+        return summary
 
 
 def process_seconds(train_started: float) -> float:
@@ -673,17 +760,6 @@ def process_seconds(train_started: float) -> float:
     )
     start = psutil.Process(os.getpid()).create_time() if launched else train_started
     return time.time() - start
-
-
-def _callback_stops(
-    on_epoch: Callable[[dict], bool | None], record: dict, runtime: Runtime
-) -> bool:
-    stop = torch.zeros(1, dtype=torch.int32)
-    if runtime.is_main and on_epoch(record) is False:
-        stop[0] = 1
-    if runtime.distributed:
-        dist.broadcast(stop, src=0)
-    return bool(stop.item())
 
 
 def duration(seconds: float) -> str:
@@ -761,103 +837,117 @@ class Progress:
             )
 
 
-def run_epoch(
-    wrapped,
-    model,
-    loader,
-    sampler,
-    optim,
-    scaler,
-    plan: TrainPlan,
-    runtime: Runtime,
-    state: dict,
-    save,
-    penalty: IdPenalty | None = None,
-    progress: Progress | None = None,
-) -> dict:
-    """One epoch (or its rest, after a resume): accumulation with no_sync, exact loss scaling.
+@dataclass
+class EpochStats:
+    """Time, data wait and samples of an epoch's steps (or a sum of epochs)."""
 
-    Writes ``last`` (through ``save``) every ``plan.checkpoint_every_steps`` optimizer steps and
-    whenever ``plan.max_lost_minutes`` have passed since the previous write
-    (``state["saved_at"]``, a ``time.perf_counter`` value)."""
-    epoch, skip = state["epoch"], state["micro_step"]
-    sampler.set_epoch(epoch, skip=skip)
-    # rows of every optimizer step across all ranks: each micro-batch's loss is a sum over its
-    # rows divided by its step's rows, so the accumulated (and DDP-averaged) gradient is
-    # exactly the mean over the step's samples, whatever the rank count or a short last batch
-    global_rows = sampler.global_rows(epoch)
-    step_rows = np.add.reduceat(global_rows, np.arange(0, len(global_rows), plan.grad_accum))
-    partial = state.get("partial") or {}
-    loss_sum, loss_rows = partial.get("loss_sum", 0.0), partial.get("loss_rows", 0)
-    wait, seconds, samples = 0.0, 0.0, 0
-    loss_fn = torch.nn.BCEWithLogitsLoss(reduction="sum")  # summed: micro_loss normalizes
-    model.train()
-    iterator = iter(loader)
-    micro = skip
-    t_start = time.perf_counter()
-    state.setdefault("saved_at", t_start)
-    total_steps = len(step_rows)
-    if progress is not None:
-        progress.start(skip // plan.grad_accum)
-    while True:
-        t0 = time.perf_counter()
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            break
-        wait += time.perf_counter() - t0
+    loss: float = 0.0
+    """Mean training loss of the epoch (whole epoch, after a mid-epoch resume too)."""
+    seconds: float = 0.0
+    wait_seconds: float = 0.0
+    """Of ``seconds``, waiting for the loader."""
+    samples: int = 0
+    """All ranks' rows."""
+
+    def add(self, other: EpochStats) -> None:
+        self.seconds += other.seconds
+        self.wait_seconds += other.wait_seconds
+        self.samples += other.samples
+
+
+@dataclass
+class StepRunner:
+    """Optimizer steps of a model over accumulated micro-batches: DDP ``no_sync`` but on a step's
+    last micro-batch, mixed precision, exact loss scaling, clipping, optimizers and schedule."""
+
+    wrapped: torch.nn.Module
+    """The model as it runs forward (DDP-wrapped when distributed)."""
+    model: BSTModel
+    optim: Optimizers
+    scaler: torch.amp.GradScaler | None
+    plan: TrainPlan
+    runtime: Runtime
+    penalty: IdPenalty | None = None
+    loss_fn: torch.nn.Module = dataclasses.field(
+        default_factory=lambda: torch.nn.BCEWithLogitsLoss(reduction="sum")  # micro_loss scales
+    )
+
+    def run_epoch(
+        self,
+        loader,
+        sampler: ShardedBatchSampler,
+        state: TrainState,
+        on_step: Callable[[], None] | None = None,
+        progress: Progress | None = None,
+    ) -> EpochStats:
+        """State's epoch (or its rest, after a resume); ``on_step()`` after each optimizer step."""
+        plan = self.plan
+        sampler.set_epoch(state.epoch, skip=state.micro_step)
+        # rows of every optimizer step across all ranks: each micro-batch's loss is a sum over its
+        # rows divided by its step's rows, so the accumulated (and DDP-averaged) gradient is
+        # exactly the mean over the step's samples, whatever the rank count or a short last batch
+        global_rows = sampler.global_rows(state.epoch)
+        step_rows = np.add.reduceat(global_rows, np.arange(0, len(global_rows), plan.grad_accum))
+        stats = EpochStats()
+        self.model.train()
+        batches = iter(loader)
+        micro = state.micro_step
+        started = time.perf_counter()
+        if progress is not None:
+            progress.start(micro // plan.grad_accum)
+        while (batch := self._next(batches, stats)) is not None:
+            step, within = divmod(micro, plan.grad_accum)
+            last_micro = within == plan.grad_accum - 1 or micro == len(global_rows) - 1
+            state.add_loss(*self._forward_backward(batch, step_rows[step], last_micro))
+            stats.samples += int(global_rows[micro])  # all ranks' rows of this micro-step
+            micro += 1
+            if last_micro:
+                self._optimizer_step()
+                state.step_taken(micro)
+                if on_step is not None:
+                    on_step()
+                if progress is not None:
+                    progress.step(
+                        state.epoch, step + 1, len(step_rows), stats.samples, state.epoch_loss
+                    )
+        stats.seconds, stats.loss = time.perf_counter() - started, state.epoch_loss
+        return stats
+
+    @staticmethod
+    def _next(batches, stats: EpochStats) -> dict[str, torch.Tensor] | None:
+        started = time.perf_counter()
+        batch = next(batches, None)
+        if batch is not None:
+            stats.wait_seconds += time.perf_counter() - started
+        return batch
+
+    def _forward_backward(
+        self, batch: dict[str, torch.Tensor], step_rows, last_micro: bool
+    ) -> tuple[float, int]:
+        """Backward of a micro-batch's share of its step's mean loss (all gradients reduced on the
+        step's last micro-batch); the batch's summed loss and its rows."""
+        runtime = self.runtime
         batch = to_device(batch, runtime.device)
-        step, within = divmod(micro, plan.grad_accum)
-        last_micro = within == plan.grad_accum - 1 or micro == len(global_rows) - 1
-        sync = (
-            contextlib.nullcontext()
-            if (last_micro or not runtime.distributed)
-            else wrapped.no_sync()
-        )
-        with sync:
-            with autocast_for(plan.precision, runtime.device):
-                logits = wrapped(batch)
-            loss_total = loss_fn(logits.float(), batch["label"])
-            loss = micro_loss(loss_total, int(step_rows[step]), runtime.world_size)
-            if penalty is not None and len(batch["label"]):
-                loss = loss + penalty(batch) * (
-                    len(batch["label"]) * runtime.world_size / float(step_rows[step])
-                )
-            (scaler.scale(loss) if scaler is not None else loss).backward()
-        loss_sum += float(loss_total.detach())
-        loss_rows += len(batch["label"])
-        samples += int(global_rows[micro])  # all ranks' rows of this micro-step
-        micro += 1
-        if last_micro:
-            if scaler is not None:
-                for o in optim.all:
-                    scaler.unscale_(o)
-            if plan.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(list(model.dense_parameters()), plan.grad_clip)
-            optim.step(scaler)
-            optim.zero_grad()
-            state["global_step"] += 1
-            state["micro_step"] = micro
-            state["partial"] = {"loss_sum": loss_sum, "loss_rows": loss_rows}
-            due = (
-                plan.checkpoint_every_steps
-                and state["global_step"] % plan.checkpoint_every_steps == 0
-            )
-            overdue = plan.max_lost_minutes and (
-                time.perf_counter() - state["saved_at"] >= 60 * plan.max_lost_minutes
-            )
-            if due or overdue:
-                save()
-                state["saved_at"] = time.perf_counter()
-            if progress is not None:
-                progress.step(epoch, step + 1, total_steps, samples, loss_sum / max(loss_rows, 1))
-    seconds = time.perf_counter() - t_start
-    return {
-        "loss": loss_sum / max(loss_rows, 1),
-        "seconds": seconds,
-        "wait_seconds": wait,
-        "samples": samples,
-    }
+        rows = len(batch["label"])
+        sync = last_micro or not runtime.distributed
+        with contextlib.nullcontext() if sync else self.wrapped.no_sync():
+            with autocast_for(self.plan.precision, runtime.device):
+                logits = self.wrapped(batch)
+            loss_total = self.loss_fn(logits.float(), batch["label"])
+            loss = micro_loss(loss_total, int(step_rows), runtime.world_size)
+            if self.penalty is not None and rows:
+                loss = loss + self.penalty(batch) * (rows * runtime.world_size / float(step_rows))
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        return float(loss_total.detach()), rows
+
+    def _optimizer_step(self) -> None:
+        if self.scaler is not None:
+            for o in self.optim.all:
+                self.scaler.unscale_(o)
+        if self.plan.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(list(self.model.dense_parameters()), self.plan.grad_clip)
+        self.optim.step(self.scaler)
+        self.optim.zero_grad()
 
 
 class IdPenalty:
@@ -894,47 +984,6 @@ def micro_loss(loss_sum: torch.Tensor, step_rows: int, world_size: int) -> torch
     gradient is exactly that of the mean loss over all its samples.
     """
     return loss_sum * (world_size / float(step_rows))
-
-
-def snapshot(
-    model, optim, scaler, stopper, state, checkpoint_meta, extra: dict | None = None
-) -> dict:
-    """Everything needed to continue exactly where training is now."""
-    return {
-        **checkpoint_meta,
-        **(extra or {}),
-        "model": model.state_dict(),
-        "optim": optim.state_dict(),
-        "scaler": scaler.state_dict() if scaler is not None else None,
-        "early_stop": stopper.state_dict(),
-        "epoch": state["epoch"],
-        "micro_step": state["micro_step"],
-        "global_step": state["global_step"],
-        "history": state["history"],
-        "partial": state.get("partial") or {},
-        "rng": {
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        },
-    }
-
-
-def restore(ckpt: dict, model, optim, scaler, stopper, state: dict) -> None:
-    problems = shape_mismatches(ckpt["model"], model.state_dict())
-    if problems:
-        raise CheckpointError(
-            f"cannot resume: the checkpoint's model differs: {'; '.join(problems[:3])}"
-        )
-    model.load_state_dict(ckpt["model"])
-    optim.load_state_dict(ckpt["optim"])
-    if scaler is not None and ckpt.get("scaler"):
-        scaler.load_state_dict(ckpt["scaler"])
-    stopper.load_state_dict(ckpt["early_stop"])
-    for key in ("epoch", "micro_step", "global_step", "history", "partial"):
-        state[key] = ckpt[key]
-    torch.set_rng_state(ckpt["rng"]["torch"].cpu())
-    if ckpt["rng"]["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["rng"]["cuda"]])
 
 
 def warm_start_from(model: BSTModel, path: str, verbose: bool = True) -> dict:
