@@ -458,16 +458,13 @@ def probe_launch(
 
 def main(argv: list[str] | None = None) -> int:
     """A launched probe worker: measure, and rank 0 writes the result (used by :func:`probe_launch`)."""
-    import argparse
     import sys
 
-    from components.common.cli import HelpFormatter
+    from components.common.cli import Exit, cli_parser, exit_for
     from components.train import trainer as T
 
-    parser = argparse.ArgumentParser(
-        prog="python -m components.estimate.probe",
-        description="One process of the estimate's launched speed probe.",
-        formatter_class=HelpFormatter,
+    parser = cli_parser(
+        "python -m components.estimate.probe", "One process of the estimate's launched speed probe."
     )
     parser.add_argument("--data", required=True, help="preprocessed dataset folder")
     parser.add_argument(
@@ -482,12 +479,12 @@ def main(argv: list[str] | None = None) -> int:
         result = probe_speed(args.data, TrainPlan(**doc["plan"]), runtime=runtime, **doc["options"])
     except ValueError as exc:
         print(f"probe: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     if runtime.is_main:
         with open(args.out + ".tmp", "w") as f:
             json.dump(result, f)
         os.replace(args.out + ".tmp", args.out)
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":
