@@ -375,8 +375,3 @@ def memory_breakdown(setup: MemorySetup) -> dict[str, Any]:
 def total_bytes(setup: MemorySetup) -> int:
     """Peak bytes of one training process (the ``total`` of :func:`memory_breakdown`)."""
     return memory_breakdown(setup)["total"]["total"]
-
-
-def rule_of_thumb_bytes(total_params: int, seq_len: int, batch: int, features: int) -> float:
-    """The common rule of thumb: params(GB) × 3.5 + seq_len × batch × features × 4 bytes."""
-    return total_params * FP32 * 3.5 + seq_len * batch * features * FP32

@@ -286,9 +286,7 @@ def _validate(fs, pieces, window: Window, config: PreprocessConfig, tmp: Path) -
     (tmp / "_staging").mkdir()
     (tmp / "quarantine").mkdir()
     tasks = [
-        dask.delayed(_validate_piece, pure=False)(
-            fs, piece, i, window.start, config.max_skew_hours, tmp
-        )
+        dask.delayed(_validate_piece, pure=False)(fs, piece, i, config.max_skew_hours, tmp)
         for i, piece in enumerate(pieces)
     ]
     counts = _compute(tasks)
@@ -296,9 +294,7 @@ def _validate(fs, pieces, window: Window, config: PreprocessConfig, tmp: Path) -
     return counts
 
 
-def _validate_piece(
-    fs, piece: rawio.Piece, index: int, window_start: dt.date, max_skew_hours: float, tmp: Path
-) -> dict:
+def _validate_piece(fs, piece: rawio.Piece, index: int, max_skew_hours: float, tmp: Path) -> dict:
     """Clean one piece; write its kept and quarantined rows; return its counts."""
     table = rawio.read_piece(fs, piece)
     day = DayWindow.for_day(schema.epoch_day(piece.file.day), max_skew_hours)

@@ -32,7 +32,6 @@ from components.common import schema
 from components.common.progress import get_logger
 
 log = get_logger(__name__)
-OUTPUT_COLUMNS = ("user_id", "item_id", "category_id", "timestamp", "label", "score", "file", "row")
 
 
 @dataclass(frozen=True)

@@ -674,10 +674,6 @@ def test_optimizer_weights_and_autocast_exactly():
     ]
 
 
-def test_rule_of_thumb_is_the_published_formula():
-    assert mem.rule_of_thumb_bytes(1000, 10, 4, 2) == 1000 * 4 * 3.5 + 10 * 4 * 2 * 4
-
-
 def test_sparse_rows_and_parameter_split():
     assert mem.sparse_rows_per_sample(SMALL) == (SMALL.seq_len + 1, 1)
     split = mem.parameter_split(DEBUG, SMALL)
