@@ -478,11 +478,11 @@ def preprocess_cluster(cluster_target: str, workers: int, config: Any) -> Iterat
     import shutil
     from pathlib import Path
 
-    from components.preprocess.stage import resolve
+    from components.preprocess.stage import resolve_inputs
     from kube.dask import check_space, scratch_limit
 
     target = DaskTarget(**json.loads(cluster_target)["dask"])
-    files = resolve(config).files
+    files = resolve_inputs(config).files
     by_format: dict[str, int] = {}
     for f in files:
         fmt = "parquet" if str(f.name).endswith(".parquet") else "csv"

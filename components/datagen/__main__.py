@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _range(values: dict) -> str:
+def _value_range(values: dict) -> str:
     known = [v for v in values.values() if v is not None]
     return f"{min(known):.3f}-{max(known):.3f}" if known else "n/a"
 
@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"wrote {summary['rows_total']:,} rows over {len(dates)} day(s) ({dates[0]}..{dates[-1]}) "
         f"to {config.out} in {summary['seconds']:.1f}s ({summary['rows_per_second']:,.0f} rows/s)\n"
-        f"click rate {_range(summary['click_rate'])}, oracle AUC {_range(summary['oracle_auc'])}, "
-        f"popularity-only AUC {_range(summary['popularity_auc'])}"
+        f"click rate {_value_range(summary['click_rate'])}, oracle AUC {_value_range(summary['oracle_auc'])}, "
+        f"popularity-only AUC {_value_range(summary['popularity_auc'])}"
     )
     return Exit.OK
 

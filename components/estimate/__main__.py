@@ -8,7 +8,7 @@ import sys
 
 from components.common.cli import Exit, cli_parser, exit_for
 from components.estimate.hardware import HardwareError, available_profiles
-from components.estimate.planner import EstimateConfig, EstimateError, table, write
+from components.estimate.planner import EstimateConfig, EstimateError, estimate_and_write, table
 from components.train.data import DatasetError
 
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             max_lost_minutes=args.max_lost_minutes,
             memory_fraction=args.memory_fraction,
         )
-        path, doc = write(config, args.out)
+        path, doc = estimate_and_write(config, args.out)
     except (EstimateError, HardwareError, DatasetError) as exc:
         print(f"estimate: error: {exc}", file=sys.stderr)
         return exit_for(exc)

@@ -2,7 +2,7 @@
 
 :func:`estimate` is a pure function of an :class:`EstimateConfig` (it reads the
 dataset's meta.json and the profile; with ``probe=True`` it also runs a few real
-training steps on this machine) and returns the plan document; :func:`write`
+training steps on this machine) and returns the plan document; :func:`estimate_and_write`
 writes it through ``components.common.plan.write_plan``.
 
 Choices (each gets a one-line ``rationale`` entry in the plan):
@@ -869,7 +869,7 @@ def estimate(config: EstimateConfig) -> dict[str, Any]:
     }
 
 
-def write(config: EstimateConfig, out: str | Path) -> tuple[Path, dict[str, Any]]:
+def estimate_and_write(config: EstimateConfig, out: str | Path) -> tuple[Path, dict[str, Any]]:
     """Estimate and write plan.json at ``out``; returns the path and the document."""
     doc = estimate(config)
     path = write_plan(out, doc["train"], doc["rationale"], doc["estimate"])

@@ -314,11 +314,11 @@ def probe_speed(
     """
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from components.train import trainer as T
+    from components.train import trainer
     from components.train.data import BatchDataset, ShardedBatchSampler, load_meta, make_loader
 
     torch_device = torch.device(device)
-    runtime = runtime or T.Runtime(
+    runtime = runtime or trainer.Runtime(
         0, 1, 0, torch_device, "nccl" if torch_device.type == "cuda" else "gloo"
     )
     world = runtime.world_size
@@ -333,7 +333,7 @@ def probe_speed(
         )
     plan = plan.replace(grad_accum=1, checkpoint_every_steps=0, max_epochs=1, progress_seconds=0)
     torch.manual_seed(plan.seed)
-    sparse = T.use_sparse(plan, runtime)
+    sparse = trainer.use_sparse(plan, runtime)
     model = build_model(
         plan.model, vocab, sparse=sparse, activation_checkpointing=plan.activation_checkpointing
     ).to(runtime.device)
@@ -343,9 +343,11 @@ def probe_speed(
         else model
     )
     start = time.perf_counter()
-    penalty = T.IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
+    penalty = (
+        trainer.IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
+    )
     setup = time.perf_counter() - start
-    optim = T.Optimizers(model, plan, total_steps=warmup + steps)
+    optim = trainer.Optimizers(model, plan, total_steps=warmup + steps)
     scaler = torch.amp.GradScaler("cuda") if plan.precision == "fp16" else None
     ready_at = time.time()
 
@@ -356,7 +358,7 @@ def probe_speed(
         )
         state = {"epoch": index, "micro_step": 0, "global_step": 0, "history": [], "partial": {}}
         loader = make_loader(subset, sampler, plan, runtime.device.type)
-        return T.run_epoch(
+        return trainer.run_epoch(
             wrapped,
             model,
             loader,
@@ -374,7 +376,9 @@ def probe_speed(
     timed_rows = min(len(train_set), steps * plan.micro_batch * world)
     timed = epoch(timed_rows, 1)
     start = time.perf_counter()
-    T.evaluate(model, Rows(val_set, sample_rows(len(val_set), eval_rows, plan.seed)), plan, runtime)
+    trainer.evaluate(
+        model, Rows(val_set, sample_rows(len(val_set), eval_rows, plan.seed)), plan, runtime
+    )
     eval_seconds = time.perf_counter() - start
     if runtime.device.type == "cuda":
         torch.cuda.synchronize(runtime.device)
@@ -461,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from components.common.cli import Exit, cli_parser, exit_for
-    from components.train import trainer as T
+    from components.train import trainer
 
     parser = cli_parser(
         "python -m components.estimate.probe", "One process of the estimate's launched speed probe."
@@ -473,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="where rank 0 writes the measurement (JSON)")
     args = parser.parse_args(argv)
     doc = json.loads(Path(args.plan).read_text())
-    runtime = T.init_runtime()
+    runtime = trainer.init_runtime()
     torch.set_num_threads(doc["plan"].get("cpu_threads") or 1)
     try:
         result = probe_speed(args.data, TrainPlan(**doc["plan"]), runtime=runtime, **doc["options"])

@@ -90,7 +90,7 @@ def preprocess(config: PreprocessConfig) -> dict:
         log.info("removed leftover of an interrupted run: %r", str(stale))
 
     with timer.phase("scan"):
-        found = resolve(config)
+        found = resolve_inputs(config)
         fs, window, files, fingerprint = found.fs, found.window, found.files, found.fingerprint
         pieces = rawio.plan_pieces(fs, files)
         log.info(
@@ -158,7 +158,7 @@ class Resolved:
     """Paths under the raw root not read (``raw.Ignored``: path and reason)."""
 
 
-def resolve(config: PreprocessConfig) -> Resolved:
+def resolve_inputs(config: PreprocessConfig) -> Resolved:
     """The window (``end_date`` or the latest day present) and its input files; cheap, reads no rows.
 
     Raises :class:`InputError` when the window has no files for a split.

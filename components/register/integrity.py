@@ -207,7 +207,7 @@ def verified_download(client: Any, name: str, version: int | str, dest: str | Pa
     return local
 
 
-def resolve(client: Any, model_uri: str) -> tuple[str, int]:
+def resolve_model_uri(client: Any, model_uri: str) -> tuple[str, int]:
     """``(name, version)`` of ``models:/NAME/VERSION`` or ``models:/NAME@ALIAS``."""
     match = _MODEL_URI.fullmatch(model_uri)
     if not match:
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         client = connect(args.tracking_uri or default_tracking_uri())
-        name, version = resolve(client, args.model)
+        name, version = resolve_model_uri(client, args.model)
         local = verified_download(client, name, version, args.dst)
     except (IntegrityError, TrackingError, ValueError, OSError) as exc:
         print(f"integrity: error: {exc}", file=sys.stderr)

@@ -70,14 +70,14 @@ def main(argv: list[str] | None = None) -> int:
         print("serve: error: --port must be in 1..65535 and --workers >= 1", file=sys.stderr)
         return Exit.USAGE
     from components.common.tracking import TrackingError, connect, redact
-    from components.register.integrity import IntegrityError, resolve, verified_download
+    from components.register.integrity import IntegrityError, resolve_model_uri, verified_download
     from components.register.stage import default_tracking_uri
 
     uri = args.tracking_uri or default_tracking_uri()
     with tempfile.TemporaryDirectory(prefix="dailyrec-serve-") as tmp:
         try:
             client = connect(uri)
-            name, version = resolve(client, args.model)
+            name, version = resolve_model_uri(client, args.model)
             local = verified_download(client, name, version, tmp)
         except (IntegrityError, TrackingError, ValueError, OSError) as exc:
             print(f"serve: error: {exc}", file=sys.stderr)
