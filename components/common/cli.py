@@ -36,7 +36,7 @@ def exit_for(exc: BaseException) -> Exit:
     """The status for an error a CLI caught: the project's bad-input errors subclass ``ValueError``
     (a config's ``__post_init__``, ``InputError``, ``DatasetError``, ``ParameterError``...), its
     run failures ``RuntimeError`` or ``OSError``."""
-    if no_space(exc):
+    if no_space(exc) or getattr(exc, "exit_status", None) == Exit.NO_SPACE:  # a child's full disk
         return Exit.NO_SPACE
     return Exit.USAGE if isinstance(exc, ValueError) else Exit.FAILED
 

@@ -59,7 +59,7 @@ class LocalTorchrun(TrainingBackend):
         with tempfile.TemporaryDirectory(prefix="dailyrec-torchrun-") as logs:
             proc = subprocess.run(self.command(spec, logs), check=False)
             if proc.returncode != 0:
-                raise LaunchError(failure_message(logs, proc.returncode))
+                raise LaunchError(failure_message(logs, proc.returncode), proc.returncode)
         return read_summary(spec.out)
 
 

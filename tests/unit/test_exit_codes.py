@@ -16,6 +16,7 @@ from components.common.cli import EXIT_EPILOG, Exit, exit_for, signal_exit
 from components.common.storage import NoSpaceError
 from components.common.tracking import TrackingError
 from components.preprocess.errors import InputError
+from components.train.backend import LaunchError
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "development.md"
@@ -55,6 +56,8 @@ def test_errors_map_to_statuses():
     assert exit_for(PermissionError(errno.EACCES, "denied", "/out")) is Exit.FAILED
     assert exit_for(OSError(errno.ENOSPC, "No space left on device")) is Exit.NO_SPACE
     assert exit_for(NoSpaceError("/out", "preprocess")) is Exit.NO_SPACE
+    assert exit_for(LaunchError("rank 0: train: no space left on /out", 28)) is Exit.NO_SPACE
+    assert exit_for(LaunchError("rank 0: train: DatasetError: ...", 1)) is Exit.FAILED
     assert Exit.NO_SPACE == 28 and signal_exit(15) == 143
 
 
