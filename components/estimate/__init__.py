@@ -15,7 +15,7 @@ from components.estimate.planner import (
     InfeasibleError,
     estimate,
     estimate_and_write,
-    table,
+    plan_table,
 )
 
 __all__ = [
@@ -25,7 +25,7 @@ __all__ = [
     "HardwareProfile",
     "InfeasibleError",
     "estimate",
-    "load_profile",
     "estimate_and_write",
-    "table",
+    "load_profile",
+    "plan_table",
 ]

@@ -8,7 +8,12 @@ import sys
 
 from components.common.cli import Exit, cli_parser, exit_for
 from components.estimate.hardware import HardwareError, available_profiles
-from components.estimate.planner import EstimateConfig, EstimateError, estimate_and_write, table
+from components.estimate.planner import (
+    EstimateConfig,
+    EstimateError,
+    estimate_and_write,
+    plan_table,
+)
 from components.train.data import DatasetError
 
 
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # e.g. --out in a folder that cannot be created
         print(f"estimate: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return exit_for(exc)
-    print(table(doc))
+    print(plan_table(doc))
     print(f"plan written to {path}")
     return Exit.OK
 

@@ -45,7 +45,7 @@ def estimate_op(
     from components.common.dataset import read_pointer
     from components.common.runs import RunFolder, record_stage
     from components.common.storage import disk_full_as
-    from components.estimate.planner import EstimateConfig, estimate_and_write, table
+    from components.estimate.planner import EstimateConfig, estimate_and_write, plan_table
 
     started = time.perf_counter()
     data_dir = read_pointer(dataset.path)
@@ -62,7 +62,7 @@ def estimate_op(
             ),
             RunFolder(Path(run_dir)).plan,
         )
-    print(table(doc))
+    print(plan_table(doc))
     shutil.copyfile(path, plan.path)
     train = dataclasses.asdict(doc["train"])
     plan.metadata.update(

@@ -882,7 +882,7 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.2f} h"
 
 
-def table(doc: dict[str, Any]) -> str:
+def plan_table(doc: dict[str, Any]) -> str:
     """A readable summary of a plan document."""
     plan: TrainPlan = doc["train"]
     est = doc["estimate"]

@@ -111,7 +111,7 @@ def preprocess(config: PreprocessConfig) -> dict:
         with timer.phase("validate"):
             counts = _validate(fs, pieces, window, config, tmp)
         with timer.phase("count"):
-            duplicates = _count(counts, config, tmp)
+            duplicates = _count_features(counts, config, tmp)
             by_day = accounting.rows_by_day(counts, duplicates)
             accounting.check_duplicates(by_day, files, config.max_duplicate_fraction)
         with timer.phase("sequence"):
@@ -121,7 +121,7 @@ def preprocess(config: PreprocessConfig) -> dict:
             rows = _assemble(tmp, config)
         for scratch in ("_staging", "_counted", "_shards"):
             shutil.rmtree(tmp / scratch)
-        meta = _meta(
+        meta = _build_meta(
             config, window, files, counts, duplicates, shard_counts, rows, fingerprint, timer
         )
         # of the training split: what the model standardizes the dense features with
@@ -326,7 +326,7 @@ def _partitions(rows: int, config: PreprocessConfig) -> int:
     return max(1, -(-rows // config.rows_per_partition))
 
 
-def _count(counts: list[dict], config: PreprocessConfig, tmp: Path) -> dict[str, int]:
+def _count_features(counts: list[dict], config: PreprocessConfig, tmp: Path) -> dict[str, int]:
     """Time-ordered partitions, then the count features partition after partition.
 
     Writes ``_counted/`` (the staged rows without exact duplicates, plus the
@@ -577,7 +577,7 @@ def _read_meta(out: Path) -> dict | None:
         return None
 
 
-def _meta(
+def _build_meta(
     config, window, files, counts, duplicates_per_day, shard_counts, rows, fingerprint, timer
 ) -> dict:
     read = sum(c["read"] for c in counts)
