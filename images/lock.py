@@ -21,7 +21,6 @@ what a resolver decides at build time. The venv cannot stand in for the lock: it
 
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import subprocess
@@ -198,12 +197,10 @@ def problems(image: Image, pyproject: Path = PYPROJECT) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
-    from components.common.cli import HelpFormatter
+    from components.common.cli import Exit, cli_parser
 
-    parser = argparse.ArgumentParser(
-        prog="python images/lock.py",
-        formatter_class=HelpFormatter,
-        description="Resolve each image's hash-locked requirements with uv.",
+    parser = cli_parser(
+        "python images/lock.py", "Resolve each image's hash-locked requirements with uv."
     )
     parser.add_argument(
         "--image",
@@ -230,20 +227,20 @@ def main(argv: list[str] | None = None) -> int:
             "\n".join(issues) or "locks consistent with pyproject.toml",
             file=sys.stderr if issues else sys.stdout,
         )
-        return 1 if issues else 0
+        return Exit.FAILED if issues else Exit.OK
     for name in args.image or sorted(IMAGES):
         image = IMAGES[name]
         try:
             text = compile_lock(image, args.torch_find_links)
         except LockError as exc:
             print(f"lock: error: {exc}", file=sys.stderr)
-            return 2
+            return Exit.FAILED
         image.lock.write_text(text, encoding="utf-8")
         print(
             f"wrote {image.lock.relative_to(ROOT)} ({text.count('==') + text.count(' @ ')} pins, "
             f"CPython {image.python})"
         )
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

@@ -50,15 +50,6 @@ def load_apis() -> tuple[Any, Any]:
     return client.CustomObjectsApi(), client.CoreV1Api()
 
 
-def api_errors() -> tuple[type[Exception], ...]:
-    """What the Kubernetes client raises, unwrapped: no kube config, a refused connection, an API error."""
-    import urllib3
-    from kubernetes.client.exceptions import OpenApiException
-    from kubernetes.config import ConfigException
-
-    return urllib3.exceptions.HTTPError, OpenApiException, ConfigException
-
-
 def transient(exc: BaseException) -> bool:
     """An error a later call may not repeat: a dropped connection, or a 408/429/5xx answer."""
     import urllib3
@@ -487,11 +478,11 @@ def preprocess_cluster(cluster_target: str, workers: int, config: Any) -> Iterat
     import shutil
     from pathlib import Path
 
-    from components.preprocess.stage import resolve
+    from components.preprocess.stage import resolve_inputs
     from kube.dask import check_space, scratch_limit
 
     target = DaskTarget(**json.loads(cluster_target)["dask"])
-    files = resolve(config).files
+    files = resolve_inputs(config).files
     by_format: dict[str, int] = {}
     for f in files:
         fmt = "parquet" if str(f.name).endswith(".parquet") else "csv"

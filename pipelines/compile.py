@@ -9,14 +9,13 @@ pod, as kfp.local runs it). Image references come from ``$DAILYREC_RUNTIME_IMAGE
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
 
 from kfp import compiler
 
-from components.common.cli import HelpFormatter
+from components.common.cli import Exit, cli_parser, exit_for
 from pipelines.daily import daily
 
 DEFAULT_OUT = "build/pipeline.yaml"
@@ -44,11 +43,7 @@ def compile_pipeline(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m pipelines.compile",
-        formatter_class=HelpFormatter,
-        description="Compile the daily pipeline to KFP IR YAML.",
-    )
+    p = cli_parser("python -m pipelines.compile", "Compile the daily pipeline to KFP IR YAML.")
     p.add_argument(
         "--env",
         default="a100",
@@ -63,19 +58,19 @@ def main(argv: list[str] | None = None) -> int:
         parameters = cluster_defaults(args.env) if args.env != "none" else None
     except ValueError as exc:
         print(f"compile: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_for(exc)
     try:
         out = compile_pipeline(args.out, parameters)
     except OSError as exc:  # e.g. --out in a folder that cannot be created
         print(f"compile: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     what = (
         f"ENV={args.env}: launcher=trainjob, cluster target of kube/clusters/{args.env}.json"
         if parameters
         else "no environment: launcher=local (torchrun inside the train task's pod)"
     )
     print(f"compiled {out} ({what})")
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

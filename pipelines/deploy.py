@@ -27,7 +27,6 @@ upload requests) and validated offline. ``trigger`` starts one run now, as the U
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import hashlib
 import json
@@ -40,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from components.common.cli import HelpFormatter
+from components.common.cli import Exit, HelpFormatter, cli_parser, exit_for
 from kube.types import IMAGE_REPOS, MOUNT_PATH, NAMESPACE
 from pipelines.daily import PIPELINE_NAME
 
@@ -52,7 +51,12 @@ NAMESPACE_ENV = "KFP_NAMESPACE"
 
 
 class DeployError(RuntimeError):
-    pass
+    """A deploy step failed (render, validation, image build, the KFP API)."""
+
+
+class DeployRequestError(DeployError, ValueError):
+    """The request is wrong as given (an unknown ENV, no REGISTRY or KFP_HOST, a bad schedule or
+    --set): nothing was done."""
 
 
 @dataclass(frozen=True)
@@ -77,15 +81,21 @@ class DeployConfig:
             known = sorted(
                 p.name for p in (ROOT / "manifests" / "overlays").glob("*") if p.is_dir()
             )
-            raise DeployError(
+            raise DeployRequestError(
                 f"ENV={self.env}: no manifests/overlays/{self.env} (known: {', '.join(known)})"
             )
         if not self.registry:
-            raise DeployError("REGISTRY is required (where the images are pushed and pulled from)")
+            raise DeployRequestError(
+                "REGISTRY is required (where the images are pushed and pulled from)"
+            )
         if not self.dry_run and not self.host:
-            raise DeployError("KFP_HOST is required (the Kubeflow Pipelines API), or use DRY_RUN=1")
+            raise DeployRequestError(
+                "KFP_HOST is required (the Kubeflow Pipelines API), or use DRY_RUN=1"
+            )
         if len(self.schedule.split()) != 6:
-            raise DeployError(f"schedule {self.schedule!r}: KFP cron has 6 fields, seconds first")
+            raise DeployRequestError(
+                f"schedule {self.schedule!r}: KFP cron has 6 fields, seconds first"
+            )
 
 
 def git(*args: str) -> str:
@@ -495,11 +505,7 @@ def _kfp_client(host: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m pipelines.deploy",
-        formatter_class=HelpFormatter,
-        description=__doc__.splitlines()[0],
-    )
+    p = cli_parser("python -m pipelines.deploy", __doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command")
     p.add_argument(
         "--env",
@@ -562,10 +568,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "trigger":
             if not args.host:
-                raise DeployError("KFP_HOST is required")
+                raise DeployRequestError("KFP_HOST is required")
             bad = [item for item in args.set if "=" not in item]
             if bad:  # dict() of it would say only "dictionary update sequence element #0 ..."
-                raise DeployError(f"--set {bad[0]!r}: expected KEY=VALUE")
+                raise DeployRequestError(f"--set {bad[0]!r}: expected KEY=VALUE")
             from components.common.params import check_parameters
             from pipelines.local import LocalRunError, load_config
 
@@ -574,12 +580,12 @@ def main(argv: list[str] | None = None) -> int:
                     load_config(None, dict(item.split("=", 1) for item in args.set))
                 )
             except LocalRunError as exc:
-                raise DeployError(str(exc)) from None
+                raise DeployRequestError(str(exc)) from None
             run_id = Publisher(_kfp_client(args.host), profile_namespace()).trigger(
                 params, args.version
             )
             print(f"started run {run_id} of {PIPELINE_NAME}")
-            return 0
+            return Exit.OK
         config = DeployConfig(
             env=args.env,
             registry=args.registry,
@@ -593,17 +599,17 @@ def main(argv: list[str] | None = None) -> int:
         record = deploy(config)
     except (DeployError, ValueError) as exc:
         print(f"deploy: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     except OSError as exc:  # e.g. --out in a folder that cannot be created
         print(f"deploy: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     except _kfp_api_errors() as exc:  # the KFP API refused the connection or answered an error
         reason = " ".join(str(exc).split())[:300]  # ApiException's text spans lines (headers, body)
         print(
             f"deploy: error: KFP API at {args.host}: {type(exc).__name__}: {reason}",
             file=sys.stderr,
         )
-        return 1
+        return Exit.FAILED
     what = "would deploy" if config.dry_run else "deployed"
     print(
         f"{what} dailyrec {record['version']} to ENV={config.env}: {len(record['steps'])} steps; "
@@ -611,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if record["validation"]["unchecked"]:
         print(f"  not validated offline: {', '.join(record['validation']['unchecked'])}")
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from components.common.cli import cli_parser
+from components.common.cli import Exit, cli_parser, exit_for, signal_exit
 from components.common.lock import LockBusy, storage_lock
 from components.common.params import check_parameters
 from components.common.paths import PathError, safe_name
@@ -299,22 +299,19 @@ def main(argv: list[str] | None = None) -> int:
             raise LocalRunError(f"raw events folder {raw} does not exist (--data or raw_uri)")
     except (LocalRunError, ValueError) as exc:
         print(f"run: error: {exc}", file=sys.stderr)
-        return 2
+        return Exit.USAGE  # checked before anything runs: a LocalRunError here is a bad request
     try:
         with stop_tree_on_signals():
             summary = run_local(params, args.root, args.run_id, args.verbose)
     except Stopped as exc:
         print(f"run: {exc}: every task process was stopped", file=sys.stderr)
-        return 128 + exc.signum
-    except LockBusy as exc:
+        return signal_exit(exc.signum)
+    except (LockBusy, PathError) as exc:
         print(f"run: error: {exc}", file=sys.stderr)
-        return 1
-    except PathError as exc:
-        print(f"run: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_for(exc)
     except OSError as exc:  # e.g. a --root that cannot be created
         print(f"run: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     print("\n" + (summary_text(summary) if "stage_seconds" in summary else json.dumps(summary)))
     print(
         f"  wall     {summary['wall_seconds']:.0f}s  summary: {Path(args.root) / 'runs' / summary['run_id'] / SUMMARY}"
@@ -322,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  logs     {summary['logs']}/ (<task>.log per task, pipeline.log: the KFP runner's transcript)"
     )
-    return 0 if summary.get("status") == "SUCCEEDED" else 1
+    return Exit.OK if summary.get("status") == "SUCCEEDED" else Exit.FAILED
 
 
 if __name__ == "__main__":

@@ -1,10 +1,51 @@
 """What every ``python -m components.*`` / ``pipelines.*`` CLI shares: ``--help`` shows each flag's
-help and its default."""
+help and its default, and one set of exit statuses (:class:`Exit`, tabled in docs/development.md)."""
 
 from __future__ import annotations
 
 import argparse
+import enum
 import textwrap
+
+from components.common.storage import NO_RETRY_EXIT, no_space
+
+
+class Exit(enum.IntEnum):
+    """The exit status of every CLI: a caller (a shell, ``make``, KFP, Kubernetes' pod failure
+    policy) can tell a wrong request from a failed run without reading stderr."""
+
+    OK = 0
+    """Done (evaluate: also when the candidate is not blessed; the verdict is in decision.json)."""
+    FAILED = 1
+    """The run started and could not finish: a stage or training error, a service (MLflow, the KFP
+    API) unreachable, an output not writable, a lock held, a pipeline run that did not succeed."""
+    USAGE = 2
+    """Bad input or usage, nothing done: an argument, parameter, config or input file is missing,
+    malformed or out of range (argparse's own status for a bad command line)."""
+    NO_SPACE = NO_RETRY_EXIT
+    """A write failed on a full disk: a restart cannot help (torchrun and the TrainJob's pod failure
+    policy do not retry it)."""
+
+
+def signal_exit(signum: int) -> int:
+    """The status of a run stopped by signal ``signum``: 128 + N, as a shell reports it."""
+    return 128 + int(signum)
+
+
+def exit_for(exc: BaseException) -> Exit:
+    """The status for an error a CLI caught: the project's bad-input errors subclass ``ValueError``
+    (a config's ``__post_init__``, ``InputError``, ``DatasetError``, ``ParameterError``...), its
+    run failures ``RuntimeError`` or ``OSError``."""
+    if no_space(exc) or getattr(exc, "exit_status", None) == Exit.NO_SPACE:  # a child's full disk
+        return Exit.NO_SPACE
+    return Exit.USAGE if isinstance(exc, ValueError) else Exit.FAILED
+
+
+EXIT_EPILOG = (
+    "exit status: 0 done; 1 the run failed; 2 bad input or usage; 28 a full disk (no retry); "
+    "128+N stopped by signal N."
+)
+"""Ends every CLI's ``--help`` (:func:`cli_parser`)."""
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -44,10 +85,16 @@ class HelpFormatter(argparse.HelpFormatter):
         return "\n".join(lines)
 
 
-def cli_parser(prog: str, description: str, **kwargs) -> argparse.ArgumentParser:
-    """An argument parser with :class:`HelpFormatter`; the description and any epilog keep their lines."""
-    return argparse.ArgumentParser(
-        prog=prog, description=description, formatter_class=HelpFormatter, **kwargs
+def cli_parser(
+    prog: str, description: str, epilog: str = "", parser_class: type = argparse.ArgumentParser
+) -> argparse.ArgumentParser:
+    """An argument parser with :class:`HelpFormatter` and the exit statuses as the last lines of its
+    help; the description and any epilog keep their lines."""
+    return parser_class(
+        prog=prog,
+        description=description,
+        epilog=f"{epilog}\n\n{EXIT_EPILOG}" if epilog else EXIT_EPILOG,
+        formatter_class=HelpFormatter,
     )
 
 

@@ -49,7 +49,7 @@ class TrainPlan:
     embedding_l2: float = 0.5
     """Mini-batch-aware L2 on the item and user rows a batch uses, each weighted by 1 / its
     training frequency (DIN, Zhou et al. 2018): regularizes ID tables without touching
-    rows outside the batch. 0 = off. 0.5 measured best of 0 / 0.05 / 0.5 / 2 on make-run data."""
+    rows outside the batch. 0 = off. The default's evidence: docs/quality.md."""
     grad_clip: float = 1.0
     """Max global gradient norm of dense parameters (0 = off)."""
     max_epochs: int = 10
@@ -76,8 +76,8 @@ class TrainPlan:
     """Rank 0 logs a progress line (step/total, samples/s, loss, ETA) this often within an
     epoch (0 = only the per-epoch lines)."""
     cpu_threads: int = 1
-    """Intra-op threads per process on CPU. Scale CPU training with processes: on the 2-vCPU
-    development VM, 2 intra-op threads made small training steps ~60x slower (measured)."""
+    """Intra-op threads per process on CPU: CPU training scales with processes, one thread each
+    (the evidence: docs/tuning.md)."""
     eval_batch: int = 4096
     """Samples per forward pass during validation."""
     seed: int = 0

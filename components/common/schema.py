@@ -17,7 +17,6 @@ TIMESTAMP = "timestamp"
 LABEL = "label"
 
 REQUIRED_COLUMNS: tuple[str, ...] = (USER_ID, ITEM_ID, TIMESTAMP, LABEL)
-OPTIONAL_COLUMNS: tuple[str, ...] = (CATEGORY_ID,)
 CONTRACT_COLUMNS: tuple[str, ...] = (USER_ID, ITEM_ID, CATEGORY_ID, TIMESTAMP, LABEL)
 
 # file name ending -> (format, compression); the longest matching ending wins

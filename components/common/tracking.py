@@ -357,15 +357,13 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m components.common.tracking DB``: prepare a local registry for ``mlflow ui``/``server``
     (``make ui``), which would otherwise create it non-atomically on first open, or show a moved
     registry's artifacts at their old place."""
-    import argparse
     import sys
 
-    from components.common.cli import HelpFormatter
+    from components.common.cli import Exit, cli_parser, exit_for
 
-    parser = argparse.ArgumentParser(
-        prog="python -m components.common.tracking",
-        formatter_class=HelpFormatter,
-        description="Create (atomically), repair or relocate a local MLflow SQLite "
+    parser = cli_parser(
+        "python -m components.common.tracking",
+        "Create (atomically), repair or relocate a local MLflow SQLite "
         "registry before a server opens it.",
     )
     parser.add_argument("db", help="the SQLite file, e.g. runs/mlflow.db (required)")
@@ -374,10 +372,13 @@ def main(argv: list[str] | None = None) -> int:
         done = prepare_sqlite(Path(args.db).resolve())
     except TrackingError as exc:
         print(f"tracking: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
+    except OSError as exc:  # e.g. a folder that cannot be created
+        print(f"tracking: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return exit_for(exc)
     if done:
         print(done)
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

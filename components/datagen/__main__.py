@@ -7,17 +7,17 @@ import datetime as dt
 import sys
 from typing import NoReturn
 
-from components.common.cli import HelpFormatter
+from components.common.cli import Exit, cli_parser, exit_for
 from components.datagen.generator import ID_FORMATS, DatagenConfig, extended, generate
 
 PROG = "python -m components.datagen"
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """Argument errors as one line (no usage block), exit status 2."""
+    """Argument errors as one line (no usage block), exit status :attr:`Exit.USAGE`."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(Exit.USAGE, f"{self.prog}: error: {message}\n")
 
 
 def _iso_date(text: str) -> dt.date:
@@ -28,13 +28,11 @@ def _iso_date(text: str) -> dt.date:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(
-        prog=PROG,
-        description=(
-            "Write synthetic e-commerce exposure/click logs (raw-event contract) with each "
-            "row's true click probability in a _truth sidecar."
-        ),
-        formatter_class=HelpFormatter,
+    parser = cli_parser(
+        PROG,
+        "Write synthetic e-commerce exposure/click logs (raw-event contract) with each "
+        "row's true click probability in a _truth sidecar.",
+        parser_class=_OneLineParser,
     )
     parser.add_argument(
         "--out",
@@ -50,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="extend the dataset already in --out by N days (its own parameters; "
-        "other options are ignored)",
+        "other options are ignored; default: none, write a new dataset)",
     )
     parser.add_argument("--users", type=int, default=20_000, help="distinct users")
     parser.add_argument("--items", type=int, default=50_000, help="distinct items")
@@ -72,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _range(values: dict) -> str:
+def _value_range(values: dict) -> str:
     known = [v for v in values.values() if v is not None]
     return f"{min(known):.3f}-{max(known):.3f}" if known else "n/a"
 
@@ -100,15 +98,15 @@ def main(argv: list[str] | None = None) -> int:
         summary = generate(config)
     except (ValueError, OSError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_for(exc)
     dates = list(summary["rows_per_day"])
     print(
         f"wrote {summary['rows_total']:,} rows over {len(dates)} day(s) ({dates[0]}..{dates[-1]}) "
         f"to {config.out} in {summary['seconds']:.1f}s ({summary['rows_per_second']:,.0f} rows/s)\n"
-        f"click rate {_range(summary['click_rate'])}, oracle AUC {_range(summary['oracle_auc'])}, "
-        f"popularity-only AUC {_range(summary['popularity_auc'])}"
+        f"click rate {_value_range(summary['click_rate'])}, oracle AUC {_value_range(summary['oracle_auc'])}, "
+        f"popularity-only AUC {_value_range(summary['popularity_auc'])}"
     )
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

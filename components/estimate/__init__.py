@@ -4,7 +4,7 @@
         [--global-batch B] [--deadline-hours H] [--probe] --out plan.json
 
 The same in Python: ``estimate(EstimateConfig(...)) -> plan document``;
-``write(config, path)`` writes it. See planner.py (choices), memory.py (the
+``estimate_and_write(config, path)`` writes it. See planner.py (choices), memory.py (the
 memory model), probe.py (measurements) and hardware.py (profiles).
 """
 
@@ -14,8 +14,8 @@ from components.estimate.planner import (
     EstimateError,
     InfeasibleError,
     estimate,
-    table,
-    write,
+    estimate_and_write,
+    plan_table,
 )
 
 __all__ = [
@@ -25,7 +25,7 @@ __all__ = [
     "HardwareProfile",
     "InfeasibleError",
     "estimate",
+    "estimate_and_write",
     "load_profile",
-    "table",
-    "write",
+    "plan_table",
 ]

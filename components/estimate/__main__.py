@@ -6,17 +6,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.common.cli import HelpFormatter
+from components.common.cli import Exit, cli_parser, exit_for
 from components.estimate.hardware import HardwareError, available_profiles
-from components.estimate.planner import EstimateConfig, EstimateError, table, write
+from components.estimate.planner import (
+    EstimateConfig,
+    EstimateError,
+    estimate_and_write,
+    plan_table,
+)
 from components.train.data import DatasetError
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m components.estimate",
-        formatter_class=HelpFormatter,
-        description="Write a training plan (plan.json) for a model, dataset and hardware.",
+    p = cli_parser(
+        "python -m components.estimate",
+        "Write a training plan (plan.json) for a model, dataset and hardware.",
     )
     p.add_argument("--data", required=True, help="preprocessed dataset folder (meta.json)")
     p.add_argument("--model", default="debug", help="named model config: debug | local | prod")
@@ -92,16 +96,16 @@ def main(argv: list[str] | None = None) -> int:
             max_lost_minutes=args.max_lost_minutes,
             memory_fraction=args.memory_fraction,
         )
-        path, doc = write(config, args.out)
+        path, doc = estimate_and_write(config, args.out)
     except (EstimateError, HardwareError, DatasetError) as exc:
         print(f"estimate: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     except OSError as exc:  # e.g. --out in a folder that cannot be created
         print(f"estimate: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    print(table(doc))
+        return exit_for(exc)
+    print(plan_table(doc))
     print(f"plan written to {path}")
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

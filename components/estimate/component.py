@@ -45,13 +45,13 @@ def estimate_op(
     from components.common.dataset import read_pointer
     from components.common.runs import RunFolder, record_stage
     from components.common.storage import disk_full_as
-    from components.estimate.planner import EstimateConfig, table, write
+    from components.estimate.planner import EstimateConfig, estimate_and_write, plan_table
 
     started = time.perf_counter()
     data_dir = read_pointer(dataset.path)
     record_stage(run_dir, "preprocess", preprocess_seconds, data_dir=data_dir)
     with disk_full_as("estimate", run_dir):
-        path, doc = write(
+        path, doc = estimate_and_write(
             EstimateConfig(
                 data=data_dir,
                 model=model_config,
@@ -62,7 +62,7 @@ def estimate_op(
             ),
             RunFolder(Path(run_dir)).plan,
         )
-    print(table(doc))
+    print(plan_table(doc))
     shutil.copyfile(path, plan.path)
     train = dataclasses.asdict(doc["train"])
     plan.metadata.update(

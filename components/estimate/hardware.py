@@ -6,9 +6,9 @@ The named profiles live next to this module in ``hardware/<name>.json``
 fields (:data:`FIELDS`); every error names the file and the field.
 
 ``cpu-local`` is detected at run time: "GPUs per node" becomes this machine's
-usable cores (one training process per core, one intra-op thread each: the
-measured best on the 2-vCPU development VM), and each process's "device memory"
-is its share of the RAM (total RAM / cores).
+usable cores (one training process per core, one intra-op thread each; why:
+docs/tuning.md, "One intra-op thread per CPU process"), and each process's
+"device memory" is its share of the RAM (total RAM / cores).
 
 The time model's constants (:data:`TIME_FIELDS`: efficiency, per-step floor,
 start-up, validation and checkpoint costs) are fields too, and every one of

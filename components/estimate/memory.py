@@ -316,7 +316,7 @@ def workspace_bytes(setup: MemorySetup, activations: int) -> int:
     )
 
 
-def _add(*parts: dict[str, int]) -> dict[str, int]:
+def _sum_parts(*parts: dict[str, int]) -> dict[str, int]:
     return {
         "embedding": sum(p["embedding"] for p in parts),
         "dense": sum(p["dense"] for p in parts),
@@ -353,14 +353,14 @@ def memory_breakdown(setup: MemorySetup) -> dict[str, Any]:
     terms["mapped_data"] = {"embedding": setup.mapped_bytes, "dense": 0}
     for part in terms.values():
         part["total"] = part["embedding"] + part["dense"]
-    state = _add(
+    state = _sum_parts(
         *(terms[k] for k in ("weights", "gradients", "optimizer", "autocast_copies", "ddp_buckets"))
     )
-    tensors = _add(state, terms["activations"])
-    total = _add(
+    tensors = _sum_parts(state, terms["activations"])
+    total = _sum_parts(
         tensors, terms["loader"], terms["workspace"], terms["runtime"], terms["checkpoint_buffer"]
     )
-    resident = _add(total, terms["mapped_data"])
+    resident = _sum_parts(total, terms["mapped_data"])
     return {
         "terms": terms,
         "activation_bytes_per_sample": {**per_sample, "total": sum(per_sample.values())},
@@ -375,8 +375,3 @@ def memory_breakdown(setup: MemorySetup) -> dict[str, Any]:
 def total_bytes(setup: MemorySetup) -> int:
     """Peak bytes of one training process (the ``total`` of :func:`memory_breakdown`)."""
     return memory_breakdown(setup)["total"]["total"]
-
-
-def rule_of_thumb_bytes(total_params: int, seq_len: int, batch: int, features: int) -> float:
-    """The common rule of thumb: params(GB) × 3.5 + seq_len × batch × features × 4 bytes."""
-    return total_params * FP32 * 3.5 + seq_len * batch * features * FP32

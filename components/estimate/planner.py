@@ -2,7 +2,7 @@
 
 :func:`estimate` is a pure function of an :class:`EstimateConfig` (it reads the
 dataset's meta.json and the profile; with ``probe=True`` it also runs a few real
-training steps on this machine) and returns the plan document; :func:`write`
+training steps on this machine) and returns the plan document; :func:`estimate_and_write`
 writes it through ``components.common.plan.write_plan``.
 
 Choices (each gets a one-line ``rationale`` entry in the plan):
@@ -869,7 +869,7 @@ def estimate(config: EstimateConfig) -> dict[str, Any]:
     }
 
 
-def write(config: EstimateConfig, out: str | Path) -> tuple[Path, dict[str, Any]]:
+def estimate_and_write(config: EstimateConfig, out: str | Path) -> tuple[Path, dict[str, Any]]:
     """Estimate and write plan.json at ``out``; returns the path and the document."""
     doc = estimate(config)
     path = write_plan(out, doc["train"], doc["rationale"], doc["estimate"])
@@ -882,7 +882,7 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.2f} h"
 
 
-def table(doc: dict[str, Any]) -> str:
+def plan_table(doc: dict[str, Any]) -> str:
     """A readable summary of a plan document."""
     plan: TrainPlan = doc["train"]
     est = doc["estimate"]

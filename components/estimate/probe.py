@@ -314,12 +314,12 @@ def probe_speed(
     """
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from components.train import trainer as T
+    from components.train import trainer
     from components.train.data import BatchDataset, ShardedBatchSampler, load_meta, make_loader
     from components.train.state import TrainState
 
     torch_device = torch.device(device)
-    runtime = runtime or T.Runtime(
+    runtime = runtime or trainer.Runtime(
         0, 1, 0, torch_device, "nccl" if torch_device.type == "cuda" else "gloo"
     )
     world = runtime.world_size
@@ -334,7 +334,7 @@ def probe_speed(
         )
     plan = plan.replace(grad_accum=1, checkpoint_every_steps=0, max_epochs=1, progress_seconds=0)
     torch.manual_seed(plan.seed)
-    sparse = T.use_sparse(plan, runtime)
+    sparse = trainer.use_sparse(plan, runtime)
     model = build_model(
         plan.model, vocab, sparse=sparse, activation_checkpointing=plan.activation_checkpointing
     ).to(runtime.device)
@@ -344,14 +344,16 @@ def probe_speed(
         else model
     )
     start = time.perf_counter()
-    penalty = T.IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
+    penalty = (
+        trainer.IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
+    )
     setup = time.perf_counter() - start
-    optim = T.Optimizers(model, plan, total_steps=warmup + steps)
+    optim = trainer.Optimizers(model, plan, total_steps=warmup + steps)
     scaler = torch.amp.GradScaler("cuda") if plan.precision == "fp16" else None
-    runner = T.StepRunner(wrapped, model, optim, scaler, plan, runtime, penalty)
+    runner = trainer.StepRunner(wrapped, model, optim, scaler, plan, runtime, penalty)
     ready_at = time.time()
 
-    def epoch(n_rows: int, index: int) -> T.EpochStats:
+    def epoch(n_rows: int, index: int) -> trainer.EpochStats:
         subset = Rows(train_set, sample_rows(len(train_set), n_rows, plan.seed + index))
         sampler = ShardedBatchSampler(
             len(subset), plan.micro_batch, world, runtime.rank, seed=plan.seed
@@ -363,7 +365,9 @@ def probe_speed(
     timed_rows = min(len(train_set), steps * plan.micro_batch * world)
     timed = epoch(timed_rows, 1)
     start = time.perf_counter()
-    T.evaluate(model, Rows(val_set, sample_rows(len(val_set), eval_rows, plan.seed)), plan, runtime)
+    trainer.evaluate(
+        model, Rows(val_set, sample_rows(len(val_set), eval_rows, plan.seed)), plan, runtime
+    )
     eval_seconds = time.perf_counter() - start
     if runtime.device.type == "cuda":
         torch.cuda.synchronize(runtime.device)
@@ -447,16 +451,13 @@ def probe_launch(
 
 def main(argv: list[str] | None = None) -> int:
     """A launched probe worker: measure, and rank 0 writes the result (used by :func:`probe_launch`)."""
-    import argparse
     import sys
 
-    from components.common.cli import HelpFormatter
-    from components.train import trainer as T
+    from components.common.cli import Exit, cli_parser, exit_for
+    from components.train import trainer
 
-    parser = argparse.ArgumentParser(
-        prog="python -m components.estimate.probe",
-        description="One process of the estimate's launched speed probe.",
-        formatter_class=HelpFormatter,
+    parser = cli_parser(
+        "python -m components.estimate.probe", "One process of the estimate's launched speed probe."
     )
     parser.add_argument("--data", required=True, help="preprocessed dataset folder")
     parser.add_argument(
@@ -465,18 +466,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="where rank 0 writes the measurement (JSON)")
     args = parser.parse_args(argv)
     doc = json.loads(Path(args.plan).read_text())
-    runtime = T.init_runtime()
+    runtime = trainer.init_runtime()
     torch.set_num_threads(doc["plan"].get("cpu_threads") or 1)
     try:
         result = probe_speed(args.data, TrainPlan(**doc["plan"]), runtime=runtime, **doc["options"])
     except ValueError as exc:
         print(f"probe: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     if runtime.is_main:
         with open(args.out + ".tmp", "w") as f:
             json.dump(result, f)
         os.replace(args.out + ".tmp", args.out)
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """CLI: ``python -m components.evaluate --data DIR --checkpoint FILE --model-name NAME --out DIR
 [--tracking-uri URI] [--min-auc X] [--tolerance T]``.
 
-Exits 0 whether or not the candidate is blessed (the verdict is in decision.json);
-non-zero with a one-line reason when it cannot be evaluated.
+Exits 0 whether or not the candidate is blessed (the verdict is in decision.json); otherwise
+with a one-line reason and the status of :class:`~components.common.cli.Exit`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from components.common.cli import HelpFormatter, field_docs
+from components.common.cli import Exit, cli_parser, exit_for, field_docs
 from components.common.tracking import TrackingError
 from components.evaluate.decision import UNUSABLE_POLICIES, GateRule
 from components.evaluate.stage import EvaluateConfig, EvaluateError, evaluate, summary_line
@@ -22,10 +22,9 @@ from components.train.data import DatasetError
 def build_parser() -> argparse.ArgumentParser:
     rule = GateRule()
     GATE = field_docs(GateRule)
-    p = argparse.ArgumentParser(
-        prog="python -m components.evaluate",
-        formatter_class=HelpFormatter,
-        description="Score a candidate checkpoint on the test split, compare it with the "
+    p = cli_parser(
+        "python -m components.evaluate",
+        "Score a candidate checkpoint on the test split, compare it with the "
         "registered champion and decide whether it is blessed.",
     )
     p.add_argument("--data", required=True, help="preprocessed dataset folder")
@@ -87,10 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         OSError,
     ) as exc:
         print(f"evaluate: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     print(summary_line(result["metrics"], result["decision"]))
     print(f"outputs in {args.out}")
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

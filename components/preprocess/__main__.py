@@ -8,7 +8,7 @@ import datetime as dt
 import sys
 from pathlib import Path
 
-from components.common.cli import HelpFormatter, field_docs
+from components.common.cli import Exit, cli_parser, exit_for, field_docs
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.errors import InputError
 from components.preprocess.stage import format_summary, preprocess
@@ -17,10 +17,9 @@ from components.preprocess.stage import format_summary, preprocess
 def build_parser() -> argparse.ArgumentParser:
     defaults = {f.name: f.default for f in dataclasses.fields(PreprocessConfig)}
     DOCS = field_docs(PreprocessConfig)
-    p = argparse.ArgumentParser(
-        prog="python -m components.preprocess",
-        description="Raw e-commerce event logs -> validated, hashed, sequenced, time-split arrays.",
-        formatter_class=HelpFormatter,
+    p = cli_parser(
+        "python -m components.preprocess",
+        "Raw e-commerce event logs -> validated, hashed, sequenced, time-split arrays.",
     )
     p.add_argument(
         "--raw", required=True, help="raw events root (dt=YYYY-MM-DD/ folders; path or URI)"
@@ -112,16 +111,16 @@ def main(argv: list[str] | None = None) -> int:
         meta = preprocess(PreprocessConfig(**vars(args)))
     except (InputError, ValueError) as exc:
         print(f"preprocess: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_for(exc)
     except (
         OSError,
         ImportError,
     ) as exc:  # unwritable --out, s3:// without s3fs, no scheduler at tcp://
         print(f"preprocess: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     print(format_summary(meta))
     print(f"meta: {str(Path(args.out) / 'meta.json')!r}")
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

@@ -298,7 +298,3 @@ def _quarantine_frame(table: pa.Table, bad, reason, file_index, rows) -> pd.Data
         else:
             out[column] = pd.Series([None] * len(out), dtype=object)
     return out[QUARANTINE_COLUMNS]
-
-
-def empty_clean_frame() -> pd.DataFrame:
-    return pd.DataFrame({name: np.empty(0, dtype) for name, dtype in CLEAN_COLUMNS.items()})

@@ -62,7 +62,7 @@ def resolve_window(
     from components.common.storage import atomic_write_json
     from components.preprocess.config import PreprocessConfig
     from components.preprocess.logical_date import logical_end_date
-    from components.preprocess.stage import resolve
+    from components.preprocess.stage import resolve_inputs
 
     raw = raw_uri or f"{storage_root.rstrip('/')}/raw"
     end = logical_end_date(run_date, schedule_time)
@@ -74,7 +74,7 @@ def resolve_window(
         history_days=history_days,
         seq_len=seq_len,
     )
-    found = resolve(config)
+    found = resolve_inputs(config)
     end_date = found.window.end.isoformat()
     # run_id comes from the run form: it must not name a folder outside the storage root
     rid = safe_name(run_id or kfp_run_id, "run_id")

@@ -124,10 +124,6 @@ class PreprocessConfig:
                 f"tcp://host:8786, got {self.scheduler!r}"
             )
 
-    @property
-    def train_days(self) -> int:
-        return self.days - self.val_days - self.test_days
-
     def result_fields(self) -> dict:
         """The fields that change the output bytes (part of the fingerprint)."""
         skip = {"raw", "out", "scheduler", "workers", "force", "shuffle_buffer_mb"}

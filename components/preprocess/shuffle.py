@@ -47,7 +47,7 @@ def buffer_parameter() -> inspect.Parameter | None:
     return defaulted[0] if names == ["available_memory"] else None
 
 
-def _apply() -> None:
+def _set_buffer_default() -> None:
     import partd
 
     partd.Buffer.__init__.__defaults__ = (min(_caps),) if _caps else _saved
@@ -73,7 +73,7 @@ def bounded_disk_shuffle(buffer_bytes: int, spill_dir: Path) -> Iterator[None]:
             if not _caps:
                 _saved = partd.Buffer.__init__.__defaults__
             _caps.append(int(buffer_bytes))
-            _apply()
+            _set_buffer_default()
     try:
         with dask.config.set({"temporary_directory": str(spill_dir)}):
             yield
@@ -81,5 +81,5 @@ def bounded_disk_shuffle(buffer_bytes: int, spill_dir: Path) -> Iterator[None]:
         with _lock:
             if capped:
                 _caps.remove(int(buffer_bytes))
-                _apply()
+                _set_buffer_default()
         shutil.rmtree(spill_dir, ignore_errors=True)

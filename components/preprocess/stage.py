@@ -90,7 +90,7 @@ def preprocess(config: PreprocessConfig) -> dict:
         log.info("removed leftover of an interrupted run: %r", str(stale))
 
     with timer.phase("scan"):
-        found = resolve(config)
+        found = resolve_inputs(config)
         fs, window, files, fingerprint = found.fs, found.window, found.files, found.fingerprint
         pieces = rawio.plan_pieces(fs, files)
         log.info(
@@ -111,7 +111,7 @@ def preprocess(config: PreprocessConfig) -> dict:
         with timer.phase("validate"):
             counts = _validate(fs, pieces, window, config, tmp)
         with timer.phase("count"):
-            duplicates = _count(counts, config, tmp)
+            duplicates = _count_features(counts, config, tmp)
             by_day = accounting.rows_by_day(counts, duplicates)
             accounting.check_duplicates(by_day, files, config.max_duplicate_fraction)
         with timer.phase("sequence"):
@@ -121,7 +121,7 @@ def preprocess(config: PreprocessConfig) -> dict:
             rows = _assemble(tmp, config)
         for scratch in ("_staging", "_counted", "_shards"):
             shutil.rmtree(tmp / scratch)
-        meta = _meta(
+        meta = _build_meta(
             config, window, files, counts, duplicates, shard_counts, rows, fingerprint, timer
         )
         # of the training split: what the model standardizes the dense features with
@@ -158,7 +158,7 @@ class Resolved:
     """Paths under the raw root not read (``raw.Ignored``: path and reason)."""
 
 
-def resolve(config: PreprocessConfig) -> Resolved:
+def resolve_inputs(config: PreprocessConfig) -> Resolved:
     """The window (``end_date`` or the latest day present) and its input files; cheap, reads no rows.
 
     Raises :class:`InputError` when the window has no files for a split.
@@ -286,9 +286,7 @@ def _validate(fs, pieces, window: Window, config: PreprocessConfig, tmp: Path) -
     (tmp / "_staging").mkdir()
     (tmp / "quarantine").mkdir()
     tasks = [
-        dask.delayed(_validate_piece, pure=False)(
-            fs, piece, i, window.start, config.max_skew_hours, tmp
-        )
+        dask.delayed(_validate_piece, pure=False)(fs, piece, i, config.max_skew_hours, tmp)
         for i, piece in enumerate(pieces)
     ]
     counts = _compute(tasks)
@@ -296,9 +294,7 @@ def _validate(fs, pieces, window: Window, config: PreprocessConfig, tmp: Path) -
     return counts
 
 
-def _validate_piece(
-    fs, piece: rawio.Piece, index: int, window_start: dt.date, max_skew_hours: float, tmp: Path
-) -> dict:
+def _validate_piece(fs, piece: rawio.Piece, index: int, max_skew_hours: float, tmp: Path) -> dict:
     """Clean one piece; write its kept and quarantined rows; return its counts."""
     table = rawio.read_piece(fs, piece)
     day = DayWindow.for_day(schema.epoch_day(piece.file.day), max_skew_hours)
@@ -330,7 +326,7 @@ def _partitions(rows: int, config: PreprocessConfig) -> int:
     return max(1, -(-rows // config.rows_per_partition))
 
 
-def _count(counts: list[dict], config: PreprocessConfig, tmp: Path) -> dict[str, int]:
+def _count_features(counts: list[dict], config: PreprocessConfig, tmp: Path) -> dict[str, int]:
     """Time-ordered partitions, then the count features partition after partition.
 
     Writes ``_counted/`` (the staged rows without exact duplicates, plus the
@@ -581,7 +577,7 @@ def _read_meta(out: Path) -> dict | None:
         return None
 
 
-def _meta(
+def _build_meta(
     config, window, files, counts, duplicates_per_day, shard_counts, rows, fingerprint, timer
 ) -> dict:
     read = sum(c["read"] for c in counts)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.common.cli import HelpFormatter, field_docs
+from components.common.cli import Exit, cli_parser, exit_for, field_docs
 from components.common.tracking import TrackingError
 from components.register.integrity import IntegrityError
 from components.register.stage import (
@@ -22,10 +22,9 @@ from components.train.checkpoint import CheckpointError
 
 def build_parser() -> argparse.ArgumentParser:
     DOCS = field_docs(RegisterConfig)
-    p = argparse.ArgumentParser(
-        prog="python -m components.register",
-        formatter_class=HelpFormatter,
-        description="Register an evaluated model in MLflow and move its aliases.",
+    p = cli_parser(
+        "python -m components.register",
+        "Register an evaluated model in MLflow and move its aliases.",
     )
     p.add_argument(
         "--checkpoint", required=True, help="the evaluated checkpoint (train output best.pt)"
@@ -87,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         OSError,
     ) as exc:
         print(f"register: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     print(summary_line(result))
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ serve``) load it from the verified folder:
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import hmac
 import json
@@ -42,7 +41,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from components.common.cli import HelpFormatter
+from components.common.cli import Exit, cli_parser, exit_for
 
 DIGEST_TAG = "dailyrec_model_sha256"
 SIGNATURE_TAG = "dailyrec_model_signature"
@@ -208,7 +207,7 @@ def verified_download(client: Any, name: str, version: int | str, dest: str | Pa
     return local
 
 
-def resolve(client: Any, model_uri: str) -> tuple[str, int]:
+def resolve_model_uri(client: Any, model_uri: str) -> tuple[str, int]:
     """``(name, version)`` of ``models:/NAME/VERSION`` or ``models:/NAME@ALIAS``."""
     match = _MODEL_URI.fullmatch(model_uri)
     if not match:
@@ -224,10 +223,9 @@ def resolve(client: Any, model_uri: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m components.register.integrity",
-        formatter_class=HelpFormatter,
-        description="Download a registered model and check it against the digest "
+    p = cli_parser(
+        "python -m components.register.integrity",
+        "Download a registered model and check it against the digest "
         "recorded at registration (then serve or load that folder).",
     )
     p.add_argument(
@@ -247,16 +245,16 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         client = connect(args.tracking_uri or default_tracking_uri())
-        name, version = resolve(client, args.model)
+        name, version = resolve_model_uri(client, args.model)
         local = verified_download(client, name, version, args.dst)
     except (IntegrityError, TrackingError, ValueError, OSError) as exc:
         print(f"integrity: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     except Exception as exc:  # MlflowException: unknown model, version or alias
         print(f"integrity: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     print(f"models:/{name}/{version}: verified ({DIGEST_TAG} matches) in {local}")
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

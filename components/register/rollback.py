@@ -19,13 +19,12 @@ A rollback is an alias move like the register stage's, with the same guards:
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 import tempfile
 from pathlib import Path
 
-from components.common.cli import HelpFormatter
+from components.common.cli import Exit, cli_parser, exit_for
 from components.common.lock import LockBusy, storage_lock
 from components.common.tracking import TrackingError, connect, sqlite_path
 from components.register.integrity import IntegrityError, verified_download
@@ -79,10 +78,8 @@ def rollback(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m components.register.rollback",
-        formatter_class=HelpFormatter,
-        description="Put an earlier model version back as champion.",
+    p = cli_parser(
+        "python -m components.register.rollback", "Put an earlier model version back as champion."
     )
     p.add_argument(
         "--model-name", default="dailyrec", help="registered model whose @champion moves back"
@@ -114,15 +111,15 @@ def main(argv: list[str] | None = None) -> int:
         )
     except (TrackingError, ValueError, IntegrityError, ChampionMoved, LockBusy) as exc:
         print(f"rollback: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     except Exception as exc:  # MlflowException: unknown model or version
         print(f"rollback: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     print(
         f"{args.model_name}: champion = v{result['champion']}"
         + (f", previous = v{result['previous']}" if result["previous"] else "")
     )
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

@@ -9,20 +9,15 @@ day has both labels) and the full accounting as JSON with ``--json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
-from components.common.cli import HelpFormatter
+from components.common.cli import Exit, cli_parser, exit_for
 from components.score.batch import ScoreConfig, score_day, summary_line
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m components.score",
-        description=__doc__.splitlines()[0],
-        formatter_class=HelpFormatter,
-    )
+    p = cli_parser("python -m components.score", __doc__.splitlines()[0])
     p.add_argument("--raw", required=True, help="raw events root with dt=YYYY-MM-DD/ folders")
     p.add_argument("--date", required=True, help="the day to score (YYYY-MM-DD)")
     p.add_argument("--out", required=True, help="Parquet file to write")
@@ -65,15 +60,15 @@ def main(argv: list[str] | None = None) -> int:
         result = score_day(config)
     except (ValueError, OSError, RuntimeError) as exc:  # InputError, IntegrityError, TrackingError
         print(f"score: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     except Exception as exc:  # MlflowException: unknown model, version or alias
         print(
             f"score: error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
             file=sys.stderr,
         )
-        return 1
+        return Exit.FAILED
     print(json.dumps(result, indent=2) if args.json else summary_line(result))
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

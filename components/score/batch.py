@@ -32,7 +32,6 @@ from components.common import schema
 from components.common.progress import get_logger
 
 log = get_logger(__name__)
-OUTPUT_COLUMNS = ("user_id", "item_id", "category_id", "timestamp", "label", "score", "file", "row")
 
 
 @dataclass(frozen=True)
@@ -84,14 +83,14 @@ def score_day(config: ScoreConfig) -> dict:
     from components.preprocess import raw as rawio
     from components.preprocess.errors import InputError
     from components.preprocess.stage import _compute
-    from components.register.integrity import WEIGHTS, resolve, verified_download
+    from components.register.integrity import WEIGHTS, resolve_model_uri, verified_download
     from components.register.stage import default_tracking_uri
     from components.score.features import COUNT_STATE, USER_EVENTS, Layout, Snapshot
     from components.train.inference import load_scorer
 
     started = time.perf_counter()
     client = connect(config.tracking_uri or default_tracking_uri())
-    name, version = resolve(client, config.model)
+    name, version = resolve_model_uri(client, config.model)
     ignored: list = []
     fs, days = rawio.list_days(config.raw, ignored)
     if config.date not in days:

@@ -304,7 +304,7 @@ def _ids(values, column: str, nullable: bool = False, where=None) -> np.ndarray:
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise RequestError(
-            f"{_where(i, where)}: {column} {_show(values[i])} is no usable id "
+            f"{_row_label(i, where)}: {column} {_short_repr(values[i])} is no usable id "
             f"({'an empty value' if null[i] else 'a non-integral number or empty text'})"
         )
     return np.where(null, 0, keys).astype(np.int64) if nullable else keys
@@ -319,7 +319,7 @@ def _timestamps(values, column: str, where=None) -> np.ndarray:
         i = int(np.flatnonzero(~valid)[0])
         shown = values.iloc[i] if hasattr(values, "iloc") else values[i]
         raise RequestError(
-            f"{_where(i, where)}: {column} {_show(shown)} is no time between 1970 and 2200 "
+            f"{_row_label(i, where)}: {column} {_short_repr(shown)} is no time between 1970 and 2200 "
             f"(epoch seconds or ISO-8601 with a time of day)"
         )
     return seconds
@@ -333,7 +333,9 @@ def _labels(values: list, where) -> np.ndarray:
     labels, valid = parse_labels(_arrow(values))
     if not valid.all():
         i = int(np.flatnonzero(~valid)[0])
-        raise RequestError(f"{_where(i, where)}: events_label {_show(values[i])} is not 0 or 1")
+        raise RequestError(
+            f"{_row_label(i, where)}: events_label {_short_repr(values[i])} is not 0 or 1"
+        )
     return labels.astype(np.int64)
 
 
@@ -350,14 +352,14 @@ def _is_null(value) -> bool:
     return value is None or (isinstance(value, float) and np.isnan(value))
 
 
-def _where(i: int, where) -> str:
+def _row_label(i: int, where) -> str:
     if where is None:
         return f"row {i}"
     row, j = where[i]
     return f"row {row} event {j}"
 
 
-def _show(value) -> str:
+def _short_repr(value) -> str:
     text = "null" if _is_null(value) else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 

@@ -15,14 +15,14 @@ A bad request is answered with HTTP 400 and a one-line reason.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 
-from components.common.cli import HelpFormatter
+from components.common.cli import Exit, cli_parser, exit_for, signal_exit
 
 HOST = "127.0.0.1"
 
@@ -48,10 +48,10 @@ def serve_command(model_dir: str, port: int, workers: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m components.score.serve",
-        description=__doc__.splitlines()[0],
-        formatter_class=HelpFormatter,
+    p = cli_parser(
+        "python -m components.score.serve",
+        __doc__.splitlines()[0],
+        "Once serving, the exit status is the scoring server's own.",
     )
     p.add_argument(
         "--model",
@@ -68,23 +68,23 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not 0 < args.port < 65536 or args.workers < 1:
         print("serve: error: --port must be in 1..65535 and --workers >= 1", file=sys.stderr)
-        return 2
+        return Exit.USAGE
     from components.common.tracking import TrackingError, connect, redact
-    from components.register.integrity import IntegrityError, resolve, verified_download
+    from components.register.integrity import IntegrityError, resolve_model_uri, verified_download
     from components.register.stage import default_tracking_uri
 
     uri = args.tracking_uri or default_tracking_uri()
     with tempfile.TemporaryDirectory(prefix="dailyrec-serve-") as tmp:
         try:
             client = connect(uri)
-            name, version = resolve(client, args.model)
+            name, version = resolve_model_uri(client, args.model)
             local = verified_download(client, name, version, tmp)
         except (IntegrityError, TrackingError, ValueError, OSError) as exc:
             print(f"serve: error: {exc}", file=sys.stderr)
-            return 1
+            return exit_for(exc)
         except Exception as exc:  # MlflowException: unknown model, version or alias
             print(f"serve: error: {type(exc).__name__}: {redact(str(exc))}", file=sys.stderr)
-            return 1
+            return Exit.FAILED
         print(
             f"serving models:/{name}/{version} (verified) on http://{HOST}:{args.port}/invocations",
             flush=True,
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return subprocess.call(serve_command(str(local), args.port, args.workers), env=env)
         except KeyboardInterrupt:
-            return 130
+            return signal_exit(signal.SIGINT)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from components.common.cli import HelpFormatter
+from components.common.cli import Exit, cli_parser
 from components.train.trainer import (
     RESUME_MODES,
     TrainConfig,
@@ -20,10 +20,9 @@ from components.train.trainer import (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m components.train",
-        formatter_class=HelpFormatter,
-        description="Train the model on a preprocessed dataset, as one process or under torchrun.",
+    p = cli_parser(
+        "python -m components.train",
+        "Train the model on a preprocessed dataset, as one process or under torchrun.",
     )
     p.add_argument("--data", required=True, help="dataset folder (preprocess output)")
     p.add_argument(
@@ -61,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         config = TrainConfig(**vars(args))
     except ValueError as exc:
         print(f"train: error: {exc}", file=sys.stderr)
-        return 2
-    code = main_with_errors(config)
-    if code == 0 and int(os.environ.get("RANK", 0)) == 0:
+        return Exit.USAGE
+    code = main_with_errors(config)  # Exit.FAILED, or Exit.NO_SPACE on a full disk
+    if code == Exit.OK and int(os.environ.get("RANK", 0)) == 0:
         print(summary_line(read_summary(config.out)))
     return code
 

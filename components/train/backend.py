@@ -18,7 +18,12 @@ from components.train.trainer import TrainConfig
 
 
 class LaunchError(RuntimeError):
-    """Training failed; the message carries every failed rank's error."""
+    """Training failed; the message carries every failed rank's error, ``exit_status`` the status
+    of the launcher's process where one ended (torchrun's: 28 for a full disk)."""
+
+    def __init__(self, message: str, exit_status: int | None = None) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
 
 
 @dataclass(frozen=True)

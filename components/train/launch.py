@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from components.common.cli import HelpFormatter, field_docs
+from components.common.cli import Exit, cli_parser, exit_for, field_docs
 from components.train.backend import LaunchError, LaunchSpec, TrainingBackend
 from components.train.torchrun import rank_errors
 from components.train.trainer import TrainConfig, read_summary, summary_line
@@ -59,7 +59,7 @@ class LocalTorchrun(TrainingBackend):
         with tempfile.TemporaryDirectory(prefix="dailyrec-torchrun-") as logs:
             proc = subprocess.run(self.command(spec, logs), check=False)
             if proc.returncode != 0:
-                raise LaunchError(failure_message(logs, proc.returncode))
+                raise LaunchError(failure_message(logs, proc.returncode), proc.returncode)
         return read_summary(spec.out)
 
 
@@ -94,11 +94,7 @@ def _at_least(low: int):
 
 def main(argv: list[str] | None = None) -> int:
     TRAIN = field_docs(TrainConfig)
-    p = argparse.ArgumentParser(
-        prog="python -m components.train.launch",
-        formatter_class=HelpFormatter,
-        description=__doc__.splitlines()[0],
-    )
+    p = cli_parser("python -m components.train.launch", __doc__.splitlines()[0])
     p.add_argument("--data", required=True, help=TRAIN["data"])
     p.add_argument("--plan", default=None, help=TRAIN["plan"] + " (default: none)")
     p.add_argument("--out", required=True, help=TRAIN["out"])
@@ -127,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         summary = launch(LaunchSpec.of(**vars(args)), LocalTorchrun())
     except (LaunchError, ValueError) as exc:
         print(f"launch: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     print(summary_line(summary))
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

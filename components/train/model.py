@@ -42,14 +42,10 @@ tables, the ones ``sparse=True`` makes sparse; "dense" = everything else
     local   item 2**18 cat 2**12 user 2**18 gap 16 neg 10 L 20   16,910,344   16,777,216      79,185   16,989,529
     prod    item 2**20 cat 2**14 user 2**19 gap 16 neg 20 L 50  101,718,272  100,663,296   1,378,001  103,096,273
 
-Sizing: ``local`` is for a 2-core CPU at micro-batch ~1024. Measured on a
-2-core AMD EPYC VM (fp32, ``torch.set_num_threads(2)``, forward + backward +
-optimizer step, best-of-5 windows): sparse item/user tables with SparseAdam +
-AdamW ~6.5-7.3 k samples/s; dense tables with ``AdamW(fused=True)`` ~5.3-6.0 k,
-with the default (foreach) AdamW ~3.0-3.2 k, since every dense step updates
-all 17 M parameters. ``prod`` puts ~99% of its ~103 M parameters in the
-item/user tables (400 MB fp32 + 800 MB of Adam state: comfortable on an A100;
-with sparse tables only the rows a batch touches are updated).
+Sizing: ``local`` is for a CPU with a few cores at micro-batch ~1024; ``prod`` puts ~99% of
+its ~103 M parameters in the item/user tables (400 MB fp32 + 800 MB of Adam state: comfortable
+on an A100; with sparse tables only the rows a batch touches are updated). Sparse vs dense
+tables, measured: docs/stages.md (Train).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from components.common.storage import NO_RETRY_EXIT
+from components.common.cli import Exit, signal_exit
 
 LOG_DIR_FLAGS = ("--log-dir", "--log_dir")
 
@@ -120,7 +120,7 @@ def main() -> int:
             f"torchrun: {exc.name} failed: rank {rank} exit code {failure.exitcode}",
             file=sys.stderr,
         )
-        return NO_RETRY_EXIT if failure.exitcode == NO_RETRY_EXIT else 1
+        return Exit.NO_SPACE if failure.exitcode == Exit.NO_SPACE else Exit.FAILED
     except SignalException as exc:
         fatal = fatal_failure(logs)
         print(
@@ -129,8 +129,8 @@ def main() -> int:
             else f"torchrun: stopped by {exc.sigval.name}",
             file=sys.stderr,
         )
-        return NO_RETRY_EXIT if fatal else 128 + exc.sigval
-    return 0
+        return Exit.NO_SPACE if fatal else signal_exit(exc.sigval)
+    return Exit.OK
 
 
 if __name__ == "__main__":

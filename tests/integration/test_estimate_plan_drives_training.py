@@ -7,7 +7,7 @@ import json
 import pytest
 
 from components.common.plan import read_plan
-from components.estimate import EstimateConfig, write
+from components.estimate import EstimateConfig, estimate_and_write
 from components.estimate.hardware import load_profile
 from components.train.launch import LaunchSpec, launch
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_cpu_local_plan_is_what_the_trainer_runs(tiny_dataset, tmp_path):
-    path, doc = write(
+    path, doc = estimate_and_write(
         EstimateConfig(data=str(tiny_dataset), model="debug", hardware="cpu-local"),
         tmp_path / "plan.json",
     )

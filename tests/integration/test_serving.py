@@ -26,6 +26,7 @@ import pandas as pd
 import pytest
 
 from components.common import schema
+from components.common.cli import Exit
 from components.common.hashing import hash_ids
 from components.common.plan import TrainPlan, write_plan
 from components.common.tracking import sqlite_uri
@@ -435,8 +436,8 @@ def test_batch_scoring_of_a_raw_day_matches_the_served_model(world, registered, 
     # ids as the file holds them (a column with a null is float here)
     assert [int(float(u)) for u in scores["user_id"]] == day["user_id"].tolist()
     assert 0.0 < result["auc"] < 1.0
-    # a day that is not there: one line, exit 1
-    assert main([*argv[:2], "--date", "2030-01-01", *argv[4:-1]]) == 1
+    # a day that is not there: one line, bad input
+    assert main([*argv[:2], "--date", "2030-01-01", *argv[4:-1]]) == Exit.USAGE
     assert (
         capsys.readouterr().err.strip()
         == f"score: error: {str(raw)!r}: no folder 'dt=2030-01-01' to score"

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from components.common.cli import Exit
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.stage import preprocess
 from tests.conftest import START, random_events, write_day
@@ -125,6 +126,8 @@ class Case:
     needs: tuple[str, ...] = ()
     """Fixtures beyond ``env``: dataset, checkpoint."""
     marks: tuple = field(default=())
+    code: Exit = Exit.USAGE
+    """The documented exit status (docs/development.md)."""
 
 
 def s(value) -> str:
@@ -153,6 +156,7 @@ CASES = [
         ],
         ARGPARSE,
         lambda e: ["a-file"],
+        code=Exit.FAILED,
     ),
     Case(
         "--append-days on a folder that is no dataset",
@@ -160,6 +164,7 @@ CASES = [
         lambda e: ["--out", s(e.missing), "--append-days", "1"],
         ARGPARSE,
         lambda e: [s(e.missing)],
+        code=Exit.USAGE,
     ),
     # -- preprocess
     Case(
@@ -168,6 +173,7 @@ CASES = [
         lambda e: ["--raw", s(e.missing), "--out", s(e.tmp / "ds")],
         "preprocess: error: ",
         lambda e: [s(e.missing), "does not exist"],
+        code=Exit.USAGE,
     ),
     Case(
         "unwritable --out",
@@ -187,6 +193,7 @@ CASES = [
         "preprocess: error: ",
         lambda e: ["a-file"],
         needs=("dataset",),
+        code=Exit.FAILED,
     ),
     Case(
         "unknown scheduler",
@@ -194,6 +201,7 @@ CASES = [
         lambda e: ["--raw", s(e.missing), "--out", s(e.tmp / "ds"), "--scheduler", "bogus"],
         "preprocess: error: ",
         lambda e: ["scheduler", "'bogus'"],
+        code=Exit.USAGE,
     ),
     Case(
         "impossible --end-date",
@@ -201,6 +209,7 @@ CASES = [
         lambda e: ["--raw", s(e.missing), "--out", s(e.tmp / "ds"), "--end-date", "2026-02-30"],
         ARGPARSE,
         lambda e: ["--end-date", "2026-02-30"],
+        code=Exit.USAGE,
     ),
     # -- estimate
     Case(
@@ -209,6 +218,7 @@ CASES = [
         lambda e: ["--data", s(e.missing), "--out", s(e.tmp / "plan.json")],
         "estimate: error: ",
         lambda e: [s(e.missing / "meta.json")],
+        code=Exit.USAGE,
     ),
     Case(
         "unknown model config",
@@ -217,6 +227,7 @@ CASES = [
         "estimate: error: ",
         lambda e: ["'nosuch'"],
         needs=("dataset",),
+        code=Exit.USAGE,
     ),
     Case(
         "unknown hardware profile",
@@ -225,6 +236,7 @@ CASES = [
         "estimate: error: ",
         lambda e: ["'tpu-9000'"],
         needs=("dataset",),
+        code=Exit.USAGE,
     ),
     Case(
         "unwritable --out",
@@ -233,6 +245,7 @@ CASES = [
         "estimate: error: ",
         lambda e: ["a-file"],
         needs=("dataset",),
+        code=Exit.FAILED,
     ),
     # -- train (its error line carries the rank, by design)
     Case(
@@ -241,6 +254,7 @@ CASES = [
         lambda e: ["--data", s(e.missing), "--out", s(e.tmp / "train")],
         r"train: error \(rank 0\): ",
         lambda e: [s(e.missing / "meta.json")],
+        code=Exit.FAILED,
     ),
     Case(
         "nonexistent --init-from checkpoint",
@@ -256,6 +270,7 @@ CASES = [
         r"train: error \(rank 0\): ",
         lambda e: [s(e.missing / "x.pt")],
         needs=("dataset",),
+        code=Exit.FAILED,
     ),
     Case(
         "missing --plan file",
@@ -271,6 +286,7 @@ CASES = [
         r"train: error \(rank 0\): ",
         lambda e: [s(e.missing / "plan.json")],
         needs=("dataset",),
+        code=Exit.FAILED,
     ),
     # -- train.launch
     Case(
@@ -286,6 +302,7 @@ CASES = [
         ],
         "launch: error: ",
         lambda e: [s(e.missing / "p.json")],
+        code=Exit.USAGE,
     ),
     Case(
         "--nproc 0",
@@ -293,6 +310,7 @@ CASES = [
         lambda e: ["--data", s(e.missing), "--out", s(e.tmp / "train"), "--nproc", "0"],
         ARGPARSE,
         lambda e: ["--nproc", "0"],
+        code=Exit.USAGE,
     ),
     # -- evaluate
     Case(
@@ -308,6 +326,7 @@ CASES = [
         ],
         "evaluate: error: ",
         lambda e: [s(e.missing / "meta.json")],
+        code=Exit.USAGE,
     ),
     Case(
         "nonexistent checkpoint",
@@ -323,6 +342,7 @@ CASES = [
         "evaluate: error: ",
         lambda e: [s(e.missing / "c.pt"), "not found"],
         needs=("dataset",),
+        code=Exit.USAGE,
     ),
     Case(
         "--min-auc out of range",
@@ -339,6 +359,7 @@ CASES = [
         ],
         "evaluate: error: ",
         lambda e: ["min_auc", "2"],
+        code=Exit.USAGE,
     ),
     Case(
         "unreachable tracking URI",
@@ -357,6 +378,7 @@ CASES = [
         lambda e: [e.dead.split("//")[1]],
         needs=("dataset", "checkpoint"),
         marks=(pytest.mark.integration,),
+        code=Exit.FAILED,
     ),
     # -- register
     Case(
@@ -374,6 +396,7 @@ CASES = [
         ],
         "register: error: ",
         lambda e: [s(e.missing / "m.json")],
+        code=Exit.USAGE,
     ),
     Case(
         "nonexistent checkpoint",
@@ -390,6 +413,7 @@ CASES = [
         ],
         "register: error: ",
         lambda e: [s(e.missing / "c.pt")],
+        code=Exit.USAGE,
     ),
     Case(
         "unreachable tracking URI",
@@ -408,6 +432,7 @@ CASES = [
         lambda e: [e.dead.split("//")[1]],
         needs=("dataset", "checkpoint"),
         marks=(pytest.mark.integration,),
+        code=Exit.FAILED,
     ),
     # -- score / register.rollback
     Case(
@@ -428,6 +453,7 @@ CASES = [
         "score: error: ",
         lambda e: ["nosuch"],
         marks=(pytest.mark.integration,),
+        code=Exit.FAILED,
     ),
     Case(
         "no @previous version to roll back to",
@@ -436,6 +462,7 @@ CASES = [
         "rollback: error: ",
         lambda e: ["nosuch", "@previous"],
         marks=(pytest.mark.integration,),
+        code=Exit.USAGE,
     ),
     # -- pipelines.local
     Case(
@@ -451,6 +478,7 @@ CASES = [
         ],
         "run: error: ",
         lambda e: [s(e.missing), "does not exist"],
+        code=Exit.USAGE,
     ),
     Case(
         "--set without '='",
@@ -458,6 +486,7 @@ CASES = [
         lambda e: ["--config", s(ROOT / "configs/local.json"), "--set", "window_days"],
         "run: error: ",
         lambda e: ["'window_days'", "KEY=VALUE"],
+        code=Exit.USAGE,
     ),
     Case(
         "--set with a value of the wrong type",
@@ -465,6 +494,7 @@ CASES = [
         lambda e: ["--config", s(ROOT / "configs/local.json"), "--set", "window_days=eleven"],
         "run: error: ",
         lambda e: ["window_days", "'eleven'"],
+        code=Exit.USAGE,
     ),
     Case(
         "missing --config file",
@@ -472,6 +502,7 @@ CASES = [
         lambda e: ["--config", s(e.missing / "run.json")],
         "run: error: ",
         lambda e: [s(e.missing / "run.json")],
+        code=Exit.USAGE,
     ),
     Case(
         "unwritable --root",
@@ -487,6 +518,7 @@ CASES = [
         "run: error: ",
         lambda e: ["a-file"],
         needs=("dataset",),
+        code=Exit.FAILED,
     ),
     # -- pipelines.compile
     Case(
@@ -495,6 +527,7 @@ CASES = [
         lambda e: ["--env", "moon", "--out", s(e.tmp / "p.yaml")],
         "compile: error: ",
         lambda e: ["moon"],
+        code=Exit.USAGE,
     ),
     Case(
         "unwritable --out",
@@ -502,6 +535,7 @@ CASES = [
         lambda e: ["--out", s(e.blocked / "p.yaml")],
         "compile: error: ",
         lambda e: ["a-file"],
+        code=Exit.FAILED,
     ),
     # -- pipelines.deploy
     Case(
@@ -510,6 +544,7 @@ CASES = [
         lambda e: ["--env", "moon", "--registry", "r.example/x", "--dry-run"],
         "deploy: error: ",
         lambda e: ["ENV=moon"],
+        code=Exit.USAGE,
     ),
     Case(
         "no REGISTRY",
@@ -517,6 +552,7 @@ CASES = [
         lambda e: ["--env", "local", "--dry-run"],
         "deploy: error: ",
         lambda e: ["REGISTRY"],
+        code=Exit.USAGE,
     ),
     Case(
         "bad --schedule",
@@ -532,6 +568,7 @@ CASES = [
         ],
         "deploy: error: ",
         lambda e: ["'daily'"],
+        code=Exit.USAGE,
     ),
     Case(
         "unwritable --out (dry run)",
@@ -547,6 +584,7 @@ CASES = [
         ],
         "deploy: error: ",
         lambda e: ["a-file"],
+        code=Exit.FAILED,
     ),
     Case(
         "trigger without KFP_HOST",
@@ -554,6 +592,7 @@ CASES = [
         lambda e: ["trigger"],
         "deploy: error: ",
         lambda e: ["KFP_HOST"],
+        code=Exit.USAGE,
     ),
     Case(
         "trigger --set without '='",
@@ -561,6 +600,7 @@ CASES = [
         lambda e: ["trigger", "--host", e.dead, "--set", "window_days"],
         "deploy: error: ",
         lambda e: ["'window_days'", "KEY=VALUE"],
+        code=Exit.USAGE,
     ),
     Case(
         "trigger on an unreachable KFP API",
@@ -569,6 +609,7 @@ CASES = [
         "deploy: error: ",
         lambda e: [e.dead],
         marks=(pytest.mark.filterwarnings("ignore:This client only works:FutureWarning"),),
+        code=Exit.FAILED,
     ),
 ]
 
@@ -610,6 +651,7 @@ def test_cli_fails_with_one_line_naming_the_problem(case: Case, env, request, ca
         code = exc.code
     err = capsys.readouterr().err
     check_error_output(code, err, case.prefix, case.names(env))
+    assert code == case.code, f"exit {code}, documented {case.code!r}"
     fault_report(
         CATEGORY, f"{case.module}: {case.fault}", f"exit {code}, one line naming it, no traceback"
     )
@@ -645,6 +687,7 @@ def test_process_preprocess_unwritable_out(dataset, env, fault_report):
         "sync",
     )
     check_error_output(done.returncode, done.stderr, "preprocess: error: ", ["a-file"])
+    assert done.returncode == Exit.FAILED
     fault_report(
         CATEGORY,
         "python -m components.preprocess: unwritable --out (process)",
@@ -671,7 +714,7 @@ def test_process_launch_failed_rank_leaves_no_torchrun_traceback(env, fault_repo
         "launch: error: training failed: rank 0: ",
         [s(env.missing / "meta.json")],
     )
-    assert "DatasetError" in last
+    assert "DatasetError" in last and done.returncode == Exit.FAILED
     fault_report(
         CATEGORY,
         "python -m components.train.launch: a rank fails (process, torchrun)",
@@ -693,6 +736,7 @@ def test_process_rollback_unreachable_tracking(env, fault_report):
         "rollback: error: ",
         [env.dead.split("//")[1], "unusable after 3 attempts"],
     )
+    assert done.returncode == Exit.FAILED
     fault_report(
         CATEGORY,
         "python -m components.register.rollback: unreachable tracking URI (process)",

@@ -17,6 +17,7 @@ import numpy as np
 import psutil
 import pytest
 
+from components.common.cli import Exit, exit_for
 from components.common.storage import NoSpaceError, atomic_write_bytes, disk_full_as
 from tests.reliability.waiting import trainer_processes, wait_for
 
@@ -196,8 +197,11 @@ def test_training_on_a_full_disk_is_not_restarted(tiny_dataset, tmp_path, fault_
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        with pytest.raises(LaunchError, match=rf"rank 0: train: no space left on '{out}/.*'"):
+        with pytest.raises(
+            LaunchError, match=rf"rank 0: train: no space left on '{out}/.*'"
+        ) as caught:
             LocalTorchrun().run(spec)
+        assert exit_for(caught.value) == Exit.NO_SPACE  # python -m components.train.launch: 28
     finally:
         for k, v in old.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)

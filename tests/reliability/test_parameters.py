@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from components.common.cli import Exit
 from components.common.params import ParameterError, check_parameters
 from components.evaluate.decision import GateRule, decide
 from components.evaluate.metrics import delong
@@ -102,7 +103,8 @@ def test_make_trigger_checks_parameters_before_contacting_the_cluster(setting, c
     from pipelines.deploy import main as deploy_main
 
     # an unreachable host: the check must refuse before any connection is tried
-    assert deploy_main(["trigger", "--host", "http://127.0.0.1:9", "--set", setting]) == 1
+    code = deploy_main(["trigger", "--host", "http://127.0.0.1:9", "--set", setting])
+    assert code == Exit.USAGE
     err = capsys.readouterr().err
     assert (
         err.startswith(f"deploy: error: parameter {setting.split('=')[0]}=")

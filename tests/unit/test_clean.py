@@ -9,7 +9,6 @@ from components.common import schema
 from components.preprocess.clean import (
     DayWindow,
     clean_table,
-    empty_clean_frame,
     parse_labels,
     parse_timestamps,
 )
@@ -399,19 +398,6 @@ def test_clean_and_quarantine_frames_have_the_contract_columns_and_types():
         "bad_timestamp": 0,
         "timestamp_out_of_range": 0,
         "bad_label": 1,
-    }
-
-
-def test_empty_clean_frame_has_the_clean_columns():
-    empty = empty_clean_frame()
-    assert len(empty) == 0
-    assert {c: str(t) for c, t in empty.dtypes.items()} == {
-        "user_key": "int64",
-        "item_key": "int64",
-        "cat_key": "int64",
-        "ts": "int64",
-        "label": "int8",
-        "day": "int32",
     }
 
 

@@ -18,7 +18,7 @@ from components.common.dataset import (
 from components.common.runs import dataset_dir
 from components.preprocess import raw as rawio
 from components.preprocess.config import PreprocessConfig
-from components.preprocess.stage import resolve
+from components.preprocess.stage import resolve_inputs
 
 CSV = "user_id,item_id,timestamp,label\n" + "".join(
     f"u{i},i{i},{1767225600 + i},0\n" for i in range(120_000)
@@ -85,7 +85,7 @@ def test_each_configuration_of_one_window_gets_its_own_folder(raw_days, tmp_path
     raw, _ = raw_days(days=6, rows=50)
     folders = set()
     for overrides in ({}, {"days": 3}, {"history_days": 2}, {"seq_len": 5}):
-        found = resolve(
+        found = resolve_inputs(
             PreprocessConfig(raw=str(raw), out=str(tmp_path), **({"days": 4} | overrides))
         )
         folder = dataset_dir(tmp_path, found.window.end.isoformat(), found.fingerprint)
