@@ -119,10 +119,11 @@ def publish(
     readme: bool = True,
 ) -> Path:
     """Write the JSON, print the table, and (for real measurements) refresh the published block."""
-    from benchmarks.fingerprint import stamp
+    from benchmarks.fingerprint import SCOPES, stamp
     from components.common.storage import atomic_write_json
 
-    result = {**result, "code": stamp(name)}  # which code this measured (benchmarks/fingerprint.py)
+    if name in SCOPES:  # which code this measured (benchmarks/fingerprint.py)
+        result = {**result, "code": stamp(name)}
     out = atomic_write_json(results_path(name, results, throwaway=throwaway), repo_relative(result))
     print("\n" + table + f"\n\nwrote {out}")
     if readme and not throwaway:  # --quick / --dry figures are no measurement

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from components.common.cli import Exit, exit_for
 from components.common.metrics import roc_auc
 from components.common.monitoring import TrainingMetrics
 from components.common.plan import TrainPlan, drift_lines, plan_vs_actual, read_plan
@@ -1038,11 +1039,11 @@ def main_with_errors(config: TrainConfig) -> int:
         )
         if no_space(exc):
             return refuse_restart()
-        return 1
+        return exit_for(exc)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    return 0
+    return Exit.OK
 
 
 def summary_line(summary: dict) -> str:

@@ -12,6 +12,7 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
+from components.common.cli import Exit
 from components.common.plan import TrainPlan, write_plan
 from components.train.checkpoint import CheckpointError, load_checkpoint
 from components.train.data import BatchDataset, DatasetError, load_meta
@@ -192,7 +193,7 @@ def test_cli_exit_code_and_one_line_error(tiny_dataset, tmp_path):
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 1
+    assert proc.returncode == Exit.USAGE  # a missing dataset is bad input
     assert proc.stderr.strip().splitlines()[-1].startswith("train: error (rank 0): DatasetError:")
 
 

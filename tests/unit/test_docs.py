@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import readme
+from benchmarks import fingerprint, readme
 from benchmarks.pipeline_graph import compiled_pipeline, mermaid, task_names
 
 ROOT = readme.ROOT
@@ -104,6 +104,15 @@ def test_publish_writes_the_json_and_the_block_where_it_lives(tmp_path, monkeypa
     # a smoke run is no measurement: the block keeps the last real one
     readme.publish("z", {"rate": 2}, "| rate | 2 |", results=str(site / "z.json"), throwaway=True)
     assert "| rate | 1 |" in (site / "docs" / "perf.md").read_text()
+
+
+def test_a_published_result_records_the_code_it_measured(tmp_path):
+    out = readme.publish(
+        "train", {"rate": 1}, "| rate | 1 |", results=str(tmp_path / "t.json"), readme=False
+    )
+    code = json.loads(out.read_text())["code"]
+    assert code["fingerprint"] == fingerprint.digest_files(fingerprint.scope_files("train"))
+    assert code["commit"].removesuffix("+changes") == fingerprint.head_commit()
 
 
 # --- the published blocks match their sources ------------------------------------------------
