@@ -170,7 +170,7 @@ def check_parameters(
     run_id: str,
 ) -> None:
     params = dict(locals())  # the parameters, before any other name is bound here
-    from components.common.params import check_parameters as check
+    from pipelines.params import check_parameters as check
 
     check(params)
 

@@ -572,8 +572,8 @@ def main(argv: list[str] | None = None) -> int:
             bad = [item for item in args.set if "=" not in item]
             if bad:  # dict() of it would say only "dictionary update sequence element #0 ..."
                 raise DeployRequestError(f"--set {bad[0]!r}: expected KEY=VALUE")
-            from components.common.params import check_parameters
             from pipelines.local import LocalRunError, load_config
+            from pipelines.params import check_parameters
 
             try:  # typed as the pipeline declares them, and checked before anything is submitted
                 params = check_parameters(

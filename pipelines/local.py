@@ -28,13 +28,13 @@ from pathlib import Path
 
 from components.common.cli import Exit, cli_parser, exit_for, signal_exit
 from components.common.lock import LockBusy, storage_lock
-from components.common.params import check_parameters
 from components.common.paths import PathError, safe_name
 from components.common.proctree import Stopped, orphan_watchdog, stop_tree_on_signals
 from components.common.runs import OWNER, SUMMARY, run_dir, summary_text
 from components.common.storage import atomic_write_json
 from components.common.tracking import sqlite_uri
 from pipelines.console import RunConsole
+from pipelines.params import check_parameters
 
 DEFAULT_CONFIG = "configs/local.json"
 LOGS = "logs"

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from components.common.cli import Exit
-from components.common.params import ParameterError, check_parameters
 from components.evaluate.decision import GateRule, decide
 from components.evaluate.metrics import delong
 from components.evaluate.report import markdown
 from pipelines.local import main, pipeline_parameters
+from pipelines.params import ParameterError, check_parameters
 
 BAD = [
     (
@@ -87,7 +87,7 @@ def test_bad_parameters_are_refused_before_anything_runs(
 
 
 def test_every_daily_parameter_is_known_to_the_checker():
-    from components.common.params import RULES
+    from pipelines.params import RULES
 
     unchecked = {"warm_start"}  # a bool: its type is checked when the config is loaded
     assert set(pipeline_parameters()) - set(RULES) == unchecked
