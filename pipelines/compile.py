@@ -4,7 +4,7 @@ The pipeline as KFP IR YAML for a cluster environment: ``--env`` (default a100) 
 defaults into the parameters (TrainJob launcher, cluster target with the overlay's node pool);
 ``--env none`` compiles the plain definition (launcher local: torchrun inside the train task's
 pod, as kfp.local runs it). Image references come from ``$DAILYREC_RUNTIME_IMAGE`` /
-``$DAILYREC_TRAINER_IMAGE`` (kube/types.py); ``make deploy`` pins the pushed ones.
+``$DAILYREC_TRAINER_IMAGE`` (components/common/images.py); ``make deploy`` pins the pushed ones.
 """
 
 from __future__ import annotations

@@ -17,12 +17,12 @@ deterministic there, so its build has neither (:data:`pipelines.steps.LOCAL`).
 
 from kfp import dsl
 
+from components.common.images import RUNTIME_IMAGE
 from components.estimate.component import estimate_op
 from components.evaluate.component import evaluate_op
 from components.register.component import register_op
 from components.train.component import train_op
 from kube.tasks import on_cluster
-from pipelines.images import RUNTIME_IMAGE
 from pipelines.steps import CLUSTER, Runner, harden, prepare_data, task_settings
 
 PIPELINE_NAME = "dailyrec-daily"

@@ -40,7 +40,8 @@ from typing import Any
 import yaml
 
 from components.common.cli import Exit, HelpFormatter, cli_parser, exit_for
-from kube.types import IMAGE_REPOS, MOUNT_PATH, NAMESPACE
+from components.common.images import IMAGE_REPOS
+from kube.types import MOUNT_PATH, NAMESPACE
 from pipelines.daily import PIPELINE_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,7 +198,7 @@ def render_manifests(
 
 
 def compile_for(env: str, refs: dict[str, str], out: Path) -> Path:
-    """Compile in a subprocess: pipelines/images.py reads the image references at import time."""
+    """Compile in a subprocess: components/common/images.py reads the image references at import time."""
     env_vars = {
         **os.environ,
         "DAILYREC_RUNTIME_IMAGE": refs["runtime"],

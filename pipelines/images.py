@@ -1,6 +1,5 @@
-"""The images the pipeline's components run in: defined once in :mod:`kube.types`, named here
-for the component modules (``base_image=RUNTIME_IMAGE``)."""
+"""The images the pipeline's components run in (defined in :mod:`components.common.images`)."""
 
-from kube.types import RUNTIME_IMAGE, TRAINER_IMAGE
+from components.common.images import RUNTIME_IMAGE, TRAINER_IMAGE
 
 __all__ = ["RUNTIME_IMAGE", "TRAINER_IMAGE"]

@@ -2,7 +2,7 @@
 
 from kfp import dsl
 
-from pipelines.images import RUNTIME_IMAGE
+from components.common.images import RUNTIME_IMAGE
 
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)

@@ -4,7 +4,7 @@ from typing import NamedTuple
 
 from kfp import dsl
 
-from pipelines.images import RUNTIME_IMAGE
+from components.common.images import RUNTIME_IMAGE
 
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)

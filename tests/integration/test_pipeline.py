@@ -10,12 +10,12 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
+from components.common.images import RUNTIME_IMAGE
 from components.common.runs import STAGES
 from components.common.tracking import sqlite_uri
 from components.datagen import DatagenConfig, generate
 from components.datagen.generator import extended
 from pipelines.compile import compile_pipeline
-from pipelines.images import RUNTIME_IMAGE
 from pipelines.local import LocalRunError, load_config, run_local
 
 SUMMARY_KEYS = {
