@@ -3,10 +3,11 @@
 * **Base**: the estimate stage plans the base model on the hardware profile; the
   architectures of the space are filtered by that plan's memory model (space.py).
 * **Trial** (trial.py): its parameters are written as a model config file (the tuned format,
-  with a ``train`` block) and planned by the estimate stage exactly as the daily pipeline
-  plans the winner, then trained in this process on one training process at the same global
-  batch (accumulation absorbs the processes: same rows per step, the same large-batch
-  gradient up to float rounding; only dropout's random masks differ from a 2-process run).
+  with a ``train`` block) and planned by the estimate stage as the daily pipeline plans the
+  winner (the same shape; no speed probe: trial.PLAN_PROBE), then trained in this process on
+  one training process at the same global batch (accumulation absorbs the processes: same
+  rows per step, the same large-batch gradient up to float rounding; only dropout's random
+  masks differ from a 2-process run). :class:`TrialRunner` runs one trial.
 * **Pruning**: after each epoch the trial reports its best validation AUC so far
   (``trial.report(best, epochs)``); when ASHA (``SuccessiveHalvingPruner``) or Hyperband
   says prune, ``on_epoch`` returns False and the trainer stops there. The last epoch is
@@ -29,7 +30,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from components.common.plan import TrainPlan
 from components.common.progress import get_logger
@@ -41,7 +42,7 @@ from components.tune.space import (
     feasible_architectures,
     suggest,
 )
-from components.tune.trial import write_trial_config, write_trial_plan
+from components.tune.trial import PLAN_PROBE, write_trial_config, write_trial_plan
 
 log = get_logger(__name__)
 PRUNERS = ("asha", "hyperband", "none")
@@ -75,14 +76,14 @@ class TuneConfig:
     """Most epochs a trial trains (the pruner's maximum resource)."""
     trials: int = 20
     """Finished (complete or pruned) trials to reach; a resumed search counts earlier ones."""
-    pruner: str = "asha"
+    pruner: str = field(default="asha", metadata={"choices": PRUNERS})
     """asha (SuccessiveHalvingPruner) | hyperband (HyperbandPruner) | none."""
     min_epochs: int = 1
     """The pruner's minimum resource: epochs before a trial can first be pruned."""
     reduction_factor: int = 4
     """The pruner's reduction factor: about 1 in this many trials moves to the next rung (4, as
     Optuna's and Ray Tune's ASHA defaults; benchmarks/tune.py compares 2, 3 and 4)."""
-    sampler: str = "tpe"
+    sampler: str = field(default="tpe", metadata={"choices": SAMPLERS})
     """tpe | random (both seeded with ``seed``)."""
     seed: int = 0
     """Sampler seed (training itself uses the plan's seed)."""
@@ -91,15 +92,15 @@ class TuneConfig:
     enqueue: tuple[dict[str, Any], ...] = ()
     """(Partial) parameter sets tried first, in order, before the sampler proposes any."""
     tracking_uri: str | None = None
-    """MLflow tracking URI; None = no tracking."""
+    """MLflow tracking URI; None (the default) = no tracking."""
     experiment: str = "dailyrec-tune"
     """MLflow experiment of the study and trial runs."""
     study_name: str = "dailyrec-tune"
     """Optuna study name (also the MLflow parent run's name)."""
-    storage: str = "sqlite"
+    storage: str = field(default="sqlite", metadata={"choices": STORAGES})
     """sqlite (OUT/study.db: resumable) | memory."""
     timeout_hours: float | None = None
-    """Start no new trial after this long; None = no limit."""
+    """Start no new trial after this long; None (the default) = no limit."""
     memory_fraction: float = 0.88
     """Share of device memory an architecture may plan to use (as the estimate stage)."""
     name: str = "tuned"
@@ -156,6 +157,91 @@ class TuneConfig:
             "seed": self.seed,
             "space": self.space.as_dict(),
         }
+
+
+PIPELINE_PARAMETERS = {
+    "base_model": "base_model",
+    "hardware_profile": "hardware",
+    "global_batch": "global_batch",
+    "max_epochs": "max_epochs",
+    "trials": "trials",
+    "pruner": "pruner",
+    "min_epochs": "min_epochs",
+    "reduction_factor": "reduction_factor",
+    "sampler": "sampler",
+    "seed": "seed",
+    "search_space": "space",
+    "enqueue": "enqueue",
+    "timeout_hours": "timeout_hours",
+    "tracking_uri": "tracking_uri",
+}
+"""The search settings the dailyrec-tune pipeline and its tune task take: parameter name ->
+:class:`TuneConfig` field (hardware_profile and search_space keep the daily pipeline's names).
+KFP parameters are plain values: search_space and enqueue are JSON text, and an empty text or
+0 leaves a field whose default is None unset."""
+PIPELINE_NOTES = {
+    "search_space": "JSON text; empty = the built-in space.",
+    "enqueue": "JSON list; empty = none.",
+    "timeout_hours": "As a parameter: 0 = no limit.",
+    "tracking_uri": "As a parameter: empty = none.",
+}
+"""How a setting is written as a pipeline parameter, where it differs from the field."""
+
+
+def pipeline_defaults() -> dict[str, Any]:
+    """Each pipeline parameter's default: the field's, written as the parameter takes it."""
+    import typing
+
+    fields, hints = TuneConfig.__dataclass_fields__, typing.get_type_hints(TuneConfig)
+    defaults = {}
+    for param, name in PIPELINE_PARAMETERS.items():
+        default = fields[name].default
+        if param in ("search_space", "enqueue"):
+            defaults[param] = ""  # the built-in space; nothing enqueued
+        elif default is None:
+            defaults[param] = 0.0 if float in typing.get_args(hints[name]) else ""
+        else:
+            defaults[param] = default
+    return defaults
+
+
+def pipeline_docs() -> dict[str, str]:
+    """Each pipeline parameter's description: the field's docstring (and how it is written)."""
+    from components.common.cli import field_docs
+
+    docs = field_docs(TuneConfig)
+    return {
+        param: " ".join(filter(None, (docs[name], PIPELINE_NOTES.get(param))))
+        for param, name in PIPELINE_PARAMETERS.items()
+    }
+
+
+def config_from_parameters(data: str, out: str, params: dict[str, Any]) -> TuneConfig:
+    """The search that pipeline parameters (names of :data:`PIPELINE_PARAMETERS`; missing ones
+    take the defaults) describe; bad values raise a ValueError naming the parameter."""
+
+    def parsed(key: str) -> Any:
+        try:
+            return json.loads(params[key]) if params.get(key) else None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{key}: not valid JSON ({exc})") from None
+
+    enqueue = parsed("enqueue") or []
+    if not isinstance(enqueue, list):
+        raise ValueError("enqueue: expected a JSON list of parameter objects")
+    fields = TuneConfig.__dataclass_fields__
+    given = {
+        name: params[param] if fields[name].default is not None else params[param] or None
+        for param, name in PIPELINE_PARAMETERS.items()
+        if param in params and param not in ("search_space", "enqueue")
+    }
+    return TuneConfig(
+        data=data,
+        out=out,
+        space=SearchSpace.from_dict(parsed("search_space")),
+        enqueue=tuple(enqueue),
+        **given,
+    )
 
 
 # ----------------------------------------------------------------------------- tracking
@@ -319,6 +405,7 @@ def plan_base(config: TuneConfig) -> Base:
             global_batch=config.global_batch,
             max_epochs=config.max_epochs,
             memory_fraction=config.memory_fraction,
+            probe=PLAN_PROBE,
         )
     )
     meta = load_meta(config.data)
@@ -419,16 +506,168 @@ class _TrialFailed(RuntimeError):
     """One trial's training failed; the study goes on (Optuna records it as FAIL)."""
 
 
+class TrialProgress:
+    """One trial's curve while it trains: the epochs seen, the best validation AUC so far and
+    the epoch the pruner stopped it at (None: not pruned)."""
+
+    def __init__(self, trial: Any, run_id: str | None, tracker: Tracker, max_epochs: int) -> None:
+        self.trial, self.run_id, self.tracker, self.max_epochs = trial, run_id, tracker, max_epochs
+        self.seen: list[dict] = []
+        self.best = -math.inf
+        self.pruned_at: int | None = None
+
+    def on_epoch(self, record: dict) -> bool:
+        """The trainer's per-epoch callback: report, track; False when the pruner stops it."""
+        self.seen.append(record)
+        epochs = self._record(record)
+        if report_epoch(self.trial, self.best, epochs, self.max_epochs):
+            self.pruned_at = epochs
+            return False
+        return True
+
+    def catch_up(self, history: list[dict]) -> None:
+        """Report the epochs the callback did not see (an early-stopped last epoch skips it)."""
+        for record in history[len(self.seen) :]:
+            self.trial.report(self.best, self._record(record))
+
+    def _record(self, record: dict) -> int:
+        self.best = max(self.best, record["val_auc"])
+        self.tracker.epoch(self.run_id, record, self.best)
+        return int(record["epoch"]) + 1
+
+
+class TrialRunner:
+    """The study's objective: one trial = its parameters written as a model config, planned by
+    the estimate stage, trained in this process with the pruner watching each epoch, its outcome
+    recorded on the Optuna trial and in MLflow. Three failed trials in a row stop the search."""
+
+    def __init__(self, config: TuneConfig, base: Base, tracker: Tracker) -> None:
+        self.config, self.base, self.tracker = config, base, tracker
+        self.consecutive_failures = 0
+
+    def optimize(self, study: Any) -> None:
+        """Run trials until ``config.trials`` are complete or pruned (failed ones do not count),
+        or the timeout passes."""
+        import optuna
+        from optuna.trial import TrialState
+
+        done = (TrialState.COMPLETE, TrialState.PRUNED)
+        remaining = self.config.trials - len(study.get_trials(deepcopy=False, states=done))
+        if remaining <= 0:
+            return
+        log.info(
+            "searching: %d trial(s) to go (%s pruner, %s sampler, at most %d epochs each)",
+            remaining,
+            self.config.pruner,
+            self.config.sampler,
+            self.config.max_epochs,
+        )
+        study.optimize(
+            self,
+            catch=(_TrialFailed,),
+            gc_after_trial=True,
+            callbacks=[optuna.study.MaxTrialsCallback(self.config.trials, states=done)],
+            timeout=self.config.timeout_hours * 3600 if self.config.timeout_hours else None,
+        )
+
+    def __call__(self, trial: Any) -> float:
+        params = suggest(trial, self.config.space, self.base.archs)
+        folder = Path(self.config.out) / "trials" / f"{trial.number:03d}"
+        run_id = self.tracker.start_trial(trial.number, params, self.config.study_name)
+        progress = TrialProgress(trial, run_id, self.tracker, self.config.max_epochs)
+        try:
+            model_file, summary = self._train(trial.number, params, folder, progress)
+        except Exception as exc:
+            self._failed(progress, exc)
+        self.consecutive_failures = 0
+        progress.catch_up(summary["history"])
+        return self._finish(progress, params, folder, model_file, summary)
+
+    def _train(
+        self, number: int, params: dict[str, Any], folder: Path, progress: TrialProgress
+    ) -> tuple[Path, dict[str, Any]]:
+        from components.train.trainer import TrainConfig, train
+
+        config = self.config
+        model_file = write_trial_config(
+            folder / "config.json",
+            f"{config.name}-trial-{number:03d}",
+            self.base.model,
+            params,
+            config.global_batch,
+            {"study": config.study_name},
+        )
+        plan_file, _ = write_trial_plan(
+            folder / PLAN,
+            data=config.data,
+            model_file=model_file,
+            hardware=config.hardware,
+            global_batch=config.global_batch,
+            max_epochs=config.max_epochs,
+            nproc_per_node=1,
+            memory_fraction=config.memory_fraction,
+        )
+        summary = train(
+            TrainConfig(data=config.data, out=str(folder / "train"), plan=str(plan_file)),
+            on_epoch=progress.on_epoch,
+        )
+        return model_file, summary
+
+    def _failed(self, progress: TrialProgress, exc: Exception) -> NoReturn:
+        self.consecutive_failures += 1
+        trial, epochs = progress.trial, len(progress.seen)
+        trial.set_user_attr("epochs", epochs)
+        trial.set_user_attr("error", f"{type(exc).__name__}: {exc}"[:500])
+        self.tracker.finish_trial(progress.run_id, "failed", epochs, None)
+        log.error("trial %d failed: %s: %s", trial.number, type(exc).__name__, exc)
+        if self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
+            raise TuneError(
+                f"{self.consecutive_failures} trials in a row failed; last: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        raise _TrialFailed(str(exc)) from exc
+
+    def _finish(
+        self,
+        progress: TrialProgress,
+        params: dict[str, Any],
+        folder: Path,
+        model_file: Path,
+        summary: dict[str, Any],
+    ) -> float:
+        import optuna
+
+        trial, pruned = progress.trial, progress.pruned_at is not None
+        epochs, best = int(summary["epochs_run"]), summary["best_val_auc"]
+        for key, value in (
+            ("epochs", epochs),
+            ("seconds", round(summary["seconds"], 1)),
+            ("early_stopped", bool(summary["early_stopped"]) and not pruned),
+            ("config_file", str(model_file)),
+            ("best_val_auc", best),
+        ):
+            trial.set_user_attr(key, value)
+        if not self.config.keep_checkpoints:
+            for ckpt in (folder / "train").glob("*.pt"):
+                ckpt.unlink()
+        self.tracker.finish_trial(progress.run_id, "pruned" if pruned else "complete", epochs, best)
+        log.info(
+            "trial %d: %s after %d epoch(s), best val AUC %.4f  (%s)",
+            trial.number,
+            "PRUNED" if pruned else "complete",
+            epochs,
+            best,
+            _format_params(params),
+        )
+        if pruned:
+            raise optuna.TrialPruned(f"pruned after epoch {progress.pruned_at}")
+        return float(best)
+
+
 def tune(config: TuneConfig) -> dict[str, Any]:
     """Run (or resume) the search; write tuned.json and tune_summary.json; return the summary."""
-    import optuna
-    from optuna.trial import TrialState
-
-    from components.train.trainer import TrainConfig, train
-
     started = time.perf_counter()
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
+    Path(config.out).mkdir(parents=True, exist_ok=True)
     base = plan_base(config)  # planner, hardware, dataset, space errors: ValueErrors with one line
     log.info(
         "base plan: %s, micro-batch %d x accum %d x %d process(es) = global batch %d\n%s",
@@ -441,115 +680,9 @@ def tune(config: TuneConfig) -> dict[str, Any]:
     )
     study = open_study(config)
     tracker = Tracker(config)
-    failures = {"consecutive": 0}
-
-    def objective(trial: optuna.Trial) -> float:
-        params = suggest(trial, config.space, base.archs)
-        folder = out / "trials" / f"{trial.number:03d}"
-        name = f"{config.name}-trial-{trial.number:03d}"
-        run_id = tracker.start_trial(trial.number, params, config.study_name)
-        seen: list[dict] = []
-        state = {"best": -math.inf, "pruned_at": None}
-
-        def on_epoch(record: dict) -> bool:
-            seen.append(record)
-            state["best"] = max(state["best"], record["val_auc"])
-            epochs = int(record["epoch"]) + 1
-            tracker.epoch(run_id, record, state["best"])
-            if report_epoch(trial, state["best"], epochs, config.max_epochs):
-                state["pruned_at"] = epochs
-                return False
-            return True
-
-        try:
-            model_file = write_trial_config(
-                folder / "config.json",
-                name,
-                base.model,
-                params,
-                config.global_batch,
-                {"study": config.study_name},
-            )
-            plan_file, _ = write_trial_plan(
-                folder / PLAN,
-                data=config.data,
-                model_file=model_file,
-                hardware=config.hardware,
-                global_batch=config.global_batch,
-                max_epochs=config.max_epochs,
-                nproc_per_node=1,
-                memory_fraction=config.memory_fraction,
-            )
-            summary = train(
-                TrainConfig(data=config.data, out=str(folder / "train"), plan=str(plan_file)),
-                on_epoch=on_epoch,
-            )
-        except Exception as exc:
-            failures["consecutive"] += 1
-            epochs = len(seen)
-            trial.set_user_attr("epochs", epochs)
-            trial.set_user_attr("error", f"{type(exc).__name__}: {exc}"[:500])
-            tracker.finish_trial(run_id, "failed", epochs, None)
-            log.error("trial %d failed: %s: %s", trial.number, type(exc).__name__, exc)
-            if failures["consecutive"] >= MAX_CONSECUTIVE_FAILURES:
-                raise TuneError(
-                    f"{failures['consecutive']} trials in a row failed; last: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
-            raise _TrialFailed(str(exc)) from exc
-        failures["consecutive"] = 0
-        for record in summary["history"][len(seen) :]:  # an early-stopped last epoch skips on_epoch
-            state["best"] = max(state["best"], record["val_auc"])
-            trial.report(state["best"], int(record["epoch"]) + 1)
-            tracker.epoch(run_id, record, state["best"])
-        epochs = int(summary["epochs_run"])
-        for key, value in (
-            ("epochs", epochs),
-            ("seconds", round(summary["seconds"], 1)),
-            ("early_stopped", bool(summary["early_stopped"]) and state["pruned_at"] is None),
-            ("config_file", str(model_file)),
-            ("best_val_auc", summary["best_val_auc"]),
-        ):
-            trial.set_user_attr(key, value)
-        if not config.keep_checkpoints:
-            for ckpt in (folder / "train").glob("*.pt"):
-                ckpt.unlink()
-        pruned = state["pruned_at"] is not None
-        tracker.finish_trial(
-            run_id, "pruned" if pruned else "complete", epochs, summary["best_val_auc"]
-        )
-        log.info(
-            "trial %d: %s after %d epoch(s), best val AUC %.4f  (%s)",
-            trial.number,
-            "PRUNED" if pruned else "complete",
-            epochs,
-            summary["best_val_auc"],
-            _format_params(params),
-        )
-        if pruned:
-            raise optuna.TrialPruned(f"pruned after epoch {state['pruned_at']}")
-        return float(summary["best_val_auc"])
-
-    done = (TrialState.COMPLETE, TrialState.PRUNED)
-    remaining = config.trials - len(study.get_trials(deepcopy=False, states=done))
     summary = None
     try:
-        if remaining > 0:
-            log.info(
-                "searching: %d trial(s) to go (%s pruner, %s sampler, at most %d epochs each)",
-                remaining,
-                config.pruner,
-                config.sampler,
-                config.max_epochs,
-            )
-            # failed trials do not count: run until `trials` are complete or pruned
-            study.optimize(
-                objective,
-                catch=(_TrialFailed,),
-                gc_after_trial=True,
-                callbacks=[optuna.study.MaxTrialsCallback(config.trials, states=done)],
-                timeout=config.timeout_hours * 3600 if config.timeout_hours else None,
-            )
+        TrialRunner(config, base, tracker).optimize(study)
         summary = summarize(config, study, base, time.perf_counter() - started)
     finally:
         tracker.finish(summary, failed=summary is None)
@@ -562,33 +695,73 @@ def _format_params(params: dict[str, Any]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """The study's trials counted: what tuned.json and the summary report."""
+
+    trials: list
+    complete: int
+    pruned: int
+    failed: int
+
+    @classmethod
+    def of(cls, study: Any) -> Outcome:
+        from optuna.trial import TrialState
+
+        trials = study.get_trials(deepcopy=False)
+
+        def count(state: TrialState) -> int:
+            return sum(t.state == state for t in trials)
+
+        return cls(
+            trials, count(TrialState.COMPLETE), count(TrialState.PRUNED), count(TrialState.FAIL)
+        )
+
+    @property
+    def unfailed(self) -> int:
+        """Trials not failed, waiting ones included (the cost of the search without pruning)."""
+        from optuna.trial import TrialState
+
+        return sum(t.state != TrialState.FAIL for t in self.trials)
+
+    @property
+    def epochs_spent(self) -> int:
+        return sum(int(t.user_attrs.get("epochs", 0)) for t in self.trials)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per trial for the summary file."""
+        return [
+            {
+                "trial": t.number,
+                "state": t.state.name.lower(),
+                "value": t.value,
+                "epochs": t.user_attrs.get("epochs"),
+                "params": t.params,
+                "error": t.user_attrs.get("error"),
+            }
+            for t in self.trials
+        ]
+
+
 def summarize(config: TuneConfig, study: Any, base: Base, seconds: float) -> dict[str, Any]:
     """Write tuned.json (best complete trial) and tune_summary.json; return the summary."""
-    from optuna.trial import TrialState
-
-    trials = study.get_trials(deepcopy=False)
-    counts = {
-        state: sum(t.state == state for t in trials)
-        for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    }
-    if not counts[TrialState.COMPLETE]:
+    outcome = Outcome.of(study)
+    if not outcome.complete:
         raise TuneError(
-            f"no trial completed ({counts[TrialState.PRUNED]} pruned, "
-            f"{counts[TrialState.FAIL]} failed): nothing to write"
+            f"no trial completed ({outcome.pruned} pruned, {outcome.failed} failed): "
+            "nothing to write"
         )
     best = study.best_trial
-    epochs_spent = sum(int(t.user_attrs.get("epochs", 0)) for t in trials)
     search = {
-        "trials": counts[TrialState.COMPLETE] + counts[TrialState.PRUNED],
-        "complete": counts[TrialState.COMPLETE],
-        "pruned": counts[TrialState.PRUNED],
-        "failed": counts[TrialState.FAIL],
+        "trials": outcome.complete + outcome.pruned,
+        "complete": outcome.complete,
+        "pruned": outcome.pruned,
+        "failed": outcome.failed,
         "best_val_auc": best.value,
         "best_trial": best.number,
         "best_params": best.params,
-        "epochs_spent": epochs_spent,
-        "epochs_if_unpruned": len([t for t in trials if t.state != TrialState.FAIL])
-        * config.max_epochs,
+        "epochs_spent": outcome.epochs_spent,
+        "epochs_if_unpruned": outcome.unfailed * config.max_epochs,
         "pruner": config.pruner,
         "reduction_factor": config.reduction_factor,
         "min_epochs": config.min_epochs,
@@ -614,22 +787,11 @@ def summarize(config: TuneConfig, study: Any, base: Base, seconds: float) -> dic
         config.global_batch,
         search,
     )
-    rows = [
-        {
-            "trial": t.number,
-            "state": t.state.name.lower(),
-            "value": t.value,
-            "epochs": t.user_attrs.get("epochs"),
-            "params": t.params,
-            "error": t.user_attrs.get("error"),
-        }
-        for t in trials
-    ]
     summary = {
         **search,
         "tuned_file": str(tuned),
         "settings": config.settings(),
-        "trial_rows": rows,
+        "trial_rows": outcome.rows(),
     }
     atomic_write_json(Path(config.out) / SUMMARY_FILE, summary)
     return summary
