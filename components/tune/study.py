@@ -42,7 +42,7 @@ from components.tune.space import (
     feasible_architectures,
     suggest,
 )
-from components.tune.trial import PLAN_PROBE, write_trial_config, write_trial_plan
+from components.tune.trial import PLAN_PROBE, write_trial, write_trial_config
 
 log = get_logger(__name__)
 PRUNERS = ("asha", "hyperband", "none")
@@ -589,23 +589,14 @@ class TrialRunner:
         from components.train.trainer import TrainConfig, train
 
         config = self.config
-        model_file = write_trial_config(
-            folder / "config.json",
+        model_file, plan_file, _ = write_trial(
+            (folder / "config.json", folder / PLAN),
             f"{config.name}-trial-{number:03d}",
             self.base.model,
             params,
-            config.global_batch,
             {"study": config.study_name},
-        )
-        plan_file, _ = write_trial_plan(
-            folder / PLAN,
-            data=config.data,
-            model_file=model_file,
-            hardware=config.hardware,
-            global_batch=config.global_batch,
-            max_epochs=config.max_epochs,
+            config,
             nproc_per_node=1,
-            memory_fraction=config.memory_fraction,
         )
         summary = train(
             TrainConfig(data=config.data, out=str(folder / "train"), plan=str(plan_file)),

@@ -118,6 +118,35 @@ def write_trial_plan(
     return write_plan(path, plan, rationale, doc["estimate"]), plan
 
 
+def write_trial(
+    files: tuple[Path, Path],
+    name: str,
+    base: ModelConfig,
+    params: dict[str, Any],
+    search: dict[str, Any],
+    settings: Any,
+    nproc_per_node: int,
+    nnodes: int = 1,
+) -> tuple[Path, Path, TrainPlan]:
+    """Write a trial's model config file and its plan to ``files`` (config, plan); return both
+    paths and the plan. ``settings``: the search's data, hardware, global_batch, max_epochs and
+    memory_fraction (a TuneConfig, or the trial CLI's flags of the same names)."""
+    config_file, plan_file = files
+    model_file = write_trial_config(config_file, name, base, params, settings.global_batch, search)
+    plan_file, plan = write_trial_plan(
+        plan_file,
+        data=settings.data,
+        model_file=model_file,
+        hardware=settings.hardware,
+        global_batch=settings.global_batch,
+        max_epochs=settings.max_epochs,
+        nproc_per_node=nproc_per_node,
+        nnodes=nnodes,
+        memory_fraction=settings.memory_fraction,
+    )
+    return model_file, plan_file, plan
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m components.tune.trial",
@@ -181,24 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from components.train.model import model_config
 
-        model_file = write_trial_config(
-            out / CONFIG_FILE,
+        _, plan_file, plan = write_trial(
+            (out / CONFIG_FILE, out / PLAN_FILE),
             f"trial-{out.name}",
             model_config(args.base_model),
             params,
-            args.global_batch,
             {"base_model": args.base_model},
-        )
-        plan_file, plan = write_trial_plan(
-            out / PLAN_FILE,
-            data=args.data,
-            model_file=model_file,
-            hardware=args.hardware,
-            global_batch=args.global_batch,
-            max_epochs=args.max_epochs,
-            nproc_per_node=nproc,
-            nnodes=nnodes,
-            memory_fraction=args.memory_fraction,
+            args,
+            nproc,
+            nnodes,
         )
     except ValueError as exc:
         print(f"trial: error (rank {rank}): {exc}", file=sys.stderr)

@@ -102,3 +102,35 @@ def test_parameters_are_read_as_the_fields():
         check_parameters({"enqueue": '{"d_model": 8}'})
     with pytest.raises(ValueError, match="reduction_factor must be an integer >= 2"):
         check_parameters({"reduction_factor": 1})
+
+
+def test_config_flags_follow_the_field_types():
+    import argparse
+
+    from components.common.cli import add_config_flags
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        path: str
+        """Where it goes."""
+        rate: float | None = None
+        """How fast; None (the default) = as fast as it can."""
+        keep: bool = False
+        """Keep everything."""
+
+    p = argparse.ArgumentParser()
+    add_config_flags(p, Config)
+    assert vars(p.parse_args(["--path", "x", "--rate", "0.5", "--keep"])) == {
+        "path": "x",
+        "rate": 0.5,
+        "keep": True,
+    }
+    assert vars(p.parse_args(["--path", "x"])) == {"path": "x", "rate": None, "keep": False}
+
+    @dataclasses.dataclass(frozen=True)
+    class Listed:
+        sizes: tuple[int, ...] = ()
+        """Sizes."""
+
+    with pytest.raises(TypeError, match=r"Listed.sizes: no flag for type tuple\[int, \.\.\.\]"):
+        add_config_flags(argparse.ArgumentParser(), Listed)
