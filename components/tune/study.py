@@ -42,7 +42,6 @@ from components.tune.space import (
     feasible_architectures,
     suggest,
 )
-from components.tune.trial import PLAN_PROBE, write_trial, write_trial_config
 
 log = get_logger(__name__)
 PRUNERS = ("asha", "hyperband", "none")
@@ -396,6 +395,7 @@ def plan_base(config: TuneConfig) -> Base:
     from components.estimate.planner import EstimateConfig, estimate
     from components.train.data import load_meta
     from components.train.model import Vocab, model_config
+    from components.tune.trial import PLAN_PROBE
 
     doc = estimate(
         EstimateConfig(
@@ -507,11 +507,15 @@ class _TrialFailed(RuntimeError):
 
 
 class TrialProgress:
-    """One trial's curve while it trains: the epochs seen, the best validation AUC so far and
-    the epoch the pruner stopped it at (None: not pruned)."""
+    """One trial while it trains: its parameters and folder, its MLflow run, the epochs seen, the
+    best validation AUC so far and the epoch the pruner stopped it at (None: not pruned)."""
 
-    def __init__(self, trial: Any, run_id: str | None, tracker: Tracker, max_epochs: int) -> None:
-        self.trial, self.run_id, self.tracker, self.max_epochs = trial, run_id, tracker, max_epochs
+    def __init__(
+        self, trial: Any, params: dict[str, Any], folder: Path, tracker: Tracker, config: TuneConfig
+    ) -> None:
+        self.trial, self.params, self.folder = trial, params, folder
+        self.tracker, self.max_epochs = tracker, config.max_epochs
+        self.run_id = tracker.start_trial(trial.number, params, config.study_name)
         self.seen: list[dict] = []
         self.best = -math.inf
         self.pruned_at: int | None = None
@@ -573,27 +577,25 @@ class TrialRunner:
     def __call__(self, trial: Any) -> float:
         params = suggest(trial, self.config.space, self.base.archs)
         folder = Path(self.config.out) / "trials" / f"{trial.number:03d}"
-        run_id = self.tracker.start_trial(trial.number, params, self.config.study_name)
-        progress = TrialProgress(trial, run_id, self.tracker, self.config.max_epochs)
+        progress = TrialProgress(trial, params, folder, self.tracker, self.config)
         try:
-            model_file, summary = self._train(trial.number, params, folder, progress)
+            model_file, summary = self._train(progress)
         except Exception as exc:
             self._failed(progress, exc)
         self.consecutive_failures = 0
         progress.catch_up(summary["history"])
-        return self._finish(progress, params, folder, model_file, summary)
+        return self._finish(progress, model_file, summary)
 
-    def _train(
-        self, number: int, params: dict[str, Any], folder: Path, progress: TrialProgress
-    ) -> tuple[Path, dict[str, Any]]:
+    def _train(self, progress: TrialProgress) -> tuple[Path, dict[str, Any]]:
         from components.train.trainer import TrainConfig, train
+        from components.tune.trial import write_trial
 
-        config = self.config
+        config, folder = self.config, progress.folder
         model_file, plan_file, _ = write_trial(
             (folder / "config.json", folder / PLAN),
-            f"{config.name}-trial-{number:03d}",
+            f"{config.name}-trial-{progress.trial.number:03d}",
             self.base.model,
-            params,
+            progress.params,
             {"study": config.study_name},
             config,
             nproc_per_node=1,
@@ -618,14 +620,7 @@ class TrialRunner:
             ) from exc
         raise _TrialFailed(str(exc)) from exc
 
-    def _finish(
-        self,
-        progress: TrialProgress,
-        params: dict[str, Any],
-        folder: Path,
-        model_file: Path,
-        summary: dict[str, Any],
-    ) -> float:
+    def _finish(self, progress: TrialProgress, model_file: Path, summary: dict[str, Any]) -> float:
         import optuna
 
         trial, pruned = progress.trial, progress.pruned_at is not None
@@ -639,7 +634,7 @@ class TrialRunner:
         ):
             trial.set_user_attr(key, value)
         if not self.config.keep_checkpoints:
-            for ckpt in (folder / "train").glob("*.pt"):
+            for ckpt in (progress.folder / "train").glob("*.pt"):
                 ckpt.unlink()
         self.tracker.finish_trial(progress.run_id, "pruned" if pruned else "complete", epochs, best)
         log.info(
@@ -648,7 +643,7 @@ class TrialRunner:
             "PRUNED" if pruned else "complete",
             epochs,
             best,
-            _format_params(params),
+            _format_params(progress.params),
         )
         if pruned:
             raise optuna.TrialPruned(f"pruned after epoch {progress.pruned_at}")
@@ -736,6 +731,8 @@ class Outcome:
 
 def summarize(config: TuneConfig, study: Any, base: Base, seconds: float) -> dict[str, Any]:
     """Write tuned.json (best complete trial) and tune_summary.json; return the summary."""
+    from components.tune.trial import write_trial_config
+
     outcome = Outcome.of(study)
     if not outcome.complete:
         raise TuneError(
