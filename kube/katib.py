@@ -269,7 +269,7 @@ def parameters(
 def trial_template(config: KatibConfig, target: Any, hardware: str) -> dict:
     """The trialTemplate: a TrainJob (build_trainjob) running the trial CLI with placeholders."""
     from components.train.backend import LaunchSpec
-    from components.tune.study import TuneConfig
+    from components.tune.config import TuneConfig
     from kube.trainjob import build_trainjob
 
     tracking = target.env.get("MLFLOW_TRACKING_URI")

@@ -23,7 +23,7 @@ from kfp import compiler, dsl, kubernetes
 
 from components.common.cli import HelpFormatter
 from components.tune.component import tune_op, with_settings_docs
-from components.tune.study import PIPELINE_PARAMETERS, pipeline_defaults
+from components.tune.config import PIPELINE_PARAMETERS, pipeline_defaults
 from kube.tasks import TASK_LABEL, mlflow_client
 from kube.types import MOUNT_PATH, PVC
 from pipelines.steps import prepare_data
@@ -122,7 +122,7 @@ def compile_tune(out: str | Path) -> Path:
 
 def check_parameters(params: dict) -> None:
     """Refuse bad search settings before any task starts (a ValueError with one line)."""
-    from components.tune.study import config_from_parameters
+    from components.tune.config import config_from_parameters
 
     config_from_parameters("-", "-", params)
 

@@ -12,8 +12,9 @@ import argparse
 import sys
 
 from components.common.cli import add_config_flags, cli_parser, field_docs
+from components.tune.config import TuneConfig
 from components.tune.space import SearchSpace, json_arg
-from components.tune.study import TuneConfig, TuneError
+from components.tune.study import TuneError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ from pipelines.images import RUNTIME_IMAGE
 def with_settings_docs(func):
     """Describe the search settings of a KFP function under its ``Args:`` from TuneConfig's field
     docs (KFP reads parameter descriptions from the docstring), so each is described once."""
-    from components.tune.study import pipeline_docs
+    from components.tune.config import pipeline_docs
 
     lines = [f"        {param}: {doc}" for param, doc in pipeline_docs().items()]
     func.__doc__ = func.__doc__.replace("    Args:\n", "    Args:\n" + "\n".join(lines) + "\n", 1)
@@ -64,12 +64,8 @@ def tune_op(
 
     from components.common.dataset import read_pointer
     from components.common.runs import record_stage
-    from components.tune.study import (
-        PIPELINE_PARAMETERS,
-        config_from_parameters,
-        summary_text,
-        tune,
-    )
+    from components.tune.config import PIPELINE_PARAMETERS, config_from_parameters
+    from components.tune.study import summary_text, tune
 
     torch.set_num_threads(1)  # trials train in this process (the plan's cpu_threads says the same)
     started = time.perf_counter()

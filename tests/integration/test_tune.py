@@ -23,8 +23,9 @@ from components.train.model import ModelConfig, model_config
 from components.train.trainer import TrainConfig, train
 from components.train.tuned import tuned_training
 from components.tune.__main__ import main as tune_cli
+from components.tune.config import TuneConfig
 from components.tune.space import SearchSpace
-from components.tune.study import TuneConfig, TuneError, open_study, tune
+from components.tune.study import TuneError, open_study, tune
 from components.tune.trial import PLAN_FILE, write_trial_plan
 from components.tune.trial import main as trial_main
 from kube.katib import METRIC_FILTER

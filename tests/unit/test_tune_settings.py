@@ -11,7 +11,7 @@ import pytest
 from components.common.cli import field_docs
 from components.tune.__main__ import build_parser
 from components.tune.component import tune_op
-from components.tune.study import (
+from components.tune.config import (
     PIPELINE_PARAMETERS,
     TuneConfig,
     config_from_parameters,
