@@ -145,7 +145,7 @@ PIPELINE_NOTES = {
     "search_space": "JSON text; empty = the built-in space.",
     "enqueue": "JSON list; empty = none.",
     "timeout_hours": "As a parameter: 0 = no limit.",
-    "tracking_uri": "As a parameter: empty = none.",
+    "tracking_uri": "As a parameter: empty = none; the pipeline defaults to the cluster's MLflow.",
 }
 """How a setting is written as a pipeline parameter, where it differs from the field."""
 
