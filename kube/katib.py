@@ -36,7 +36,6 @@ filled in) against the Trainer CRD schema or the ``kubeflow-trainer-api`` models
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -47,7 +46,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from components.common.cli import HelpFormatter, field_docs
+from components.common.cli import add_config_flags, cli_parser
 from components.common.plan import TrainPlan
 from components.tune.space import SearchSpace, feasible_architectures, json_arg
 from kube.types import MOUNT_PATH
@@ -95,30 +94,33 @@ class KatibConfig:
     base_model: str = "prod"
     """Model config the trials vary."""
     hardware: str | None = None
-    """Profile the trials are planned for; None = a100-40gb on GPU environments (the daily
-    pipeline's default), else cpu-local."""
+    """Profile the trials are planned for; None (the default) = a100-40gb on GPU environments
+    (the daily pipeline's default), else cpu-local."""
     global_batch: int = 8192
     """Global batch of every trial."""
     max_epochs: int = 9
     """Most epochs a trial trains (hyperband's r_l)."""
     eta: int = 3
     """Hyperband's reduction factor."""
-    algorithm: str = "hyperband"
+    algorithm: str = field(default="hyperband", metadata={"choices": ALGORITHMS})
     """hyperband | random | tpe."""
     max_trial_count: int | None = None
-    """None: what hyperband's brackets need (random/tpe: 24)."""
+    """Trials in all; None (the default) = what hyperband's brackets need (random/tpe: 24)."""
     parallel_trial_count: int | None = None
-    """None: hyperband's minimum, eta ** s_max (random/tpe: 3)."""
+    """Trials at once; None (the default) = hyperband's minimum, eta ** s_max (random/tpe: 3)."""
     max_failed_trial_count: int = 3
+    """Failed trials after which Katib fails the Experiment."""
     data: str = ""
     """Dataset folder on the shared volume the trials train on: the current window's (make deploy
     passes :func:`window_dataset`); required, never a fixed date."""
     root: str = "/mnt/dailyrec/tune/katib"
     """Trial outputs go to <root>/<experiment>/<trial name>/ on the shared volume."""
     image: str | None = None
-    """Trainer image; None = the TrainingRuntime's."""
+    """Trainer image; None (the default) = the TrainingRuntime's."""
     space: SearchSpace = field(default_factory=SearchSpace)
+    """What the trials may change (components/tune/space.py)."""
     memory_fraction: float = 0.88
+    """Share of device memory an architecture may plan to use (as the estimate stage)."""
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", self.name) or len(self.name) > 63:
@@ -267,7 +269,7 @@ def parameters(
 def trial_template(config: KatibConfig, target: Any, hardware: str) -> dict:
     """The trialTemplate: a TrainJob (build_trainjob) running the trial CLI with placeholders."""
     from components.train.backend import LaunchSpec
-    from components.tune.study import TuneConfig
+    from components.tune.config import TuneConfig
     from kube.trainjob import build_trainjob
 
     tracking = target.env.get("MLFLOW_TRACKING_URI")
@@ -628,56 +630,22 @@ def write_experiment(
 
 
 def main(argv: list[str] | None = None) -> int:
-    DOCS = field_docs(KatibConfig)
-    p = argparse.ArgumentParser(
-        prog="python -m kube.katib",
-        description=__doc__.splitlines()[0],
-        formatter_class=HelpFormatter,
+    p = cli_parser("python -m kube.katib", __doc__.splitlines()[0])
+    add_config_flags(p, KatibConfig, skip=("data", "space"))
+    p.add_argument(
+        "--data",
+        help="dataset folder on the shared volume (default: datasets/latest, the newest window)",
     )
-    p.add_argument("--env", default="a100", help="cluster environment (kube/clusters/<env>.json)")
+    p.add_argument("--space", help="search space JSON (text or file); default: the built-in one")
     p.add_argument(
         "--out", default="build/katib-experiment.yaml", help="where to write the Experiment YAML"
     )
-    p.add_argument("--name", default=KatibConfig.name, help=DOCS["name"])
-    p.add_argument(
-        "--data",
-        default=None,
-        help="dataset folder on the shared volume (default: datasets/latest, the newest window)",
-    )
-    p.add_argument("--base-model", default=KatibConfig.base_model, help=DOCS["base_model"])
-    p.add_argument(
-        "--hardware",
-        default=None,
-        help="hardware profile the trials are planned for (default: a100-40gb)",
-    )
-    p.add_argument(
-        "--global-batch", type=int, default=KatibConfig.global_batch, help=DOCS["global_batch"]
-    )
-    p.add_argument("--max-epochs", type=int, default=KatibConfig.max_epochs, help="hyperband's r_l")
-    p.add_argument("--eta", type=int, default=KatibConfig.eta, help=DOCS["eta"])
-    p.add_argument(
-        "--algorithm", choices=ALGORITHMS, default=KatibConfig.algorithm, help=DOCS["algorithm"]
-    )
-    p.add_argument("--image", default=None, help="trainer image (default: the runtime's)")
-    p.add_argument(
-        "--space", default=None, help="search space JSON (text or file); default: the built-in one"
-    )
     args = p.parse_args(argv)
+    settings = {k: v for k, v in vars(args).items() if k not in ("data", "space", "out")}
     try:
         space = SearchSpace.from_dict(json_arg(args.space, "--space"))
         doc = write_experiment(
-            args.out,
-            args.env,
-            name=args.name,
-            data=args.data or window_dataset(),
-            base_model=args.base_model,
-            hardware=args.hardware,
-            global_batch=args.global_batch,
-            max_epochs=args.max_epochs,
-            eta=args.eta,
-            algorithm=args.algorithm,
-            image=args.image,
-            space=space,
+            args.out, data=args.data or window_dataset(), space=space, **settings
         )
     except ValueError as exc:
         print(f"katib: error: {exc}", file=sys.stderr)

@@ -22,7 +22,8 @@ from pathlib import Path
 from kfp import compiler, dsl, kubernetes
 
 from components.common.cli import HelpFormatter
-from components.tune.component import tune_op
+from components.tune.component import tune_op, with_settings_docs
+from components.tune.config import PIPELINE_PARAMETERS, pipeline_defaults
 from kube.tasks import TASK_LABEL, mlflow_client
 from kube.types import MOUNT_PATH, PVC
 from pipelines.steps import prepare_data
@@ -33,31 +34,37 @@ TUNE_RESOURCES = ("4", "16Gi", "24Gi")
 """cpu request, memory request, memory limit of the tune task (trials train inside it)."""
 
 
+TUNE = pipeline_defaults()
+"""The search settings' defaults (TuneConfig's), as the pipeline's parameters take them."""
+
+
 @dsl.pipeline(
     name=PIPELINE_NAME,
     description="Hyperparameter search for the dailyrec BST model: "
     "preprocess, then an Optuna study with ASHA/Hyperband pruning.",
 )
+@with_settings_docs
 def tune_pipeline(
     run_date: str = "",
     window_days: int = 11,
     history_days: int = 3,
     seq_len: int = 20,
-    base_model: str = "local",
-    hardware_profile: str = "cpu-local",
-    global_batch: int = 1024,
-    max_epochs: int = 9,
-    trials: int = 20,
-    pruner: str = "asha",
-    min_epochs: int = 1,
-    reduction_factor: int = 4,
-    sampler: str = "tpe",
-    seed: int = 0,
-    search_space: str = "",
-    enqueue: str = "",
-    timeout_hours: float = 0.0,
+    base_model: str = TUNE["base_model"],
+    hardware_profile: str = TUNE["hardware_profile"],
+    global_batch: int = TUNE["global_batch"],
+    max_epochs: int = TUNE["max_epochs"],
+    trials: int = TUNE["trials"],
+    pruner: str = TUNE["pruner"],
+    min_epochs: int = TUNE["min_epochs"],
+    reduction_factor: int = TUNE["reduction_factor"],
+    sampler: str = TUNE["sampler"],
+    seed: int = TUNE["seed"],
+    search_space: str = TUNE["search_space"],
+    enqueue: str = TUNE["enqueue"],
+    timeout_hours: float = TUNE["timeout_hours"],
     storage_root: str = "/mnt/dailyrec",
     raw_uri: str = "",
+    # the cluster's MLflow (deployed by make deploy) rather than TuneConfig's none
     tracking_uri: str = "http://mlflow.dailyrec.svc.cluster.local:5000",
     dask_workers: int = 0,
     cluster_target: str = "",
@@ -70,26 +77,13 @@ def tune_pipeline(
         window_days: days in the window (train + 1 val + 1 test day).
         history_days: extra days read only to fill behaviour histories.
         seq_len: behaviour history length.
-        base_model: model config the trials vary (debug | local | prod | a .json file).
-        hardware_profile: profile the trials are planned for; architectures must fit its memory.
-        global_batch: samples per optimizer step of every trial.
-        max_epochs: epochs a trial trains at most (the pruner's maximum resource).
-        trials: complete + pruned trials to run.
-        pruner: asha | hyperband | none.
-        min_epochs: epochs before a trial can be pruned.
-        reduction_factor: about 1 in this many trials goes on to the next rung.
-        sampler: tpe | random.
-        seed: sampler seed.
-        search_space: JSON of ranges and choices (components/tune/space.py); empty = defaults.
-        enqueue: JSON list of parameter sets to try first; empty = none.
-        timeout_hours: start no trial after this long; 0 = no limit.
         storage_root: shared storage: raw/ (unless raw_uri), datasets/, runs/ and tuned/.
         raw_uri: raw event logs (dt=YYYY-MM-DD/ folders); empty = storage_root/raw.
-        tracking_uri: MLflow tracking URI (experiment dailyrec-tune: one run per trial).
         dask_workers: 0 = Dask threads in the preprocess task; N = a DaskCluster of N workers.
         cluster_target: JSON of kube/clusters/<env>.json (Dask placement); set by make deploy.
         run_id: folder name of this run under storage_root/runs; empty = the KFP run id.
     """
+    given = dict(locals())  # the parameters, before anything else is a local
     window, data = prepare_data(
         raw_uri=raw_uri,
         storage_root=storage_root,
@@ -105,20 +99,7 @@ def tune_pipeline(
         dataset=data.outputs["dataset"],
         run_dir=window.outputs["run_dir"],
         storage_root=storage_root,
-        base_model=base_model,
-        hardware_profile=hardware_profile,
-        global_batch=global_batch,
-        max_epochs=max_epochs,
-        trials=trials,
-        pruner=pruner,
-        min_epochs=min_epochs,
-        reduction_factor=reduction_factor,
-        sampler=sampler,
-        seed=seed,
-        search_space=search_space,
-        enqueue=enqueue,
-        timeout_hours=timeout_hours,
-        tracking_uri=tracking_uri,
+        **{name: given[name] for name in PIPELINE_PARAMETERS},
     )
     kubernetes.mount_pvc(tuned, pvc_name=PVC, mount_path=MOUNT_PATH)
     kubernetes.add_pod_label(tuned, TASK_LABEL, "tune-op")
@@ -141,39 +122,9 @@ def compile_tune(out: str | Path) -> Path:
 
 def check_parameters(params: dict) -> None:
     """Refuse bad search settings before any task starts (a ValueError with one line)."""
-    from components.tune.space import SearchSpace
-    from components.tune.study import TuneConfig
+    from components.tune.config import config_from_parameters
 
-    def parsed(key: str):
-        try:
-            return json.loads(params[key]) if params.get(key) else None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{key}: not valid JSON ({exc})") from None
-
-    enqueue = parsed("enqueue") or []
-    if not isinstance(enqueue, list):
-        raise ValueError("enqueue: expected a JSON list of parameter objects")
-    defaults = TuneConfig.__dataclass_fields__
-    TuneConfig(
-        data="-",
-        out="-",
-        space=SearchSpace.from_dict(parsed("search_space")),
-        enqueue=tuple(enqueue),
-        timeout_hours=params.get("timeout_hours") or None,
-        **{
-            k: params.get(k, defaults[k].default)
-            for k in (
-                "global_batch",
-                "max_epochs",
-                "trials",
-                "pruner",
-                "min_epochs",
-                "reduction_factor",
-                "sampler",
-                "seed",
-            )
-        },
-    )
+    config_from_parameters("-", "-", params)
 
 
 def run_tune_local(params: dict, root: str | Path = ".", run_id: str | None = None) -> dict:

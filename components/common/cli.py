@@ -117,3 +117,35 @@ def field_docs(cls: type) -> dict[str, str]:
         ):
             docs[node.target.id] = " ".join(after.value.value.split())
     return docs
+
+
+def add_config_flags(
+    parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()
+) -> None:
+    """One ``--field-name`` flag per field of a config dataclass (those in ``skip`` aside): its
+    type, default and help come from the field (``metadata={"choices": ...}`` gives choices), so a
+    setting declared on the config is on its CLI. A field without a default is a required flag; a
+    bool field defaulting to False is a switch; ``X | None`` takes an X."""
+    import dataclasses
+    import typing
+
+    docs, hints = field_docs(cls), typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        flag, kind = f"--{f.name.replace('_', '-')}", hints[f.name]
+        kinds = [k for k in typing.get_args(kind) if k is not type(None)] or [kind]
+        if kind is bool and f.default is False:
+            parser.add_argument(flag, action="store_true", help=docs.get(f.name))
+            continue
+        if len(kinds) != 1 or kinds[0] not in (str, int, float):
+            raise TypeError(f"{cls.__name__}.{f.name}: no flag for type {kind}")
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        parser.add_argument(
+            flag,
+            type=kinds[0],
+            required=required,
+            default=None if required else f.default,
+            choices=f.metadata.get("choices"),
+            help=docs.get(f.name),
+        )

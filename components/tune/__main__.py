@@ -11,89 +11,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.common.cli import HelpFormatter, field_docs
+from components.common.cli import add_config_flags, cli_parser, field_docs
+from components.tune.config import TuneConfig
 from components.tune.space import SearchSpace, json_arg
-from components.tune.study import PRUNERS, SAMPLERS, STORAGES, TuneConfig, TuneError
+from components.tune.study import TuneError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = TuneConfig.__dataclass_fields__
-    DOCS = field_docs(TuneConfig)
-    p = argparse.ArgumentParser(
-        prog="python -m components.tune",
-        description="Hyperparameter search (Optuna, pruned) for the model on a preprocessed dataset.",
-        formatter_class=HelpFormatter,
+    p = cli_parser(
+        "python -m components.tune",
+        "Hyperparameter search (Optuna, pruned) for the model on a preprocessed dataset.",
     )
-    p.add_argument("--data", required=True, help="dataset folder (preprocess output)")
-    p.add_argument(
-        "--out", required=True, help="output folder: tuned.json, tune_summary.json, study.db"
-    )
-    p.add_argument(
-        "--base-model",
-        default=d["base_model"].default,
-        help="model config the trials vary: debug | local | prod | a .json file",
-    )
-    p.add_argument(
-        "--hardware", default=d["hardware"].default, help="hardware profile of the trials"
-    )
-    p.add_argument(
-        "--global-batch", type=int, default=d["global_batch"].default, help=DOCS["global_batch"]
-    )
-    p.add_argument(
-        "--max-epochs", type=int, default=d["max_epochs"].default, help="epochs per trial at most"
-    )
-    p.add_argument(
-        "--trials", type=int, default=d["trials"].default, help="complete + pruned trials to run"
-    )
-    p.add_argument("--pruner", choices=PRUNERS, default=d["pruner"].default, help=DOCS["pruner"])
-    p.add_argument(
-        "--min-epochs",
-        type=int,
-        default=d["min_epochs"].default,
-        help="epochs before a trial can be pruned (the pruner's min resource)",
-    )
-    p.add_argument(
-        "--reduction-factor",
-        type=int,
-        default=d["reduction_factor"].default,
-        help=DOCS["reduction_factor"],
-    )
-    p.add_argument(
-        "--sampler", choices=SAMPLERS, default=d["sampler"].default, help=DOCS["sampler"]
-    )
-    p.add_argument("--seed", type=int, default=d["seed"].default, help=DOCS["seed"])
-    p.add_argument(
-        "--space", default=None, help="search space JSON (text or file); default: the built-in one"
-    )
-    p.add_argument(
-        "--enqueue", default=None, help="JSON list of parameter sets to try first (default: none)"
-    )
-    p.add_argument(
-        "--tracking-uri",
-        default=None,
-        help="MLflow tracking URI, one run per trial (default: none)",
-    )
-    p.add_argument("--experiment", default=d["experiment"].default, help=DOCS["experiment"])
-    p.add_argument("--study-name", default=d["study_name"].default, help=DOCS["study_name"])
-    p.add_argument(
-        "--storage", choices=STORAGES, default=d["storage"].default, help=DOCS["storage"]
-    )
-    p.add_argument(
-        "--timeout-hours",
-        type=float,
-        default=None,
-        help="start no trial after this long (default: no limit)",
-    )
-    p.add_argument(
-        "--memory-fraction",
-        type=float,
-        default=d["memory_fraction"].default,
-        help=DOCS["memory_fraction"],
-    )
-    p.add_argument(
-        "--name", default=d["name"].default, help="name of the best config in tuned.json"
-    )
-    p.add_argument("--keep-checkpoints", action="store_true", help="keep every trial's checkpoints")
+    add_config_flags(p, TuneConfig, skip=("space", "enqueue"))
+    docs = field_docs(TuneConfig)
+    for name, unset in (("space", "the built-in space"), ("enqueue", "none")):
+        p.add_argument(f"--{name}", help=f"{docs[name]} JSON text or file (default: {unset})")
     p.add_argument("--fresh", action="store_true", help="delete an earlier search in --out first")
     return p
 

@@ -7,7 +7,18 @@ from kfp import dsl
 from pipelines.images import RUNTIME_IMAGE
 
 
+def with_settings_docs(func):
+    """Describe the search settings of a KFP function under its ``Args:`` from TuneConfig's field
+    docs (KFP reads parameter descriptions from the docstring), so each is described once."""
+    from components.tune.config import pipeline_docs
+
+    lines = [f"        {param}: {doc}" for param, doc in pipeline_docs().items()]
+    func.__doc__ = func.__doc__.replace("    Args:\n", "    Args:\n" + "\n".join(lines) + "\n", 1)
+    return func
+
+
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
+@with_settings_docs
 def tune_op(
     dataset: dsl.Input[dsl.Dataset],
     run_dir: str,
@@ -36,20 +47,6 @@ def tune_op(
         dataset: the preprocess output (a pointer to the dataset folder).
         run_dir: this run's folder (the study goes to run_dir/tune).
         storage_root: shared storage (tuned/latest.json goes there).
-        base_model: model config the trials vary (debug | local | prod | a .json file).
-        hardware_profile: profile the trials are planned for; architectures must fit its memory.
-        global_batch: samples per optimizer step of every trial.
-        max_epochs: epochs a trial trains at most (the pruner's maximum resource).
-        trials: complete + pruned trials to run.
-        pruner: asha | hyperband | none.
-        min_epochs: epochs before a trial can be pruned.
-        reduction_factor: about 1 in this many trials goes on to the next rung.
-        sampler: tpe | random.
-        seed: sampler seed.
-        search_space: JSON of ranges and choices (components/tune/space.py); empty = defaults.
-        enqueue: JSON list of parameter sets to try first; empty = none.
-        timeout_hours: start no trial after this long; 0 = no limit.
-        tracking_uri: MLflow tracking URI (one run per trial); empty = none.
 
     Returns:
         tuned: tuned.json (the best parameters), with them as metadata.
@@ -57,7 +54,7 @@ def tune_op(
         tuned_path: path of tuned.json on shared storage.
         best_val_auc: the best trial's validation AUC.
     """
-    import json
+    given = dict(locals())  # the parameters, before anything else is a local
     import shutil
     import time
     from collections import namedtuple
@@ -67,28 +64,15 @@ def tune_op(
 
     from components.common.dataset import read_pointer
     from components.common.runs import record_stage
-    from components.tune.space import SearchSpace
-    from components.tune.study import TuneConfig, summary_text, tune
+    from components.tune.config import PIPELINE_PARAMETERS, config_from_parameters
+    from components.tune.study import summary_text, tune
 
     torch.set_num_threads(1)  # trials train in this process (the plan's cpu_threads says the same)
     started = time.perf_counter()
-    config = TuneConfig(
-        data=read_pointer(dataset.path),
-        out=str(Path(run_dir) / "tune"),
-        base_model=base_model,
-        hardware=hardware_profile,
-        global_batch=global_batch,
-        max_epochs=max_epochs,
-        trials=trials,
-        pruner=pruner,
-        min_epochs=min_epochs,
-        reduction_factor=reduction_factor,
-        sampler=sampler,
-        seed=seed,
-        space=SearchSpace.from_dict(json.loads(search_space) if search_space else None),
-        enqueue=tuple(json.loads(enqueue) if enqueue else ()),
-        timeout_hours=timeout_hours or None,
-        tracking_uri=tracking_uri or None,
+    config = config_from_parameters(
+        read_pointer(dataset.path),
+        str(Path(run_dir) / "tune"),
+        {k: v for k, v in given.items() if k in PIPELINE_PARAMETERS},
     )
     summary = tune(config)
     print(summary_text(summary))

@@ -20,11 +20,12 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from components.common.plan import TrainPlan
-from components.estimate.hardware import HardwareProfile
-from components.train.model import ModelConfig, Vocab
+if TYPE_CHECKING:  # annotations only: the space is read where torch is not needed (pipelines)
+    from components.common.plan import TrainPlan
+    from components.estimate.hardware import HardwareProfile
+    from components.train.model import ModelConfig, Vocab
 
 PARAMS = ("lr", "weight_decay", "warmup_fraction", "dropout", "d_model", "layers")
 """Parameter names, in the order they are suggested."""

@@ -3,10 +3,11 @@
 * **Base**: the estimate stage plans the base model on the hardware profile; the
   architectures of the space are filtered by that plan's memory model (space.py).
 * **Trial** (trial.py): its parameters are written as a model config file (the tuned format,
-  with a ``train`` block) and planned by the estimate stage exactly as the daily pipeline
-  plans the winner, then trained in this process on one training process at the same global
-  batch (accumulation absorbs the processes: same rows per step, the same large-batch
-  gradient up to float rounding; only dropout's random masks differ from a 2-process run).
+  with a ``train`` block) and planned by the estimate stage as the daily pipeline plans the
+  winner (the same shape; no speed probe: trial.PLAN_PROBE), then trained in this process on
+  one training process at the same global batch (accumulation absorbs the processes: same
+  rows per step, the same large-batch gradient up to float rounding; only dropout's random
+  masks differ from a 2-process run). :class:`TrialRunner` runs one trial.
 * **Pruning**: after each epoch the trial reports its best validation AUC so far
   (``trial.report(best, epochs)``); when ASHA (``SuccessiveHalvingPruner``) or Hyperband
   says prune, ``on_epoch`` returns False and the trainer stops there. The last epoch is
@@ -16,6 +17,7 @@
   failed) nested under one run for the study, in experiment ``dailyrec-tune``.
 * **Storage**: SQLite in the output folder (default): a killed search resumes where it
   stopped (its unfinished trial is failed and enqueued again); ``memory`` for throwaway runs.
+* **Settings**: :class:`TuneConfig` (config.py), one field per setting.
 * **Output**: ``OUT/tuned.json`` (the best complete trial, format in tuned.py; give its path
   as the daily pipeline's ``model_config``), ``OUT/tune_summary.json``, ``OUT/trials/NNN/``
   (config.json, plan.json, train_summary.json; checkpoints deleted unless kept).
@@ -27,26 +29,22 @@ import json
 import math
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from components.common.plan import TrainPlan
 from components.common.progress import get_logger
 from components.common.runs import PLAN
 from components.common.storage import atomic_write_json
+from components.tune.config import TuneConfig
 from components.tune.space import (
     Architectures,
-    SearchSpace,
     feasible_architectures,
     suggest,
 )
-from components.tune.trial import write_trial_config, write_trial_plan
 
 log = get_logger(__name__)
-PRUNERS = ("asha", "hyperband", "none")
-SAMPLERS = ("tpe", "random")
-STORAGES = ("sqlite", "memory")
 TUNED_FILE = "tuned.json"
 SUMMARY_FILE = "tune_summary.json"
 STUDY_DB = "study.db"
@@ -55,107 +53,6 @@ MAX_CONSECUTIVE_FAILURES = 3
 
 class TuneError(RuntimeError):
     """The search cannot run or produced no usable trial; the message says why."""
-
-
-@dataclass(frozen=True)
-class TuneConfig:
-    """One search. Every field is checked on construction."""
-
-    data: str
-    """Dataset folder written by the preprocess stage (train and val splits are used)."""
-    out: str
-    """Output folder: tuned.json, tune_summary.json, study.db, trials/."""
-    base_model: str = "local"
-    """Named model config or model config file the trials vary (heads, ffn ratio, MLP head kept)."""
-    hardware: str = "cpu-local"
-    """Hardware profile the trials are planned for (architectures must fit its memory)."""
-    global_batch: int = 1024
-    """Global batch of every trial (and the tuned lr's reference batch)."""
-    max_epochs: int = 9
-    """Most epochs a trial trains (the pruner's maximum resource)."""
-    trials: int = 20
-    """Finished (complete or pruned) trials to reach; a resumed search counts earlier ones."""
-    pruner: str = "asha"
-    """asha (SuccessiveHalvingPruner) | hyperband (HyperbandPruner) | none."""
-    min_epochs: int = 1
-    """The pruner's minimum resource: epochs before a trial can first be pruned."""
-    reduction_factor: int = 4
-    """The pruner's reduction factor: about 1 in this many trials moves to the next rung (4, as
-    Optuna's and Ray Tune's ASHA defaults; benchmarks/tune.py compares 2, 3 and 4)."""
-    sampler: str = "tpe"
-    """tpe | random (both seeded with ``seed``)."""
-    seed: int = 0
-    """Sampler seed (training itself uses the plan's seed)."""
-    space: SearchSpace = field(default_factory=SearchSpace)
-    """What the trials may change."""
-    enqueue: tuple[dict[str, Any], ...] = ()
-    """(Partial) parameter sets tried first, in order, before the sampler proposes any."""
-    tracking_uri: str | None = None
-    """MLflow tracking URI; None = no tracking."""
-    experiment: str = "dailyrec-tune"
-    """MLflow experiment of the study and trial runs."""
-    study_name: str = "dailyrec-tune"
-    """Optuna study name (also the MLflow parent run's name)."""
-    storage: str = "sqlite"
-    """sqlite (OUT/study.db: resumable) | memory."""
-    timeout_hours: float | None = None
-    """Start no new trial after this long; None = no limit."""
-    memory_fraction: float = 0.88
-    """Share of device memory an architecture may plan to use (as the estimate stage)."""
-    name: str = "tuned"
-    """Name of the best config in tuned.json (recorded with checkpoints and runs)."""
-    keep_checkpoints: bool = False
-    """Keep every trial's best.pt / last.pt (they are large; off by default)."""
-
-    def __post_init__(self) -> None:
-        for name in ("global_batch", "max_epochs", "trials", "min_epochs"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if not isinstance(self.reduction_factor, int) or self.reduction_factor < 2:
-            raise ValueError(
-                f"reduction_factor must be an integer >= 2, got {self.reduction_factor!r}"
-            )
-        if self.min_epochs > self.max_epochs:
-            raise ValueError(
-                f"min_epochs ({self.min_epochs}) must be <= max_epochs ({self.max_epochs})"
-            )
-        for name, allowed in (("pruner", PRUNERS), ("sampler", SAMPLERS), ("storage", STORAGES)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        if self.timeout_hours is not None and not (
-            isinstance(self.timeout_hours, int | float) and self.timeout_hours > 0
-        ):
-            raise ValueError(f"timeout_hours must be > 0, got {self.timeout_hours!r}")
-        if not 0 < self.memory_fraction <= 1:
-            raise ValueError(f"memory_fraction must be in (0, 1], got {self.memory_fraction!r}")
-        if not isinstance(self.space, SearchSpace):
-            raise ValueError("space must be a SearchSpace (SearchSpace.from_dict for JSON)")
-        if not self.name or not isinstance(self.name, str):
-            raise ValueError(f"name must be a non-empty string, got {self.name!r}")
-        enqueue = tuple(self.enqueue)
-        for i, params in enumerate(enqueue):
-            if not isinstance(params, dict):
-                raise ValueError(f"enqueue[{i}] must be an object of parameters, got {params!r}")
-            self.space.check_params(params, f"enqueue[{i}]")
-        object.__setattr__(self, "enqueue", enqueue)
-
-    def settings(self) -> dict[str, Any]:
-        """What defines the study: a resumed search must have the same (trials, timeout may
-        change)."""
-        return {
-            "data": str(Path(self.data).resolve()),
-            "base_model": self.base_model,
-            "hardware": self.hardware,
-            "global_batch": self.global_batch,
-            "max_epochs": self.max_epochs,
-            "pruner": self.pruner,
-            "min_epochs": self.min_epochs,
-            "reduction_factor": self.reduction_factor,
-            "sampler": self.sampler,
-            "seed": self.seed,
-            "space": self.space.as_dict(),
-        }
 
 
 # ----------------------------------------------------------------------------- tracking
@@ -310,6 +207,7 @@ def plan_base(config: TuneConfig) -> Base:
     from components.estimate.planner import EstimateConfig, estimate
     from components.train.data import load_meta
     from components.train.model import Vocab, model_config
+    from components.tune.trial import PLAN_PROBE
 
     doc = estimate(
         EstimateConfig(
@@ -319,6 +217,7 @@ def plan_base(config: TuneConfig) -> Base:
             global_batch=config.global_batch,
             max_epochs=config.max_epochs,
             memory_fraction=config.memory_fraction,
+            probe=PLAN_PROBE,
         )
     )
     meta = load_meta(config.data)
@@ -419,16 +318,154 @@ class _TrialFailed(RuntimeError):
     """One trial's training failed; the study goes on (Optuna records it as FAIL)."""
 
 
+class TrialProgress:
+    """One trial while it trains: its parameters and folder, its MLflow run, the epochs seen, the
+    best validation AUC so far and the epoch the pruner stopped it at (None: not pruned)."""
+
+    def __init__(
+        self, trial: Any, params: dict[str, Any], folder: Path, tracker: Tracker, config: TuneConfig
+    ) -> None:
+        self.trial, self.params, self.folder = trial, params, folder
+        self.tracker, self.max_epochs = tracker, config.max_epochs
+        self.run_id = tracker.start_trial(trial.number, params, config.study_name)
+        self.seen: list[dict] = []
+        self.best = -math.inf
+        self.pruned_at: int | None = None
+
+    def on_epoch(self, record: dict) -> bool:
+        """The trainer's per-epoch callback: report, track; False when the pruner stops it."""
+        self.seen.append(record)
+        epochs = self._record(record)
+        if report_epoch(self.trial, self.best, epochs, self.max_epochs):
+            self.pruned_at = epochs
+            return False
+        return True
+
+    def catch_up(self, history: list[dict]) -> None:
+        """Report the epochs the callback did not see (an early-stopped last epoch skips it)."""
+        for record in history[len(self.seen) :]:
+            self.trial.report(self.best, self._record(record))
+
+    def _record(self, record: dict) -> int:
+        self.best = max(self.best, record["val_auc"])
+        self.tracker.epoch(self.run_id, record, self.best)
+        return int(record["epoch"]) + 1
+
+
+class TrialRunner:
+    """The study's objective: one trial = its parameters written as a model config, planned by
+    the estimate stage, trained in this process with the pruner watching each epoch, its outcome
+    recorded on the Optuna trial and in MLflow. Three failed trials in a row stop the search."""
+
+    def __init__(self, config: TuneConfig, base: Base, tracker: Tracker) -> None:
+        self.config, self.base, self.tracker = config, base, tracker
+        self.consecutive_failures = 0
+
+    def optimize(self, study: Any) -> None:
+        """Run trials until ``config.trials`` are complete or pruned (failed ones do not count),
+        or the timeout passes."""
+        import optuna
+        from optuna.trial import TrialState
+
+        done = (TrialState.COMPLETE, TrialState.PRUNED)
+        remaining = self.config.trials - len(study.get_trials(deepcopy=False, states=done))
+        if remaining <= 0:
+            return
+        log.info(
+            "searching: %d trial(s) to go (%s pruner, %s sampler, at most %d epochs each)",
+            remaining,
+            self.config.pruner,
+            self.config.sampler,
+            self.config.max_epochs,
+        )
+        study.optimize(
+            self,
+            catch=(_TrialFailed,),
+            gc_after_trial=True,
+            callbacks=[optuna.study.MaxTrialsCallback(self.config.trials, states=done)],
+            timeout=self.config.timeout_hours * 3600 if self.config.timeout_hours else None,
+        )
+
+    def __call__(self, trial: Any) -> float:
+        params = suggest(trial, self.config.space, self.base.archs)
+        folder = Path(self.config.out) / "trials" / f"{trial.number:03d}"
+        progress = TrialProgress(trial, params, folder, self.tracker, self.config)
+        try:
+            model_file, summary = self._train(progress)
+        except Exception as exc:
+            self._failed(progress, exc)
+        self.consecutive_failures = 0
+        progress.catch_up(summary["history"])
+        return self._finish(progress, model_file, summary)
+
+    def _train(self, progress: TrialProgress) -> tuple[Path, dict[str, Any]]:
+        from components.train.trainer import TrainConfig, train
+        from components.tune.trial import write_trial
+
+        config, folder = self.config, progress.folder
+        model_file, plan_file, _ = write_trial(
+            (folder / "config.json", folder / PLAN),
+            f"{config.name}-trial-{progress.trial.number:03d}",
+            self.base.model,
+            progress.params,
+            {"study": config.study_name},
+            config,
+            nproc_per_node=1,
+        )
+        summary = train(
+            TrainConfig(data=config.data, out=str(folder / "train"), plan=str(plan_file)),
+            on_epoch=progress.on_epoch,
+        )
+        return model_file, summary
+
+    def _failed(self, progress: TrialProgress, exc: Exception) -> NoReturn:
+        self.consecutive_failures += 1
+        trial, epochs = progress.trial, len(progress.seen)
+        trial.set_user_attr("epochs", epochs)
+        trial.set_user_attr("error", f"{type(exc).__name__}: {exc}"[:500])
+        self.tracker.finish_trial(progress.run_id, "failed", epochs, None)
+        log.error("trial %d failed: %s: %s", trial.number, type(exc).__name__, exc)
+        if self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
+            raise TuneError(
+                f"{self.consecutive_failures} trials in a row failed; last: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        raise _TrialFailed(str(exc)) from exc
+
+    def _finish(self, progress: TrialProgress, model_file: Path, summary: dict[str, Any]) -> float:
+        import optuna
+
+        trial, pruned = progress.trial, progress.pruned_at is not None
+        epochs, best = int(summary["epochs_run"]), summary["best_val_auc"]
+        for key, value in (
+            ("epochs", epochs),
+            ("seconds", round(summary["seconds"], 1)),
+            ("early_stopped", bool(summary["early_stopped"]) and not pruned),
+            ("config_file", str(model_file)),
+            ("best_val_auc", best),
+        ):
+            trial.set_user_attr(key, value)
+        if not self.config.keep_checkpoints:
+            for ckpt in (progress.folder / "train").glob("*.pt"):
+                ckpt.unlink()
+        self.tracker.finish_trial(progress.run_id, "pruned" if pruned else "complete", epochs, best)
+        log.info(
+            "trial %d: %s after %d epoch(s), best val AUC %.4f  (%s)",
+            trial.number,
+            "PRUNED" if pruned else "complete",
+            epochs,
+            best,
+            _format_params(progress.params),
+        )
+        if pruned:
+            raise optuna.TrialPruned(f"pruned after epoch {progress.pruned_at}")
+        return float(best)
+
+
 def tune(config: TuneConfig) -> dict[str, Any]:
     """Run (or resume) the search; write tuned.json and tune_summary.json; return the summary."""
-    import optuna
-    from optuna.trial import TrialState
-
-    from components.train.trainer import TrainConfig, train
-
     started = time.perf_counter()
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
+    Path(config.out).mkdir(parents=True, exist_ok=True)
     base = plan_base(config)  # planner, hardware, dataset, space errors: ValueErrors with one line
     log.info(
         "base plan: %s, micro-batch %d x accum %d x %d process(es) = global batch %d\n%s",
@@ -441,115 +478,9 @@ def tune(config: TuneConfig) -> dict[str, Any]:
     )
     study = open_study(config)
     tracker = Tracker(config)
-    failures = {"consecutive": 0}
-
-    def objective(trial: optuna.Trial) -> float:
-        params = suggest(trial, config.space, base.archs)
-        folder = out / "trials" / f"{trial.number:03d}"
-        name = f"{config.name}-trial-{trial.number:03d}"
-        run_id = tracker.start_trial(trial.number, params, config.study_name)
-        seen: list[dict] = []
-        state = {"best": -math.inf, "pruned_at": None}
-
-        def on_epoch(record: dict) -> bool:
-            seen.append(record)
-            state["best"] = max(state["best"], record["val_auc"])
-            epochs = int(record["epoch"]) + 1
-            tracker.epoch(run_id, record, state["best"])
-            if report_epoch(trial, state["best"], epochs, config.max_epochs):
-                state["pruned_at"] = epochs
-                return False
-            return True
-
-        try:
-            model_file = write_trial_config(
-                folder / "config.json",
-                name,
-                base.model,
-                params,
-                config.global_batch,
-                {"study": config.study_name},
-            )
-            plan_file, _ = write_trial_plan(
-                folder / PLAN,
-                data=config.data,
-                model_file=model_file,
-                hardware=config.hardware,
-                global_batch=config.global_batch,
-                max_epochs=config.max_epochs,
-                nproc_per_node=1,
-                memory_fraction=config.memory_fraction,
-            )
-            summary = train(
-                TrainConfig(data=config.data, out=str(folder / "train"), plan=str(plan_file)),
-                on_epoch=on_epoch,
-            )
-        except Exception as exc:
-            failures["consecutive"] += 1
-            epochs = len(seen)
-            trial.set_user_attr("epochs", epochs)
-            trial.set_user_attr("error", f"{type(exc).__name__}: {exc}"[:500])
-            tracker.finish_trial(run_id, "failed", epochs, None)
-            log.error("trial %d failed: %s: %s", trial.number, type(exc).__name__, exc)
-            if failures["consecutive"] >= MAX_CONSECUTIVE_FAILURES:
-                raise TuneError(
-                    f"{failures['consecutive']} trials in a row failed; last: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
-            raise _TrialFailed(str(exc)) from exc
-        failures["consecutive"] = 0
-        for record in summary["history"][len(seen) :]:  # an early-stopped last epoch skips on_epoch
-            state["best"] = max(state["best"], record["val_auc"])
-            trial.report(state["best"], int(record["epoch"]) + 1)
-            tracker.epoch(run_id, record, state["best"])
-        epochs = int(summary["epochs_run"])
-        for key, value in (
-            ("epochs", epochs),
-            ("seconds", round(summary["seconds"], 1)),
-            ("early_stopped", bool(summary["early_stopped"]) and state["pruned_at"] is None),
-            ("config_file", str(model_file)),
-            ("best_val_auc", summary["best_val_auc"]),
-        ):
-            trial.set_user_attr(key, value)
-        if not config.keep_checkpoints:
-            for ckpt in (folder / "train").glob("*.pt"):
-                ckpt.unlink()
-        pruned = state["pruned_at"] is not None
-        tracker.finish_trial(
-            run_id, "pruned" if pruned else "complete", epochs, summary["best_val_auc"]
-        )
-        log.info(
-            "trial %d: %s after %d epoch(s), best val AUC %.4f  (%s)",
-            trial.number,
-            "PRUNED" if pruned else "complete",
-            epochs,
-            summary["best_val_auc"],
-            _format_params(params),
-        )
-        if pruned:
-            raise optuna.TrialPruned(f"pruned after epoch {state['pruned_at']}")
-        return float(summary["best_val_auc"])
-
-    done = (TrialState.COMPLETE, TrialState.PRUNED)
-    remaining = config.trials - len(study.get_trials(deepcopy=False, states=done))
     summary = None
     try:
-        if remaining > 0:
-            log.info(
-                "searching: %d trial(s) to go (%s pruner, %s sampler, at most %d epochs each)",
-                remaining,
-                config.pruner,
-                config.sampler,
-                config.max_epochs,
-            )
-            # failed trials do not count: run until `trials` are complete or pruned
-            study.optimize(
-                objective,
-                catch=(_TrialFailed,),
-                gc_after_trial=True,
-                callbacks=[optuna.study.MaxTrialsCallback(config.trials, states=done)],
-                timeout=config.timeout_hours * 3600 if config.timeout_hours else None,
-            )
+        TrialRunner(config, base, tracker).optimize(study)
         summary = summarize(config, study, base, time.perf_counter() - started)
     finally:
         tracker.finish(summary, failed=summary is None)
@@ -562,33 +493,75 @@ def _format_params(params: dict[str, Any]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """The study's trials counted: what tuned.json and the summary report."""
+
+    trials: list
+    complete: int
+    pruned: int
+    failed: int
+
+    @classmethod
+    def of(cls, study: Any) -> Outcome:
+        from optuna.trial import TrialState
+
+        trials = study.get_trials(deepcopy=False)
+
+        def count(state: TrialState) -> int:
+            return sum(t.state == state for t in trials)
+
+        return cls(
+            trials, count(TrialState.COMPLETE), count(TrialState.PRUNED), count(TrialState.FAIL)
+        )
+
+    @property
+    def unfailed(self) -> int:
+        """Trials not failed, waiting ones included (the cost of the search without pruning)."""
+        from optuna.trial import TrialState
+
+        return sum(t.state != TrialState.FAIL for t in self.trials)
+
+    @property
+    def epochs_spent(self) -> int:
+        return sum(int(t.user_attrs.get("epochs", 0)) for t in self.trials)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per trial for the summary file."""
+        return [
+            {
+                "trial": t.number,
+                "state": t.state.name.lower(),
+                "value": t.value,
+                "epochs": t.user_attrs.get("epochs"),
+                "params": t.params,
+                "error": t.user_attrs.get("error"),
+            }
+            for t in self.trials
+        ]
+
+
 def summarize(config: TuneConfig, study: Any, base: Base, seconds: float) -> dict[str, Any]:
     """Write tuned.json (best complete trial) and tune_summary.json; return the summary."""
-    from optuna.trial import TrialState
+    from components.tune.trial import write_trial_config
 
-    trials = study.get_trials(deepcopy=False)
-    counts = {
-        state: sum(t.state == state for t in trials)
-        for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    }
-    if not counts[TrialState.COMPLETE]:
+    outcome = Outcome.of(study)
+    if not outcome.complete:
         raise TuneError(
-            f"no trial completed ({counts[TrialState.PRUNED]} pruned, "
-            f"{counts[TrialState.FAIL]} failed): nothing to write"
+            f"no trial completed ({outcome.pruned} pruned, {outcome.failed} failed): "
+            "nothing to write"
         )
     best = study.best_trial
-    epochs_spent = sum(int(t.user_attrs.get("epochs", 0)) for t in trials)
     search = {
-        "trials": counts[TrialState.COMPLETE] + counts[TrialState.PRUNED],
-        "complete": counts[TrialState.COMPLETE],
-        "pruned": counts[TrialState.PRUNED],
-        "failed": counts[TrialState.FAIL],
+        "trials": outcome.complete + outcome.pruned,
+        "complete": outcome.complete,
+        "pruned": outcome.pruned,
+        "failed": outcome.failed,
         "best_val_auc": best.value,
         "best_trial": best.number,
         "best_params": best.params,
-        "epochs_spent": epochs_spent,
-        "epochs_if_unpruned": len([t for t in trials if t.state != TrialState.FAIL])
-        * config.max_epochs,
+        "epochs_spent": outcome.epochs_spent,
+        "epochs_if_unpruned": outcome.unfailed * config.max_epochs,
         "pruner": config.pruner,
         "reduction_factor": config.reduction_factor,
         "min_epochs": config.min_epochs,
@@ -614,22 +587,11 @@ def summarize(config: TuneConfig, study: Any, base: Base, seconds: float) -> dic
         config.global_batch,
         search,
     )
-    rows = [
-        {
-            "trial": t.number,
-            "state": t.state.name.lower(),
-            "value": t.value,
-            "epochs": t.user_attrs.get("epochs"),
-            "params": t.params,
-            "error": t.user_attrs.get("error"),
-        }
-        for t in trials
-    ]
     summary = {
         **search,
         "tuned_file": str(tuned),
         "settings": config.settings(),
-        "trial_rows": rows,
+        "trial_rows": outcome.rows(),
     }
     atomic_write_json(Path(config.out) / SUMMARY_FILE, summary)
     return summary

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import runpy
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,13 @@ from components.tune.space import trial_model
 
 CONFIG_FILE = "trial-config.json"
 PLAN_FILE = "trial-plan.json"
+
+
+PLAN_PROBE = False
+"""Trial plans skip the estimate stage's speed probe. The probe only times a plan (its shape comes
+from the memory model, the same either way) and a trial runs on the processes it is given whatever
+the timing says; a probe would cost each trial a launch (about 15 s on 2 cores), and under torchrun
+every rank plans, so each would launch one onto the devices the trial is about to use."""
 
 
 def write_trial_config(
@@ -85,7 +93,8 @@ def write_trial_plan(
     nnodes: int = 1,
     memory_fraction: float = 0.88,
 ) -> tuple[Path, TrainPlan]:
-    """The estimate stage's plan for the trial's config file, fitted to the processes running it."""
+    """The estimate stage's plan for the trial's config file, fitted to the processes running it
+    (without the speed probe: :data:`PLAN_PROBE`)."""
     from components.estimate.planner import EstimateConfig, estimate
 
     doc = estimate(
@@ -96,6 +105,7 @@ def write_trial_plan(
             global_batch=global_batch,
             max_epochs=max_epochs,
             memory_fraction=memory_fraction,
+            probe=PLAN_PROBE,
         )
     )
     plan = for_world(doc["train"], nproc_per_node, nnodes)
@@ -106,6 +116,35 @@ def write_trial_plan(
             f"(accumulation {plan.grad_accum} keeps global batch {global_batch})"
         )
     return write_plan(path, plan, rationale, doc["estimate"]), plan
+
+
+def write_trial(
+    files: tuple[Path, Path],
+    name: str,
+    base: ModelConfig,
+    params: dict[str, Any],
+    search: dict[str, Any],
+    settings: Any,
+    nproc_per_node: int,
+    nnodes: int = 1,
+) -> tuple[Path, Path, TrainPlan]:
+    """Write a trial's model config file and its plan to ``files`` (config, plan); return both
+    paths and the plan. ``settings``: the search's data, hardware, global_batch, max_epochs and
+    memory_fraction (a TuneConfig, or the trial CLI's flags of the same names)."""
+    config_file, plan_file = files
+    model_file = write_trial_config(config_file, name, base, params, settings.global_batch, search)
+    plan_file, plan = write_trial_plan(
+        plan_file,
+        data=settings.data,
+        model_file=model_file,
+        hardware=settings.hardware,
+        global_batch=settings.global_batch,
+        max_epochs=settings.max_epochs,
+        nproc_per_node=nproc_per_node,
+        nnodes=nnodes,
+        memory_fraction=settings.memory_fraction,
+    )
+    return model_file, plan_file, plan
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,24 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from components.train.model import model_config
 
-        model_file = write_trial_config(
-            out / CONFIG_FILE,
+        _, plan_file, plan = write_trial(
+            (out / CONFIG_FILE, out / PLAN_FILE),
             f"trial-{out.name}",
             model_config(args.base_model),
             params,
-            args.global_batch,
             {"base_model": args.base_model},
-        )
-        plan_file, plan = write_trial_plan(
-            out / PLAN_FILE,
-            data=args.data,
-            model_file=model_file,
-            hardware=args.hardware,
-            global_batch=args.global_batch,
-            max_epochs=args.max_epochs,
-            nproc_per_node=nproc,
-            nnodes=nnodes,
-            memory_fraction=args.memory_fraction,
+            args,
+            nproc,
+            nnodes,
         )
     except ValueError as exc:
         print(f"trial: error (rank {rank}): {exc}", file=sys.stderr)
@@ -200,21 +230,25 @@ def main(argv: list[str] | None = None) -> int:
             + f"  (micro-batch {plan.micro_batch} x accum {plan.grad_accum} x {nproc * nnodes})",
             flush=True,
         )
-    from components.train.__main__ import main as train_main
-
-    return train_main(
-        [
-            "--data",
-            args.data,
-            "--out",
-            args.out,
-            "--plan",
-            str(plan_file),
-            "--max-epochs",
-            str(args.max_epochs),
-            *trainer_args,
-        ]
-    )
+    # the trainer's CLI runs as ``python -m components.train`` would run it (an entry point is
+    # run, never imported): same flags, same exit code
+    sys.argv = [
+        "python -m components.train",
+        "--data",
+        args.data,
+        "--out",
+        args.out,
+        "--plan",
+        str(plan_file),
+        "--max-epochs",
+        str(args.max_epochs),
+        *trainer_args,
+    ]
+    try:
+        runpy.run_module("components.train", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -22,9 +23,11 @@ from components.train.model import ModelConfig, model_config
 from components.train.trainer import TrainConfig, train
 from components.train.tuned import tuned_training
 from components.tune.__main__ import main as tune_cli
+from components.tune.config import TuneConfig
 from components.tune.space import SearchSpace
-from components.tune.study import TuneConfig, TuneError, open_study, tune
-from components.tune.trial import write_trial_plan
+from components.tune.study import TuneError, open_study, tune
+from components.tune.trial import PLAN_FILE, write_trial_plan
+from components.tune.trial import main as trial_main
 from kube.katib import METRIC_FILTER
 
 pytestmark = pytest.mark.integration
@@ -163,7 +166,9 @@ def test_tuned_file_drives_estimate_and_training(search, tiny_dataset, tmp_path,
     tuned = str(out / "tuned.json")
     training = tuned_training(tuned)
     doc = estimate(
-        EstimateConfig(data=str(tiny_dataset), model=tuned, global_batch=1024, max_epochs=1)
+        EstimateConfig(
+            data=str(tiny_dataset), model=tuned, global_batch=1024, max_epochs=1, probe=False
+        )
     )
     plan = doc["train"]
     assert plan.model == tuned
@@ -196,6 +201,23 @@ def test_tuned_file_drives_estimate_and_training(search, tiny_dataset, tmp_path,
     found = re.findall(METRIC_FILTER, "\n".join(caplog.messages))
     assert [name for name, _ in found] == ["val_auc"]
     assert float(found[0][1]) == pytest.approx(summary["history"][0]["val_auc"], abs=1e-4)
+
+
+def test_katib_trial_entry_point_runs_the_trainer_cli(tiny_dataset, tmp_path, capsys):
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in GOOD.items()]
+    common = ["--data", str(tiny_dataset), "--base-model", "debug", "--hardware", "cpu-local"]
+    out = tmp_path / "trial-1"
+    argv = [*common, "--out", str(out), "--global-batch", "256", "--max-epochs", "1", *flags]
+    assert trial_main(argv) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("trial trial-1: lr=0.002") and "best val AUC" in printed
+    architecture = ModelConfig(**load_checkpoint(out / "best.pt")["model_config"])
+    assert (architecture.d_model, architecture.layers) == (GOOD["d_model"], GOOD["layers"])
+    # every rank plans the same shape without launching a speed probe onto the trial's devices
+    assert json.loads((out / PLAN_FILE).read_text())["estimate"]["speed_probe"] is None
+    # the trainer's own exit code comes back: a bad trainer flag is its usage error
+    assert trial_main([*argv, "--resume", "sometimes"]) == 2
+    assert "--resume: invalid choice" in capsys.readouterr().err
 
 
 def test_bad_model_config_files_are_refused(tmp_path, tiny_dataset):
@@ -246,7 +268,8 @@ def test_bad_model_config_files_are_refused(tmp_path, tiny_dataset):
         )
     )
     assert tuned_training(str(no_train)) is None  # a file without "train": the planner's defaults
-    assert estimate(EstimateConfig(data=str(tiny_dataset), model=str(no_train)))["train"].lr == 2e-3
+    planned = estimate(EstimateConfig(data=str(tiny_dataset), model=str(no_train), probe=False))
+    assert planned["train"].lr == 2e-3
     bad_train = tmp_path / "bad.json"
     bad_train.write_text(
         json.dumps(
@@ -265,21 +288,23 @@ def test_bad_model_config_files_are_refused(tmp_path, tiny_dataset):
         EstimateConfig(data=str(tiny_dataset), model=str(bad_train))
 
 
-def test_search_resumes_and_refuses_other_settings(tiny_dataset, tmp_path):
+def test_search_resumes_and_refuses_other_settings(search, tiny_dataset, tmp_path):
+    summary, shared, _ = search
     out = tmp_path / "tune"
-    first = tune(small_config(tiny_dataset, out, trials=2, max_epochs=1, enqueue=(GOOD,)))
-    assert first["trials"] == 2
+    out.mkdir()
+    shutil.copyfile(shared / "study.db", out / "study.db")  # the shared search, left untouched
     # a crash left a trial RUNNING: the next run fails it and tries its parameters again
-    study = open_study(small_config(tiny_dataset, out, trials=3, max_epochs=1, enqueue=(GOOD,)))
+    study = open_study(small_config(tiny_dataset, out, trials=6))
     stale = study.ask()
     stale_params = {"lr": stale.suggest_float("lr", 1e-3, 1e-3, log=True)}
-    resumed = tune(small_config(tiny_dataset, out, trials=3, max_epochs=1, enqueue=(GOOD,)))
+    resumed = tune(small_config(tiny_dataset, out, trials=6))
     rows = resumed["trial_rows"]
-    assert resumed["trials"] == 3 and resumed["failed"] == 1
-    assert [r["state"] for r in rows] == ["complete", "complete", "fail", "complete"]
-    assert rows[3]["params"]["lr"] == stale_params["lr"]
+    assert resumed["trials"] == 6 and resumed["failed"] == 1  # the 5 earlier trials count
+    assert rows[:5] == summary["trial_rows"]
+    assert rows[5]["state"] == "fail" and rows[6]["state"] in ("complete", "pruned")
+    assert rows[6]["params"]["lr"] == stale_params["lr"]
     with pytest.raises(TuneError, match="other settings.*max_epochs"):
-        tune(small_config(tiny_dataset, out, trials=3, max_epochs=2, enqueue=(GOOD,)))
+        tune(small_config(tiny_dataset, out, trials=6, max_epochs=2))
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
@@ -340,13 +365,13 @@ def test_tune_pipeline_runs_through_kfp_local(tmp_path, monkeypatch):
     )
     params = load_config(
         "configs/tune-debug.json",
-        {"raw_uri": str(raw), "trials": 3, "max_epochs": 2, "global_batch": 512, "seq_len": 8},
+        {"raw_uri": str(raw), "trials": 2, "max_epochs": 1, "global_batch": 512, "seq_len": 8},
         pipeline=tune_pipeline,
     )
     summary = run_tune_local(params, tmp_path / "store", run_id="tune1")
     tempfile.tempdir = None
     assert summary["status"] == "SUCCEEDED", summary
-    assert summary["trials"] == 3 and summary["pipeline"] == "dailyrec-tune"
+    assert summary["trials"] == 2 and summary["pipeline"] == "dailyrec-tune"
     latest = tmp_path / "store" / "tuned" / "latest.json"
     assert json.loads(latest.read_text()) == json.loads(Path(summary["tuned_file"]).read_text())
     assert model_config(str(latest)).d_model in (8, 16)

@@ -381,3 +381,22 @@ def test_katib_and_tune_share_the_parameter_names():
 
     assert {param for param, _ in TRIAL_PARAMETERS.values()} == set(PARAMS)
     assert Path("configs/tune.json").is_file() and Path("configs/tune-debug.json").is_file()
+
+
+def test_cli_flags_are_the_config_fields(tmp_path, capsys):
+    import dataclasses
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    shown = capsys.readouterr().out
+    for f in dataclasses.fields(KatibConfig):
+        assert f"--{f.name.replace('_', '-')}" in shown, f.name
+    out = tmp_path / "exp.yaml"
+    flags = ["--env", "local", "--data", "/d", "--algorithm", "random", "--root", "/r"]
+    assert (
+        main([*flags, "--max-trial-count", "5", "--parallel-trial-count", "2", "--out", str(out)])
+        == 0
+    )
+    spec = yaml.safe_load(out.read_text())["spec"]
+    assert (spec["maxTrialCount"], spec["parallelTrialCount"]) == (5, 2)
+    assert "/r/dailyrec-tune/" in " ".join(trial_args(yaml.safe_load(out.read_text())))

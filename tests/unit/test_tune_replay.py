@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.tune import replay, replay_orders
-from components.tune.study import TuneConfig
+from components.tune.config import TuneConfig
 
 pytest.importorskip("optuna")
 
