@@ -46,7 +46,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from components.common.cli import add_config_flags, cli_parser
+from components.common.cli import Exit, add_config_flags, cli_parser, exit_for
 from components.common.plan import TrainPlan
 from components.tune.space import SearchSpace, feasible_architectures, json_arg
 from kube.types import MOUNT_PATH
@@ -649,13 +649,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         print(f"katib: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_for(exc)
     s = doc["spec"]
     print(
         f"wrote {args.out}: {s['algorithm']['algorithmName']}, {s['maxTrialCount']} trials, "
         f"{s['parallelTrialCount']} in parallel; kubectl apply -f {args.out}"
     )
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ folders, same MLflow database); ``--compile FILE`` writes the pipeline for Kubef
 searches that need a GPU per trial and trials in parallel, see kube/katib.py.
 """
 
-import argparse
 import json
 import sys
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from kfp import compiler, dsl, kubernetes
 
-from components.common.cli import HelpFormatter
+from components.common.cli import Exit, cli_parser, exit_for, signal_exit
 from components.tune.component import tune_op, with_settings_docs
 from components.tune.config import PIPELINE_PARAMETERS, pipeline_defaults
 from kube.tasks import TASK_LABEL, mlflow_client
@@ -170,11 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     from components.common.proctree import Stopped, stop_tree_on_signals
     from pipelines.local import LocalRunError, load_config
 
-    p = argparse.ArgumentParser(
-        prog="python -m pipelines.tune",
-        description=__doc__.splitlines()[0],
-        formatter_class=HelpFormatter,
-    )
+    p = cli_parser("python -m pipelines.tune", __doc__.splitlines()[0])
     p.add_argument("--config", default=DEFAULT_CONFIG, help="JSON file of dailyrec-tune parameters")
     p.add_argument(
         "--data",
@@ -197,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.compile:
         print(f"compiled {compile_tune(args.compile)}")
-        return 0
+        return Exit.OK
     try:
         overrides = dict(item.split("=", 1) for item in args.set)
         if args.data:
@@ -207,16 +202,16 @@ def main(argv: list[str] | None = None) -> int:
             summary = run_tune_local(params, args.root, args.run_id)
     except Stopped as exc:
         print(f"tune: {exc}: every task process was stopped", file=sys.stderr)
-        return 128 + exc.signum
-    except (LocalRunError, PathError, ValueError) as exc:
+        return signal_exit(exc.signum)
+    except (LocalRunError, ValueError) as exc:  # checked before anything runs: a bad request
         print(f"tune: error: {exc}", file=sys.stderr)
-        return 2
-    except LockBusy as exc:
+        return Exit.USAGE
+    except (LockBusy, PathError, OSError) as exc:
         print(f"tune: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     if summary["status"] != "SUCCEEDED":
         print(f"\ntune run {summary['run_id']}: FAILED: {summary['error']}", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     from components.tune.study import summary_text
 
     latest = Path(args.root) / "tuned" / "latest.json"
@@ -225,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary_text(summary)}"
     )
     print(f"next     python -m pipelines.local --set model_config={latest.resolve()}")
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.common.cli import add_config_flags, cli_parser, field_docs
+from components.common.cli import Exit, add_config_flags, cli_parser, exit_for, field_docs
 from components.tune.config import TuneConfig
 from components.tune.space import SearchSpace, json_arg
 from components.tune.study import TuneError
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
     except (TypeError, ValueError) as exc:
         print(f"tune: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_for(exc)
     import torch
 
     from components.common.tracking import TrackingError
@@ -61,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         summary = tune(config)
     except (TuneError, TrackingError, ValueError) as exc:
         print(f"tune: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_for(exc)
     print(summary_text(summary))
-    return 0
+    return Exit.OK
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from typing import NamedTuple
 
 from kfp import dsl
 
-from pipelines.images import RUNTIME_IMAGE
+from components.common.images import RUNTIME_IMAGE
 
 
 def with_settings_docs(func):

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components.common.cli import HelpFormatter
+from components.common.cli import Exit, cli_parser, exit_for
 from components.common.plan import TrainPlan, write_plan
 from components.train.model import ModelConfig
 from components.train.tuned import TunedTraining, write_tuned
@@ -148,12 +148,10 @@ def write_trial(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m components.tune.trial",
-        description="One hyperparameter trial (a Katib trial's entry point): write its model "
-        "config and plan, then run the trainer.",
-        formatter_class=HelpFormatter,
-        epilog="Other flags go to the trainer (python -m components.train).",
+    p = cli_parser(
+        "python -m components.tune.trial",
+        "One hyperparameter trial (a Katib trial's entry point): write its model config and "
+        "plan, then run the trainer. Other flags go to the trainer (python -m components.train).",
     )
     p.add_argument("--data", required=True, help="dataset folder (preprocess output)")
     p.add_argument(
@@ -194,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     args, trainer_args = build_parser().parse_known_args(argv)
     if any(a == "--plan" or a.startswith("--plan=") for a in trainer_args):
         print("trial: error: --plan is not taken: the trial plans its own config", file=sys.stderr)
-        return 2
+        return Exit.USAGE
     rank = int(os.environ.get("RANK", 0))
     nproc = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     nnodes = max(1, int(os.environ.get("WORLD_SIZE", 1)) // nproc)
@@ -222,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         print(f"trial: error (rank {rank}): {exc}", file=sys.stderr)
-        return 2
+        return exit_for(exc)
     if rank == 0:
         print(
             f"trial {out.name}: "
@@ -247,8 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runpy.run_module("components.train", run_name="__main__", alter_sys=True)
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 1
-    return 0
+        return exc.code if isinstance(exc.code, int) else Exit.FAILED
+    return Exit.OK
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import torch
 import yaml
 from mlflow import MlflowClient
 
+from components.common.cli import Exit
 from components.common.tracking import sqlite_uri
 from components.estimate.planner import EstimateConfig, EstimateError, estimate
 from components.train.checkpoint import load_checkpoint
@@ -310,7 +311,7 @@ def test_search_resumes_and_refuses_other_settings(search, tiny_dataset, tmp_pat
 def test_cli_errors_are_one_line(tmp_path, capsys):
     assert (
         tune_cli(["--data", str(tmp_path / "none"), "--out", str(tmp_path / "o"), "--trials", "1"])
-        == 1
+        == Exit.USAGE  # a missing dataset is bad input
     )
     err = capsys.readouterr().err
     assert err.startswith("tune: error:") and "meta.json" in err and "Traceback" not in err

@@ -20,13 +20,6 @@ from components.train.backend import LaunchError
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "development.md"
-# CLIs still returning their own literals; each drops out of this set when it adopts Exit
-PENDING = {
-    "components/tune/__main__.py",
-    "components/tune/trial.py",
-    "pipelines/tune.py",
-    "kube/katib.py",
-}
 
 
 def cli_files() -> list[Path]:
@@ -36,7 +29,6 @@ def cli_files() -> list[Path]:
         for folder in ("components", "pipelines", "kube")
         for path in sorted((ROOT / folder).rglob("*.py"))
         if 'if __name__ == "__main__"' in path.read_text(encoding="utf-8")
-        and str(path.relative_to(ROOT)) not in PENDING
     ]
     return [*found, ROOT / "images" / "lock.py"]
 
@@ -138,9 +130,3 @@ def test_processes_exit_with_the_documented_status(tmp_path):
         assert "Traceback" not in done.stderr and named in lines[-1], (argv, lines)
     shown = " ".join(run("-m", "components.evaluate", "--help").stdout.split())
     assert EXIT_EPILOG in shown
-
-
-@pytest.mark.parametrize("name", sorted(PENDING))
-def test_pending_clis_are_still_pending(name):
-    """A CLI that adopted the convention leaves PENDING, so the check above covers it."""
-    assert forbidden_exits(ROOT / name), f"{name} exits through Exit now: remove it from PENDING"
