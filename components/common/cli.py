@@ -125,25 +125,32 @@ def add_config_flags(
     """One ``--field-name`` flag per field of a config dataclass (those in ``skip`` aside): its
     type, default and help come from the field (``metadata={"choices": ...}`` gives choices), so a
     setting declared on the config is on its CLI. A field without a default is a required flag; a
-    bool field defaulting to False is a switch; ``X | None`` takes an X."""
+    bool field defaulting to False is a switch, one defaulting to None a ``--x/--no-x`` pair;
+    ``X | None`` takes an X; a date takes ``YYYY-MM-DD``. A field needing another parse (a list,
+    JSON) goes in ``skip`` and gets a hand-written flag."""
     import dataclasses
+    import datetime as dt
     import typing
 
-    docs, hints = field_docs(cls), typing.get_type_hints(cls)
+    parsers = {str: str, int: int, float: float, dt.date: dt.date.fromisoformat}
+    hints = typing.get_type_hints(cls)
+    # argparse %-formats help texts: a docstring's "12%" is literal
+    docs = {name: doc.replace("%", "%%") for name, doc in field_docs(cls).items()}
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         flag, kind = f"--{f.name.replace('_', '-')}", hints[f.name]
         kinds = [k for k in typing.get_args(kind) if k is not type(None)] or [kind]
-        if kind is bool and f.default is False:
-            parser.add_argument(flag, action="store_true", help=docs.get(f.name))
+        if kinds == [bool] and f.default in (False, None):
+            action = "store_true" if f.default is False else argparse.BooleanOptionalAction
+            parser.add_argument(flag, action=action, default=f.default, help=docs.get(f.name))
             continue
-        if len(kinds) != 1 or kinds[0] not in (str, int, float):
+        if len(kinds) != 1 or kinds[0] not in parsers:
             raise TypeError(f"{cls.__name__}.{f.name}: no flag for type {kind}")
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         parser.add_argument(
             flag,
-            type=kinds[0],
+            type=parsers[kinds[0]],
             required=required,
             default=None if required else f.default,
             choices=f.metadata.get("choices"),

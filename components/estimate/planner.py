@@ -88,14 +88,15 @@ class EstimateConfig:
     global_batch: int = 1024
     """Samples per optimizer step across all processes (= micro × accum × world)."""
     deadline_hours: float | None = None
-    """Wall-clock hours the training may take; None = no deadline (fewest devices)."""
+    """Wall-clock hours the training may take, start-up included (default: no deadline, the fewest
+    devices)."""
     deadline_margin: float = 0.15
     """Headroom a plan keeps for the time model's error: it meets the deadline only when its predicted
     time x (1 + margin) fits. benchmarks/estimate.py measured the calibrated error at -12% .. +8% on
     CPU; a plan predicted to end just at the deadline would miss it about half the time."""
     probe: bool | None = None
-    """Time real training steps on this machine's slice of the data (and measure memory):
-    None = where the profile's hardware is present (cpu-local; a GPU profile with CUDA)."""
+    """Time real training steps on this machine's slice of the data and measure memory (default:
+    where the profile's hardware is present: cpu-local; a GPU profile with CUDA)."""
     max_epochs: int = 3
     """Epochs the plan allows and the time estimate assumes (early stopping may end sooner)."""
     memory_fraction: float = 0.88
@@ -108,9 +109,10 @@ class EstimateConfig:
     warmup_fraction: float = 0.05
     """Share of optimizer steps in linear warmup."""
     mfu: float | None = None
-    """Model FLOPs utilization; None = the profile's (measured or cited) ``mfu``."""
+    """Model FLOPs utilization (default: the profile's measured or cited ``mfu``)."""
     patience: int | None = None
-    """Epochs without a validation gain before stopping; None = :func:`choose_patience`."""
+    """Epochs without a validation gain before stopping (default: chosen by
+    :func:`choose_patience` so early stopping can act within max_epochs)."""
     max_lost_minutes: float = 10.0
     """Most minutes of training a preemption may lose (sizes checkpoint_every_steps)."""
 

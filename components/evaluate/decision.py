@@ -25,7 +25,7 @@ stays; ignore: judged by rule 1 alone).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 UNUSABLE_POLICIES = ("block", "ignore")
 
@@ -38,7 +38,7 @@ class GateRule:
     """How much worse than the champion (in AUC) is still acceptable at the CI's upper bound."""
     confidence: float = 0.95
     """Confidence level of the AUC-delta interval."""
-    if_champion_unusable: str = "block"
+    if_champion_unusable: str = field(default="block", metadata={"choices": UNUSABLE_POLICIES})
     """block: not blessed when the champion cannot be scored; ignore: judge by min_auc alone."""
 
     def __post_init__(self) -> None:

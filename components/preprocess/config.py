@@ -45,7 +45,7 @@ class PreprocessConfig:
     out: str
     """Dataset folder to write (local path or mounted volume: memmaps need a filesystem)."""
     end_date: dt.date | None = None
-    """Last day of the window; None = the latest day folder present."""
+    """Last day of the window, YYYY-MM-DD (default: the latest day folder present)."""
     days: int = 14
     """Days in the window (train + val + test)."""
     history_days: int = 7
@@ -78,7 +78,7 @@ class PreprocessConfig:
     """Dask scheduler: threads | processes | sync | local-cluster | a scheduler address (tcp://host:port; on
     Kubernetes the pipeline starts a DaskCluster and passes its address: kube.client.preprocess_cluster)."""
     workers: int | None = None
-    """Threads/processes/workers for local schedulers; None = all cores."""
+    """Threads/processes/workers for local schedulers (default: all cores)."""
     force: bool = False
     """Recompute even when ``out`` already holds a dataset with the same fingerprint."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from components.common.cli import Exit, cli_parser, exit_for, field_docs
+from components.common.cli import Exit, add_config_flags, cli_parser, exit_for
 from components.common.tracking import TrackingError
 from components.register.integrity import IntegrityError
 from components.register.stage import (
@@ -21,60 +21,33 @@ from components.train.checkpoint import CheckpointError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    DOCS = field_docs(RegisterConfig)
     p = cli_parser(
         "python -m components.register",
         "Register an evaluated model in MLflow and move its aliases.",
     )
-    p.add_argument(
-        "--checkpoint", required=True, help="the evaluated checkpoint (train output best.pt)"
-    )
-    p.add_argument("--metrics", required=True, help="evaluate output metrics.json")
-    p.add_argument("--decision", required=True, help="evaluate output decision.json")
-    p.add_argument("--model-name", default="dailyrec", help=DOCS["model_name"])
+    add_config_flags(p, RegisterConfig, skip=("tracking_uri", "user_events"))
+    # hand-written: the default is resolved at run time (and not shown: it may hold a password)
     p.add_argument(
         "--tracking-uri",
         default=None,
         help="MLflow URI (default $MLFLOW_TRACKING_URI, else sqlite:///runs/mlflow.db)",
     )
-    p.add_argument("--experiment", default="dailyrec-register", help=DOCS["experiment"])
-    p.add_argument(
-        "--register-unblessed",
-        action="store_true",
-        help="register a not-blessed model too, as @challenger",
-    )
-    p.add_argument("--pipeline-run-id", default="", help=DOCS["pipeline_run_id"])
-    p.add_argument("--out", default=None, help="folder for registration.json (default: none)")
-    p.add_argument(
-        "--data",
-        default=None,
-        help="the dataset the model was trained on, whose snapshot it carries "
-        "(default: the one evaluate names in metrics.json)",
-    )
+    # hand-written: the field defaults to True, so its flag is the switch that turns it off
     p.add_argument(
         "--no-user-events",
-        action="store_true",
+        dest="user_events",
+        action="store_false",
         help="leave the users' window events out of the model (for windows too large to ship "
-        "with it); requests must then send each user's events",
+        "with it); requests must then send each user's events (default: they are carried)",
     )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = vars(build_parser().parse_args(argv))
     try:
         config = RegisterConfig(
-            checkpoint=args.checkpoint,
-            metrics=args.metrics,
-            decision=args.decision,
-            model_name=args.model_name,
-            tracking_uri=args.tracking_uri or default_tracking_uri(),
-            experiment=args.experiment,
-            register_unblessed=args.register_unblessed,
-            pipeline_run_id=args.pipeline_run_id,
-            out=args.out,
-            data=args.data,
-            user_events=not args.no_user_events,
+            **args | {"tracking_uri": args["tracking_uri"] or default_tracking_uri()}
         )
         result = register(config)
     except (

@@ -91,10 +91,10 @@ class RegisterConfig:
     pipeline_run_id: str = ""
     """Recorded as a tag (the KFP run that produced the model)."""
     out: str | None = None
-    """Folder for registration.json (optional)."""
+    """Folder for registration.json (default: none)."""
     data: str | None = None
     """The dataset the candidate was trained and evaluated on (its count state and user events
-    become the model's snapshot); None = the one named in ``metrics``."""
+    become the model's snapshot; default: the one named in ``metrics``)."""
     user_events: bool = True
     """Carry every user's events of the window in the model, so a request may send only ids.
     Off for windows too large to ship with a model: requests must then send the user's events."""
