@@ -4,6 +4,7 @@ help and its default, and one set of exit statuses (:class:`Exit`, tabled in doc
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import enum
 import textwrap
 
@@ -119,6 +120,14 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def iso_date(text: str) -> dt.date:
+    """A ``YYYY-MM-DD`` flag value; anything else is a usage error that names the text."""
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date YYYY-MM-DD: {text!r}") from None
+
+
 def add_config_flags(
     parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()
 ) -> None:
@@ -129,10 +138,9 @@ def add_config_flags(
     ``X | None`` takes an X; a date takes ``YYYY-MM-DD``. A field needing another parse (a list,
     JSON) goes in ``skip`` and gets a hand-written flag."""
     import dataclasses
-    import datetime as dt
     import typing
 
-    parsers = {str: str, int: int, float: float, dt.date: dt.date.fromisoformat}
+    parsers = {str: str, int: int, float: float, dt.date: iso_date}
     hints = typing.get_type_hints(cls)
     # argparse %-formats help texts: a docstring's "12%" is literal
     docs = {name: doc.replace("%", "%%") for name, doc in field_docs(cls).items()}

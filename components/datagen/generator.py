@@ -102,34 +102,31 @@ NO_CLICK_TIME = np.iinfo(np.int64).min // 4  # far enough back that every decay 
 
 @dataclass(frozen=True)
 class DatagenConfig:
-    """What to generate.
-
-    Attributes:
-        out: output folder (str or Path); replaced atomically, refused if it is
-            a non-empty folder without a datagen.json.
-        days: number of consecutive UTC days, starting at ``start_date``.
-        users: number of distinct users (ids 1..users).
-        items: number of distinct items (ids 1..items).
-        events_per_day: exposure rows per day (exact).
-        seed: seed of the single random generator; same config => same bytes.
-        categories: number of item categories (ids 1..categories), <= items.
-        start_date: the first day (a date or an ISO ``YYYY-MM-DD`` string).
-        click_rate: target mean label, strictly between 0 and 1.
-        id_format: "int" (int64 ids) or "str" ("u17", "i42", "c3").
-        rows_per_file: most rows in one part file of a day.
-    """
+    """What to generate."""
 
     out: Path
-    days: int
-    users: int
-    items: int
-    events_per_day: int
-    seed: int
+    """Output folder (str or Path): replaced atomically; refused if it is a non-empty folder
+    without a datagen.json."""
+    days: int = 14
+    """Number of consecutive UTC days, starting at ``start_date``."""
+    users: int = 20_000
+    """Distinct users (ids 1..users)."""
+    items: int = 50_000
+    """Distinct items (ids 1..items)."""
+    events_per_day: int = 200_000
+    """Exposure rows per day (exact)."""
+    seed: int = 7
+    """Seed of the single random generator: same config => same bytes."""
     categories: int = 500
+    """Item categories (ids 1..categories), <= items."""
     start_date: dt.date = dt.date(2026, 1, 1)
+    """The first day, YYYY-MM-DD."""
     click_rate: float = 0.08
-    id_format: str = "int"
+    """Target share of clicked exposures (mean label), strictly between 0 and 1."""
+    id_format: str = dataclasses.field(default="int", metadata={"choices": ID_FORMATS})
+    """int: int64 ids; str: strings like u17, i42, c3."""
     rows_per_file: int = 1_000_000
+    """Most rows in one part file of a day."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.out, str | os.PathLike) or not str(self.out):

@@ -30,6 +30,14 @@ CLIS = [
         (),
         ("out",),
     ),
+    # --out is a Path; --append-days extends an existing dataset with its own config
+    (
+        "components.datagen.__main__",
+        ["components.datagen.generator.DatagenConfig"],
+        ("out",),
+        (),
+        ("append_days",),
+    ),
     # --tracking-uri's default is $MLFLOW_TRACKING_URI; the rule's fields are flags of their own
     (
         "components.evaluate.__main__",
@@ -91,7 +99,7 @@ def test_a_stage_cli_has_one_flag_per_config_field_with_its_default(
         assert actions[name].choices == f.metadata.get("choices"), name
 
 
-def test_config_flags_parse_dates_and_optional_switches():
+def test_config_flags_parse_dates_and_optional_switches(capsys):
     @dataclasses.dataclass(frozen=True)
     class Config:
         day: dt.date | None = None
@@ -113,3 +121,4 @@ def test_config_flags_parse_dates_and_optional_switches():
     assert "A 50% share" in p.format_help()  # a % in a docstring is not a format directive
     with pytest.raises(SystemExit, match="2"):
         p.parse_args(["--day", "2024-13-01"])
+    assert "argument --day: not a date YYYY-MM-DD: '2024-13-01'" in capsys.readouterr().err
