@@ -9,54 +9,26 @@ day has both labels) and the full accounting as JSON with ``--json``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
-from components.common.cli import Exit, cli_parser, exit_for
+from components.common.cli import Exit, add_config_flags, cli_parser, exit_for
 from components.score.batch import ScoreConfig, score_day, summary_line
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = cli_parser("python -m components.score", __doc__.splitlines()[0])
-    p.add_argument("--raw", required=True, help="raw events root with dt=YYYY-MM-DD/ folders")
-    p.add_argument("--date", required=True, help="the day to score (YYYY-MM-DD)")
-    p.add_argument("--out", required=True, help="Parquet file to write")
-    p.add_argument(
-        "--model", default=ScoreConfig.model, help="models:/NAME@ALIAS or models:/NAME/VERSION"
-    )
-    p.add_argument(
-        "--tracking-uri",
-        default=None,
-        help="MLflow registry (default: $MLFLOW_TRACKING_URI, else sqlite under ./runs)",
-    )
-    p.add_argument(
-        "--max-skew-hours",
-        type=float,
-        default=ScoreConfig.max_skew_hours,
-        help="timestamps may fall this far outside the day; further out is quarantined",
-    )
-    p.add_argument("--batch", type=int, default=ScoreConfig.batch, help="rows per forward pass")
-    p.add_argument(
-        "--scheduler",
-        default=ScoreConfig.scheduler,
-        choices=("threads", "sync"),
-        help="Dask scheduler",
-    )
-    p.add_argument("--workers", type=int, default=None, help="threads (default: all cores)")
+    add_config_flags(p, ScoreConfig)
     p.add_argument("--json", action="store_true", help="print the full accounting as JSON")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = vars(build_parser().parse_args(argv))
+    as_json = args.pop("json")
     try:
-        config = ScoreConfig(
-            raw=args.raw,
-            date=args.date,
-            out=args.out,
-            model=args.model,
-            tracking_uri=args.tracking_uri,
-            max_skew_hours=args.max_skew_hours,
-            batch=args.batch,
-            scheduler=args.scheduler,
-            workers=args.workers,
-        )
+        config = ScoreConfig(**args)
         result = score_day(config)
     except (ValueError, OSError, RuntimeError) as exc:  # InputError, IntegrityError, TrackingError
         print(f"score: error: {exc}", file=sys.stderr)
@@ -67,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return Exit.FAILED
-    print(json.dumps(result, indent=2) if args.json else summary_line(result))
+    print(json.dumps(result, indent=2) if as_json else summary_line(result))
     return Exit.OK
 
 

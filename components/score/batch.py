@@ -20,7 +20,7 @@ import os
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,8 @@ from components.common.progress import get_logger
 
 log = get_logger(__name__)
 
+SCHEDULERS = ("threads", "sync")
+
 
 @dataclass(frozen=True)
 class ScoreConfig:
@@ -41,21 +43,21 @@ class ScoreConfig:
     raw: str
     """Raw events root (local path or fsspec URI) holding ``dt=YYYY-MM-DD/`` folders."""
     date: dt.date
-    """The day folder to score."""
+    """The day folder to score, YYYY-MM-DD."""
     out: str
     """Parquet file to write (replaced atomically)."""
     model: str = "models:/dailyrec@champion"
     """Registered model: models:/NAME@ALIAS or models:/NAME/VERSION."""
     tracking_uri: str | None = None
-    """MLflow registry; None = $MLFLOW_TRACKING_URI, else sqlite under ./runs."""
+    """MLflow registry (default: $MLFLOW_TRACKING_URI, else sqlite under ./runs)."""
     max_skew_hours: float = 3.0
     """Timestamps may fall this far outside the folder's UTC day; further out is quarantined."""
     batch: int = 8192
     """Rows per forward pass."""
-    scheduler: str = "threads"
+    scheduler: str = field(default="threads", metadata={"choices": SCHEDULERS})
     """Dask scheduler: threads | sync."""
     workers: int | None = None
-    """Threads; None = all cores."""
+    """Threads (default: all cores)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.date, str):
@@ -69,7 +71,7 @@ class ScoreConfig:
             raise ValueError(f"max_skew_hours must be >= 0, got {self.max_skew_hours}")
         if self.batch < 1:
             raise ValueError(f"batch must be >= 1, got {self.batch}")
-        if self.scheduler not in ("threads", "sync"):
+        if self.scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler must be threads or sync, got {self.scheduler!r}")
         if self.workers is not None and self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")

@@ -38,6 +38,8 @@ CLIS = [
         (),
         ("append_days",),
     ),
+    # --json prints the full accounting
+    ("components.score.__main__", ["components.score.batch.ScoreConfig"], (), (), ("json",)),
     # --tracking-uri's default is $MLFLOW_TRACKING_URI; the rule's fields are flags of their own
     (
         "components.evaluate.__main__",
