@@ -9,9 +9,8 @@ import argparse
 import os
 import sys
 
-from components.common.cli import Exit, cli_parser
+from components.common.cli import Exit, add_config_flags, cli_parser
 from components.train.trainer import (
-    RESUME_MODES,
     TrainConfig,
     main_with_errors,
     read_summary,
@@ -24,32 +23,12 @@ def build_parser() -> argparse.ArgumentParser:
         "python -m components.train",
         "Train the model on a preprocessed dataset, as one process or under torchrun.",
     )
-    p.add_argument("--data", required=True, help="dataset folder (preprocess output)")
-    p.add_argument(
-        "--plan", default=None, help="plan.json (estimate output); default: a small CPU plan"
-    )
-    p.add_argument(
-        "--out", required=True, help="output folder for checkpoints and train_summary.json"
-    )
-    p.add_argument(
-        "--init-from",
-        default=None,
-        help="warm-start from this checkpoint when shapes match (default: none)",
-    )
-    p.add_argument(
-        "--resume", choices=RESUME_MODES, default="never", help="auto: continue from OUT/last.pt"
-    )
+    add_config_flags(p, TrainConfig, skip=("tracking_uri",))
+    # hand-written: its default comes from the environment and is not shown (it may hold a password)
     p.add_argument(
         "--tracking-uri",
         default=os.environ.get("MLFLOW_TRACKING_URI"),
         help="MLflow tracking URI (rank 0 logs there; default: $MLFLOW_TRACKING_URI, else none)",
-    )
-    p.add_argument("--experiment", default="dailyrec-train", help="MLflow experiment name")
-    p.add_argument(
-        "--max-epochs",
-        type=int,
-        default=None,
-        help="override the plan's max_epochs (default: the plan's)",
     )
     return p
 

@@ -77,17 +77,17 @@ class TrainConfig:
     out: str
     """Output folder: checkpoints (best.pt, last.pt), train_summary.json."""
     plan: str | None = None
-    """plan.json from the estimate stage; None = the default TrainPlan."""
+    """plan.json from the estimate stage (default: a small CPU plan, the default TrainPlan)."""
     init_from: str | None = None
-    """Checkpoint to warm-start the model from (weights only), when shapes match."""
-    resume: str = "never"
+    """Checkpoint to warm-start the model from (weights only), when shapes match (default: none)."""
+    resume: str = dataclasses.field(default="never", metadata={"choices": RESUME_MODES})
     """auto: continue from OUT/last.pt when it exists; never: start fresh."""
     tracking_uri: str | None = None
     """MLflow tracking URI; rank 0 logs params and per-epoch metrics when given."""
     experiment: str = "dailyrec-train"
     """MLflow experiment name."""
     max_epochs: int | None = None
-    """Override the plan's max_epochs (for quick runs)."""
+    """Override the plan's max_epochs, for quick runs (default: the plan's)."""
 
     def __post_init__(self) -> None:
         if self.resume not in RESUME_MODES:

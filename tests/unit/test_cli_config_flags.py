@@ -57,6 +57,14 @@ CLIS = [
         (),
         (),
     ),
+    # --tracking-uri's default is $MLFLOW_TRACKING_URI
+    (
+        "components.train.__main__",
+        ["components.train.trainer.TrainConfig"],
+        ("tracking_uri",),
+        (),
+        (),
+    ),
     # --space/--enqueue take JSON text or a file; --fresh clears an earlier search
     (
         "components.tune.__main__",
