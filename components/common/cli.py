@@ -155,7 +155,9 @@ def add_config_flags(
             continue
         if len(kinds) != 1 or kinds[0] not in parsers:
             raise TypeError(f"{cls.__name__}.{f.name}: no flag for type {kind}")
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if f.default_factory is not dataclasses.MISSING:  # made per instance: no default to show
+            raise TypeError(f"{cls.__name__}.{f.name}: a default_factory field needs its own flag")
+        required = f.default is dataclasses.MISSING
         parser.add_argument(
             flag,
             type=parsers[kinds[0]],

@@ -132,3 +132,13 @@ def test_config_flags_parse_dates_and_optional_switches(capsys):
     with pytest.raises(SystemExit, match="2"):
         p.parse_args(["--day", "2024-13-01"])
     assert "argument --day: not a date YYYY-MM-DD: '2024-13-01'" in capsys.readouterr().err
+
+
+def test_a_field_with_a_default_factory_must_get_a_flag_of_its_own():
+    @dataclasses.dataclass(frozen=True)
+    class Made:
+        sizes: int = dataclasses.field(default_factory=lambda: 3)
+        """Sizes."""
+
+    with pytest.raises(TypeError, match="Made.sizes: a default_factory field needs its own flag"):
+        add_config_flags(argparse.ArgumentParser(), Made)
