@@ -16,6 +16,7 @@ import pytest
 from mlflow import MlflowClient
 from sklearn.metrics import roc_auc_score
 
+from components.common.cli import Exit
 from components.common.plan import TrainPlan, write_plan
 from components.common.tracking import TrackingError, sqlite_uri
 from components.evaluate.decision import GateRule
@@ -371,7 +372,7 @@ def test_clis_exit_codes(registry, trained, tiny_dataset, tmp_path, capsys):
                 str(tmp_path / "x"),
             ]
         )
-        == 1
+        == Exit.USAGE  # a missing checkpoint is bad input
     )
     err = capsys.readouterr().err
     assert (

@@ -254,7 +254,7 @@ CASES = [
         lambda e: ["--data", s(e.missing), "--out", s(e.tmp / "train")],
         r"train: error \(rank 0\): ",
         lambda e: [s(e.missing / "meta.json")],
-        code=Exit.FAILED,
+        code=Exit.USAGE,
     ),
     Case(
         "nonexistent --init-from checkpoint",
@@ -270,7 +270,7 @@ CASES = [
         r"train: error \(rank 0\): ",
         lambda e: [s(e.missing / "x.pt")],
         needs=("dataset",),
-        code=Exit.FAILED,
+        code=Exit.USAGE,
     ),
     Case(
         "missing --plan file",
@@ -286,7 +286,7 @@ CASES = [
         r"train: error \(rank 0\): ",
         lambda e: [s(e.missing / "plan.json")],
         needs=("dataset",),
-        code=Exit.FAILED,
+        code=Exit.USAGE,
     ),
     # -- train.launch
     Case(
