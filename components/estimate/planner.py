@@ -92,7 +92,7 @@ class EstimateConfig:
     devices)."""
     deadline_margin: float = 0.15
     """Headroom a plan keeps for the time model's error: it meets the deadline only when its predicted
-    time x (1 + margin) fits. benchmarks/estimate.py measured the calibrated error at -12% .. +8% on
+    time x (1 + margin) fits. benchmarks/estimate.py measured the calibrated error at -3% .. +14% on
     CPU; a plan predicted to end just at the deadline would miss it about half the time."""
     probe: bool | None = None
     """Time real training steps on this machine's slice of the data and measure memory (default:
@@ -101,7 +101,7 @@ class EstimateConfig:
     """Epochs the plan allows and the time estimate assumes (early stopping may end sooner)."""
     memory_fraction: float = 0.88
     """Share of the device memory the plan may use, in (0, 1]. 0.88 tolerates a peak 13.6% above the
-    memory model's; benchmarks/estimate.py measured -8.0% .. +1.6% against real peak RSS on CPU."""
+    memory model's; benchmarks/estimate.py measured -7.9% .. -0.4% against real peak RSS on CPU."""
     base_lr: float = 2e-3
     """Learning rate at ``base_batch`` (scaled linearly to global_batch)."""
     base_batch: int = 1024
