@@ -102,19 +102,26 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
     return found
 
 
+def _is_text(node: ast.stmt) -> bool:
+    value = node.value if isinstance(node, ast.Expr) else None
+    return isinstance(value, ast.Constant) and isinstance(value.value, str)
+
+
 def _strip_docstrings(tree: ast.AST) -> ast.AST:
+    """Drop every statement that is only a string: the docstrings of modules, classes and
+    functions, and those written under a field or constant (documentation, not behaviour)."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            body = node.body
-            first = body[0] if body else None
-            constant = first.value if isinstance(first, ast.Expr) else None
-            if isinstance(constant, ast.Constant) and isinstance(constant.value, str):
-                node.body = body[1:] or [ast.Pass()]
+        for name in ("body", "orelse", "finalbody"):
+            body = getattr(node, name, None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+                kept = [stmt for stmt in body if not _is_text(stmt)]
+                if len(kept) != len(body):
+                    setattr(node, name, kept or [ast.Pass()])
     return tree
 
 
 def code_digest(text: str) -> str:
-    """What a Python file does: its syntax tree without docstrings (not its layout)."""
+    """What a Python file does: its syntax tree without docstrings (not its layout or comments)."""
     return hashlib.sha256(ast.dump(_strip_docstrings(ast.parse(text))).encode()).hexdigest()
 
 

@@ -47,6 +47,9 @@ def test_the_digest_ignores_layout_comments_and_docstrings_but_not_code():
     base = code_digest('def f(x):\n    """Doc."""\n    return x + 1\n')
     assert code_digest("def f(x):  # why\n    return (x\n            + 1)\n") == base
     assert code_digest('def f(x):\n    """Other words."""\n    return x + 1\n') == base
+    field = 'class C:\n    x: int = 1\n    """{}"""\n'
+    assert code_digest(field.format("Doc.")) == code_digest(field.format("Other words."))
+    assert code_digest(field.format("Doc.")) != code_digest(field.format("Doc.").replace("1", "2"))
     assert code_digest("def f(x):\n    return x + 2\n") != base
     assert code_digest("def f(x):\n    return x - 1\n") != base
 
