@@ -115,8 +115,8 @@ test-tools: ## install Prometheus, the Pushgateway and promtool with apt-get whe
 	    || echo "could not install $(MONITORING_TOOLS): the monitoring tests will be skipped"; \
 	else echo "$(MONITORING_TOOLS) not installed (apt-get install $(MONITORING_TOOLS) as root): the monitoring tests will be skipped"; fi
 
-test: install test-tools ## run the test suite (unit, integration, deploy, fast reliability checks; tiny data)
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+test: install test-tools ## run the test suite (unit, integration, deploy, fast reliability checks; tiny data; one worker per core)
+	$(PY) -m pytest -q -m "not slow" -n auto --dist loadfile $(PYTEST_ARGS)
 
 test-reliability: install ## every fault-injection, bad-input and security test; writes docs/reliability.md's table
 	DAILYREC_RELIABILITY_REPORT=benchmarks/results/reliability.json $(PY) -m pytest -q tests/reliability $(PYTEST_ARGS)

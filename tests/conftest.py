@@ -23,14 +23,16 @@ if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
 
 
+_SESSION_MLFLOW_ENV = {key: os.environ.get(key) for key in MLFLOW_ENV}
+
+
 @pytest.fixture(autouse=True)
 def _isolated_mlflow_env():
-    """mlflow.set_tracking_uri exports $MLFLOW_TRACKING_URI: keep one test's URI out of the next."""
-    import os
-
-    saved = {key: os.environ.get(key) for key in MLFLOW_ENV}
+    """mlflow.set_tracking_uri exports $MLFLOW_TRACKING_URI: keep one test's URI out of the next.
+    Restored to the session's own values, so a module fixture's URI (set up before this runs)
+    does not outlive its module either."""
     yield
-    for key, value in saved.items():
+    for key, value in _SESSION_MLFLOW_ENV.items():
         if value is None:
             os.environ.pop(key, None)
         else:
