@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common.cli import Exit, add_config_flags, cli_parser, exit_for
-from components.common.plan import TrainPlan
+from components.common.plan import MEMORY_FRACTION, TrainPlan
 from components.tune.space import SearchSpace, feasible_architectures, json_arg
 from kube.types import MOUNT_PATH
 
@@ -119,7 +119,7 @@ class KatibConfig:
     """Trainer image; None (the default) = the TrainingRuntime's."""
     space: SearchSpace = field(default_factory=SearchSpace)
     """What the trials may change (components/tune/space.py)."""
-    memory_fraction: float = 0.88
+    memory_fraction: float = MEMORY_FRACTION
     """Share of device memory an architecture may plan to use (as the estimate stage)."""
 
     def __post_init__(self) -> None:

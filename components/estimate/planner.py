@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.common.plan import TrainPlan, write_plan
+from components.common.plan import MEMORY_FRACTION, TrainPlan, write_plan
 from components.estimate.hardware import TIME_FIELDS, HardwareProfile, load_profile
 from components.estimate.memory import (
     FP32,
@@ -99,7 +99,7 @@ class EstimateConfig:
     where the profile's hardware is present: cpu-local; a GPU profile with CUDA)."""
     max_epochs: int = 3
     """Epochs the plan allows and the time estimate assumes (early stopping may end sooner)."""
-    memory_fraction: float = 0.88
+    memory_fraction: float = MEMORY_FRACTION
     """Share of the device memory the plan may use, in (0, 1]. 0.88 tolerates a peak 13.6% above the
     memory model's; benchmarks/estimate.py measured -7.9% .. -0.4% against real peak RSS on CPU."""
     base_lr: float = 2e-3

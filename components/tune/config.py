@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.common.plan import MEMORY_FRACTION
 from components.tune.space import SearchSpace
 
 PRUNERS = ("asha", "hyperband", "none")
@@ -63,7 +64,7 @@ class TuneConfig:
     """sqlite (OUT/study.db: resumable) | memory."""
     timeout_hours: float | None = None
     """Start no new trial after this long; None (the default) = no limit."""
-    memory_fraction: float = 0.88
+    memory_fraction: float = MEMORY_FRACTION
     """Share of device memory an architecture may plan to use (as the estimate stage)."""
     name: str = "tuned"
     """Name of the best config in tuned.json (recorded with checkpoints and runs)."""

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from components.common.plan import MEMORY_FRACTION
+
 if TYPE_CHECKING:  # annotations only: the space is read where torch is not needed (pipelines)
     from components.common.plan import TrainPlan
     from components.estimate.hardware import HardwareProfile
@@ -185,7 +187,7 @@ def feasible_architectures(
     vocab: Vocab,
     profile: HardwareProfile,
     plan: TrainPlan,
-    memory_fraction: float = 0.88,
+    memory_fraction: float = MEMORY_FRACTION,
 ) -> Architectures:
     """The d_model x layers grid reduced to the largest product of choices that all fit.
 

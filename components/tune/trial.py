@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common.cli import Exit, cli_parser, exit_for
-from components.common.plan import TrainPlan, write_plan
+from components.common.plan import MEMORY_FRACTION, TrainPlan, write_plan
 from components.train.model import ModelConfig
 from components.train.tuned import TunedTraining, write_tuned
 from components.tune.space import trial_model
@@ -91,7 +91,7 @@ def write_trial_plan(
     max_epochs: int,
     nproc_per_node: int,
     nnodes: int = 1,
-    memory_fraction: float = 0.88,
+    memory_fraction: float = MEMORY_FRACTION,
 ) -> tuple[Path, TrainPlan]:
     """The estimate stage's plan for the trial's config file, fitted to the processes running it
     (without the speed probe: :data:`PLAN_PROBE`)."""
@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--memory-fraction",
         type=float,
-        default=0.88,
+        default=MEMORY_FRACTION,
         help="share of the device memory the plan may use",
     )
     for name, kind in (
