@@ -13,10 +13,11 @@ from mlflow import MlflowClient
 from components.common.images import RUNTIME_IMAGE
 from components.common.runs import STAGES
 from components.common.tracking import sqlite_uri
-from components.datagen import DatagenConfig, generate
+from components.datagen import generate
 from components.datagen.generator import extended
 from pipelines.compile import compile_pipeline
 from pipelines.local import LocalRunError, load_config, run_local
+from tests.small_run import small_world
 
 SUMMARY_KEYS = {
     "run_id",
@@ -217,12 +218,7 @@ def check_console(out: str, code: int, run) -> None:
 def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     from pipelines.local import main
 
-    raw = tmp_path / "raw"
-    generate(
-        DatagenConfig(
-            out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5
-        )
-    )
+    raw = small_world(tmp_path / "raw")
     root = tmp_path / "store"
 
     # day 1, as `make run` runs it: no champion yet -> blessed, registered, champion

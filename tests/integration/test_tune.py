@@ -30,6 +30,7 @@ from components.tune.study import TuneError, open_study, tune
 from components.tune.trial import PLAN_FILE, write_trial_plan
 from components.tune.trial import main as trial_main
 from kube.katib import METRIC_FILTER
+from tests.small_run import small_world
 
 pytestmark = pytest.mark.integration
 
@@ -353,17 +354,11 @@ def test_tune_pipeline_compiles(tmp_path):
 
 
 def test_tune_pipeline_runs_through_kfp_local(tmp_path, monkeypatch):
-    from components.datagen import DatagenConfig, generate
     from pipelines.local import load_config
     from pipelines.tune import run_tune_local, tune_pipeline
 
     monkeypatch.setenv("TMPDIR", os.environ.get("TMPDIR", tempfile.gettempdir()))
-    raw = tmp_path / "raw"
-    generate(
-        DatagenConfig(
-            out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5
-        )
-    )
+    raw = small_world(tmp_path / "raw")
     params = load_config(
         "configs/tune-debug.json",
         {"raw_uri": str(raw), "trials": 2, "max_epochs": 1, "global_batch": 512, "seq_len": 8},

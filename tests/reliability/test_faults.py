@@ -22,6 +22,7 @@ from components.train.checkpoint import LAST, PREVIOUS, CheckpointError
 from components.train.launch import LaunchSpec, LocalTorchrun
 from components.train.trainer import TrainConfig, read_summary, train
 from tests.reliability.waiting import trainer_processes, wait_for
+from tests.small_run import local_run, small_world
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -373,33 +374,16 @@ def test_registration_interrupted_between_logging_and_aliasing(
 def test_interrupted_pipeline_rerun_completes_consistently(tmp_path, fault_report):
     from mlflow import MlflowClient
 
-    raw = tmp_path / "raw"
-    generate(
-        DatagenConfig(
-            out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5
-        )
+    raw = small_world(tmp_path / "raw")
+    command = local_run(
+        raw,
+        tmp_path / "store",
+        run_id="nightly",
+        window_days=4,
+        history_days=1,
+        min_auc=0.0,
+        max_epochs=3,
     )
-    command = [
-        sys.executable,
-        "-m",
-        "pipelines.local",
-        "--config",
-        "configs/debug.json",
-        "--data",
-        str(raw),
-        "--root",
-        str(tmp_path / "store"),
-        "--run-id",
-        "nightly",
-        "--set",
-        "window_days=4",
-        "--set",
-        "history_days=1",
-        "--set",
-        "min_auc=0.0",
-        "--set",
-        "max_epochs=3",
-    ]
     proc = subprocess.Popen(
         command,
         cwd=ROOT,

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from components.common.tracking import (
     redact,
 )
 from components.train.launch import LaunchSpec
+from tests.small_run import local_run, small_world
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -204,40 +204,17 @@ def test_credentials_in_uris_are_refused_and_redacted(fault_report):
 def test_a_run_writes_and_prints_no_credential(tmp_path, fault_report):
     """The whole local pipeline with credentials in the environment (as the Secret provides them) and a
     refused attempt with a credentialed URI: grep every file the runs wrote and everything they printed."""
-    from components.datagen import DatagenConfig, generate
-
     secret = "Zq8-credential-sentinel-41"
-    raw = tmp_path / "raw"
-    generate(
-        DatagenConfig(
-            out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5
-        )
-    )
+    raw = small_world(tmp_path / "raw")
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "MLFLOW_TRACKING_USERNAME": "pipeline",
         "MLFLOW_TRACKING_PASSWORD": secret,
     }
-    base = [
-        sys.executable,
-        "-m",
-        "pipelines.local",
-        "--config",
-        "configs/debug.json",
-        "--data",
-        str(raw),
-        "--root",
-        str(tmp_path / "store"),
-        "--set",
-        "window_days=4",
-        "--set",
-        "history_days=1",
-        "--set",
-        "min_auc=0.0",
-        "--set",
-        "max_epochs=1",
-    ]
+    base = local_run(
+        raw, tmp_path / "store", window_days=4, history_days=1, min_auc=0.0, max_epochs=1
+    )
     refused = subprocess.run(
         [*base, "--set", f"tracking_uri=http://pipeline:{secret}@mlflow:5000"],
         cwd=ROOT,

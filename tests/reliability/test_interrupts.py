@@ -20,6 +20,7 @@ import pytest
 from components.common.cli import Exit, exit_for
 from components.common.storage import NoSpaceError, atomic_write_bytes, disk_full_as
 from tests.reliability.waiting import trainer_processes, wait_for
+from tests.small_run import local_run, small_world
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -79,34 +80,11 @@ def test_a_signal_stops_every_descendant(tmp_path, signum, fault_report):
 @pytest.mark.slow
 @pytest.mark.integration
 def test_sigterm_to_make_run_stops_torchrun_and_its_workers(tmp_path, fault_report):
-    from components.datagen import DatagenConfig, generate
-
-    raw = tmp_path / "raw"
-    generate(
-        DatagenConfig(
-            out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5
-        )
-    )
+    raw = small_world(tmp_path / "raw")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pipelines.local",
-            "--config",
-            "configs/debug.json",
-            "--data",
-            str(raw),
-            "--root",
-            str(tmp_path / "store"),
-            "--run-id",
-            "r1",
-            "--set",
-            "window_days=4",
-            "--set",
-            "history_days=1",
-            "--set",
-            "max_epochs=50",
-        ],
+        local_run(
+            raw, tmp_path / "store", run_id="r1", window_days=4, history_days=1, max_epochs=50
+        ),
         cwd=ROOT,
         env=ENV,
         stdout=subprocess.DEVNULL,
