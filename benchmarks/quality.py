@@ -55,7 +55,7 @@ from benchmarks.measure import machine, run_measured
 from benchmarks.readme import NO_README_HELP, ROOT, publish
 from components.common.dataset import DENSE_FEATURES
 from components.common.schema import ITEM_ID, USER_ID
-from components.datagen.generator import DatagenConfig
+from components.datagen.generator import written
 from components.datagen.hidden import HiddenEffects, id_index
 from components.evaluate.metrics import delong, summarize
 
@@ -353,8 +353,7 @@ def measure_world(world: World, root: Path, epochs: int) -> dict:
     truth = truth_rows(raw, data, test)
     if truth is not None:
         scores["oracle"] = truth["p"].to_numpy()
-        params = json.loads((raw / "datagen.json").read_text())["parameters"]
-        hidden = HiddenEffects.of(DatagenConfig(out=raw, **params))
+        hidden = HiddenEffects.of(written(raw))
         scores["oracle_data_limited"] = data_limited_oracle(truth, test["dense"], hidden)
     models = {
         name: {**summarize(s, labels, users), **extra.get(name, {})} for name, s in scores.items()

@@ -235,15 +235,16 @@ class _World:
         self.favourite_cdf = np.cumsum(favourite_weight) / favourite_weight.sum()
 
         log_popularity = np.log(self.item_popularity)
-        self.item_appeal = APPEAL_PER_LOG_POPULARITY * (
-            log_popularity - log_popularity.mean()
-        ) + APPEAL_QUALITY_SD * rng.standard_normal(n_items)
+        # Quality and the users' noise show only in the clicks (hidden.py reports on them).
+        self.item_quality = APPEAL_QUALITY_SD * rng.standard_normal(n_items)
+        self.item_appeal = (
+            APPEAL_PER_LOG_POPULARITY * (log_popularity - log_popularity.mean()) + self.item_quality
+        )
 
         activity = rng.lognormal(0.0, USER_ACTIVITY_SIGMA, n_users)
         self.user_cdf = np.cumsum(activity) / activity.sum()
-        self.user_bias = USER_BIAS_SD * rng.standard_normal(
-            n_users
-        ) + USER_ACTIVITY_EFFECT * _standardize(np.log(activity))
+        self.user_noise = USER_BIAS_SD * rng.standard_normal(n_users)
+        self.user_bias = self.user_noise + USER_ACTIVITY_EFFECT * _standardize(np.log(activity))
 
         n_favourites = min(FAVOURITES_PER_USER, n_cats)
         self.favourite_categories = self.draw_favourite_categories(rng, (n_users, n_favourites))
@@ -631,14 +632,20 @@ def extended(out: str | Path, days: int = 1) -> DatagenConfig:
     Same parameters and seed, so regenerating rewrites the existing days
     byte-identically and the new days continue the same simulated world.
     """
+    config = written(out)
+    if not isinstance(days, int) or days < 1:
+        raise ValueError(f"days to append must be an integer >= 1, got {days!r}")
+    return dataclasses.replace(config, days=config.days + days)
+
+
+def written(out: str | Path) -> DatagenConfig:
+    """The config the dataset in ``out`` was generated with (its ``datagen.json``)."""
     path = Path(out) / SUMMARY_FILE
     try:
         params = json.loads(path.read_text())["parameters"]
     except (OSError, ValueError, KeyError) as exc:
         raise ValueError(f"{path}: cannot read the dataset's parameters ({exc})") from None
-    if not isinstance(days, int) or days < 1:
-        raise ValueError(f"days to append must be an integer >= 1, got {days!r}")
-    return DatagenConfig(out=out, **{**params, "days": params["days"] + days})
+    return DatagenConfig(out=out, **params)
 
 
 def _check_replaceable(out: Path) -> None:

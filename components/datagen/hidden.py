@@ -14,13 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from components.datagen.generator import (
-    APPEAL_PER_LOG_POPULARITY,
     APPEAL_QUALITY_SD,
     ID_PREFIXES,
-    USER_ACTIVITY_EFFECT,
     USER_BIAS_SD,
     DatagenConfig,
-    _standardize,
     _World,
 )
 
@@ -43,11 +40,7 @@ class HiddenEffects:
     def of(cls, config: DatagenConfig) -> HiddenEffects:
         """Rebuilt from the config's seed, exactly as ``generate`` draws the world."""
         world = _World(config, np.random.default_rng(config.seed))
-        log_popularity = np.log(world.item_popularity)
-        popularity_part = APPEAL_PER_LOG_POPULARITY * (log_popularity - log_popularity.mean())
-        activity = np.diff(world.user_cdf, prepend=0.0)  # proportional to each user's activity
-        activity_part = USER_ACTIVITY_EFFECT * _standardize(np.log(activity))
-        return cls(world.item_appeal - popularity_part, world.user_bias - activity_part)
+        return cls(world.item_quality, world.user_noise)
 
 
 def id_index(ids: np.ndarray, column: str) -> np.ndarray:

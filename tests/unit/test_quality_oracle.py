@@ -115,7 +115,7 @@ def test_the_world_rebuilt_from_datagen_json_is_the_one_that_wrote_the_logs(tmp_
         )
     )
     summary = json.loads((raw / generator.SUMMARY_FILE).read_text())
-    config = generator.DatagenConfig(out=raw, **summary["parameters"])
+    config = generator.written(raw)
     world = generator._World(config, np.random.default_rng(config.seed))
     hidden = HiddenEffects.of(config)
     for day, recorded in summary["popularity_auc"].items():
