@@ -174,8 +174,10 @@ def digest_files(files: dict[str, str]) -> str:
     h = hashlib.sha256()
     for path in sorted(files):
         text = files[path]
-        body = code_digest(text) if path.endswith(".py") else hashlib.sha256(text.encode())
-        h.update(f"{path}\0{body if isinstance(body, str) else body.hexdigest()}\n".encode())
+        body = (
+            code_digest(text) if path.endswith(".py") else hashlib.sha256(text.encode()).hexdigest()
+        )
+        h.update(f"{path}\0{body}\n".encode())
     return h.hexdigest()[:16]
 
 
