@@ -27,7 +27,17 @@ with another seed and 3x the events per day -- in one run:
      of the oracle gap that the logs cannot close.
 
 Reported per world: test AUC, GAUC and logloss of each; dailyrec minus the best
-baseline's AUC with the paired DeLong 95% interval; the gap to the oracle.
+baseline's AUC with the paired DeLong 95% interval; the gap to the oracle; and
+the **headroom** of dailyrec and LightGBM: the test AUC that a logistic
+regression stacked on the model's logit gains (``stacked_gain``) from
+
+* each user's and each item's offset as their earlier rows reveal it against a
+  LightGBM blind to that user or item (``blind_offsets``: the efficient estimate
+  of a per-user or per-item effect from the logs; near 0 when the model already
+  extracts what the logs tell of them);
+* on synthetic logs, the oracle's logit without the hidden item quality and user
+  bias (``known_effects``: every effect the logs could reveal exactly; what a
+  perfect model of everything else would add).
 Goals: AUC >= best baseline + 0.005 with the interval above 0 on both
 worlds, and within 0.02 of the oracle on the ``make run`` world.
 
@@ -149,10 +159,11 @@ def split_arrays(data: Path, split: str) -> dict[str, np.ndarray]:
     return {n: np.load(data / split / f"{n}.npy", mmap_mode="r") for n in names}
 
 
-def lightgbm_scores(train, val, test) -> tuple[np.ndarray, dict]:
+def lightgbm_model(train, val):
+    """LightGBM fitted on ``train`` (features, labels), early-stopped on ``val``'s AUC."""
     import lightgbm as lgb
 
-    (x_tr, y_tr), (x_va, y_va), (x_te, _) = train, val, test
+    (x_tr, y_tr), (x_va, y_va) = train, val
     model = lgb.LGBMClassifier(
         n_estimators=2000,
         learning_rate=0.05,
@@ -172,7 +183,12 @@ def lightgbm_scores(train, val, test) -> tuple[np.ndarray, dict]:
         eval_metric="auc",
         callbacks=[lgb.early_stopping(50, verbose=False)],
     )
-    return model.predict_proba(x_te)[:, 1], {"trees": int(model.best_iteration_)}
+    return model
+
+
+def lightgbm_scores(train, val, test) -> tuple[np.ndarray, dict]:
+    model = lightgbm_model(train, val)
+    return model.predict_proba(test[0])[:, 1], {"trees": int(model.best_iteration_)}
 
 
 def logistic_scores(train, val, test) -> tuple[np.ndarray, dict]:
@@ -221,6 +237,23 @@ def truth_rows(raw: Path, data: Path, test: dict[str, np.ndarray]) -> pd.DataFra
     return joined.reset_index(drop=True)
 
 
+def _hidden_terms(truth: pd.DataFrame, dense: np.ndarray, hidden: HiddenEffects):
+    """Per hidden effect (item quality, user noise): its value on each row, its prior sd, the
+    effect's index per row, and the impressions of its item or user before the row."""
+    for effect, sd, ids, column, feature in (
+        (hidden.item_quality, hidden.quality_sd, truth["item_id"], ITEM_ID, "item_log_impressions"),
+        (hidden.user_noise, hidden.noise_sd, truth["user_id"], USER_ID, "user_log_impressions"),
+    ):
+        index = id_index(ids.to_numpy(), column)
+        impressions = np.expm1(np.asarray(dense[:, DENSE_FEATURES.index(feature)], np.float64))
+        yield effect, sd, index, impressions
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.asarray(p, np.float64)
+    return np.log(p) - np.log1p(-p)
+
+
 def data_limited_oracle(
     truth: pd.DataFrame, dense: np.ndarray, hidden: HiddenEffects, seed: int = 0
 ) -> np.ndarray:
@@ -229,21 +262,101 @@ def data_limited_oracle(
     sd, Fisher information p(1-p) per impression) drawn once per item and user. It still knows
     everything else exactly, so it is a generous ceiling for any model of these logs."""
     p = truth["p"].to_numpy(np.float64)
-    logit = np.log(p) - np.log1p(-p)
+    logit = _logit(p)
     information = float((p * (1 - p)).mean())
     rng = np.random.default_rng(seed)
-    for effect, sd, ids, column, feature in (
-        (hidden.item_quality, hidden.quality_sd, truth["item_id"], ITEM_ID, "item_log_impressions"),
-        (hidden.user_noise, hidden.noise_sd, truth["user_id"], USER_ID, "user_log_impressions"),
-    ):
-        index = id_index(ids.to_numpy(), column)
-        impressions = np.expm1(np.asarray(dense[:, DENSE_FEATURES.index(feature)], np.float64))
+    for effect, sd, index, impressions in _hidden_terms(truth, dense, hidden):
         noise_var = 1.0 / np.maximum(impressions * information, 1e-12)
         shrink = sd**2 / (sd**2 + noise_var)
         true = effect[index]
         seen = true + rng.standard_normal(len(effect))[index] * np.sqrt(noise_var)
         logit += shrink * seen - true
     return 1.0 / (1.0 + np.exp(-logit))
+
+
+# ----------------------------------------------------------------------------- headroom
+
+OFFSET_PRIOR_SD = 0.5
+"""Prior sd of a user's or item's logit offset in :func:`earlier_offsets` (the stacking
+regression rescales the offset; 0.35 and 0.5 measured the same)."""
+ENTITIES = {"user": ("user_key", ("user_", "history_length")), "item": ("target_item", ("item_",))}
+"""Entity -> (its key array, the prefixes of the tabular features a model blind to it drops)."""
+
+
+def earlier_offsets(
+    keys: np.ndarray,
+    ts: np.ndarray,
+    residual: np.ndarray,
+    weight: np.ndarray,
+    prior_sd: float = OFFSET_PRIOR_SD,
+) -> np.ndarray:
+    """Per row: its key's logit offset as the rows strictly earlier in time reveal it, one
+    Newton step from 0 under a Gaussian prior: sum(residual) / (sum(weight) + 1 / prior_sd**2)
+    over those rows, with residual = label - p and weight = p (1 - p) of a model that does not
+    know the key (the efficient estimate of a random effect). Rows sharing a time never see
+    each other."""
+    frame = pd.DataFrame({"key": keys, "ts": ts, "r": residual, "w": weight})
+    # sorted by key, then time: a cumulative sum within a key runs forward in time
+    groups = frame.groupby(["key", "ts"], as_index=False, sort=True)[["r", "w"]].sum()
+    before = groups.groupby("key")[["r", "w"]].cumsum() - groups[["r", "w"]]
+    groups["offset"] = before["r"] / (before["w"] + 1.0 / prior_sd**2)
+    # a left merge keeps the rows' order
+    return frame[["key", "ts"]].merge(groups, on=["key", "ts"], how="left")["offset"].to_numpy()
+
+
+def stacked_gain(logit: np.ndarray, features: list[np.ndarray], labels: np.ndarray) -> float:
+    """Test AUC a logistic regression on ``logit`` and ``features`` gains over one on ``logit``
+    alone, each fitted on one half of the rows and scored on the other (both ways): how much
+    of what the features hold the model's score lacks."""
+    from sklearn.linear_model import LogisticRegression
+
+    from components.common.metrics import roc_auc
+
+    labels = np.asarray(labels).astype(int)
+    half = len(labels) // 2
+    folds = ((slice(0, half), slice(half, None)), (slice(half, None), slice(0, half)))
+
+    def auc(x: np.ndarray) -> float:
+        scores = np.empty(len(labels))
+        for fit, score in folds:
+            regression = LogisticRegression(max_iter=1000).fit(x[fit], labels[fit])
+            scores[score] = regression.decision_function(x[score])
+        return roc_auc(scores, labels)
+
+    logit = np.asarray(logit, np.float64)[:, None]
+    return auc(np.column_stack([logit, *features])) - auc(logit)
+
+
+def blind_offsets(splits: dict[str, dict[str, np.ndarray]], entity: str) -> np.ndarray:
+    """The test rows' ``earlier_offsets`` of their user or item (``entity``) against LightGBM
+    fitted without that entity's features; every earlier row of every split counts."""
+    key, prefixes = ENTITIES[entity]
+    xy = {}
+    for name, arrays in splits.items():
+        matrix, names = tabular(arrays)
+        keep = [i for i, n in enumerate(names) if not n.startswith(prefixes)]
+        xy[name] = (matrix[:, keep], np.asarray(arrays["label"]))
+    model = lightgbm_model(xy["train"], xy["val"])
+    columns = {"keys": [], "ts": [], "residual": [], "weight": []}
+    for name in ("train", "val", "test"):  # in time order
+        arrays = splits[name]
+        p = model.predict_proba(xy[name][0])[:, 1]
+        columns["keys"].append(np.asarray(arrays[key]))
+        columns["ts"].append(np.asarray(arrays["ts"]))
+        columns["residual"].append(xy[name][1] - p)
+        columns["weight"].append(p * (1 - p))
+    offsets = earlier_offsets(**{k: np.concatenate(v) for k, v in columns.items()})
+    return offsets[-len(splits["test"]["label"]) :]
+
+
+def known_effects(truth: pd.DataFrame, dense: np.ndarray, hidden: HiddenEffects) -> np.ndarray:
+    """The oracle's logit less each item's hidden quality and each user's hidden bias: every
+    effect of the generator that the logs could reveal exactly (favourite categories, recency,
+    hour, popularity, activity)."""
+    logit = _logit(truth["p"].to_numpy())
+    for effect, _, index, _ in _hidden_terms(truth, dense, hidden):
+        logit -= effect[index]
+    return logit
 
 
 # ----------------------------------------------------------------------------- dailyrec
@@ -373,7 +486,31 @@ def measure_world(world: World, root: Path, epochs: int) -> dict:
             models["oracle_data_limited"]["auc"] - models["dailyrec"]["auc"]
         )
     result["margin_met"] = bool(test_delong["delta"] >= MARGIN and test_delong["ci_low"] > 0)
+    result["headroom"] = headroom(
+        {"train": train, "val": val, "test": test},
+        {n: scores[n] for n in ("dailyrec", "lightgbm")},
+        None if truth is None else known_effects(truth, test["dense"], hidden),
+    )
     return result
+
+
+def headroom(
+    splits: dict[str, dict[str, np.ndarray]],
+    scores: dict[str, np.ndarray],
+    known: np.ndarray | None,
+) -> dict[str, dict[str, float]]:
+    """Per model: the test AUC that stacking gains over its score (``stacked_gain``) with the
+    users' and items' offsets the earlier rows reveal (``blind_offsets``), and, on synthetic
+    logs, with every effect but the hidden ones (``known_effects``)."""
+    labels = np.asarray(splits["test"]["label"])
+    offsets = [blind_offsets(splits, entity) for entity in ENTITIES]
+    out = {}
+    for name, s in scores.items():
+        logit = _logit(np.clip(s, 1e-7, 1 - 1e-7))
+        out[name] = {"offsets": stacked_gain(logit, offsets, labels)}
+        if known is not None:
+            out[name]["known_effects"] = stacked_gain(logit, [known], labels)
+    return out
 
 
 def table(results: list[dict], host: dict) -> str:
@@ -409,6 +546,23 @@ def table(results: list[dict], host: dict) -> str:
             f"({v['ci_low']:+.4f} .. {v['ci_high']:+.4f}) | {gap} | {limited} | "
             f"{'yes' if r['margin_met'] else 'no'} |"
         )
+    lines += [
+        "",
+        "Headroom: test AUC a logistic regression stacked on the model's logit gains (fitted on "
+        "one half of the test rows, scored on the other) from each user's and item's offset "
+        "that their earlier rows reveal against a LightGBM blind to them, and (synthetic "
+        "logs) from the oracle's logit without the hidden item quality and user bias.",
+        "",
+        "| world | model | + earlier user and item offsets | + every effect but the hidden ones |",
+        "|---|---|---:|---:|",
+    ]
+    for r in results:
+        for name, gains in r.get("headroom", {}).items():
+            known = gains.get("known_effects")
+            lines.append(
+                f"| {r['world']['name']} | {name} | {gains['offsets']:+.4f} | "
+                f"{'n/a' if known is None else f'{known:+.4f}'} |"
+            )
     return "\n".join(lines)
 
 
