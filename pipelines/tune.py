@@ -126,38 +126,46 @@ def check_parameters(params: dict) -> None:
     config_from_parameters("-", "-", params)
 
 
-def run_tune_local(params: dict, root: str | Path = ".", run_id: str | None = None) -> dict:
-    """Run the search pipeline through kfp.local; return its summary (status FAILED on failure)."""
+def run_tune_local(
+    params: dict, root: str | Path = ".", run_id: str | None = None, verbose: bool = False
+) -> dict:
+    """Run the search pipeline through kfp.local; return its summary (status FAILED on failure).
+    The terminal gets the short console of a local run, ``runs/<run id>/logs/`` every line
+    (``verbose``: the terminal gets them too)."""
     from pipelines.local import local_run
 
     check_parameters(params)
     root = Path(root).resolve()
     with local_run(params, root, run_id) as (run_id, folder, params):
-        return _run_tune(params, run_id, folder)
+        return _run_tune(params, run_id, folder, verbose)
 
 
-def _run_tune(params: dict, run_id: str, folder: Path) -> dict:
+def _run_tune(params: dict, run_id: str, folder: Path, verbose: bool) -> dict:
     from components.common.storage import atomic_write_json
     from components.tune.study import SUMMARY_FILE
+    from pipelines.local import LOGS, quiet_console
 
     started = time.perf_counter()
+    logs = folder / LOGS
     print(
-        f"dailyrec: tune run {run_id} (folder {folder}); KFP local runner, tasks as subprocesses",
+        f"dailyrec: tune run {run_id} (folder {folder}); KFP local runner, tasks as subprocesses; "
+        f"full logs in {logs}",
         flush=True,
     )
-    tune_pipeline(**params)
+    with quiet_console(logs, verbose):
+        tune_pipeline(**params)
     try:
         summary = {
             "status": "SUCCEEDED",
             **json.loads((folder / "tune" / SUMMARY_FILE).read_text()),
         }
     except (OSError, ValueError):
-        summary = {
-            "status": "FAILED",
-            "error": "the search wrote no summary (see the task logs above)",
-        }
+        summary = {"status": "FAILED", "error": f"the search wrote no summary (see {logs})"}
     summary.update(
-        run_id=run_id, pipeline=PIPELINE_NAME, wall_seconds=round(time.perf_counter() - started, 1)
+        run_id=run_id,
+        pipeline=PIPELINE_NAME,
+        wall_seconds=round(time.perf_counter() - started, 1),
+        logs=str(logs),
     )
     atomic_write_json(folder / "summary.json", summary)
     return summary
@@ -189,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE",
         help="only write the pipeline YAML to FILE (default: run the search)",
     )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print everything KFP's runner prints (the executor JSON, every trial's full log)",
+    )
     args = p.parse_args(argv)
     if args.compile:
         print(f"compiled {compile_tune(args.compile)}")
@@ -199,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides["raw_uri"] = args.data
         params = load_config(args.config, overrides, pipeline=tune_pipeline)
         with stop_tree_on_signals():
-            summary = run_tune_local(params, args.root, args.run_id)
+            summary = run_tune_local(params, args.root, args.run_id, args.verbose)
     except Stopped as exc:
         print(f"tune: {exc}: every task process was stopped", file=sys.stderr)
         return signal_exit(exc.signum)
@@ -219,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\ntune run {summary['run_id']}: SUCCEEDED in {summary['wall_seconds']:.0f}s\n"
         f"{summary_text(summary)}"
     )
+    print(f"logs     {summary['logs']}")
     print(f"next     python -m pipelines.local --set model_config={latest.resolve()}")
     return Exit.OK
 

@@ -353,7 +353,7 @@ def test_tune_pipeline_compiles(tmp_path):
     assert mounts[0]["mountPath"] == "/mnt/dailyrec"
 
 
-def test_tune_pipeline_runs_through_kfp_local(tmp_path, monkeypatch):
+def test_tune_pipeline_runs_through_kfp_local(tmp_path, monkeypatch, capsys):
     from pipelines.local import load_config
     from pipelines.tune import run_tune_local, tune_pipeline
 
@@ -367,6 +367,13 @@ def test_tune_pipeline_runs_through_kfp_local(tmp_path, monkeypatch):
     summary = run_tune_local(params, tmp_path / "store", run_id="tune1")
     tempfile.tempdir = None
     assert summary["status"] == "SUCCEEDED", summary
+    # the terminal gets the short console; KFP's executor JSON and the task's lines go to files
+    console = capsys.readouterr().out
+    logs = Path(summary["logs"])
+    assert logs == tmp_path / "store" / "runs" / "tune1" / "logs"
+    assert f"full logs in {logs}" in console and "tune" in console
+    assert "parameterValues" not in console and len(console.splitlines()) < 40
+    assert "parameterValues" in (logs / "tune-op.log").read_text()
     assert summary["trials"] == 2 and summary["pipeline"] == "dailyrec-tune"
     latest = tmp_path / "store" / "tuned" / "latest.json"
     assert json.loads(latest.read_text()) == json.loads(Path(summary["tuned_file"]).read_text())
