@@ -501,15 +501,25 @@ def headroom(
 ) -> dict[str, dict[str, float]]:
     """Per model: the test AUC that stacking gains over its score (``stacked_gain``) with the
     users' and items' offsets the earlier rows reveal (``blind_offsets``), and, on synthetic
-    logs, with every effect but the hidden ones (``known_effects``)."""
+    logs, with every effect but the hidden ones (``known_effects``), also split in two: each
+    user's mean of it over the test day (a level per user, as noisy clicks reveal it slowly)
+    and what is left of it within a user (which item, category, time and recency)."""
     labels = np.asarray(splits["test"]["label"])
     offsets = [blind_offsets(splits, entity) for entity in ENTITIES]
+    parts = {}
+    if known is not None:
+        level = pd.Series(known).groupby(np.asarray(splits["test"]["user_key"])).transform("mean")
+        level = level.to_numpy()
+        parts = {
+            "known_effects": known,
+            "known_user_level": level,
+            "known_within_user": known - level,
+        }
     out = {}
     for name, s in scores.items():
         logit = _logit(np.clip(s, 1e-7, 1 - 1e-7))
         out[name] = {"offsets": stacked_gain(logit, offsets, labels)}
-        if known is not None:
-            out[name]["known_effects"] = stacked_gain(logit, [known], labels)
+        out[name].update({part: stacked_gain(logit, [x], labels) for part, x in parts.items()})
     return out
 
 
@@ -551,18 +561,18 @@ def table(results: list[dict], host: dict) -> str:
         "Headroom: test AUC a logistic regression stacked on the model's logit gains (fitted on "
         "one half of the test rows, scored on the other) from each user's and item's offset "
         "that their earlier rows reveal against a LightGBM blind to them, and (synthetic "
-        "logs) from the oracle's logit without the hidden item quality and user bias.",
+        "logs) from the oracle's logit without the hidden item quality and user bias, also "
+        "split into each user's mean of it over the test day and the rest.",
         "",
-        "| world | model | + earlier user and item offsets | + every effect but the hidden ones |",
-        "|---|---|---:|---:|",
+        "| world | model | + earlier user and item offsets | + every effect but the hidden "
+        "ones | + its mean per user | + the rest, within users |",
+        "|---|---|---:|---:|---:|---:|",
     ]
+    known = ("known_effects", "known_user_level", "known_within_user")
     for r in results:
         for name, gains in r.get("headroom", {}).items():
-            known = gains.get("known_effects")
-            lines.append(
-                f"| {r['world']['name']} | {name} | {gains['offsets']:+.4f} | "
-                f"{'n/a' if known is None else f'{known:+.4f}'} |"
-            )
+            cells = [f"{gains[k]:+.4f}" if k in gains else "n/a" for k in ("offsets", *known)]
+            lines.append(f"| {r['world']['name']} | {name} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 

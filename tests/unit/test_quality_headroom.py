@@ -178,9 +178,30 @@ def test_the_report_lists_each_models_headroom_and_na_without_an_oracle():
         "margin_met": False,
         "headroom": {
             "dailyrec": {"offsets": 0.0004},
-            "lightgbm": {"offsets": 0.0012, "known_effects": 0.0041},
+            "lightgbm": {
+                "offsets": 0.0012,
+                "known_effects": 0.0041,
+                "known_user_level": 0.0035,
+                "known_within_user": -0.0002,
+            },
         },
     }
     text = quality.table([world], {"cpus": 2, "cpu_model": "x"})
-    assert "| w | dailyrec | +0.0004 | n/a |" in text
-    assert "| w | lightgbm | +0.0012 | +0.0041 |" in text
+    assert "| w | dailyrec | +0.0004 | n/a | n/a | n/a |" in text
+    assert "| w | lightgbm | +0.0012 | +0.0041 | +0.0035 | -0.0002 |" in text
+
+
+def test_headroom_splits_the_known_effects_into_a_level_per_user_and_the_rest(monkeypatch):
+    """A score that has every within-user effect but no user levels gains from the levels only."""
+    rng = np.random.default_rng(1)
+    n, users = 20_000, 400
+    user = rng.integers(0, users, n)
+    level, within = rng.normal(0, 0.8, users)[user], rng.normal(-2.0, 1.0, n)
+    labels = (rng.random(n) < 1 / (1 + np.exp(-(level + within)))).astype(np.uint8)
+    monkeypatch.setattr(quality, "blind_offsets", lambda splits, entity: np.zeros(n))
+    splits = {"test": {"label": labels, "user_key": user.astype(np.int64)}}
+    score = 1 / (1 + np.exp(-within))
+    gains = quality.headroom(splits, {"m": score}, level + within)["m"]
+    assert gains["known_user_level"] > 0.03 and gains["known_effects"] > 0.03
+    assert abs(gains["known_within_user"]) < 0.002
+    assert abs(gains["offsets"]) < 0.002
