@@ -281,6 +281,8 @@ OFFSET_PRIOR_SD = 0.5
 regression rescales the offset; 0.35 and 0.5 measured the same)."""
 ENTITIES = {"user": ("user_key", ("user_", "history_length")), "item": ("target_item", ("item_",))}
 """Entity -> (its key array, the prefixes of the tabular features a model blind to it drops)."""
+HEADROOM = ("offsets", "known_effects", "known_user_level", "known_within_user")
+"""The headroom gains per model, in the report's column order (the last three: synthetic only)."""
 
 
 def earlier_offsets(
@@ -327,23 +329,26 @@ def stacked_gain(logit: np.ndarray, features: list[np.ndarray], labels: np.ndarr
     return auc(np.column_stack([logit, *features])) - auc(logit)
 
 
-def blind_offsets(splits: dict[str, dict[str, np.ndarray]], entity: str) -> np.ndarray:
+def blind_offsets(
+    splits: dict[str, dict[str, np.ndarray]],
+    xy: dict[str, tuple[np.ndarray, np.ndarray]],
+    names: list[str],
+    entity: str,
+) -> np.ndarray:
     """The test rows' ``earlier_offsets`` of their user or item (``entity``) against LightGBM
-    fitted without that entity's features; every earlier row of every split counts."""
+    fitted without that entity's features (``xy``: each split's ``tabular`` matrix, columns
+    ``names``, and labels); every earlier row of every split counts."""
     key, prefixes = ENTITIES[entity]
-    xy = {}
-    for name, arrays in splits.items():
-        matrix, names = tabular(arrays)
-        keep = [i for i, n in enumerate(names) if not n.startswith(prefixes)]
-        xy[name] = (matrix[:, keep], np.asarray(arrays["label"]))
-    model = lightgbm_model(xy["train"], xy["val"])
+    keep = [i for i, n in enumerate(names) if not n.startswith(prefixes)]
+    blind = {name: (matrix[:, keep], labels) for name, (matrix, labels) in xy.items()}
+    model = lightgbm_model(blind["train"], blind["val"])
     columns = {"keys": [], "ts": [], "residual": [], "weight": []}
     for name in ("train", "val", "test"):  # in time order
-        arrays = splits[name]
-        p = model.predict_proba(xy[name][0])[:, 1]
-        columns["keys"].append(np.asarray(arrays[key]))
-        columns["ts"].append(np.asarray(arrays["ts"]))
-        columns["residual"].append(xy[name][1] - p)
+        matrix, labels = blind[name]
+        p = model.predict_proba(matrix)[:, 1]
+        columns["keys"].append(np.asarray(splits[name][key]))
+        columns["ts"].append(np.asarray(splits[name]["ts"]))
+        columns["residual"].append(labels - p)
         columns["weight"].append(p * (1 - p))
     offsets = earlier_offsets(**{k: np.concatenate(v) for k, v in columns.items()})
     return offsets[-len(splits["test"]["label"]) :]
@@ -450,10 +455,9 @@ def prepare(world: World, root: Path) -> tuple[Path, Path]:
 def measure_world(world: World, root: Path, epochs: int) -> dict:
     raw, data = prepare(world, root)
     train, val, test = (split_arrays(data, s) for s in ("train", "val", "test"))
-    xy = {
-        name: (tabular(a)[0], np.asarray(a["label"]))
-        for name, a in (("train", train), ("val", val), ("test", test))
-    }
+    splits = {"train": train, "val": val, "test": test}
+    tables = {name: tabular(a) for name, a in splits.items()}
+    xy = {name: (tables[name][0], np.asarray(a["label"])) for name, a in splits.items()}
     labels, users = np.asarray(test["label"]), np.asarray(test["user_key"])
     scores, extra = {}, {}
     started = time.perf_counter()
@@ -487,7 +491,9 @@ def measure_world(world: World, root: Path, epochs: int) -> dict:
         )
     result["margin_met"] = bool(test_delong["delta"] >= MARGIN and test_delong["ci_low"] > 0)
     result["headroom"] = headroom(
-        {"train": train, "val": val, "test": test},
+        splits,
+        xy,
+        tables["train"][1],
         {n: scores[n] for n in ("dailyrec", "lightgbm")},
         None if truth is None else known_effects(truth, test["dense"], hidden),
     )
@@ -496,6 +502,8 @@ def measure_world(world: World, root: Path, epochs: int) -> dict:
 
 def headroom(
     splits: dict[str, dict[str, np.ndarray]],
+    xy: dict[str, tuple[np.ndarray, np.ndarray]],
+    names: list[str],
     scores: dict[str, np.ndarray],
     known: np.ndarray | None,
 ) -> dict[str, dict[str, float]]:
@@ -505,20 +513,16 @@ def headroom(
     user's mean of it over the test day (a level per user, as noisy clicks reveal it slowly)
     and what is left of it within a user (which item, category, time and recency)."""
     labels = np.asarray(splits["test"]["label"])
-    offsets = [blind_offsets(splits, entity) for entity in ENTITIES]
+    offsets = [blind_offsets(splits, xy, names, entity) for entity in ENTITIES]
     parts = {}
     if known is not None:
         level = pd.Series(known).groupby(np.asarray(splits["test"]["user_key"])).transform("mean")
         level = level.to_numpy()
-        parts = {
-            "known_effects": known,
-            "known_user_level": level,
-            "known_within_user": known - level,
-        }
+        parts = dict(zip(HEADROOM[1:], (known, level, known - level), strict=True))
     out = {}
     for name, s in scores.items():
         logit = _logit(np.clip(s, 1e-7, 1 - 1e-7))
-        out[name] = {"offsets": stacked_gain(logit, offsets, labels)}
+        out[name] = {HEADROOM[0]: stacked_gain(logit, offsets, labels)}
         out[name].update({part: stacked_gain(logit, [x], labels) for part, x in parts.items()})
     return out
 
@@ -568,10 +572,9 @@ def table(results: list[dict], host: dict) -> str:
         "ones | + its mean per user | + the rest, within users |",
         "|---|---|---:|---:|---:|---:|",
     ]
-    known = ("known_effects", "known_user_level", "known_within_user")
     for r in results:
         for name, gains in r.get("headroom", {}).items():
-            cells = [f"{gains[k]:+.4f}" if k in gains else "n/a" for k in ("offsets", *known)]
+            cells = [f"{gains[k]:+.4f}" if k in gains else "n/a" for k in HEADROOM]
             lines.append(f"| {r['world']['name']} | {name} | {' | '.join(cells)} |")
     return "\n".join(lines)
 

@@ -138,16 +138,18 @@ def test_blind_offsets_drop_the_entitys_features_and_recover_its_effect_on_test_
     splits, effect = _splits(0)
     seen: list[int] = []
     monkeypatch.setattr(quality, "lightgbm_model", _logistic_fit(seen))
-    width = quality.tabular(splits["train"])[1]
+    tables = {name: quality.tabular(a) for name, a in splits.items()}
+    xy = {name: (tables[name][0], splits[name]["label"]) for name in splits}
+    width = tables["train"][1]
     user_columns = [n for n in width if n.startswith(("user_", "history_length"))]
-    offsets = blind_offsets(splits, "user")
+    offsets = blind_offsets(splits, xy, width, "user")
     assert seen == [len(width) - len(user_columns)]
     assert offsets.shape == (len(splits["test"]["label"]),)
     truth = effect[splits["test"]["user_key"] // 7919]
     assert np.corrcoef(offsets, truth)[0, 1] > 0.8
     # blind to items instead, the user features stay: no user offset is left to find
     seen.clear()
-    item_offsets = blind_offsets(splits, "item")
+    item_offsets = blind_offsets(splits, xy, width, "item")
     assert seen == [len(width) - len([n for n in width if n.startswith("item_")])]
     assert abs(np.corrcoef(item_offsets, truth)[0, 1]) < 0.2
 
@@ -198,10 +200,10 @@ def test_headroom_splits_the_known_effects_into_a_level_per_user_and_the_rest(mo
     user = rng.integers(0, users, n)
     level, within = rng.normal(0, 0.8, users)[user], rng.normal(-2.0, 1.0, n)
     labels = (rng.random(n) < 1 / (1 + np.exp(-(level + within)))).astype(np.uint8)
-    monkeypatch.setattr(quality, "blind_offsets", lambda splits, entity: np.zeros(n))
+    monkeypatch.setattr(quality, "blind_offsets", lambda *_: np.zeros(n))
     splits = {"test": {"label": labels, "user_key": user.astype(np.int64)}}
     score = 1 / (1 + np.exp(-within))
-    gains = quality.headroom(splits, {"m": score}, level + within)["m"]
+    gains = quality.headroom(splits, {}, [], {"m": score}, level + within)["m"]
     assert gains["known_user_level"] > 0.03 and gains["known_effects"] > 0.03
     assert abs(gains["known_within_user"]) < 0.002
     assert abs(gains["offsets"]) < 0.002
