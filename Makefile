@@ -3,6 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3
+comma := ,
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -40,6 +41,8 @@ TAG ?=
 DRY_RUN ?=
 PUSH ?=
 SKIP_IMAGES ?=
+# Private registry: docker-registry Secret(s) in the namespace, comma-separated (`kubectl create secret docker-registry …`).
+IMAGE_PULL_SECRETS ?=
 
 .PHONY: help install run data next-day preprocess tune compile ui serve images lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu docs lint format clean clean-data clean-runs
 
@@ -98,7 +101,8 @@ $(VENV)/.dev: $(STAMP)
 
 deploy: install ## ENV=a100 KFP_HOST=… REGISTRY=… [TAG=…] [SKIP_IMAGES=1] [DRY_RUN=1 → build/deploy/ only]
 	$(PY) -m pipelines.deploy --env $(ENV) --registry "$(or $(REGISTRY),$(if $(DRY_RUN),registry.example.com/dailyrec,))" \
-	  $(if $(KFP_HOST),--host $(KFP_HOST)) $(if $(TAG),--tag $(TAG)) $(if $(DRY_RUN),--dry-run) $(if $(SKIP_IMAGES),--skip-images)
+	  $(if $(KFP_HOST),--host $(KFP_HOST)) $(if $(TAG),--tag $(TAG)) $(if $(DRY_RUN),--dry-run) $(if $(SKIP_IMAGES),--skip-images) \
+	  $(foreach s,$(subst $(comma), ,$(IMAGE_PULL_SECRETS)),--image-pull-secret $(s))
 
 trigger: install ## start one run of the deployed pipeline now (as the UI's Create run): KFP_HOST=…
 	$(PY) -m pipelines.deploy trigger $(if $(KFP_HOST),--host $(KFP_HOST))

@@ -3,7 +3,9 @@
 #   images/build.sh REGISTRY TAG [--push]
 # -> REGISTRY/dailyrec-runtime:TAG and REGISTRY/dailyrec-trainer:TAG, printed on stdout.
 # Uses docker, else podman (CONTAINER_ENGINE=podman forces one); PLATFORM=linux/amd64
-# builds for the cluster's architecture from another machine. Run from anywhere: the build
+# builds for the cluster's architecture from another machine. BASE_IMAGE_RUNTIME /
+# BASE_IMAGE_TRAINER replace a Dockerfile's base (e.g. pinned by digest: name@sha256:...); the
+# base used is recorded in the image's org.opencontainers.image.base.name label. Run from anywhere: the build
 # context is the repository root, filtered by its .dockerignore.
 set -euo pipefail
 
@@ -53,11 +55,25 @@ fi
 refs=()
 for image in runtime trainer; do
     ref="$registry/dailyrec-$image:$tag"
-    echo "building $ref with $engine" >&2
+    dockerfile="$root/images/$image/Dockerfile"
+    override_var="BASE_IMAGE_${image^^}"
+    base=${!override_var:-}
+    if [[ -z $base ]]; then  # the Dockerfile's default (builtins only: no external command here)
+        while IFS= read -r line; do
+            if [[ $line == "ARG BASE_IMAGE="* ]]; then
+                base=${line#ARG BASE_IMAGE=}
+                break
+            fi
+        done <"$dockerfile"
+    fi
+    [[ $base == *@sha256:* ]] || echo "note: $image base $base is pinned by tag only (set $override_var=NAME@sha256:... to pin its digest)" >&2
+    echo "building $ref from $base with $engine" >&2
     # The +"..." form keeps an empty array legal under set -u in bash 3.2 (macOS).
     "$engine" build ${platform_args[@]+"${platform_args[@]}"} \
-        --file "$root/images/$image/Dockerfile" \
+        --file "$dockerfile" \
+        --build-arg "BASE_IMAGE=$base" \
         --label "org.opencontainers.image.version=$tag" \
+        --label "org.opencontainers.image.base.name=$base" \
         --tag "$ref" \
         "$root"
     refs+=("$ref")

@@ -6,7 +6,7 @@
   delete the job at the end whatever happened (``ttlSecondsAfterFinished`` is not relied on:
   Kubeflow Trainer recreates a deleted JobSet and resets its restart budget).
 * :func:`dask_cluster` -- a DaskCluster named by, labelled with and owned by this run.
-* :func:`delete_trainjob` / :func:`delete_run_trainjob` -- what the exit handler calls.
+* :func:`delete_trainjob` / :func:`run_trainjob_deleter` -- what the exit handler calls.
 
 Why a hand-written follower and not the Kubeflow SDK's ``TrainerClient.get_job_logs(follow=True)``:
 that call returns nothing while the pod is pending, then blocks in one ``watch`` of one pod's
@@ -31,6 +31,7 @@ from components.common.progress import get_logger
 from components.train.backend import LaunchError, LaunchSpec, TrainingBackend
 from components.train.trainer import read_summary
 from kube import trainjob as tj
+from kube.tasks import WORKFLOW_ENV
 from kube.types import TRAINER_CONTAINER, DaskTarget, TrainJobTarget
 
 log = get_logger(__name__)
@@ -69,6 +70,15 @@ def as_json(obj: Any) -> Any:
     from kubernetes.client import ApiClient
 
     return ApiClient().sanitize_for_serialization(obj)
+
+
+class TrainJobFailed(LaunchError):
+    """The TrainJob ended without success. ``final``: another TrainJob would repeat it (its JobSet
+    restarts or its deadline are spent: :mod:`components.common.attempts`)."""
+
+    def __init__(self, message: str, final: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
 
 
 class _Cancelled(Exception):
@@ -127,8 +137,15 @@ class TrainJobBackend(TrainingBackend):
         try:
             verdict = self._follow(custom, core, name)
         except (_Cancelled, KeyboardInterrupt):
-            delete_trainjob(custom, ns, name)
-            raise LaunchError(f"TrainJob {ns}/{name} cancelled; deleted") from None
+            if self.run_cancelled(custom):
+                delete_trainjob(custom, ns, name)
+                raise LaunchError(f"TrainJob {ns}/{name} cancelled; deleted") from None
+            # a node drain or an eviction of this pod: the job is healthy, and the task's next
+            # attempt adopts it (the name is the run's); the exit handler deletes it if none comes
+            raise LaunchError(
+                f"TrainJob {ns}/{name}: this launcher was stopped (SIGTERM) while the run goes on; "
+                f"the job is left running for the task's next attempt to adopt"
+            ) from None
         except Exception:  # the API stayed down or refused: do not leave the job running for hours
             self._delete_quietly(custom, name)
             raise
@@ -138,13 +155,36 @@ class TrainJobBackend(TrainingBackend):
         if verdict.state != "succeeded":
             tail = self._log_tail(core, name)
             self._delete_quietly(custom, name)
-            raise LaunchError(
+            raise TrainJobFailed(
                 f"TrainJob {ns}/{name} {verdict.state}: {verdict.reason}"
-                + (f"\nlast log lines:\n{tail}" if tail else "")
+                + (f"\nlast log lines:\n{tail}" if tail else ""),
+                # failed = its JobSet restarts are spent, timeout = its deadline is: a new TrainJob
+                # would repeat it; a job that never left the queue or never got a pod may start later
+                final=verdict.final,
             )
         summary = read_summary(spec.out)  # collected first: the job's pods go with it
         self._delete_quietly(custom, name)
         return summary
+
+    def run_cancelled(self, custom: Any) -> bool:
+        """Whether this task's KFP run was cancelled: KFP terminates a run by setting its Argo
+        Workflow's ``activeDeadlineSeconds`` to 0 (apiserver ``TerminateWorkflow``), Argo's own stop
+        sets ``spec.shutdown``. Unknown (no workflow name, the API refuses): False, so a healthy
+        job is never deleted on a guess; its own deadline and the exit handler bound it."""
+        import os
+
+        workflow = os.environ.get(WORKFLOW_ENV)
+        if not workflow:
+            return False
+        try:
+            doc = custom.get_namespaced_custom_object(
+                "argoproj.io", "v1alpha1", self.target.namespace, "workflows", workflow
+            )
+        except Exception as exc:
+            log.warning("cannot read workflow %s to tell a cancel from a drain: %s", workflow, exc)
+            return False
+        spec = (doc or {}).get("spec") or {}
+        return spec.get("activeDeadlineSeconds") == 0 or bool(spec.get("shutdown"))
 
     def _create_or_adopt(self, custom: Any, body: dict) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -193,9 +233,10 @@ class TrainJobBackend(TrainingBackend):
 
     def observe(
         self, custom: Any, core: Any, name: str
-    ) -> tuple[dict | None, list[dict], list[dict]]:
-        """(TrainJob status, pods, events) as the API's JSON: the job's own events and those of
-        every pod not yet running (the scheduler reports on the pod, not the job)."""
+    ) -> tuple[dict | None, list[dict], list[dict], float | None]:
+        """(TrainJob status, pods, events, seconds since the job's creation) as the API's JSON: the
+        job's own events and those of every pod not yet running (the scheduler reports on the pod,
+        not the job)."""
         ns = self.target.namespace
         job = custom.get_namespaced_custom_object(tj.GROUP, tj.VERSION, ns, tj.PLURAL, name)
         pods = [
@@ -210,20 +251,28 @@ class TrainJobBackend(TrainingBackend):
                     ns, field_selector=f"involvedObject.name={involved}"
                 ).items
             ]
-        return job.get("status"), pods, events
+        return job.get("status"), pods, events, tj.age_s(job.get("metadata"))
 
     def _follow(self, custom: Any, core: Any, name: str) -> tj.Verdict:
+        """Poll the job until its verdict. Its age counts from its creation (an adopted job has
+        been running for a while); time spent queued (``Suspended``) is not time spent pending."""
         started = time.monotonic()
-        running_since_start, last = None, None
+        running_since_start, queued, pending, last_seen, last = None, 0.0, 0.0, None, None
         while True:
-            status, pods, events = self._call(
+            status, pods, events, created = self._call(
                 lambda: self.observe(custom, core, name), f"following TrainJob {name}"
             )
-            elapsed = time.monotonic() - started
+            now = time.monotonic()
+            elapsed = created if created is not None else now - started
+            step = 0.0 if last_seen is None else now - last_seen
+            last_seen = now
             if running_since_start is None and tj.any_running(pods):
                 running_since_start = elapsed
-            pending = elapsed if running_since_start is None else 0.0
-            verdict = tj.assess(status, events, pods, elapsed, pending, self.target)
+            if tj.suspended(status):
+                queued += step
+            elif running_since_start is None:
+                pending += step
+            verdict = tj.assess(status, events, pods, elapsed, pending, self.target, queued)
             if verdict != last:
                 log.info(
                     "TrainJob %s: %s%s",
@@ -232,7 +281,7 @@ class TrainJobBackend(TrainingBackend):
                     f" ({verdict.reason})" if verdict.reason else "",
                 )
                 last = verdict
-            if verdict.state != "running":
+            if verdict.state not in ("running", "queued"):
                 return verdict
             self._sleep(self.target.poll_s)
 
@@ -356,15 +405,25 @@ def delete_trainjob(custom: Any, namespace: str, name: str) -> bool:
         raise
 
 
-def delete_run_trainjob(cluster_target: str, train_out: str) -> bool:
-    """The exit handler's cleanup: delete the TrainJob of a run's training folder, if any."""
+def run_trainjob_deleter(
+    cluster_target: str, custom: Any = None, sleep: Callable[[float], None] = time.sleep
+) -> Callable[[str], bool]:
+    """The exit handler's cleanup, for :func:`pipelines.finalize.finalize_run`: a function that
+    deletes the TrainJob of a run's training folder (True when it existed), retrying transient API
+    errors with backoff and raising the last error otherwise (the caller records it)."""
     import json
 
-    namespace = json.loads(cluster_target)["trainjob"].get("namespace", TrainJobTarget.namespace)
-    from kubernetes import client, config
+    target = TrainJobTarget(**json.loads(cluster_target)["trainjob"])
 
-    config.load_incluster_config()
-    return delete_trainjob(client.CustomObjectsApi(), namespace, tj.trainjob_name(train_out))
+    def delete(train_out: str) -> bool:
+        api = custom if custom is not None else load_apis()[0]
+        backend = TrainJobBackend(target, apis=(api, None), sleep=sleep)
+        name = tj.trainjob_name(train_out)
+        return backend._call(
+            lambda: delete_trainjob(api, target.namespace, name), f"delete TrainJob {name}"
+        )
+
+    return delete
 
 
 # ----------------------------------------------------------------------------- Dask
@@ -416,16 +475,73 @@ def dask_cluster(
     name = cluster_name(run_id)
     spec = cluster_spec(name, workers, target, run_id=run_id, owner=owner, scratch=scratch)
     _delete_leftover_dask(target.namespace, name)
-    cluster = KubeCluster(
-        custom_cluster_spec=spec,
-        namespace=target.namespace,
-        shutdown_on_close=True,
-        create_mode=CreateMode.CREATE_ONLY,
+
+    def start() -> Any:
+        return KubeCluster(
+            custom_cluster_spec=spec,
+            namespace=target.namespace,
+            shutdown_on_close=True,
+            create_mode=CreateMode.CREATE_ONLY,
+            resource_timeout=target.start_timeout_s,
+        )
+
+    cluster = start_bounded(
+        start, target.start_timeout_s, lambda: _not_ready(target.namespace, name, target)
     )
     try:
         yield cluster
     finally:
         cluster.close()
+
+
+class DaskStartError(RuntimeError):
+    """The DaskCluster's scheduler did not become ready in time; the message says what each pod
+    waits for."""
+
+
+def start_bounded(start: Callable[[], Any], timeout_s: float, diagnose: Callable[[], str]) -> Any:
+    """``start()`` in a daemon thread, given ``timeout_s``: dask-kubernetes waits for ever for a
+    scheduler pod that runs but never becomes Ready (a sidecar kept from istiod). On time-out,
+    ``diagnose()`` (which cleans up and says why) becomes the error."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["cluster"] = start()
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="dask-start", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise DaskStartError(diagnose())
+    if "error" in box:
+        raise box["error"]
+    return box["cluster"]
+
+
+def _not_ready(namespace: str, name: str, target: DaskTarget, core: Any = None) -> str:
+    """What the cluster's pods wait for, then the cluster deleted (it must not linger)."""
+    try:
+        core = core or load_apis()[1]
+        pods = [
+            as_json(p)
+            for p in core.list_namespaced_pod(
+                namespace, label_selector=f"dask.org/cluster-name={name}"
+            ).items
+        ]
+        why = tj.pod_problem(pods) or (
+            "no pod was created (is the dask-kubernetes operator running?)" if not pods else ""
+        )
+    except Exception as exc:
+        why = f"(pods unreadable: {type(exc).__name__})"
+    with contextlib.suppress(Exception):
+        _delete_leftover_dask(namespace, name)
+    return (
+        f"DaskCluster {namespace}/{name}: the scheduler was not ready after "
+        f"{target.start_timeout_s}s: {why or 'no reason reported'}; the cluster was deleted"
+    )
 
 
 def _delete_leftover_dask(namespace: str, name: str) -> None:

@@ -18,7 +18,7 @@ import copy
 import hashlib
 import re
 
-from kube.types import STORAGE, DaskTarget, memory_quantity
+from kube.types import STORAGE, DaskTarget, memory_quantity, quantity
 
 DATASET_BYTES_PER_ROW = 320
 """Dataset bytes per raw row at seq_len 20: 314 measured on the sample (see above), rounded up."""
@@ -26,6 +26,40 @@ RAW_BYTES_PER_ROW = {"csv": 50, "parquet": 6.5}
 """Raw bytes per event row, to estimate rows from file sizes (Parquet: the sample has 6.9; lower
 estimates more rows, erring on the safe side)."""
 RUN_LABEL = "dailyrec.io/run"
+SERVICE_ACCOUNT = "dailyrec-dask"
+"""The Dask pods' identity (manifests/base/rbac.yaml): no Role, no token, the registry's pull secrets."""
+NO_SIDECAR = {"sidecar.istio.io/inject": "false"}
+"""A Kubeflow profile namespace injects Istio sidecars; the default-deny egress policy keeps them from
+istiod, so a pod with one never becomes Ready. Like every other pod of the project, none."""
+
+
+def worker_threads(cpu: str) -> int:
+    """Threads per worker: its CPU request, whole cores, at least one (without ``--nthreads`` a
+    worker runs one thread per *node* CPU inside its own memory limit)."""
+    return max(1, int(quantity(cpu)))
+
+
+def commands(target: DaskTarget) -> dict[str, tuple[list[str], list[str]]]:
+    """(command, args) of the scheduler and worker containers. distributed >= 2026.6 installs only
+    the ``dask`` CLI (its subcommands ``scheduler`` and ``worker``), not the ``dask-scheduler`` /
+    ``dask-worker`` executables dask-kubernetes' spec template still names."""
+    return {
+        "scheduler": (["dask", "scheduler"], ["--host", "0.0.0.0"]),
+        "worker": (
+            ["dask", "worker"],
+            [
+                "--name",
+                "$(DASK_WORKER_NAME)",
+                "--nthreads",
+                str(worker_threads(target.worker_cpu)),
+                "--memory-limit",
+                str(int(quantity(target.worker_memory))),
+                "--dashboard",
+                "--dashboard-address",
+                "8788",
+            ],
+        ),
+    }
 
 
 def cluster_name(run_id: str) -> str:
@@ -106,8 +140,15 @@ def cluster_spec(
     if owner:  # garbage-collected with the task's pod if the task dies before deleting it
         meta["ownerReferences"] = [dict(owner)]
     empty_dir = {"sizeLimit": scratch} if scratch else {}
+    argv = commands(target)
     for role in ("scheduler", "worker"):
+        # the operator copies this metadata onto the role's pods (and adds the run's labels)
+        spec["spec"][role]["metadata"] = {
+            "labels": {"app.kubernetes.io/part-of": "dailyrec", **NO_SIDECAR},
+            "annotations": dict(NO_SIDECAR),
+        }
         pod = spec["spec"][role]["spec"]
+        pod["serviceAccountName"] = SERVICE_ACCOUNT
         # locked down like the trainer pods: no API token (they call no Kubernetes API), no service
         # links, non-root, the runtime's seccomp profile, no capabilities, a read-only root filesystem
         # (scratch space is an emptyDir). Who may reach the scheduler's port 8786 is the NetworkPolicy
@@ -123,6 +164,7 @@ def cluster_spec(
             "seccompProfile": {"type": "RuntimeDefault"},
         }
         for container in pod["containers"]:
+            container["command"], container["args"] = (list(part) for part in argv[role])
             container["volumeMounts"] = [STORAGE.mount(), {"name": "scratch", "mountPath": "/tmp"}]
             container.setdefault("resources", copy.deepcopy(resources))
             container["securityContext"] = {

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 from kfp import kubernetes
 
+from components.common.attempts import RUN_ID_ENV
 from components.common.monitoring import PUSHGATEWAY_ENV
 from components.register.integrity import SIGNING_KEY_ENV
 from kube.types import MOUNT_PATH, PVC
 
+WORKFLOW_ENV = "KFP_WORKFLOW"
+"""The Argo Workflow of the task's run (from the pod's label): the training launcher reads it on
+SIGTERM to tell a cancelled run (delete its TrainJob) from a drained pod (leave it to be adopted)."""
+
 MLFLOW_SECRET = "mlflow-pipeline-auth"
 """Secret with keys username/password: the pipeline's MLflow account (manifests/README.md, Secrets)."""
-MLFLOW_CLIENTS = ("train-op", "evaluate-op", "register-op", "tune-op")
-"""Tasks that talk to MLflow: only they get its credentials and (NetworkPolicy) its port."""
+MLFLOW_CLIENTS = ("train-op", "evaluate-op", "register-op", "tune-op", "finalize")
+"""Tasks that talk to MLflow: only they get its credentials and (NetworkPolicy) its port (finalize
+reads which runs the champion and previous versions came from: retention keeps them)."""
+SIGNING_CLIENTS = ("train-op", "evaluate-op", "register-op", "tune-op")
+"""MLflow clients that load or register models: only they get the model-signing key."""
 SIGNING_SECRET = "dailyrec-model-signing"
 """Optional Secret with key ``key``: the HMAC key that signs registered models' digests."""
 MONITORING_CONFIG = "dailyrec-monitoring"
@@ -24,8 +32,8 @@ handler pushes the run's outcome (docs/cluster.md, Monitoring)."""
 PUSHGATEWAY_CLIENT_LABEL = "dailyrec.io/pushgateway-client"
 TASK_LABEL = "dailyrec.io/task"
 MLFLOW_CLIENT_LABEL = "dailyrec.io/mlflow-client"
-RUN_ID_ENV = "KFP_RUN_ID"
-"""Set from the pod's ``pipeline/runid`` label: names and labels the run's Dask cluster."""
+WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
+"""Argo's label on every pod of a run: the Workflow the launcher reads to tell a cancel from a drain."""
 # (cpu request, memory request, memory limit) per task: the launcher only waits on the TrainJob
 RESOURCES = {
     "check-parameters": ("250m", "512Mi", "1Gi"),
@@ -46,10 +54,13 @@ def on_cluster(task, name: str):
     cpu, memory, memory_limit = RESOURCES[name]
     task.set_cpu_request(cpu).set_memory_request(memory).set_memory_limit(memory_limit)
     kubernetes.add_pod_label(task, TASK_LABEL, name)
-    # the run id without making it an input (an input would change the preprocess cache key)
+    # the run id without making it an input (an input would change the preprocess cache key): it
+    # names the run's Dask cluster and scopes the record of a final failure (no retry repeats it)
     kubernetes.use_field_path_as_env(task, RUN_ID_ENV, "metadata.labels['pipeline/runid']")
+    if name in ("train-op", "tune-op"):  # on SIGTERM: was the run cancelled, or the pod drained?
+        kubernetes.use_field_path_as_env(task, WORKFLOW_ENV, f"metadata.labels['{WORKFLOW_LABEL}']")
     if name in MLFLOW_CLIENTS:
-        mlflow_client(task)
+        mlflow_client(task, signing=name in SIGNING_CLIENTS)
     if (
         name == "finalize"
     ):  # the exit handler pushes the run's outcome when the ConfigMap names a gateway
@@ -60,8 +71,9 @@ def on_cluster(task, name: str):
     return task
 
 
-def mlflow_client(task):
-    """Let a task reach MLflow (pod label for the NetworkPolicy) with the pipeline's credentials."""
+def mlflow_client(task, signing: bool = True):
+    """Let a task reach MLflow (pod label for the NetworkPolicy) with the pipeline's credentials;
+    ``signing``: with the optional model-signing key too (tasks that load or register models)."""
     kubernetes.add_pod_label(task, MLFLOW_CLIENT_LABEL, "true")
     kubernetes.use_secret_as_env(
         task,
@@ -71,8 +83,21 @@ def mlflow_client(task):
             "password": "MLFLOW_TRACKING_PASSWORD",
         },
     )
+    if not signing:
+        return task
     # optional: with it, registered models are signed and loaders require the signature
     kubernetes.use_secret_as_env(
         task, secret_name=SIGNING_SECRET, secret_key_to_env={"key": SIGNING_KEY_ENV}, optional=True
     )
     return task
+
+
+def sized_by(task, cpu, memory):
+    """Requests = limits from channels (another task's outputs): the KFP backend's driver resolves
+    resource placeholders at run time (``getPodResource``); kfp.local ignores resources."""
+    return (
+        task.set_cpu_request(cpu)
+        .set_cpu_limit(cpu)
+        .set_memory_request(memory)
+        .set_memory_limit(memory)
+    )

@@ -138,8 +138,33 @@ def _quantities(m: Any, resources: dict[str, dict[str, str]]) -> dict:
 @dataclass(frozen=True)
 class Verdict:
     state: str
-    """running | succeeded | failed | timeout"""
+    """running | queued | succeeded | failed | timeout"""
     reason: str = ""
+    final: bool = False
+    """A new TrainJob would repeat it: the job failed after its JobSet restarts, or used its
+    deadline (components.common.attempts). A job that never got a pod or never left its queue
+    is not final: it may start later."""
+
+
+def suspended(status: dict | None) -> bool:
+    """The TrainJob is suspended (held by a queue such as Kueue): trainer's ``Suspended`` condition."""
+    return any(
+        c.get("type") == "Suspended" and str(c.get("status")) == "True"
+        for c in (status or {}).get("conditions") or []
+    )
+
+
+def age_s(metadata: dict | None, now: float | None = None) -> float | None:
+    """Seconds since the object's ``creationTimestamp`` (None when it has none): the TrainJob's
+    ``activeDeadlineSeconds`` counts from there (trainer ``reconcileDeadline``)."""
+    import datetime as dt
+    import time
+
+    stamp = (metadata or {}).get("creationTimestamp")
+    if not stamp:
+        return None
+    created = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    return max(0.0, (time.time() if now is None else now) - created.timestamp())
 
 
 def assess(
@@ -149,13 +174,16 @@ def assess(
     elapsed_s: float,
     pending_s: float,
     target: TrainJobTarget,
+    queued_s: float = 0.0,
 ) -> Verdict:
     """What a TrainJob's state means, from one observation of the API.
 
     ``status``: the TrainJob's ``.status``; ``pods``: its pods as the API returns them
     (``{"metadata": ..., "status": ...}``, camelCase); ``events``: the events of the TrainJob
     and of those pods (the scheduler's ``FailedScheduling`` is an event on the pod);
-    ``pending_s``: for how long no pod has been running.
+    ``pending_s``: for how long no pod has been running while the job was not queued;
+    ``queued_s``: for how long it was suspended by a queue (Kueue), which is neither pending nor
+    failing: it waits up to ``queue_timeout_s``.
     """
     conditions = {
         c.get("type"): c
@@ -169,10 +197,21 @@ def assess(
         c = conditions["Failed"]
         detail = _pod_failure(pods) or (warnings[-1].get("message", "") if warnings else "")
         reason = f"{c.get('reason', 'Failed')}: {c.get('message', '')}".rstrip(": ")
-        return Verdict("failed", f"{reason}{f' ({detail})' if detail else ''}")
+        return Verdict("failed", f"{reason}{f' ({detail})' if detail else ''}", final=True)
+    if suspended(status):
+        c = next(c for c in status.get("conditions") or [] if c.get("type") == "Suspended")
+        why = f"{c.get('reason') or 'Suspended'}: {c.get('message') or 'held by its queue'}"
+        if queued_s > target.queue_timeout_s:
+            return Verdict(
+                "timeout",
+                f"still queued after {queued_s:.0f}s (limit {target.queue_timeout_s:.0f}s; {why})",
+            )
+        return Verdict("queued", why)
     if elapsed_s > target.timeout_s:
         return Verdict(
-            "timeout", f"still running after {elapsed_s:.0f}s (limit {target.timeout_s:.0f}s)"
+            "timeout",
+            f"still running after {elapsed_s:.0f}s (limit {target.timeout_s:.0f}s)",
+            final=True,
         )
     if pending_s > target.pending_timeout_s:
         cause = (
@@ -240,3 +279,32 @@ def pending_pods(pods: list[dict]) -> list[str]:
         for p in pods
         if (p.get("status") or {}).get("phase") in (None, "Pending")
     ]
+
+
+def pod_problem(pods: list[dict]) -> str:
+    """Why pods are not ready, in one line per pod (unschedulable, a waiting container, containers
+    not ready such as an injected ``istio-proxy``); empty when every pod is ready."""
+    lines = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        name = (pod.get("metadata") or {}).get("name", "?")
+        why = _unschedulable([pod]) or _pod_waiting([pod]) or _pod_failure([pod])
+        if not why:
+            waiting = [
+                cs.get("name")
+                for cs in status.get("containerStatuses") or []
+                if not cs.get("ready")
+            ]
+            if waiting:
+                why = f"containers not ready: {', '.join(waiting)}" + (
+                    " (an injected Istio sidecar: the pod needs sidecar.istio.io/inject=false)"
+                    if "istio-proxy" in waiting
+                    else ""
+                )
+        ready = any(
+            c.get("type") == "Ready" and str(c.get("status")) == "True"
+            for c in status.get("conditions") or []
+        )
+        if why or not ready:
+            lines.append(f"pod {name} {status.get('phase') or 'Pending'}: {why or 'not ready'}")
+    return "; ".join(lines)

@@ -195,6 +195,8 @@ class TrainJobTarget:
     """Whole-run limit (also the TrainJob's activeDeadlineSeconds)."""
     pending_timeout_s: float = 1800
     """Give up when no pod has started running for this long (unschedulable, image pull)."""
+    queue_timeout_s: float = 3600
+    """Give up when a queue (Kueue: the TrainJob's ``Suspended`` condition) held it this long."""
     poll_s: float = 15
     api_retries: int = 5
     """Consecutive failed API calls tolerated while following a job (backoff doubles each time)."""
@@ -207,7 +209,7 @@ class TrainJobTarget:
                 f"runtime_kind must be TrainingRuntime or ClusterTrainingRuntime, "
                 f"got {self.runtime_kind!r}"
             )
-        for name in ("timeout_s", "pending_timeout_s", "poll_s"):
+        for name in ("timeout_s", "pending_timeout_s", "queue_timeout_s", "poll_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
         if not isinstance(self.api_retries, int) or self.api_retries < 0:
@@ -232,9 +234,14 @@ class DaskTarget:
     env: dict[str, str] = field(default_factory=dict)
     idle_timeout_s: int = 600
     """The operator deletes a cluster idle this long (a crashed task leaves none behind for long)."""
+    start_timeout_s: int = 900
+    """Give up (naming what each pod waits for) when the scheduler is not ready after this long:
+    dask-kubernetes itself waits for ever on a pod that never becomes Ready."""
 
     def __post_init__(self) -> None:
         quantity(self.worker_cpu), quantity(self.worker_memory)  # noqa: B018
+        if not self.start_timeout_s > 0:
+            raise ValueError("start_timeout_s must be > 0")
 
     @classmethod
     def from_json(cls, text_or_path: str) -> DaskTarget:

@@ -9,8 +9,8 @@ cluster, a folder locally); stages hand each other small KFP artifacts that
 point to it (dataset -> plan -> model -> evaluation -> registration), so the
 Kubeflow UI shows the run's lineage.
 
-Built for a runner: a KFP backend (>= 2.14: ``PipelineTaskFinalStatus``) resolves the run's
-schedule time and retries idempotent tasks with backoff; kfp.local (``make run``) cannot
+Built for a runner: a KFP backend (>= :data:`MIN_KFP_BACKEND`, for :data:`BACKEND_FEATURES`) resolves
+the run's schedule time and retries idempotent tasks with backoff; kfp.local (``make run``) cannot
 resolve the schedule-time placeholder and would sleep through backoffs of failures that are
 deterministic there, so its build has neither (:data:`pipelines.steps.LOCAL`).
 """
@@ -18,16 +18,39 @@ deterministic there, so its build has neither (:data:`pipelines.steps.LOCAL`).
 from kfp import dsl
 
 from components.common.images import RUNTIME_IMAGE
+from components.common.retention import DEFAULT_KEEP_DAYS
 from components.estimate.component import estimate_op
 from components.evaluate.component import evaluate_op
 from components.register.component import register_op
 from components.train.component import train_op
-from kube.tasks import on_cluster
-from pipelines.steps import CLUSTER, Runner, harden, prepare_data, task_settings
+from kube.tasks import on_cluster, sized_by
+from pipelines.steps import (
+    CLUSTER,
+    RUN_DEADLINE_S,
+    Runner,
+    harden,
+    prepare_data,
+    task_settings,
+)
 
 PIPELINE_NAME = "dailyrec-daily"
-MIN_KFP_BACKEND = (2, 14)
-"""Oldest KFP backend that runs this pipeline (``dsl.PipelineTaskFinalStatus`` in the exit handler)."""
+BACKEND_FEATURES = (
+    ((2, 14), "the exit handler takes dsl.PipelineTaskFinalStatus"),
+    (
+        (2, 15),
+        "optional Secret/ConfigMap env vars (#12216; older backends leave the signing Secret and "
+        "monitoring ConfigMap's tasks in CreateContainerConfigError)",
+    ),
+    ((2, 17), "the schedule-time placeholder is resolved (#13474): a run trains on its own day"),
+    (
+        (2, 17),
+        "DAG states are recomputed recursively (#13322): the exit handler sees a final state",
+    ),
+    ((2, 17), "a run-level deadline (PipelineConfig.active_deadline_seconds, #13187)"),
+)
+"""What the pipeline needs of a KFP backend, by the release that brought it."""
+MIN_KFP_BACKEND = max(release for release, _ in BACKEND_FEATURES)
+"""Oldest KFP backend that runs this pipeline as written: ``make deploy`` refuses an older one."""
 
 
 def _set_doc(doc: str):
@@ -63,6 +86,8 @@ PARAMETERS_DOC = """Args:
         checkpoint); on a cluster the TrainingRuntime's JobSet failurePolicy restarts the pods.
     cluster_target: JSON of kube/clusters/<env>.json (TrainJob and Dask placement); set by make deploy.
     dask_workers: 0 = Dask threads in the preprocess task; N = a DaskCluster of N workers on Kubernetes.
+    retention_days: days of run folders and datasets kept on storage_root (the champion's and
+        previous version's lineage and live runs are always kept); 0 = keep everything.
     run_id: folder name of this run under storage_root/runs; empty = the KFP run id.
 """
 
@@ -74,71 +99,45 @@ def finalize(
     run_id: str,
     kfp_run_id: str,
     model_name: str,
+    tracking_uri: str,
     launcher: str,
     cluster_target: str,
+    retention_days: int,
 ) -> None:
-    """Exit handler: the run's summary.json (also for failed runs), leftover temp files removed,
-    a TrainJob of a failed or cancelled run deleted, the outcome pushed to Prometheus' Pushgateway.
+    """Exit handler: the run's outcome and summary.json (also for failed runs), pushed to Prometheus'
+    Pushgateway; then the cleanup: a TrainJob of a failed or cancelled run deleted, the storage
+    root's retention policy applied (pipelines/finalize.py).
 
     Args:
         status: how the run's tasks ended (kfp.local's or the KFP backend's vocabulary).
         storage_root: shared storage holding runs/.
         run_id: folder name of this run under storage_root/runs; empty = kfp_run_id.
         kfp_run_id: the KFP run id.
-        model_name: registered model name (for the summary).
+        model_name: registered model name (for the summary; its champion's lineage is kept).
+        tracking_uri: MLflow registry URI (which runs the champion and previous came from).
         launcher: training backend of the run (trainjob: its TrainJob is deleted on failure).
         cluster_target: JSON of the cluster environment (the TrainJob's namespace).
+        retention_days: days of run folders and datasets kept on storage_root; 0 = keep all.
     """
-    import json
+    from pipelines.finalize import finalize_run
 
-    from components.common.final_status import final_status
-    from components.common.paths import PathError, inside, safe_name
-    from components.common.runs import (
-        RunFolder,
-        build_summary,
-        claimed_by_other,
-        run_dir,
-        summary_text,
-        write_summary,
+    deleter = None
+    if launcher == "trainjob":
+        from kube.client import run_trainjob_deleter
+
+        deleter = run_trainjob_deleter(cluster_target)
+    # decided on the state and the run's records: a KFP backend leaves the error message empty
+    finalize_run(
+        status.state,
+        status.error_message,
+        storage_root=storage_root,
+        run_id=run_id,
+        kfp_run_id=kfp_run_id,
+        model_name=model_name,
+        tracking_uri=tracking_uri,
+        retention_days=retention_days,
+        delete_trainjob=deleter,
     )
-    from components.common.storage import remove_stale_temps
-
-    rid, refused = run_id or kfp_run_id, None
-    try:  # the same check as every other task: a run id never names a folder outside runs/
-        folder = inside(storage_root, run_dir(storage_root, safe_name(rid, "run_id")), "run folder")
-    except PathError as exc:  # the summary still gets written: under the KFP run id, saying why
-        refused, rid = str(exc), safe_name(kfp_run_id, "KFP run id")
-        folder = run_dir(storage_root, rid)
-    if (
-        other := claimed_by_other(folder, kfp_run_id)
-    ) is not None:  # never touch a live run's folder or job
-        refused = f"run folder {folder} is in use by KFP run {other}"
-        rid = safe_name(kfp_run_id, "KFP run id")
-        folder = run_dir(storage_root, rid)
-    try:
-        run = json.loads((folder / "run.json").read_text())
-    except (OSError, ValueError):
-        run = {"data_dir": "", "raw_uri": ""}  # failed before the window was resolved
-    for leftover in RunFolder(folder).outputs():
-        remove_stale_temps(leftover)
-    # decided on the state alone: a KFP backend leaves the error message empty
-    outcome = final_status(status.state, status.error_message)
-    error = outcome.error
-    if refused:
-        error = f"{refused}; {error or ''}".rstrip("; ")
-    if outcome.failed and launcher == "trainjob":
-        from kube.client import delete_run_trainjob
-
-        delete_run_trainjob(cluster_target, str(RunFolder(folder).train))
-    summary = build_summary(
-        folder, run["data_dir"], run["raw_uri"], model_name, rid, status=outcome.status, error=error
-    )
-    summary["kfp_state"] = status.state
-    write_summary(folder, summary)
-    print(summary_text(summary))
-    from components.common.monitoring import push_run_outcome
-
-    push_run_outcome(summary)  # to $DAILYREC_PUSHGATEWAY when set
 
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
@@ -167,6 +166,7 @@ def check_parameters(
     max_restarts: int,
     cluster_target: str,
     dask_workers: int,
+    retention_days: int,
     run_id: str,
 ) -> None:
     params = dict(locals())  # the parameters, before any other name is bound here
@@ -182,6 +182,11 @@ def daily_pipeline(runner: Runner = CLUSTER):
         name=PIPELINE_NAME,
         description="Daily retraining of the dailyrec BST click-through model: "
         "preprocess, estimate, train, evaluate, register.",
+        # a backstop past every task's worst case (pipelines/steps.py): a run never meets the next
+        # day's; kfp.local has no deadline of its own
+        pipeline_config=dsl.PipelineConfig(active_deadline_seconds=RUN_DEADLINE_S)
+        if runner.retries
+        else None,
     )
     @_set_doc(
         "The daily retraining run. Defaults fit a cluster run started from the Kubeflow UI.\n\n"
@@ -208,6 +213,7 @@ def daily_pipeline(runner: Runner = CLUSTER):
         max_restarts: int = 2,
         cluster_target: str = "",
         dask_workers: int = 0,
+        retention_days: int = DEFAULT_KEEP_DAYS,
         run_id: str = "",
     ):
         # first: the parameters exactly as given (locals() holds them, and the enclosing runner)
@@ -218,8 +224,10 @@ def daily_pipeline(runner: Runner = CLUSTER):
             run_id=run_id,
             kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             model_name=model_name,
+            tracking_uri=tracking_uri,
             launcher=launcher,
             cluster_target=cluster_target,
+            retention_days=retention_days,
         )
         harden(on_cluster(exit_task, "finalize"), "finalize", runner.retries)
         exit_task.set_caching_options(False)
@@ -287,21 +295,24 @@ def daily_pipeline(runner: Runner = CLUSTER):
                 "evaluate",
                 runner,
             )
-            # evaluate's single return value is "blessed" (see evaluate_op on kfp.local)
-            with dsl.If(evaluated.outputs["Output"] == True, name="blessed"):  # noqa: E712 (KFP condition)
-                task_settings(
-                    register_op(
-                        model=trained.outputs["model"],
-                        evaluation=evaluated.outputs["metrics"],
-                        run_dir=run_dir,
-                        model_name=model_name,
-                        tracking_uri=tracking_uri,
-                        run_id=window.outputs["run_id"],
-                    ),
-                    "register-op",
-                    "register",
-                    runner,
-                )
+            # sized from the test split (estimate reads the dataset's meta.json), not a fixed pod
+            sized_by(evaluated, plan.outputs["evaluate_cpu"], plan.outputs["evaluate_memory"])
+            # no dsl.If here: a sub-DAG inside the exit handler leaves the exit DAG's state stale
+            # on a KFP backend (the state is recomputed only after a container task finishes), so
+            # register always runs and does nothing for a candidate that is not blessed
+            task_settings(
+                register_op(
+                    model=trained.outputs["model"],
+                    evaluation=evaluated.outputs["metrics"],
+                    run_dir=run_dir,
+                    model_name=model_name,
+                    tracking_uri=tracking_uri,
+                    run_id=window.outputs["run_id"],
+                ),
+                "register-op",
+                "register",
+                runner,
+            )
 
     return daily
 

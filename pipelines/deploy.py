@@ -31,6 +31,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -48,6 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEDULE = "0 0 2 * * *"  # KFP cron: 6 fields, seconds first, UTC: 02:00 every day
 EXPERIMENT = "dailyrec"
 TOKEN_ENV = "KF_PIPELINES_TOKEN"
+PIPELINE_SERVICE_ACCOUNT = "dailyrec-pipeline"
+"""The identity of every pipeline pod (manifests/base/rbac.yaml), not the profile's default-editor."""
 NAMESPACE_ENV = "KFP_NAMESPACE"
 
 
@@ -76,6 +79,9 @@ class DeployConfig:
     schedule: str = SCHEDULE
     crds: str | None = None
     """Folder of CRD files for offline validation; default: manifests/schemas/crds (Kubeflow Trainer v2.3.0)."""
+    image_pull_secrets: tuple[str, ...] = ()
+    """Secrets (docker-registry type, created by the operator in the namespace) for a private
+    REGISTRY: added to every ServiceAccount dailyrec's pods run as, so each pod can pull."""
 
     def __post_init__(self) -> None:
         if not (ROOT / "manifests" / "overlays" / self.env).is_dir():
@@ -93,6 +99,11 @@ class DeployConfig:
             raise DeployRequestError(
                 "KFP_HOST is required (the Kubeflow Pipelines API), or use DRY_RUN=1"
             )
+        for secret in self.image_pull_secrets:
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", secret):
+                raise DeployRequestError(
+                    f"IMAGE_PULL_SECRETS: {secret!r} is not a Secret name (lower-case DNS name)"
+                )
         if len(self.schedule.split()) != 6:
             raise DeployRequestError(
                 f"schedule {self.schedule!r}: KFP cron has 6 fields, seconds first"
@@ -147,7 +158,9 @@ def kubectl() -> str:
     return found
 
 
-def wrapper_kustomization(env: str, refs: dict[str, str], folder: Path) -> Path:
+def wrapper_kustomization(
+    env: str, refs: dict[str, str], folder: Path, pull_secrets: tuple[str, ...] = ()
+) -> Path:
     """A kustomization in ``folder`` over the overlay that pins the images with kustomize's own
     ``images:`` transformer (each overlay maps the ghcr.io names onto REGISTRY/TAG placeholders,
     so the wrapper maps those, and the original names for objects the overlay does not map)."""
@@ -166,28 +179,45 @@ def wrapper_kustomization(env: str, refs: dict[str, str], folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "kustomization.yaml"
     # kustomize refuses absolute paths to other kustomizations: a relative one
-    path.write_text(
-        yaml.safe_dump(
+    doc = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(overlay, folder)],
+        "images": images,
+    }
+    if pull_secrets:  # every pod runs as one of these accounts: each can pull from the registry
+        doc["patches"] = [
             {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": [os.path.relpath(overlay, folder)],
-                "images": images,
-            },
-            sort_keys=False,
-        )
-    )
+                "target": {
+                    "kind": "ServiceAccount",
+                    "labelSelector": "app.kubernetes.io/part-of=dailyrec",
+                },
+                "patch": yaml.safe_dump(
+                    [
+                        {
+                            "op": "add",
+                            "path": "/imagePullSecrets",
+                            "value": [{"name": name} for name in pull_secrets],
+                        }
+                    ]
+                ),
+            }
+        ]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
 
 def render_manifests(
-    env: str, refs: dict[str, str] | None = None, work: Path | None = None
+    env: str,
+    refs: dict[str, str] | None = None,
+    work: Path | None = None,
+    pull_secrets: tuple[str, ...] = (),
 ) -> list[dict]:
     """``kubectl kustomize`` of the overlay (through a wrapper pinning ``refs``) as objects."""
     folder = ROOT / "manifests" / "overlays" / env
     if refs is not None:
         folder = wrapper_kustomization(
-            env, refs, (work or ROOT / "build" / "deploy") / "kustomize"
+            env, refs, (work or ROOT / "build" / "deploy") / "kustomize", pull_secrets
         ).parent
     done = subprocess.run(
         [kubectl(), "kustomize", str(folder)], capture_output=True, text=True, check=False
@@ -248,6 +278,77 @@ def example_trainjob(env: str, refs: dict[str, str], gpus: int | None = None) ->
     return build_trainjob(spec, plan, cluster)
 
 
+DASK_EXAMPLE = "daskcluster-example.yaml"
+
+
+def example_daskcluster(env: str, refs: dict[str, str], workers: int = 2) -> dict:
+    """The DaskCluster a run with ``dask_workers=workers`` creates on ``env`` (named for an example
+    run; a real one is named by, labelled with and owned by its run)."""
+    from kube.dask import cluster_name, cluster_spec
+    from kube.types import DaskTarget, cluster_target
+
+    target = DaskTarget(**json.loads(cluster_target(env, refs))["dask"])
+    return cluster_spec(cluster_name("example"), workers, target, run_id="example")
+
+
+def rendered_containers(out: str | Path) -> list[dict]:
+    """Every container a deploy renders into ``out`` (its dry run's files), as
+    ``{"where", "image", "argv"}``: the KFP tasks' executors, the pods of the manifests (the
+    TrainingRuntime's among them), the example TrainJob's trainer, the Katib trial's and the
+    example DaskCluster's. ``argv`` is command + args (an image without an entrypoint runs
+    ``args`` alone)."""
+    out = Path(out)
+    found = []
+
+    def add(where: str, image: str | None, container: dict) -> None:
+        argv = [*(container.get("command") or []), *(container.get("args") or [])]
+        found.append({"where": where, "image": image or container.get("image"), "argv": argv})
+
+    spec = next(yaml.safe_load_all((out / "pipeline.yaml").read_text()))
+    for name, executor in spec["deploymentSpec"]["executors"].items():
+        add(f"KFP task {name}", None, executor["container"])
+
+    def pods(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("containers"), list):
+                for c in [*(node.get("initContainers") or []), *node["containers"]]:
+                    add(f"{where} container {c.get('name')}", None, c)
+            for key, value in node.items():
+                pods(value, where if key != "trialSpec" else f"{where} trial")
+        elif isinstance(node, list):
+            for value in node:
+                pods(value, where)
+
+    for obj in yaml.safe_load_all((out / "manifests.yaml").read_text()):
+        if obj:
+            pods(obj, f"{obj['kind']} {obj['metadata']['name']}")
+    runtime = next(
+        o
+        for o in yaml.safe_load_all((out / "manifests.yaml").read_text())
+        if o and o["kind"] == "TrainingRuntime"
+    )
+    runtime_image = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"
+    ]["spec"]["containers"][0]["image"]
+    for name, file in (("TrainJob example", "trainjob-example.yaml"),):
+        job = yaml.safe_load((out / file).read_text())
+        add(
+            f"{name} trainer",
+            job["spec"]["trainer"].get("image") or runtime_image,
+            job["spec"]["trainer"],
+        )
+    katib = yaml.safe_load((out / "katib-experiment.yaml").read_text())
+    trial = katib["spec"]["trialTemplate"]["trialSpec"]
+    if trial.get("kind") == "TrainJob":
+        add(
+            "Katib trial trainer",
+            trial["spec"]["trainer"].get("image") or runtime_image,
+            trial["spec"]["trainer"],
+        )
+    pods(yaml.safe_load((out / DASK_EXAMPLE).read_text()), "DaskCluster")
+    return found
+
+
 def recurring_run_request(version: str, schedule: str) -> dict:
     """What create_recurring_run receives (also written by the dry run)."""
     return {
@@ -260,6 +361,7 @@ def recurring_run_request(version: str, schedule: str) -> dict:
         "no_catchup": True,
         "enabled": True,
         "params": {},
+        "service_account": PIPELINE_SERVICE_ACCOUNT,
         "description": "dailyrec daily retraining (created by make deploy; replaced on each deploy)",
     }
 
@@ -306,23 +408,50 @@ class Publisher:
             return self.client.create_experiment(EXPERIMENT, namespace=self.namespace).experiment_id
 
     def replace_recurring_run(self, request: dict, pipeline_id: str, version_id: str) -> str:
+        """Create the new recurring run, then remove the old ones of the same name.
+
+        The old schedules are disabled first (two enabled ones would both start a run at 02:00),
+        the new one is created, and only then are the old ones deleted. A failed create enables
+        the old ones again: a deploy never leaves the pipeline without its schedule.
+        """
         experiment_id = self.experiment_id()
         existing = self.client.list_recurring_runs(experiment_id=experiment_id, page_size=100)
-        for run in existing.recurring_runs or []:
-            if run.display_name == request["job_name"]:
-                self.client.delete_recurring_run(run.recurring_run_id)
-        created = self.client.create_recurring_run(
-            experiment_id=experiment_id,
-            job_name=request["job_name"],
-            description=request["description"],
-            cron_expression=request["cron_expression"],
-            max_concurrency=request["max_concurrency"],
-            no_catchup=request["no_catchup"],
-            params=request["params"],
-            pipeline_id=pipeline_id,
-            version_id=version_id,
-            enabled=request["enabled"],
-        )
+        old = [
+            run.recurring_run_id
+            for run in existing.recurring_runs or []
+            if run.display_name == request["job_name"]
+        ]
+        disabled = []
+        try:
+            for rid in old:
+                self.client.disable_recurring_run(rid)
+                disabled.append(rid)
+            created = self.client.create_recurring_run(
+                experiment_id=experiment_id,
+                job_name=request["job_name"],
+                description=request["description"],
+                cron_expression=request["cron_expression"],
+                max_concurrency=request["max_concurrency"],
+                no_catchup=request["no_catchup"],
+                params=request["params"],
+                pipeline_id=pipeline_id,
+                version_id=version_id,
+                enabled=request["enabled"],
+                service_account=request["service_account"],
+            )
+        except Exception:
+            for rid in disabled:  # the previous schedule stays in force
+                self.client.enable_recurring_run(rid)
+            raise
+        for rid in old:
+            try:
+                self.client.delete_recurring_run(rid)
+            except Exception as exc:  # disabled: it starts nothing; say what to remove by hand
+                print(
+                    f"deploy: warning: the old recurring run {rid} is disabled but could not be "
+                    f"deleted ({type(exc).__name__}); delete it in the KFP UI",
+                    file=sys.stderr,
+                )
         return created.recurring_run_id
 
     def trigger(self, params: dict, version: str | None = None) -> str:
@@ -341,6 +470,7 @@ class Publisher:
             params=params,
             pipeline_id=pipeline_id,
             version_id=version_id,
+            service_account=PIPELINE_SERVICE_ACCOUNT,
         )
         return run.run_id
 
@@ -369,7 +499,7 @@ def deploy(
 ) -> dict:
     """Do (or, dry, write down) every deploy step; returns the record, also saved as deploy.json."""
     from components.common.storage import atomic_write_bytes, atomic_write_json
-    from kube.validate import DEFAULT_CRDS, crd_schemas, validate_objects
+    from kube.validate import DEFAULT_CRDS, crd_schemas, validate_cluster_spec, validate_objects
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -384,7 +514,7 @@ def deploy(
     }
     if (
         not config.dry_run
-    ):  # first: a backend older than 2.14 rejects the pipeline; change nothing then
+    ):  # first: a backend older than the pipeline needs runs it wrongly; change nothing then
         from pipelines.kfp_version import check_backend
 
         client = (client_factory or _kfp_client)(config.host)
@@ -398,7 +528,7 @@ def deploy(
             raise DeployError(f"building or pushing the images failed: {' '.join(build)}")
         record["steps"].append({"step": "images", "command": build})
 
-    objects = render_manifests(config.env, refs, out)
+    objects = render_manifests(config.env, refs, out, config.image_pull_secrets)
     record["steps"].append(
         {"step": "manifests", "objects": len(objects), "images": "kustomize/kustomization.yaml"}
     )
@@ -409,8 +539,11 @@ def deploy(
     atomic_write_bytes(
         out / "trainjob-example.yaml", yaml.safe_dump(trainjob, sort_keys=False).encode()
     )
+    dask = example_daskcluster(config.env, refs)
+    atomic_write_bytes(out / DASK_EXAMPLE, yaml.safe_dump(dask, sort_keys=False).encode())
     schemas = crd_schemas(config.crds or DEFAULT_CRDS)
     problems, unchecked = validate_objects([*objects, trainjob], schemas)
+    problems += [f"DaskCluster: {p}" for p in validate_cluster_spec(dask)]
     record["validation"] = {
         "problems": problems,
         "unchecked": unchecked,
@@ -546,6 +679,14 @@ def main(argv: list[str] | None = None) -> int:
         default=SCHEDULE,
         help="cron of the daily recurring run (6 fields, seconds first, UTC)",
     )
+    p.add_argument(
+        "--image-pull-secret",
+        action="append",
+        default=[],
+        metavar="SECRET",
+        help="a docker-registry Secret in the namespace for a private REGISTRY (repeatable; "
+        "default: none, the registry is public or the nodes can pull)",
+    )
     trig = sub.add_parser(
         "trigger",
         help="start one run now (as the UI's Create run)",
@@ -596,6 +737,7 @@ def main(argv: list[str] | None = None) -> int:
             skip_images=args.skip_images,
             out=args.out,
             schedule=args.schedule,
+            image_pull_secrets=tuple(args.image_pull_secret),
         )
         record = deploy(config)
     except (DeployError, ValueError) as exc:

@@ -1,7 +1,9 @@
 """The KFP backend's version, checked before a pipeline is uploaded to it.
 
-The daily pipeline's exit handler takes ``dsl.PipelineTaskFinalStatus``, which KFP backends
-before 2.14 reject. The API server reports its release in the healthz answer
+The daily pipeline needs a backend of at least :data:`pipelines.daily.MIN_KFP_BACKEND`, for the
+features :data:`pipelines.daily.BACKEND_FEATURES` lists (an older one runs it wrongly rather than
+refusing it: tasks stuck on optional Secrets, runs on the wrong day, successful runs reported
+failed). The API server reports its release in the healthz answer
 (``GET /apis/v2beta1/healthz``: ``tag_name``, next to ``commit_sha`` and ``multi_user``; see
 kubeflow/pipelines ``backend/src/apiserver/main.go``). The generated client's response model keeps
 only ``multi_user`` and ``pipeline_store``, so ``kfp.Client.get_kfp_healthz()`` drops the version:
@@ -15,7 +17,7 @@ import re
 import sys
 from typing import Any
 
-from pipelines.daily import MIN_KFP_BACKEND
+from pipelines.daily import BACKEND_FEATURES, MIN_KFP_BACKEND
 
 
 class UnsupportedBackend(ValueError):
@@ -53,8 +55,9 @@ def check_backend(client: Any, minimum: tuple[int, int] = MIN_KFP_BACKEND) -> st
             file=sys.stderr,
         )
     elif version < minimum:
+        missing = [what for release, what in BACKEND_FEATURES if version < release]
         raise UnsupportedBackend(
             f"the KFP backend is {tag}; dailyrec-daily needs >= {needed} "
-            "(its exit handler takes PipelineTaskFinalStatus): upgrade Kubeflow Pipelines"
+            f"({'; '.join(missing)}): upgrade Kubeflow Pipelines"
         )
     return tag

@@ -168,6 +168,7 @@ RULES: dict[str, Callable[[Any], None]] = {
     "max_epochs": _at_least(1),
     "max_restarts": _at_least(0),
     "dask_workers": _at_least(0),
+    "retention_days": _within(0, 3650),
     "deadline_hours": _at_least(0),
     "timeout_hours": _at_least(0),
     "trials": _at_least(1),
@@ -220,6 +221,16 @@ def check_parameters(params: dict[str, Any]) -> dict[str, Any]:
             'parameter cluster_target: launcher=trainjob needs its "trainjob" block '
             "(make deploy sets it from kube/clusters/<env>.json)"
         )
+    if target and "storage_root" in params:
+        from kube.types import MOUNT_PATH
+
+        root = str(params["storage_root"]).rstrip("/")
+        if root != MOUNT_PATH and not root.startswith(MOUNT_PATH + "/"):
+            raise ParameterError(
+                f"parameter storage_root={root!r}: on a cluster every pod (tasks, TrainJob, Dask "
+                f"workers) mounts the shared volume at {MOUNT_PATH}; a storage root elsewhere is "
+                f"not on it (use {MOUNT_PATH} or a folder under it)"
+            )
     if params.get("dask_workers", 0) > 0 and "dask" not in target:
         raise ParameterError(
             'parameter cluster_target: dask_workers > 0 needs its "dask" block '

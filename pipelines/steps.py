@@ -23,22 +23,62 @@ class Runner:
 CLUSTER = Runner("cluster", dsl.PIPELINE_JOB_SCHEDULE_TIME_UTC_PLACEHOLDER, retries=True)
 LOCAL = Runner("local", "", retries=False)
 
-# (retries, timeout in seconds) per task. Retried where a second attempt is safe: resolve lists files
-# and rewrites run.json; preprocess rebuilds atomically (or finds its folder done); estimate rewrites the
-# plan; train resumes from its last checkpoint and follows its own TrainJob; evaluate rewrites its
-# outputs; register finds the version its run registered (tags) instead of registering twice; finalize
-# rewrites the summary. check-parameters is deterministic. The timeout is the pod's activeDeadlineSeconds.
+# Who retries what (docs/cluster.md, "Retries, timeouts, cancellation"):
+# * inside training, the TrainingRuntime's JobSet restarts all nodes after a crashed rank or a lost
+#   node (maxRestarts 2), restarts after a preemption or eviction without counting it, and fails at
+#   once on a full disk; all of it within the one TrainJob's activeDeadlineSeconds;
+# * KFP retries a task only for what a new attempt can fix: its own pod lost, a service briefly
+#   down. A failure no attempt can fix (bad input, a full disk, a TrainJob whose restarts or deadline
+#   are spent) is recorded and a later attempt fails at once (components/common/attempts.py); a
+#   retried train task adopts the run's TrainJob (named by the run) instead of launching another.
+# (retries, timeout of one attempt in seconds) per task; the timeout is the pod's
+# activeDeadlineSeconds. Retried where a second attempt is safe: resolve lists files and rewrites
+# run.json; preprocess rebuilds atomically (or finds its folder done); estimate rewrites the plan;
+# train resumes from its last checkpoint and follows its own TrainJob; evaluate rewrites its
+# outputs; register finds the version its run registered (tags) instead of registering twice;
+# finalize rewrites the summary. check-parameters is deterministic.
 TASK_POLICY = {
     "check-parameters": (0, 10 * 60),
-    "resolve-window": (2, 30 * 60),
-    "preprocess-op": (2, 6 * 3600),
-    "estimate-op": (2, 30 * 60),
-    "train-op": (2, 12 * 3600),
-    "evaluate-op": (2, 2 * 3600),
-    "register-op": (2, 30 * 60),
-    "finalize": (2, 30 * 60),
+    "resolve-window": (1, 15 * 60),
+    "preprocess-op": (1, int(3.5 * 3600)),
+    "estimate-op": (2, 15 * 60),
+    "train-op": (1, 8 * 3600),
+    "evaluate-op": (1, 90 * 60),
+    "register-op": (2, 20 * 60),
+    "finalize": (2, 15 * 60),
 }
 BACKOFF_S, BACKOFF_FACTOR = 60, 2.0
+SCHEDULE_PERIOD_S = 24 * 3600
+"""The recurring run starts daily; with max concurrency 1 and no catch-up, a run still going when
+the next one is due makes that day's run wait, and a wait past the one after skips a day."""
+RUN_DEADLINE_S = 22 * 3600
+"""A run's hard limit on a KFP backend (``PipelineConfig.active_deadline_seconds``: Argo stops it,
+exit handler included): the worst case of its tasks (:func:`run_budget`) fits inside, and the next
+day's run finds it gone."""
+
+
+def _waits(retries: int) -> float:
+    return sum(BACKOFF_S * BACKOFF_FACTOR**i for i in range(retries))
+
+
+def run_budget(trainjob) -> dict[str, float]:
+    """Worst-case seconds of each task of a daily run, all attempts and backoffs included.
+
+    ``trainjob``: the cluster's :class:`kube.types.TrainJobTarget`. The train task's attempts
+    share the run's one TrainJob, whose age counts from its creation: together they take at most
+    one TrainJob deadline, plus (for every retry) the queue or pending time of an attempt whose
+    job never started; an attempt whose job failed for good ends the retries.
+    """
+    budget = {}
+    for name, (retries, timeout) in TASK_POLICY.items():
+        if name == "train-op":
+            wait = max(trainjob.pending_timeout_s, trainjob.queue_timeout_s)
+            budget[name] = (
+                retries * wait + trainjob.timeout_s + 2 * trainjob.poll_s + _waits(retries)
+            )
+        else:
+            budget[name] = (retries + 1) * timeout + _waits(retries)
+    return budget
 
 
 def harden(task, name: str, retries: bool = True):
@@ -49,7 +89,7 @@ def harden(task, name: str, retries: bool = True):
     count, timeout = TASK_POLICY[name]
     kubernetes.set_timeout(task, timeout)
     if retries and count:
-        waits = sum(BACKOFF_S * BACKOFF_FACTOR**i for i in range(count))
+        waits = _waits(count)
         task.set_retry(
             count,
             backoff_duration=f"{BACKOFF_S}s",

@@ -1,24 +1,32 @@
-"""How a run ended, in one vocabulary, from what the exit handler is given.
+"""How a run ended, in one vocabulary, from what the exit handler is given and what the run left.
 
 The exit handler's ``dsl.PipelineTaskFinalStatus`` speaks two vocabularies:
 
 - kfp.local: ``SUCCEEDED`` or ``FAILED``, with an error message on failure (the SDK documents
   ``CANCELLED`` too);
-- a KFP backend (>= 2.14): the MLMD execution state of the exit handler's DAG, ``COMPLETE``,
-  ``CACHED``, ``FAILED``, ``CANCELED`` (also ``UNKNOWN``, ``NEW``, ``RUNNING``), and an empty error
-  message (kubeflow/pipelines ``backend/src/v2/driver/resolve.go`` does not fill it yet).
+- a KFP backend: the last known MLMD state of the exit handler's DAG, ``COMPLETE``, ``CACHED``,
+  ``FAILED``, ``CANCELED``, and often ``RUNNING`` (also ``NEW``, ``UNKNOWN``), with an empty
+  error message (kubeflow/pipelines ``backend/src/v2/driver/resolve.go``).
 
-So success is decided on the state alone, never on the message, and anything not known to be
-a success counts as a failure: the cleanup of a failed run (its TrainJob deleted) must not be
-skipped because a backend spelled a state differently.
+The backend recomputes a DAG's state only after a *container* task inside it finishes
+(``launcher_v2.go`` -> ``UpdateDAGExecutionsState`` in ``metadata/client.go``; one level deep
+before 2.17). So the state it hands the exit handler can be stale: a final one (complete,
+failed, cancelled) is believed; one that is not final is no verdict at all. The outcome is then
+decided from the run's own records: every stage writes a done-record into the run folder when it
+finishes (:func:`components.common.runs.record_stage`), so "every stage done" is a success and a
+missing record names the stage that did not finish. The backend's state is kept beside it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+from components.common.records import read_record
 
 SUCCEEDED, FAILED, CANCELED = "SUCCEEDED", "FAILED", "CANCELED"
-STATES = {
+FINAL_STATES = {
     # kfp.local and the SDK's documented values
     "SUCCEEDED": SUCCEEDED,
     "FAILED": FAILED,
@@ -27,10 +35,26 @@ STATES = {
     "COMPLETE": SUCCEEDED,
     "CACHED": SUCCEEDED,
     "CANCELED": CANCELED,
-    "UNKNOWN": FAILED,
-    "NEW": FAILED,
-    "RUNNING": FAILED,
 }
+NOT_FINAL = ("RUNNING", "NEW", "UNKNOWN", "")
+"""MLMD states that say nothing about the outcome: the DAG's state was not recomputed yet."""
+BACKEND, RECORDS = "backend", "run records"
+
+
+def stage_records(folder: str | Path, stages: Sequence[str]) -> dict[str, dict]:
+    """The done-record of each of ``stages`` *this* run finished, by stage: a record older than the
+    folder's claim (``owner.json``) was left by an earlier run of the same id and does not count."""
+    from components.common.runs import RunFolder
+
+    run = RunFolder(Path(folder))
+    claimed = read_record(run.owner).get("claimed_at")
+    since = float(claimed) if isinstance(claimed, int | float) else 0.0
+    records = {}
+    for stage in stages:
+        record = read_record(run.stage_record(stage))
+        if record and float(record.get("finished") or 0) >= since:
+            records[stage] = record
+    return records
 
 
 @dataclass(frozen=True)
@@ -39,22 +63,49 @@ class FinalStatus:
     """SUCCEEDED | FAILED | CANCELED."""
     error: str | None
     """Why it did not succeed (None when it did)."""
+    decided_by: str = BACKEND
+    """``backend`` (its state was final) or ``run records`` (it was not: the stages' records)."""
+    failed_stage: str | None = None
+    """The first stage without a done-record, when the records decided a failure."""
 
     @property
     def failed(self) -> bool:
         return self.status != SUCCEEDED
 
 
-def final_status(state: str | None, error_message: str | None = None) -> FinalStatus:
-    """The normalised outcome of a run whose exit handler saw ``state`` (either vocabulary)."""
+def final_status(
+    state: str | None,
+    error_message: str | None = None,
+    done: Sequence[str] | None = None,
+    stages: Sequence[str] = (),
+) -> FinalStatus:
+    """The normalised outcome of a run whose exit handler saw ``state`` (either vocabulary).
+
+    ``done``: the stages whose done-record this run wrote; ``stages``: every stage a successful
+    run completes. A final state decides alone; any other (``RUNNING``, ``NEW``, ``UNKNOWN``,
+    empty, a spelling no release uses) is decided from the records: success when every stage is
+    done, else a failure in the first stage that is not.
+    """
     raw = (state or "").strip().upper()
-    status = STATES.get(raw, FAILED)
+    status = FINAL_STATES.get(raw)
     if status == SUCCEEDED:
         return FinalStatus(SUCCEEDED, None)
-    if error_message:
-        return FinalStatus(status, error_message)
-    if raw not in STATES:
-        return FinalStatus(status, f"the run ended in the unknown state {state!r}")
+    if status is not None:
+        return FinalStatus(
+            status,
+            error_message
+            or f"the run ended {raw} (the KFP backend gives no message: see the failed task's log)",
+        )
+    shown = repr(state or "")
+    missing = [s for s in stages if s not in set(done or ())]
+    if stages and not missing:
+        return FinalStatus(SUCCEEDED, None, RECORDS)
+    if not stages:  # nothing to decide from: not known to have succeeded
+        return FinalStatus(FAILED, f"the run ended in the state {shown}", RECORDS)
     return FinalStatus(
-        status, f"the run ended {raw} (the KFP backend gives no message: see the failed task's log)"
+        FAILED,
+        error_message
+        or f"stage {missing[0]} did not finish (the KFP backend reported {shown}: see its task's log)",
+        RECORDS,
+        missing[0],
     )

@@ -18,7 +18,10 @@ def estimate_op(
     max_epochs: int,
     preprocess_seconds: float,
     plan: dsl.Output[dsl.Artifact],
-) -> NamedTuple("Estimated", [("nproc", int), ("nnodes", int)]):
+) -> NamedTuple(
+    "Estimated",
+    [("nproc", int), ("nnodes", int), ("evaluate_cpu", str), ("evaluate_memory", str)],
+):
     """A training plan for this model, dataset and hardware.
 
     Args:
@@ -35,6 +38,8 @@ def estimate_op(
         plan: the plan (plan.json), with its main choices as metadata.
         nproc: training processes per node.
         nnodes: training nodes.
+        evaluate_cpu: CPUs of the evaluate task's pod, sized from the test split.
+        evaluate_memory: memory of the evaluate task's pod (a quantity), sized from the test split.
     """
     import dataclasses
     import shutil
@@ -42,6 +47,7 @@ def estimate_op(
     from collections import namedtuple
     from pathlib import Path
 
+    from components.common.attempts import attempt, final_record
     from components.common.dataset import read_pointer
     from components.common.runs import RunFolder, record_stage
     from components.common.storage import disk_full_as
@@ -50,7 +56,10 @@ def estimate_op(
     started = time.perf_counter()
     data_dir = read_pointer(dataset.path)
     record_stage(run_dir, "preprocess", preprocess_seconds, data_dir=data_dir)
-    with disk_full_as("estimate", run_dir):
+    with (
+        attempt(final_record(run_dir, "estimate"), "estimate"),
+        disk_full_as("estimate", run_dir),
+    ):
         path, doc = estimate_and_write(
             EstimateConfig(
                 data=data_dir,
@@ -80,5 +89,12 @@ def estimate_op(
             )
         }
     )
+    import json
+
+    from components.evaluate.resources import evaluate_resources
+
+    cpu, memory = evaluate_resources(json.loads((Path(data_dir) / "meta.json").read_text()))
     record_stage(run_dir, "estimate", time.perf_counter() - started)
-    return namedtuple("Estimated", ["nproc", "nnodes"])(train["nproc_per_node"], train["nnodes"])
+    return namedtuple("Estimated", ["nproc", "nnodes", "evaluate_cpu", "evaluate_memory"])(
+        train["nproc_per_node"], train["nnodes"], cpu, memory
+    )

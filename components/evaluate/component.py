@@ -20,8 +20,8 @@ def evaluate_op(
 ) -> bool:
     """Test metrics of the candidate and the champion; returns blessed (reasons in run_dir/evaluate).
 
-    A single return value on purpose: kfp.local (2.17) cannot resolve a dsl.If
-    condition on one field of a NamedTuple output, but resolves ``Output``.
+    The register task reads the decision itself (no condition in the pipeline): ``Output`` is
+    there for the Kubeflow UI and for callers of this component.
 
     Args:
         dataset: the preprocess output (a pointer to the dataset folder); its test split is scored.
@@ -43,6 +43,7 @@ def evaluate_op(
     import time
     from pathlib import Path
 
+    from components.common.attempts import attempt, final_record
     from components.common.dataset import read_pointer
     from components.common.runs import RunFolder, record_stage
     from components.common.storage import disk_full_as
@@ -52,7 +53,10 @@ def evaluate_op(
 
     started = time.perf_counter()
     out = RunFolder(Path(run_dir)).evaluate
-    with disk_full_as("evaluate", out):
+    with (
+        attempt(final_record(run_dir, "evaluate"), "evaluate"),
+        disk_full_as("evaluate", out),
+    ):
         result = evaluate(
             EvaluateConfig(
                 data=read_pointer(dataset.path),

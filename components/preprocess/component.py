@@ -150,6 +150,7 @@ def preprocess_op(
     from collections import namedtuple
     from pathlib import Path
 
+    from components.common.attempts import attempt
     from components.common.dataset import write_pointer
     from components.common.lock import TASK_WAIT_S, root_of, storage_lock
     from components.common.runs import point_latest
@@ -172,7 +173,9 @@ def preprocess_op(
 
         cluster = preprocess_cluster(cluster_target, dask_workers, config)
     # a dataset folder is shared by every run with the same cache key: one writer at a time
+    final = Path(data_dir).with_name(f".{Path(data_dir).name}.final.json")
     with (
+        attempt(final, "preprocess"),
         storage_lock(
             root_of(data_dir), Path(data_dir).name, stage="preprocess", wait_s=TASK_WAIT_S
         ),

@@ -1,4 +1,4 @@
-"""KFP component of the register stage (runs only for a blessed model)."""
+"""KFP component of the register stage: runs after every evaluation, registers only a blessed model."""
 
 from typing import NamedTuple
 
@@ -17,10 +17,11 @@ def register_op(
     run_id: str,
     registration: dsl.Output[dsl.Artifact],
 ) -> NamedTuple("Registered", [("version", int), ("champion_version", int)]):
-    """Register the model version in MLflow and move the champion/previous aliases.
+    """Register a blessed candidate in MLflow and move the champion/previous aliases; a candidate
+    that is not blessed is left unregistered (the decision is read from run_dir/evaluate).
 
     Args:
-        model: the blessed candidate (a pointer to its best checkpoint).
+        model: the evaluated candidate (a pointer to its best checkpoint).
         evaluation: the evaluate task's metrics of this candidate (the decision is in run_dir/evaluate).
         run_dir: this run's folder (evaluate/ is read, registration.json is written).
         model_name: registered model name.
@@ -37,6 +38,7 @@ def register_op(
     from collections import namedtuple
     from pathlib import Path
 
+    from components.common.attempts import attempt, final_record
     from components.common.lock import TASK_WAIT_S, root_of, storage_lock
     from components.common.runs import DECISION, METRICS, RunFolder, record_stage
     from components.common.storage import disk_full_as
@@ -55,6 +57,7 @@ def register_op(
     )
     # alias moves of runs on one storage root are serialized: register's compare-and-set needs it
     with (
+        attempt(final_record(run_dir, "register"), "register"),
         storage_lock(root_of(run_dir), run_id, stage="register", wait_s=TASK_WAIT_S),
         disk_full_as("register", run_dir),
     ):

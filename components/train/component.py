@@ -40,15 +40,31 @@ def train_op(
         best_val_auc: best validation AUC.
         warm_started: whether the champion's weights were applied.
     """
+    import contextlib
     import time
     from collections import namedtuple
     from pathlib import Path
 
+    from components.common.attempts import attempt, final_record
     from components.common.dataset import read_pointer
     from components.common.runs import RunFolder, record_stage
     from components.common.storage import atomic_write_bytes
     from components.train.launch import LaunchSpec, launch
     from components.train.trainer import summary_line
+
+    @contextlib.contextmanager
+    def final_when_spent(launcher: str):
+        """torchrun exits non-zero once its own restarts are spent: that failure is final (a TrainJob
+        backend says so itself). Killed by a signal (this pod stopped), it is not."""
+        from components.common.attempts import FinalError
+        from components.train.launch import LaunchError
+
+        try:
+            yield
+        except LaunchError as exc:
+            if launcher == "local" and (exc.exit_status or 0) > 0:
+                raise FinalError(str(exc), exc.exit_status) from exc
+            raise
 
     started = time.perf_counter()
     data_dir = read_pointer(dataset.path)
@@ -71,18 +87,21 @@ def train_op(
 
         backend = TrainJobBackend.from_cluster_target(cluster_target)
     out = RunFolder(Path(run_dir)).train
-    summary = launch(
-        LaunchSpec.of(
-            data=data_dir,
-            out=str(out),
-            plan=str(plan_path),
-            init_from=init_from,
-            tracking_uri=tracking_uri or None,
-            experiment=f"{model_name}-train",
-            max_restarts=max_restarts,
-        ),
-        backend,
-    )
+    # a TrainJob that failed after its JobSet restarts (or torchrun after its own) is final: a KFP
+    # retry of this task fails at once instead of launching the GPUs again
+    with attempt(final_record(run_dir, "train"), "train"), final_when_spent(launcher):
+        summary = launch(
+            LaunchSpec.of(
+                data=data_dir,
+                out=str(out),
+                plan=str(plan_path),
+                init_from=init_from,
+                tracking_uri=tracking_uri or None,
+                experiment=f"{model_name}-train",
+                max_restarts=max_restarts,
+            ),
+            backend,
+        )
     print(summary_line(summary))
     checkpoint = str(out / "best.pt")
     model.metadata.update(

@@ -220,7 +220,27 @@ def test_publisher_replaces_the_recurring_run(tmp_path):
         and kwargs["version_id"] == "vid"
     )
     assert kwargs["experiment_id"] == "eid" and kwargs["job_name"] == "dailyrec-daily"
-    assert names(client).index("delete_recurring_run") < names(client).index("create_recurring_run")
+    assert kwargs["service_account"] == "dailyrec-pipeline"  # never the profile's default-editor
+    # the old schedule is disabled, the new one created, only then the old one deleted
+    order = [n for n in names(client) if n.endswith("recurring_run")]
+    assert order == [
+        "disable_recurring_run",
+        "create_recurring_run",
+        "delete_recurring_run",
+    ]
+
+
+def test_a_failed_create_keeps_the_old_schedule(tmp_path):
+    import kfp_server_api as api
+
+    client = recording_client(recurring=["dailyrec-daily"])
+    client.create_recurring_run.side_effect = api.ApiException(status=500, reason="boom")
+    with pytest.raises(api.ApiException):
+        Publisher(client).replace_recurring_run(
+            recurring_run_request("abc", "0 0 2 * * *"), "pid", "vid"
+        )
+    assert calls(client, "enable_recurring_run") == [(("rid-dailyrec-daily",), {})]
+    assert "delete_recurring_run" not in names(client)
 
 
 def test_trigger_starts_the_newest_version_with_parameters():
@@ -232,6 +252,7 @@ def test_trigger_starts_the_newest_version_with_parameters():
         "params": {"run_date": "2026-01-14"},
         "pipeline_id": "pid",
         "version_id": "vid-newest",
+        "service_account": "dailyrec-pipeline",
     }
 
 
@@ -267,3 +288,49 @@ def test_kfp_authentication_for_multi_user_kubeflow(tmp_path):
     import inspect
 
     inspect.signature(kfp.Client).bind(host="https://kfp", **auth)
+
+
+@needs_kubectl
+def test_a_private_registrys_pull_secret_reaches_every_pod(tmp_path):
+    """Every pod dailyrec runs uses one of its ServiceAccounts (the pipeline's tasks through the
+    recurring run's service_account), and each account carries the pull secret."""
+    out = tmp_path / "deploy"
+    deploy(
+        DeployConfig(
+            env="a100",
+            registry="private.example/ml",
+            tag="t",
+            dry_run=True,
+            out=str(out),
+            image_pull_secrets=("regcred",),
+        )
+    )
+    objects = [o for o in yaml.safe_load_all((out / "manifests.yaml").read_text()) if o]
+    accounts = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ServiceAccount"}
+    assert set(accounts) == {
+        "dailyrec-pipeline",
+        "dailyrec-trainer",
+        "dailyrec-dask",
+        "dailyrec-mlflow",
+    }
+    for name, account in accounts.items():
+        assert account["imagePullSecrets"] == [{"name": "regcred"}], name
+
+    def pod_accounts(node):
+        if isinstance(node, dict):
+            if "containers" in node:
+                yield node.get("serviceAccountName")
+            for value in node.values():
+                yield from pod_accounts(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from pod_accounts(value)
+
+    used = [
+        *pod_accounts(objects),
+        *pod_accounts(yaml.safe_load((out / "daskcluster-example.yaml").read_text())),
+    ]
+    assert used and set(used) <= set(accounts), used
+    assert json.loads((out / "recurring-run.json").read_text())["service_account"] in accounts
+    with pytest.raises(ValueError, match="IMAGE_PULL_SECRETS: 'Reg Cred'"):
+        DeployConfig(env="a100", registry="r", dry_run=True, image_pull_secrets=("Reg Cred",))

@@ -400,8 +400,10 @@ def test_runtime_environment(name: str) -> None:
 def base_images(name: str) -> list[str]:
     stages: set[str] = set()
     images = []
+    args = {k: v for ins in instructions(name, "ARG") for k, _, v in [ins.args.partition("=")] if v}
     for ins in instructions(name, "FROM"):
         _, words = split_flags(ins.args)
+        words[0] = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m[1], m[0]), words[0])
         if words[0] not in stages:
             images.append(words[0])
         if len(words) == 3 and words[1].upper() == "AS":
@@ -553,7 +555,7 @@ def test_lock_check_names_what_is_inconsistent(edit, message, tmp_path, monkeypa
 
 
 def build(
-    tmp_path: Path, *args: str, engine: str | None = "docker"
+    tmp_path: Path, *args: str, engine: str | None = "docker", **extra_env: str
 ) -> subprocess.CompletedProcess[str]:
     """images/build.sh with PATH holding only a fake engine that logs its arguments."""
     bin_dir = tmp_path / "bin"
@@ -563,7 +565,7 @@ def build(
         fake = bin_dir / engine
         fake.write_text(f'#!/bin/bash\necho "$*" >> "{log}"\n', encoding="utf-8")
         fake.chmod(0o755)
-    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path), **extra_env}
     return subprocess.run(
         ["/bin/bash", str(IMAGES / "build.sh"), *args],
         capture_output=True,
@@ -599,7 +601,22 @@ def test_build_script_builds_tags_and_pushes_both_images(tmp_path: Path) -> None
     for call, image, ref in zip(calls, ("runtime", "trainer"), refs, strict=False):
         assert f"--file {IMAGES / image / 'Dockerfile'}" in call and f"--tag {ref}" in call
         assert call.endswith(f" {ROOT}")
+        (base,) = base_images(image)  # the Dockerfile's default, recorded in a label
+        assert f"--build-arg BASE_IMAGE={base}" in call
+        assert f"--label org.opencontainers.image.base.name={base}" in call
     assert calls[2:] == [f"push {ref}" for ref in refs]
+
+
+def test_a_base_pinned_by_digest_replaces_the_dockerfiles(tmp_path: Path) -> None:
+    pinned = "python:3.11.14-slim-bookworm@sha256:" + "a" * 64
+    proc = build(
+        tmp_path, "registry.example.com/ml", "0.1.0", engine="podman", BASE_IMAGE_RUNTIME=pinned
+    )
+    assert proc.returncode == 0, proc.stderr
+    runtime, trainer = (tmp_path / "engine.log").read_text(encoding="utf-8").splitlines()[:2]
+    assert f"--build-arg BASE_IMAGE={pinned}" in runtime
+    assert "pinned by tag only" in proc.stderr and "trainer base" in proc.stderr
+    assert "runtime base" not in proc.stderr
 
 
 def test_build_script_rejects_bad_usage(tmp_path: Path) -> None:

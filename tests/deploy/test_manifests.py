@@ -9,7 +9,6 @@ checks. kubectl comes with the test extras; without it every test here skips (fa
 
 from __future__ import annotations
 
-import ast
 import functools
 import json
 import os
@@ -24,7 +23,7 @@ import pytest
 import yaml
 
 from kube.validate import crd_schemas
-from tests.deploy.conftest import KUBECTL, MANIFESTS, ROOT, TARGETS, render, render_text
+from tests.deploy.conftest import KUBECTL, MANIFESTS, TARGETS, render, render_text
 from tests.tools import CRD_DIR, KUBECTL_HOW, require_tool
 
 
@@ -44,6 +43,7 @@ EXPECTED_RULES = {
     *(("trainer.kubeflow.org", "trainjobs", v) for v in ("create", "get", "delete")),
     ("", "pods/log", "get"),
     ("", "events", "list"),
+    ("argoproj.io", "workflows", "get"),
     *(
         ("kubernetes.dask.org", "daskclusters", v)
         for v in ("create", "get", "list", "watch", "delete", "patch")
@@ -52,6 +52,13 @@ EXPECTED_RULES = {
     *(("", r, v) for r in ("services", "pods") for v in ("get", "list", "watch")),
 }
 """Exactly the API calls the pipeline's code makes (train launcher, Dask on Kubernetes)."""
+KFP_RUNTIME_RULES = {
+    ("", "secrets", "get"),
+    *(("", "configmaps", v) for v in ("get", "list", "watch")),
+    *(("argoproj.io", "workflowtaskresults", v) for v in ("create", "patch")),
+}
+"""What KFP's driver/launcher and Argo's executor need in each pipeline pod (a subset of KFP's own
+pipeline-runner Role)."""
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -115,11 +122,10 @@ def mlflow_container(overlay: str) -> dict:
 
 @functools.cache
 def pipeline_defaults() -> dict[str, Any]:
-    """The daily pipeline's parameter defaults, read from its source (no kfp import needed)."""
-    tree = ast.parse((ROOT / "pipelines" / "daily.py").read_text())
-    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "daily")
-    args = fn.args.args[len(fn.args.args) - len(fn.args.defaults) :]
-    return {a.arg: ast.literal_eval(d) for a, d in zip(args, fn.args.defaults, strict=True)}
+    """The daily pipeline's parameter defaults (as make run and the KFP run form see them)."""
+    from pipelines.local import pipeline_parameters
+
+    return dict(pipeline_parameters())
 
 
 # ----------------------------------------------------------------------------- schemas
@@ -299,30 +305,53 @@ def test_no_secrets_in_the_manifests(overlay: str) -> None:
                     assert "value" not in env, f"{where}: {env['name']} has a literal value"
 
 
-@pytest.mark.parametrize("overlay", TARGETS)
-def test_role_allows_exactly_what_the_pipeline_calls(overlay: str) -> None:
-    role = one(overlay, "Role", "dailyrec-pipeline")
+def role_triples(role: dict) -> set[tuple[str, str, str]]:
     triples = set()
     for rule in role["rules"]:
-        assert set(rule) <= {"apiGroups", "resources", "verbs"}, f"unexpected keys in {rule}"
+        assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}, rule
         triples |= {
             (g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
         }
-    assert triples == EXPECTED_RULES
+    return triples
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_role_allows_exactly_what_the_pipeline_calls(overlay: str) -> None:
+    assert role_triples(one(overlay, "Role", "dailyrec-pipeline")) == EXPECTED_RULES
+    runtime = one(overlay, "Role", "dailyrec-kfp-runtime")
+    assert role_triples(runtime) == KFP_RUNTIME_RULES
+    secrets = next(r for r in runtime["rules"] if "secrets" in r["resources"])
+    assert secrets["resourceNames"] == ["mlpipeline-minio-artifact"]  # never every Secret
     assert not objects(overlay, "ClusterRole") and not objects(overlay, "ClusterRoleBinding")
 
 
 @pytest.mark.parametrize("overlay", TARGETS)
-def test_rolebinding_binds_default_editor(overlay: str) -> None:
-    binding = one(overlay, "RoleBinding", "dailyrec-pipeline")
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "Role",
-        "name": "dailyrec-pipeline",
-    }
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "default-editor", "namespace": NAMESPACE}
-    ]
+def test_the_roles_bind_the_pipelines_own_service_account_not_default_editor(overlay: str) -> None:
+    """default-editor holds kubeflow-edit in a profile: a Role bound to it restricts nothing."""
+    one(overlay, "ServiceAccount", "dailyrec-pipeline")
+    for name in ("dailyrec-pipeline", "dailyrec-kfp-runtime"):
+        binding = one(overlay, "RoleBinding", name)
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": name,
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "dailyrec-pipeline", "namespace": NAMESPACE}
+        ]
+    assert not any(
+        s.get("name") == "default-editor"
+        for b in objects(overlay, "RoleBinding")
+        for s in b["subjects"]
+    )
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+def test_the_namespace_enforces_pod_security(overlay: str) -> None:
+    labels = one(overlay, "Namespace", NAMESPACE)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] in ("baseline", "restricted")
+    assert labels["pod-security.kubernetes.io/warn"] == "restricted"
+    assert labels["pod-security.kubernetes.io/audit"] == "restricted"
 
 
 @pytest.mark.parametrize("overlay", TARGETS)
@@ -628,3 +657,67 @@ def test_images_can_be_pinned_at_deploy_time(tmp_path: Path) -> None:
     image = job["template"]["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == "europe-docker.pkg.dev/acme/ml/dailyrec-trainer:0.1.0-abc123"
     assert "REGISTRY/" not in done.stdout
+
+
+def job_failure(pod_policy: list[dict], pod: dict) -> tuple[str, str] | None:
+    """(reason, message) of the Job failure the Kubernetes Job controller writes for a failed pod
+    under ``pod_policy`` (pkg/controller/job/pod_failure_policy.go: the first matching FailJob rule;
+    no match: the pod counts against backoffLimit 0, reason BackoffLimitExceeded)."""
+    for index, rule in enumerate(pod_policy):
+        if "onExitCodes" in rule:
+            req = rule["onExitCodes"]
+            code = pod["exit_code"]
+            if code and req.get("containerName") in (None, "node") and code in req["values"]:
+                return "PodFailurePolicy", (
+                    f"Container node for pod ns/p failed with exit code {code} matching "
+                    f"{rule['action']} rule at index {index}"
+                )
+        elif any(
+            c["type"] in pod["conditions"] and c["status"] == "True"
+            for c in rule.get("onPodConditions", [])
+        ):
+            return "PodFailurePolicy", (
+                f"Pod ns/p has condition {next(iter(pod['conditions']))} matching "
+                f"{rule['action']} rule at index {index}"
+            )
+    return "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+
+
+def jobset_action(rules: list[dict], reason: str, message: str) -> str:
+    """JobSet's failure policy: the first rule whose reasons (empty: any) and message patterns
+    (empty: any; regular expressions) match acts; none matches: RestartJobSet."""
+    for rule in rules:
+        reasons = rule.get("onJobFailureReasons") or []
+        patterns = rule.get("onJobFailureMessagePatterns") or []
+        if (not reasons or reason in reasons) and (
+            not patterns or any(re.search(p, message) for p in patterns)
+        ):
+            return rule["action"]
+    return "RestartJobSet"
+
+
+@pytest.mark.parametrize("overlay", TARGETS)
+@pytest.mark.parametrize(
+    ("pod", "action"),
+    [
+        # a spot preemption / eviction / drain: restarted without spending the restart budget
+        (
+            {"exit_code": 143, "conditions": {"DisruptionTarget"}},
+            "RestartJobSetAndIgnoreMaxRestarts",
+        ),
+        (
+            {"exit_code": None, "conditions": {"DisruptionTarget"}},
+            "RestartJobSetAndIgnoreMaxRestarts",
+        ),
+        # a full disk stays full: fail at once
+        ({"exit_code": 28, "conditions": set()}, "FailJobSet"),
+        # a crashed rank (OOM, a bug, a lost peer): restarted, counted against maxRestarts
+        ({"exit_code": 1, "conditions": set()}, "RestartJobSet"),
+        ({"exit_code": 137, "conditions": set()}, "RestartJobSet"),
+    ],
+)
+def test_the_runtime_restarts_disruptions_without_counting_them(overlay, pod, action) -> None:
+    runtime = one(overlay, "TrainingRuntime", RUNTIME)
+    rules = runtime["spec"]["template"]["spec"]["failurePolicy"]["rules"]
+    policy = runtime_job(overlay)["template"]["spec"]["podFailurePolicy"]["rules"]
+    assert jobset_action(rules, *job_failure(policy, pod)) == action

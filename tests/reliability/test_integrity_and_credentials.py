@@ -334,8 +334,11 @@ def test_secrets_reach_only_what_needs_them(tmp_path, fault_report):
         "Deployment/mlflow": {"mlflow-db", "mlflow-s3", "mlflow-auth-config"},
         "TrainingRuntime/dailyrec-torch": {"mlflow-trainer-auth"},
     }
-    (role,) = [o for o in render("base") if o["kind"] == "Role"]
-    assert not any("secrets" in rule["resources"] for rule in role["rules"])
+    roles = {o["metadata"]["name"]: o for o in render("base") if o["kind"] == "Role"}
+    assert not any("secrets" in rule["resources"] for rule in roles["dailyrec-pipeline"]["rules"])
+    # KFP's launcher reads the object store's Secret, by name, and no other
+    (secrets,) = [r for r in roles["dailyrec-kfp-runtime"]["rules"] if "secrets" in r["resources"]]
+    assert secrets["resourceNames"] == ["mlpipeline-minio-artifact"] and secrets["verbs"] == ["get"]
     from kfp import compiler
 
     from pipelines.daily import daily
@@ -345,8 +348,11 @@ def test_secrets_reach_only_what_needs_them(tmp_path, fault_report):
         "kubernetes"
     ]["deploymentSpec"]["executors"]
     with_secret = {name for name, spec in executors.items() if spec.get("secretAsEnv")}
-    assert with_secret == {"exec-train-op", "exec-evaluate-op", "exec-register-op"}
-    for name in with_secret:
+    assert with_secret == {"exec-train-op", "exec-evaluate-op", "exec-register-op", "exec-finalize"}
+    # the exit handler reads the registry (retention keeps the champion's lineage): the account only
+    (account,) = executors.pop("exec-finalize")["secretAsEnv"]
+    assert account["secretName"] == "mlflow-pipeline-auth"
+    for name in with_secret - {"exec-finalize"}:
         account, signing = executors[name]["secretAsEnv"]
         assert account["secretName"] == "mlflow-pipeline-auth" and not account["optional"]
         assert {e["envVar"] for e in account["keyToEnv"]} == {
@@ -359,7 +365,7 @@ def test_secrets_reach_only_what_needs_them(tmp_path, fault_report):
         "security",
         "who can read which Secret",
         "MLflow: its database, bucket and auth settings; training pods: their own MLflow account; "
-        "only the train, evaluate and register tasks: the pipeline's MLflow account; no Role grants secrets",
+        "only the train, evaluate and register tasks (and the exit handler, read-only use): the pipeline's MLflow account; only the first three the signing key; no Role of ours grants secrets",
     )
 
 

@@ -98,6 +98,21 @@ def test_every_daily_parameter_is_known_to_the_checker():
         check_parameters({"dask_workers": 2, "cluster_target": '{"trainjob": {}}'})
 
 
+@pytest.mark.parametrize("root", ["/data/dailyrec", "/mnt/dailyrec-other", "/mnt"])
+def test_a_cluster_run_refuses_a_storage_root_off_the_shared_volume(root, fault_report):
+    """Every pod mounts the shared volume at one fixed path: a storage root elsewhere would be a
+    pod-local folder that the next task, the TrainJob and the Dask workers never see."""
+    target = '{"trainjob": {"namespace": "dailyrec"}}'
+    with pytest.raises(
+        ParameterError, match=r"parameter storage_root=.* mounts the shared volume at /mnt/dailyrec"
+    ) as caught:
+        check_parameters({"storage_root": root, "cluster_target": target, "launcher": "trainjob"})
+    for fine in ("/mnt/dailyrec", "/mnt/dailyrec/", "/mnt/dailyrec/team-a"):
+        check_parameters({"storage_root": fine, "cluster_target": target, "launcher": "trainjob"})
+    check_parameters({"storage_root": root, "cluster_target": ""})  # a local run: any folder
+    fault_report("parameters", f"cluster storage_root={root}", str(caught.value)[:160])
+
+
 @pytest.mark.parametrize("setting", ["run_date=2026-02-30", "tracking_uri=http://u:pw@mlflow:5000"])
 def test_make_trigger_checks_parameters_before_contacting_the_cluster(setting, capsys):
     from pipelines.deploy import main as deploy_main
@@ -155,8 +170,10 @@ def test_exit_handler_refuses_a_run_id_outside_runs(tmp_path, fault_report):
         run_id="../raw/dt=2099-01-01",
         kfp_run_id="kfp-123",
         model_name="m",
+        tracking_uri="",
         launcher="local",
         cluster_target="",
+        retention_days=0,
     )
     assert (
         not (root / "raw" / "dt=2099-01-01").exists()
@@ -199,8 +216,10 @@ def test_the_same_explicit_run_id_in_two_cluster_runs_never_shares_a_folder(tmp_
         run_id="nightly",
         kfp_run_id="kfp-second",
         model_name="m",
+        tracking_uri="",
         launcher="local",
         cluster_target="",
+        retention_days=0,
     )
     assert sorted(p.name for p in live.iterdir()) == [
         "owner.json"

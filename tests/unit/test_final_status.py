@@ -7,29 +7,55 @@ import json
 import pytest
 from kfp import dsl
 
-from components.common.final_status import final_status
+from components.common.final_status import final_status, stage_records
+from components.common.runs import STAGES, claim_run_dir, record_stage
 from kube.trainjob import trainjob_name
 from pipelines.daily import finalize
 
+FINAL = [
+    ("SUCCEEDED", None, "SUCCEEDED"),  # kfp.local
+    ("FAILED", "Task x failed.", "FAILED"),  # kfp.local, with its message
+    ("COMPLETE", "", "SUCCEEDED"),  # KFP backend: MLMD states, message always empty
+    ("CACHED", "", "SUCCEEDED"),
+    ("FAILED", "", "FAILED"),
+    ("CANCELED", "", "CANCELED"),
+    ("CANCELLED", None, "CANCELED"),  # the SDK's documented spelling
+]
 
-@pytest.mark.parametrize(
-    ("state", "message", "status", "failed"),
-    [
-        ("SUCCEEDED", None, "SUCCEEDED", False),  # kfp.local
-        ("FAILED", "Task x failed.", "FAILED", True),  # kfp.local, with its message
-        ("COMPLETE", "", "SUCCEEDED", False),  # KFP backend: MLMD states, message always empty
-        ("CACHED", "", "SUCCEEDED", False),
-        ("FAILED", "", "FAILED", True),
-        ("CANCELED", "", "CANCELED", True),
-        ("CANCELLED", None, "CANCELED", True),  # the SDK's documented spelling
-        ("RUNNING", "", "FAILED", True),  # not finished when the handler ran: clean up
-        ("SOMETHING_NEW", "", "FAILED", True),
-    ],
-)
-def test_both_vocabularies_map_to_one(state, message, status, failed):
-    outcome = final_status(state, message)
-    assert (outcome.status, outcome.failed) == (status, failed)
-    assert (outcome.error is None) == (not failed)
+
+@pytest.mark.parametrize(("state", "message", "status"), FINAL)
+def test_a_final_state_decides_whatever_the_records_say(state, message, status):
+    for done in ((), STAGES):
+        outcome = final_status(state, message, done=done, stages=STAGES)
+        assert outcome.status == status and outcome.decided_by == "backend"
+        assert (outcome.error is None) == (status == "SUCCEEDED")
+
+
+# What the KFP backend hands the exit handler (backend/src/v2/driver/resolve.go: the exit DAG's last
+# known MLMD state). The DAG's state is recomputed only after a container task inside it finishes
+# (launcher_v2.go -> UpdateDAGExecutionsState), one level deep before 2.17: a condition sub-DAG left
+# the exit DAG RUNNING on successful runs. Such a state is no verdict: the stages' records decide.
+BACKEND_CASES = [
+    # (case, state, stages with a done-record, status, failed stage)
+    ("2.17, every stage done", "COMPLETE", STAGES, "SUCCEEDED", None),
+    ("2.14-2.16: exit DAG never recomputed", "RUNNING", STAGES, "SUCCEEDED", None),
+    ("a not-blessed day behind a skipped sub-DAG", "RUNNING", STAGES, "SUCCEEDED", None),
+    ("DAG not started in MLMD", "NEW", STAGES, "SUCCEEDED", None),
+    ("train's pod died, DAG state stale", "RUNNING", STAGES[:2], "FAILED", "train"),
+    ("nothing ran", "UNKNOWN", (), "FAILED", "preprocess"),
+    ("empty state", "", STAGES[:4], "FAILED", "register"),
+    ("a state no release spells", "SOMETHING_NEW", STAGES[:3], "FAILED", "evaluate"),
+]
+
+
+@pytest.mark.parametrize(("case", "state", "done", "status", "stage"), BACKEND_CASES)
+def test_a_state_that_is_not_final_is_decided_by_the_runs_records(case, state, done, status, stage):
+    outcome = final_status(state, "", done=done, stages=STAGES)
+    assert (outcome.status, outcome.failed_stage) == (status, stage), case
+    if state not in ("COMPLETE",):
+        assert outcome.decided_by == "run records"
+    if status == "FAILED":
+        assert f"stage {stage} did not finish" in outcome.error and repr(state) in outcome.error
 
 
 def test_failure_is_decided_without_the_message():
@@ -40,17 +66,20 @@ def test_failure_is_decided_without_the_message():
     assert (
         final_status("FAILED", "Task preprocess-op failed.").error == "Task preprocess-op failed."
     )
-    assert final_status("Weird", None).error == "the run ended in the unknown state 'Weird'"
+    assert final_status("Weird", None).error == "the run ended in the state 'Weird'"
 
 
 class Recorder:
-    """The CustomObjectsApi the exit handler deletes the TrainJob with."""
+    """The CustomObjectsApi the exit handler deletes the TrainJob with (``fail``: the API's answer)."""
 
     deleted: list = []
+    fail: Exception | None = None
 
     def delete_namespaced_custom_object(
         self, group, version, namespace, plural, name, propagation_policy
     ):
+        if Recorder.fail is not None:
+            raise Recorder.fail
         Recorder.deleted.append((namespace, plural, name))
 
 
@@ -58,13 +87,18 @@ class Recorder:
 def in_cluster(monkeypatch):
     from kubernetes import client, config
 
-    Recorder.deleted = []
+    Recorder.deleted, Recorder.fail = [], None
     monkeypatch.setattr(config, "load_incluster_config", lambda: None)
     monkeypatch.setattr(client, "CustomObjectsApi", Recorder)
     return Recorder
 
 
-def run_finalize(root, state, message, launcher="trainjob"):
+def run_finalize(root, state, message, launcher="trainjob", done=()):
+    folder = root / "runs" / "r1"
+    if not (folder / "owner.json").exists():
+        claim_run_dir(folder, "kfp-1")
+    for stage in done:
+        record_stage(folder, stage, 1.0)
     status = dsl.PipelineTaskFinalStatus(
         state=state,
         pipeline_job_resource_name="run-1",
@@ -78,10 +112,12 @@ def run_finalize(root, state, message, launcher="trainjob"):
         run_id="r1",
         kfp_run_id="kfp-1",
         model_name="m",
+        tracking_uri="",
         launcher=launcher,
-        cluster_target=json.dumps({"trainjob": {"namespace": "ns"}}),
+        cluster_target=json.dumps({"trainjob": {"namespace": "ns", "poll_s": 0.01}}),
+        retention_days=0,
     )
-    return json.loads((root / "runs" / "r1" / "summary.json").read_text())
+    return json.loads((folder / "summary.json").read_text())
 
 
 def test_backend_failure_with_an_empty_message_deletes_the_trainjob(tmp_path, in_cluster):
@@ -90,6 +126,7 @@ def test_backend_failure_with_an_empty_message_deletes_the_trainjob(tmp_path, in
     assert "the run ended FAILED" in summary["error"]
     name = trainjob_name(str(tmp_path / "runs" / "r1" / "train"))
     assert in_cluster.deleted == [("ns", "trainjobs", name)]
+    assert summary["cleanup"] == {"state": "done", "errors": [], "trainjob": "deleted"}
 
 
 def test_backend_cancel_deletes_the_trainjob_and_says_canceled(tmp_path, in_cluster):
@@ -98,10 +135,143 @@ def test_backend_cancel_deletes_the_trainjob_and_says_canceled(tmp_path, in_clus
 
 
 def test_backend_success_is_reported_as_succeeded_and_keeps_the_job(tmp_path, in_cluster):
-    summary = run_finalize(tmp_path, "COMPLETE", "")
+    summary = run_finalize(tmp_path, "COMPLETE", "", done=STAGES)
     assert (
         summary["status"] == "SUCCEEDED"
         and summary["error"] is None
         and summary["kfp_state"] == "COMPLETE"
     )
     assert in_cluster.deleted == []
+
+
+def test_a_stale_running_state_after_every_stage_is_a_success_that_keeps_the_job(
+    tmp_path, in_cluster
+):
+    summary = run_finalize(tmp_path, "RUNNING", "", done=STAGES)
+    assert (summary["status"], summary["failed_stage"], summary["outcome_from"]) == (
+        "SUCCEEDED",
+        None,
+        "run records",
+    )
+    assert summary["kfp_state"] == "RUNNING" and in_cluster.deleted == []
+
+
+def test_a_running_state_with_a_stage_missing_fails_there_and_cleans_up(tmp_path, in_cluster):
+    summary = run_finalize(tmp_path, "RUNNING", "", done=("preprocess", "estimate"))
+    assert (summary["status"], summary["failed_stage"]) == ("FAILED", "train")
+    assert "stage train did not finish" in summary["error"] and len(in_cluster.deleted) == 1
+
+
+def test_records_an_earlier_run_of_the_same_id_left_do_not_count(tmp_path, in_cluster):
+    folder = tmp_path / "runs" / "r1"
+    claim_run_dir(folder, "kfp-0")
+    for stage in STAGES:
+        record_stage(folder, stage, 1.0)
+    (folder / "summary.json").write_text("{}")  # that run finished
+    claim_run_dir(folder, "kfp-1")  # a deliberate re-run of the same id takes the folder over
+    assert stage_records(folder, STAGES) == {}
+    summary = run_finalize(tmp_path, "RUNNING", "", done=("preprocess",))
+    assert (summary["status"], summary["failed_stage"]) == ("FAILED", "estimate")
+
+
+@pytest.mark.parametrize("status", [403, 500])
+def test_the_summary_is_written_and_pushed_before_a_failing_cleanup(tmp_path, in_cluster, status):
+    from kubernetes.client.exceptions import ApiException
+
+    in_cluster.fail = ApiException(status=status, reason="Forbidden" if status == 403 else "boom")
+    summary = run_finalize(tmp_path, "FAILED", "")
+    assert summary["status"] == "FAILED" and summary["run_id"] == "r1"
+    assert summary["cleanup"]["state"] == "failed" and summary["cleanup"]["trainjob"] == "failed"
+    problem = summary["cleanup"]["errors"][0]
+    # a 403 is final at once; a 5xx is retried with backoff first
+    assert (
+        f"ApiException {status}" in problem
+        if status == 403
+        else "failed 6 times in a row" in problem and f"({status})" in problem
+    )
+
+
+def test_finalize_pushes_the_outcome_before_cleaning_up(tmp_path):
+    from pipelines.finalize import finalize_run
+
+    claim_run_dir(tmp_path / "runs" / "r1", "kfp-1")
+    order = []
+
+    def deleter(train_out):
+        assert json.loads((tmp_path / "runs" / "r1" / "summary.json").read_text())["status"]
+        order.append("delete")
+        raise RuntimeError("API down")
+
+    summary = finalize_run(
+        "FAILED",
+        "",
+        str(tmp_path),
+        "r1",
+        "kfp-1",
+        "m",
+        delete_trainjob=deleter,
+        push=lambda s: order.append(("push", s["status"])),
+    )
+    assert order == [("push", "FAILED"), "delete"]
+    assert summary["cleanup"]["errors"] == ["deleting the TrainJob: RuntimeError: API down"]
+
+
+OLD = 1_000_000_000.0
+
+
+def finished_long_ago(root, rid: str):
+    """A run folder whose summary was written at :data:`OLD` (a retention candidate)."""
+    import os
+
+    folder = claim_run_dir(root / "runs" / rid, f"kfp-{rid}")
+    (folder / "run.json").write_text(json.dumps({"data_dir": ""}))
+    (folder / "summary.json").write_text("{}")
+    os.utime(folder / "summary.json", (OLD, OLD))
+    return folder
+
+
+def finalize_with_retention(root, tracking_uri: str) -> dict:
+    from pipelines.finalize import finalize_run
+
+    claim_run_dir(root / "runs" / "r1", "kfp-1")
+    return finalize_run(
+        "COMPLETE",
+        "",
+        str(root),
+        "r1",
+        "kfp-1",
+        "m",
+        tracking_uri=tracking_uri,
+        retention_days=7,
+        push=lambda s: None,
+    )
+
+
+def test_finalize_applies_retention_keeping_the_registrys_champion_lineage(tmp_path, monkeypatch):
+    """The exit handler asks the registry which runs @champion and @previous came from (their
+    pipeline_run_id tags), and removes the rest of what is older than retention_days."""
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    uri = f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}"
+    for rid in ("old-champion", "old-other"):
+        finished_long_ago(tmp_path, rid)
+    client = MlflowClient(uri, uri)
+    client.create_registered_model("m")
+    version = client.create_model_version(
+        "m", "file:///nowhere", tags={"pipeline_run_id": "old-champion"}
+    )
+    client.set_registered_model_alias("m", "champion", version.version)
+    summary = finalize_with_retention(tmp_path, uri)
+    retention = summary["cleanup"]["retention"]
+    assert retention["removed_runs"] == ["old-other"] and retention["protected"] == ["old-champion"]
+    assert (tmp_path / "runs" / "old-champion").is_dir() and (tmp_path / "runs" / "r1").is_dir()
+    written = json.loads((tmp_path / "runs" / "r1" / "summary.json").read_text())
+    assert written["cleanup"] == summary["cleanup"]
+
+
+def test_retention_is_skipped_when_the_registry_cannot_say_what_the_champion_needs(tmp_path):
+    folder = finished_long_ago(tmp_path, "old")
+    summary = finalize_with_retention(tmp_path, "http://127.0.0.1:9")
+    assert "registry is unreachable" in summary["cleanup"]["retention"]["skipped"]
+    assert folder.is_dir()

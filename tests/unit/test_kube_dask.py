@@ -7,7 +7,14 @@ import json
 import pytest
 
 from kube.client import run_identity
-from kube.dask import check_space, cluster_name, cluster_spec, estimate_dataset_bytes, scratch_limit
+from kube.dask import (
+    check_space,
+    cluster_name,
+    cluster_spec,
+    estimate_dataset_bytes,
+    scratch_limit,
+    worker_threads,
+)
 from kube.types import DaskTarget, cluster_target
 from kube.validate import validate_cluster_spec
 
@@ -93,3 +100,74 @@ def test_volume_estimate_and_early_failure_with_the_numbers():
     ):
         check_space({"csv": 10**11}, 200 * 2**30, where="/mnt/dailyrec")
     assert scratch_limit(10**9, 8) == "2Gi" and scratch_limit(100 * 2**30, 10) == "20Gi"
+
+
+def test_the_pods_run_the_dask_cli_with_the_workers_threads_and_memory():
+    """distributed >= 2026.6 installs only ``dask`` (no dask-scheduler / dask-worker), and a worker
+    without --nthreads runs one thread per node CPU inside its own memory limit."""
+    spec = cluster_spec("x", 3, DaskTarget(worker_cpu="3500m", worker_memory="12Gi"))
+    scheduler = spec["spec"]["scheduler"]["spec"]["containers"][0]
+    worker = spec["spec"]["worker"]["spec"]["containers"][0]
+    assert scheduler["command"] == ["dask", "scheduler"] and "--host" in scheduler["args"]
+    assert worker["command"] == ["dask", "worker"]
+    args = worker["args"]
+    assert args[args.index("--nthreads") + 1] == "3"
+    assert args[args.index("--memory-limit") + 1] == str(12 * 2**30)
+    assert not any(a.startswith("dask-") for c in (scheduler, worker) for a in c["args"])
+    assert worker_threads("500m") == 1 and worker_threads("8") == 8
+
+
+def test_the_pods_opt_out_of_istio_and_run_as_their_own_account():
+    spec = cluster_spec("x", 2, DaskTarget())
+    for role in ("scheduler", "worker"):
+        meta = spec["spec"][role]["metadata"]
+        assert meta["annotations"]["sidecar.istio.io/inject"] == "false"
+        assert meta["labels"]["sidecar.istio.io/inject"] == "false"
+        pod = spec["spec"][role]["spec"]
+        assert pod["serviceAccountName"] == "dailyrec-dask"
+        assert pod["automountServiceAccountToken"] is False
+    assert validate_cluster_spec(spec) == []
+
+
+def test_a_scheduler_that_never_becomes_ready_fails_in_bounded_time_naming_the_sidecar():
+    """dask-kubernetes' wait_for_scheduler loops for ever on a Running pod that is not Ready (an
+    Istio sidecar cut off from istiod): the start is bounded and says which container waits."""
+    import threading
+    import time
+    from unittest.mock import create_autospec
+
+    from kubernetes import client as k8s
+
+    from kube.client import DaskStartError, _not_ready, start_bounded
+
+    core = create_autospec(k8s.CoreV1Api, instance=True)
+    core.list_namespaced_pod.return_value = k8s.V1PodList(
+        items=[
+            k8s.V1Pod(
+                metadata=k8s.V1ObjectMeta(name="x-scheduler-1"),
+                status=k8s.V1PodStatus(
+                    phase="Running",
+                    conditions=[k8s.V1PodCondition(type="Ready", status="False")],
+                    container_statuses=[
+                        k8s.V1ContainerStatus(
+                            name=n, ready=n == "scheduler", image="i", image_id="", restart_count=0
+                        )
+                        for n in ("scheduler", "istio-proxy")
+                    ],
+                ),
+            )
+        ]
+    )
+    target = DaskTarget(start_timeout_s=1)
+    hang = threading.Event()
+    started = time.monotonic()
+    with pytest.raises(DaskStartError) as caught:
+        start_bounded(hang.wait, 0.3, lambda: _not_ready("dailyrec", "x", target, core=core))
+    assert time.monotonic() - started < 5
+    message = str(caught.value)
+    assert "pod x-scheduler-1 Running: containers not ready: istio-proxy" in message
+    assert "sidecar.istio.io/inject=false" in message and "was not ready after 1s" in message
+    hang.set()
+    assert start_bounded(lambda: "cluster", 5, lambda: "unused") == "cluster"
+    with pytest.raises(ZeroDivisionError):  # the start's own error, unchanged
+        start_bounded(lambda: 1 / 0, 5, lambda: "unused")

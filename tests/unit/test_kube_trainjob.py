@@ -518,25 +518,41 @@ def test_strict_validation_refuses_misspelt_fields_and_broken_cel_rules(tmp_path
     assert any(problem in p for p in problems), problems
 
 
-def test_sigterm_to_the_launcher_deletes_its_trainjob(tmp_path):
-    """A cancelled KFP run may never run its exit handler (the workflow's deadline is set to 0); the
-    launcher pod gets SIGTERM, and its own handler is then the only thing that deletes the TrainJob."""
+def sigterm_on_third_look(custom, workflow_spec):
+    """The job runs; on the third look at it, SIGTERM arrives. The Argo Workflow of the run answers
+    with ``workflow_spec`` (an exception: the API refuses)."""
     import os
     import signal
 
-    running = k8s.V1PodStatus(
-        phase="Running", container_statuses=[container(running=k8s.V1ContainerStateRunning())]
-    )
-    custom, core = real_apis([{}], running)
     looks = []
 
-    def job(*args, **kwargs):  # the job runs; on the third look at it, KFP's SIGTERM arrives
+    def get(group, version, namespace, plural, name):
+        if plural == "workflows":
+            if isinstance(workflow_spec, Exception):
+                raise workflow_spec
+            return {"metadata": {"name": name}, "spec": workflow_spec}
         looks.append(1)
         if len(looks) == 3:
             os.kill(os.getpid(), signal.SIGTERM)
         return {"status": {}}
 
-    custom.get_namespaced_custom_object.side_effect = job
+    custom.get_namespaced_custom_object.side_effect = get
+    return looks
+
+
+RUNNING_POD = k8s.V1PodStatus(
+    phase="Running", container_statuses=[container(running=k8s.V1ContainerStateRunning())]
+)
+
+
+def test_sigterm_of_a_cancelled_run_deletes_its_trainjob(tmp_path, monkeypatch):
+    """KFP cancels a run by setting its Workflow's activeDeadlineSeconds to 0 (apiserver
+    TerminateWorkflow); its exit handler may never run, so the launcher deletes the job itself."""
+    import signal
+
+    monkeypatch.setenv("KFP_WORKFLOW", "dailyrec-daily-abcde")
+    custom, core = real_apis([{}], RUNNING_POD)
+    looks = sigterm_on_third_look(custom, {"activeDeadlineSeconds": 0, "entrypoint": "x"})
     launcher, _ = backend(custom, core)
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(LaunchError, match=r"TrainJob ns/\S+ cancelled; deleted"):
@@ -551,3 +567,102 @@ def test_sigterm_to_the_launcher_deletes_its_trainjob(tmp_path):
         propagation_policy="Foreground",
     )
     assert signal.getsignal(signal.SIGTERM) is before  # the process's own handling is given back
+
+
+@pytest.mark.parametrize(
+    "workflow",
+    [
+        {
+            "entrypoint": "x"
+        },  # a node drain: the run goes on, the task's next attempt adopts the job
+        {"activeDeadlineSeconds": 3600},
+        ApiException(status=403, reason="Forbidden"),  # cannot tell: never delete on a guess
+        None,  # no workflow name in the pod's environment
+    ],
+)
+def test_sigterm_of_a_run_that_goes_on_leaves_the_job_to_be_adopted(
+    tmp_path, monkeypatch, workflow
+):
+    if workflow is None:
+        monkeypatch.delenv("KFP_WORKFLOW", raising=False)
+    else:
+        monkeypatch.setenv("KFP_WORKFLOW", "dailyrec-daily-abcde")
+    custom, core = real_apis([{}], RUNNING_POD)
+    sigterm_on_third_look(custom, workflow or {})
+    launcher, _ = backend(custom, core)
+    with pytest.raises(LaunchError, match="left running for the task's next attempt") as caught:
+        launcher.run(spec_for(tmp_path))
+    assert not getattr(caught.value, "final", False)
+    custom.delete_namespaced_custom_object.assert_not_called()
+
+
+def test_a_queued_job_waits_without_counting_as_pending_then_names_its_queue(tmp_path):
+    """Kueue suspends a TrainJob until its quota admits it (trainer's Suspended condition): that is
+    neither a pod stuck pending nor a failure, and it is not final (the queue may admit it later)."""
+    held = {"conditions": [cond("Suspended", "Suspended", "ClusterQueue a100 is full")]}
+    custom, core = real_apis([held], k8s.V1PodStatus(phase="Pending"))
+    core.list_namespaced_pod.return_value = k8s.V1PodList(items=[])
+    launcher, sleeps = backend(custom, core, pending_timeout_s=1e-9, queue_timeout_s=0.05)
+    with pytest.raises(
+        LaunchError, match=r"timeout: still queued after .*ClusterQueue a100 is full"
+    ):
+        launcher.run(spec_for(tmp_path))
+    assert len(sleeps) > 1  # it waited in the queue, although pending_timeout_s is tiny
+    assert custom.delete_namespaced_custom_object.call_count == 1
+
+
+def test_assess_reads_the_queue_and_the_deadline():
+    held = {"conditions": [cond("Suspended", "Suspended", "quota")]}
+    target = TrainJobTarget(pending_timeout_s=10, queue_timeout_s=100, timeout_s=1000)
+    assert assess(held, [], [], 5000, 5000, target, queued_s=50) == Verdict(
+        "queued", "Suspended: quota"
+    )
+    resumed = {"conditions": [{"type": "Suspended", "status": "False", "reason": "Resumed"}]}
+    assert assess(resumed, [], [], 1001, 0, target).state == "timeout"
+    assert assess(resumed, [], [], 1001, 0, target).final  # its deadline is spent
+    assert not assess(resumed, [], [], 20, 11, target).final  # never got a pod: may start later
+    failed = {"conditions": [cond("Failed", "JobSetFailed", "restarts spent")]}
+    assert assess(failed, [], [], 1, 0, target).final
+
+
+def test_an_adopted_job_keeps_its_deadline_from_its_creation(tmp_path):
+    """The TrainJob's activeDeadlineSeconds counts from its creationTimestamp (trainer
+    reconcileDeadline): a retried task that adopts a job created long ago does not restart the clock."""
+    import datetime as dt
+
+    created = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=7)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    custom, core = real_apis([{}], RUNNING_POD)
+    custom.get_namespaced_custom_object.side_effect = lambda *a, **k: {
+        "metadata": {"creationTimestamp": created},
+        "status": {},
+    }
+    custom.create_namespaced_custom_object.side_effect = ApiException(status=409)
+    launcher, sleeps = backend(custom, core, timeout_s=6 * 3600)
+    with pytest.raises(LaunchError, match=r"timeout: still running after 25\d\d\ds") as caught:
+        launcher.run(spec_for(tmp_path))
+    assert sleeps == [] and caught.value.final
+
+
+def test_a_final_training_failure_is_not_launched_again_by_a_retried_task(tmp_path, monkeypatch):
+    """KFP retries train (the launcher's pod may die); a TrainJob that failed after its JobSet
+    restarts must not be launched a second time by that retry."""
+    from components.common.attempts import FinalError, attempt
+
+    monkeypatch.setenv("KFP_RUN_ID", "run-1")
+    record = tmp_path / "stages" / "train.final.json"
+    failed = {"conditions": [cond("Failed", "JobSetFailed", "CUDA out of memory")]}
+    custom, core = real_apis([failed], RUNNING_POD)
+    launcher, _ = backend(custom, core)
+    with pytest.raises(LaunchError, match="CUDA out of memory"), attempt(record, "train"):
+        launcher.run(spec_for(tmp_path))
+    assert custom.create_namespaced_custom_object.call_count == 1
+    with (
+        pytest.raises(FinalError, match="not retried: .*CUDA out of memory"),
+        attempt(record, "train"),
+    ):
+        launcher.run(spec_for(tmp_path))
+    assert custom.create_namespaced_custom_object.call_count == 1  # no second launch
+    monkeypatch.setenv("KFP_RUN_ID", "run-2")  # another run is not blocked
+    with pytest.raises(LaunchError), attempt(record, "train"):
+        launcher.run(spec_for(tmp_path))
+    assert custom.create_namespaced_custom_object.call_count == 2

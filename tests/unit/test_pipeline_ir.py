@@ -147,3 +147,80 @@ def test_outputs_are_typed_artifacts(component):
             "comp-register-op": {"registration": "system.Artifact"},
         }[component]
     )
+
+
+def test_the_exit_handler_holds_container_tasks_only():
+    """A KFP backend recomputes a DAG's state only after a container task inside it finishes
+    (launcher_v2.go -> UpdateDAGExecutionsState; one level deep before 2.17): a sub-DAG (dsl.If,
+    ParallelFor) inside the exit handler leaves the state its handler sees stale (RUNNING)."""
+    for runner in (CLUSTER, LOCAL):
+        spec, _ = compiled(runner)
+        root = spec["root"]["dag"]["tasks"]
+        handler = next(t for name, t in root.items() if name.startswith("exit-handler"))
+        body = spec["components"][handler["componentRef"]["name"]]["dag"]["tasks"]
+        assert "register-op" in body
+        for name, task in body.items():
+            component = spec["components"][task["componentRef"]["name"]]
+            assert "executorLabel" in component and "dag" not in component, name
+            assert "triggerPolicy" not in task, f"{name} runs under a condition"
+
+
+@pytest.mark.parametrize("env", ["a100", "local"])
+def test_a_runs_worst_case_ends_before_the_next_days_run(env):
+    """Every task at its timeout on every attempt, every backoff waited: still inside the run's
+    deadline, and that inside the schedule's period (max concurrency 1, no catch-up: a longer run
+    would make the next day wait or be skipped)."""
+    import json
+
+    from kube.types import TrainJobTarget, cluster_target
+    from pipelines.steps import RUN_DEADLINE_S, SCHEDULE_PERIOD_S, TASK_POLICY, run_budget
+
+    target = TrainJobTarget(**json.loads(cluster_target(env))["trainjob"])
+    budget = run_budget(target)
+    assert set(budget) == set(TASK_POLICY)
+    assert sum(budget.values()) <= RUN_DEADLINE_S < SCHEDULE_PERIOD_S, budget
+    # one attempt of the train task can follow its TrainJob to the job's own deadline
+    assert TASK_POLICY["train-op"][1] >= target.timeout_s + 2 * target.poll_s
+    # the TrainJob's deadline bounds the GPU time of a run: one job per run
+    assert target.timeout_s <= 8 * 3600
+
+
+def test_the_cluster_build_carries_the_run_deadline_and_the_local_build_does_not():
+    from pipelines.steps import RUN_DEADLINE_S
+
+    cluster = compiled(CLUSTER)[1]["platforms"]["kubernetes"]
+    assert cluster["pipelineConfig"]["activeDeadlineSeconds"] == RUN_DEADLINE_S
+    local = compiled(LOCAL)[1] or {}
+    assert "pipelineConfig" not in (local.get("platforms", {}).get("kubernetes") or {})
+
+
+def test_evaluate_is_sized_from_the_test_split_by_the_estimate_task():
+    """Requests = limits from estimate's outputs (the driver resolves them at run time)."""
+    spec, _ = compiled(CLUSTER)
+    evaluate = all_tasks(spec)["evaluate-op"]
+    executor = spec["components"][evaluate["componentRef"]["name"]]["executorLabel"]
+    resources = spec["deploymentSpec"]["executors"][executor]["container"]["resources"]
+    for key, output in (
+        ("resourceCpuRequest", "evaluate_cpu"),
+        ("resourceCpuLimit", "evaluate_cpu"),
+        ("resourceMemoryRequest", "evaluate_memory"),
+        ("resourceMemoryLimit", "evaluate_memory"),
+    ):
+        channel = f"pipelinechannel--estimate-op-{output}"
+        assert resources[key] == f"{{{{$.inputs.parameters['{channel}']}}}}", key
+        assert evaluate["inputs"]["parameters"][channel]["taskOutputParameter"] == {
+            "outputParameterKey": output,
+            "producerTask": "estimate-op",
+        }
+
+
+def test_the_evaluate_pod_grows_with_the_test_day():
+    from components.evaluate.resources import evaluate_resources
+
+    arrays = {"hist_item": {"dtype": "int32", "row_shape": [20]}, "label": {"dtype": "uint8"}}
+    small = evaluate_resources({"splits": {"test": {"rows": 2_500}}, "arrays": arrays})
+    big = evaluate_resources({"splits": {"test": {"rows": 10_000_000}}, "arrays": arrays})
+    assert small == ("2", "8Gi")
+    assert int(big[0]) == 5 and int(big[1].removesuffix("Gi")) >= 5
+    huge = evaluate_resources({"splits": {"test": {"rows": 200_000_000}}, "arrays": arrays})
+    assert huge[0] == "16" and int(huge[1].removesuffix("Gi")) > 20

@@ -1,0 +1,16 @@
+"""Reading the small JSON records stages leave in a run folder (done-records, claims, final
+failures): a record that is missing, unreadable or not an object reads as empty."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def read_record(path: str | Path) -> dict:
+    """The JSON object at ``path``; ``{}`` when absent, unreadable or not an object."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}

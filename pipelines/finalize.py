@@ -1,0 +1,181 @@
+"""The exit handler's work: the run's outcome and summary first, then the cleanup.
+
+Order matters: the summary (``runs/<id>/summary.json``, ``runs/latest``) and the pushed outcome
+are what operators and alerts read, so they are written before anything that talks to a cluster
+or deletes files; each cleanup step that fails is recorded in the summary (``cleanup``), which is
+then written again, and never hides the outcome.
+
+1. find the run folder (never another live run's; refused ids still get a summary under the KFP
+   run id, saying why);
+2. decide the outcome (:mod:`components.common.final_status`: the backend's state when final,
+   else the stages' done-records);
+3. write the summary, print it, push it to the Pushgateway;
+4. clean up: delete the run's TrainJob when the run did not succeed (the caller passes the
+   deleter: cluster code lives in ``kube``), then apply the retention policy under the storage
+   root's lock, keeping the registry's champion and previous lineage;
+5. write the summary again with what the cleanup did.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from components.common.final_status import final_status, stage_records
+from components.common.lock import LockBusy, storage_lock
+from components.common.paths import PathError, inside, safe_name
+from components.common.progress import get_logger
+from components.common.runs import (
+    STAGES,
+    RunFolder,
+    build_summary,
+    claimed_by_other,
+    run_dir,
+    summary_text,
+    write_summary,
+)
+from components.common.storage import remove_stale_temps
+
+log = get_logger(__name__)
+RETENTION_LOCK_WAIT_S = 120.0
+"""How long the exit handler waits for another run's stage before skipping retention this time."""
+
+
+def locate(storage_root: str, run_id: str, kfp_run_id: str) -> tuple[Path, str, str | None]:
+    """(run folder, run id, why the given id was refused or None)."""
+    rid, refused = run_id or kfp_run_id, None
+    try:  # the same check as every other task: a run id never names a folder outside runs/
+        folder = inside(storage_root, run_dir(storage_root, safe_name(rid, "run_id")), "run folder")
+    except PathError as exc:  # the summary still gets written: under the KFP run id, saying why
+        refused, rid = str(exc), safe_name(kfp_run_id, "KFP run id")
+        folder = run_dir(storage_root, rid)
+    if (other := claimed_by_other(folder, kfp_run_id)) is not None:  # never a live run's folder
+        refused = f"run folder {folder} is in use by KFP run {other}"
+        rid = safe_name(kfp_run_id, "KFP run id")
+        folder = run_dir(storage_root, rid)
+    return Path(folder), rid, refused
+
+
+def protected_runs(tracking_uri: str, model_name: str) -> set[str]:
+    """Run ids (``pipeline_run_id`` tags: their run folders) of the versions holding the registry's
+    ``@champion`` and ``@previous``: retention keeps them and their datasets whatever their age."""
+    from components.common.tracking import connect
+    from components.register.registry import CHAMPION, PREVIOUS, alias_version
+
+    client = connect(tracking_uri, attempts=2)
+    found = set()
+    for alias in (CHAMPION, PREVIOUS):
+        version = alias_version(client, model_name, alias)
+        run_id = (version.tags or {}).get("pipeline_run_id") if version is not None else None
+        if run_id:
+            found.add(run_id)
+    return found
+
+
+def finalize_run(
+    state: str | None,
+    error_message: str | None,
+    storage_root: str,
+    run_id: str,
+    kfp_run_id: str,
+    model_name: str,
+    tracking_uri: str = "",
+    retention_days: int = 0,
+    delete_trainjob: Callable[[str], bool] | None = None,
+    push: Callable[[dict], object] | None = None,
+) -> dict:
+    """Decide, summarise, push, clean up; returns the summary as written last.
+
+    ``delete_trainjob(train_out)``: deletes the TrainJob of a training output folder (True when
+    one was deleted); given only when the run trained on a cluster.
+    """
+    folder, rid, refused = locate(storage_root, run_id, kfp_run_id)
+    run = RunFolder(folder)
+    try:
+        record = json.loads((folder / "run.json").read_text())
+    except (OSError, ValueError):
+        record = {"data_dir": "", "raw_uri": ""}  # failed before the window was resolved
+    for leftover in run.outputs():
+        remove_stale_temps(leftover)
+    done = stage_records(folder, STAGES)
+    outcome = final_status(state, error_message, done=list(done), stages=STAGES)
+    error = outcome.error
+    if refused:
+        error = f"{refused}; {error or ''}".rstrip("; ")
+    summary = build_summary(
+        folder,
+        record.get("data_dir", ""),
+        record.get("raw_uri", ""),
+        model_name,
+        rid,
+        status=outcome.status,
+        error=error,
+    )
+    # this run's records (an earlier run of the same id may have left its own)
+    summary["stage_seconds"] = {s: done[s]["seconds"] if s in done else None for s in STAGES}
+    summary["total_seconds"] = round(sum(v for v in summary["stage_seconds"].values() if v), 3)
+    summary["failed_stage"] = (
+        next((s for s in STAGES if s not in done), None) if outcome.failed else None
+    )
+    summary["kfp_state"] = state
+    summary["outcome_from"] = outcome.decided_by
+    summary["cleanup"] = {"state": "pending"}
+    write_summary(folder, summary)
+    print(summary_text(summary), flush=True)
+    if push is None:
+        from components.common.monitoring import push_run_outcome as push
+    push(summary)  # to $DAILYREC_PUSHGATEWAY when set; never raises
+
+    cleanup: dict = {"state": "done", "errors": []}
+    if outcome.failed and delete_trainjob is not None:
+        try:
+            cleanup["trainjob"] = "deleted" if delete_trainjob(str(run.train)) else "none"
+        except Exception as exc:  # an API error must not lose the summary written above
+            cleanup["trainjob"] = "failed"
+            cleanup["errors"].append(f"deleting the TrainJob: {_why(exc)}")
+    if retention_days > 0:
+        cleanup["retention"] = _retention(
+            storage_root, rid, tracking_uri, model_name, retention_days
+        )
+        cleanup["errors"] += cleanup["retention"].get("errors", [])
+    if cleanup["errors"]:
+        cleanup["state"] = "failed"
+        for problem in cleanup["errors"]:
+            print(f"[dailyrec] warning: cleanup: {problem}", flush=True)
+    elif "retention" in cleanup:
+        print(f"[dailyrec] {cleanup['retention']['line']}", flush=True)
+    summary["cleanup"] = cleanup
+    write_summary(folder, summary)
+    return summary
+
+
+def _why(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    text = " ".join(str(getattr(exc, "reason", None) or exc).split())[:200]
+    return f"{type(exc).__name__}{f' {status}' if status else ''}: {text}"
+
+
+def _retention(
+    storage_root: str, rid: str, tracking_uri: str, model_name: str, keep_days: int
+) -> dict:
+    """The retention pass as a summary entry; skipped (with the reason) when the registry cannot
+    say what the champion needs, or another run's stage holds the lock."""
+    from components.common.retention import apply_retention
+
+    try:
+        protected = protected_runs(tracking_uri, model_name) if tracking_uri else set()
+    except Exception as exc:  # never delete what the champion may need without knowing it
+        return _skipped(f"the registry is unreachable ({_why(exc)})")
+    try:
+        with storage_lock(storage_root, rid, stage="retention", wait_s=RETENTION_LOCK_WAIT_S):
+            report = apply_retention(storage_root, keep_days, protected, current_run=rid)
+    except LockBusy as exc:
+        return _skipped(str(exc))
+    except OSError as exc:
+        return {**_skipped(_why(exc)), "errors": [f"retention: {_why(exc)}"]}
+    return {**report.state_dict(), "line": report.line()}
+
+
+def _skipped(why: str) -> dict:
+    return {"skipped": why, "errors": [], "line": f"retention skipped this time: {why}"}
