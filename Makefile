@@ -44,7 +44,7 @@ SKIP_IMAGES ?=
 # Private registry: docker-registry Secret(s) in the namespace, comma-separated (`kubectl create secret docker-registry …`).
 IMAGE_PULL_SECRETS ?=
 
-.PHONY: help install run data next-day preprocess tune compile ui serve images lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu docs lint format clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess tune compile ui serve images test-images bench-images lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu docs lint format clean clean-data clean-runs
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -88,9 +88,12 @@ serve: install ## serve MODEL (verified) with mlflow models serve on 127.0.0.1:S
 	$(PY) -m components.score.serve --model $(MODEL) --port $(SERVE_PORT) \
 	  --tracking-uri $(or $(MLFLOW_TRACKING_URI),sqlite:///$(abspath $(ROOT))/runs/mlflow.db)
 
-images: ## build the runtime and trainer images REGISTRY/dailyrec-{runtime,trainer}:TAG (PUSH=1 pushes)
-	@test -n "$(REGISTRY)" || { echo "REGISTRY is required, e.g. make images REGISTRY=ghcr.io/you TAG=0.1.0"; exit 2; }
-	images/build.sh $(REGISTRY) $(or $(TAG),dev) $(if $(PUSH),--push)
+images: ## build the runtime and trainer images REGISTRY/dailyrec-{runtime,trainer}:TAG with docker or podman (default localhost/…:dev; PUSH=1 pushes; images/build.sh lists BASE, TRAINER, WHEELS, CA_BUNDLE)
+	@test -z "$(PUSH)" -o -n "$(REGISTRY)" || { echo "PUSH=1 needs REGISTRY, e.g. make images REGISTRY=ghcr.io/you TAG=0.1.0 PUSH=1"; exit 2; }
+	images/build.sh $(or $(REGISTRY),localhost) $(or $(TAG),dev) $(if $(PUSH),--push)
+
+test-images: install ## check the built images (localhost/…:dev or REGISTRY/…:TAG): non-root, pip check, every rendered command, object stores, each stage's CLI
+	DAILYREC_IMAGES=$(or $(REGISTRY),localhost):$(or $(TAG),dev) $(PY) -m pytest -q -m images tests/containers $(PYTEST_ARGS)
 
 lock: $(VENV)/.dev ## re-resolve the images' hash-locked requirements (images/*/requirements.lock) after changing dependencies
 	$(PY) images/lock.py
@@ -120,7 +123,7 @@ test-tools: ## install Prometheus, the Pushgateway and promtool with apt-get whe
 	else echo "$(MONITORING_TOOLS) not installed (apt-get install $(MONITORING_TOOLS) as root): the monitoring tests will be skipped"; fi
 
 test: install test-tools ## run the test suite (unit, integration, deploy, fast reliability checks; tiny data; one worker per core)
-	$(PY) -m pytest -q -m "not slow" -n auto --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow and not images" -n auto --dist loadfile $(PYTEST_ARGS)
 
 test-reliability: install ## every fault-injection, bad-input and security test; writes docs/reliability.md's table
 	DAILYREC_RELIABILITY_REPORT=benchmarks/results/reliability.json $(PY) -m pytest -q tests/reliability $(PYTEST_ARGS)
@@ -133,7 +136,7 @@ $(VENV)/.mutation: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,mutation]'
 	@touch $@
 
-bench: bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu test-reliability mutation ## every measurement -> benchmarks/results/ and docs/ (hours on 2 cores; one: make bench-quality, bench-preprocess, bench-loader, bench-train, bench-estimate, bench-tune, bench-gpu)
+bench: bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-images test-reliability mutation ## every measurement -> benchmarks/results/ and docs/ (hours on 2 cores; one: make bench-quality, bench-preprocess, bench-loader, bench-train, bench-estimate, bench-tune, bench-gpu, bench-images)
 	-$(PY) -m benchmarks.fingerprint
 
 bench-quality bench-preprocess bench-estimate bench-tune: $(VENV)/.bench
@@ -141,6 +144,9 @@ bench-quality bench-preprocess bench-estimate bench-tune: $(VENV)/.bench
 
 bench-loader bench-train: $(VENV)/.bench data preprocess
 	$(PY) -m benchmarks.$(@:bench-%=%) --data $(DATASET)
+
+bench-images: install ## image sizes and cold build times (images/build.sh without layer cache) -> benchmarks/results/images.json, docs/containers.md
+	$(PY) -m benchmarks.images
 
 bench-gpu: $(VENV)/.bench
 	@if $(PY) -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then $(PY) -m benchmarks.gpu; \

@@ -48,6 +48,8 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "tune": (("benchmarks.tune", "components.tune.__main__", *_TRAINING), ("configs",)),
     "gpu": (("benchmarks.gpu",), ("configs", "components/estimate/hardware")),
+    # the Dockerfiles, locks and build scripts under images/ steer what is built
+    "images": (("benchmarks.images",), ("images",)),
     # every fault-injection, bad-input and security check, and what they exercise
     "reliability": (("tests.reliability.*",), ()),
 }

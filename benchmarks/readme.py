@@ -25,7 +25,17 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_DATA = ROOT / "data" / "dataset"
 NO_README_HELP = "do not rewrite the published block (README.md or docs/)"
-PUBLISHED = ("quality", "preprocess", "loader", "train", "estimate", "gpu", "tune", "mutation")
+PUBLISHED = (
+    "quality",
+    "preprocess",
+    "loader",
+    "train",
+    "estimate",
+    "gpu",
+    "tune",
+    "mutation",
+    "images",
+)
 """Benchmarks whose module renders its block from its stored results: ``readme_table(result)``."""
 
 

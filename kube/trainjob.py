@@ -29,9 +29,10 @@ RANK0_LABELS = {
     "batch.kubernetes.io/job-completion-index": "0",
 }
 """JobSet's labels on the pod of node 0, where rank 0 logs (also Katib's primary pod)."""
-# torchrun through our wrapper: a rank failing on a full disk makes the pod exit with NO_RETRY_EXIT,
-# which the TrainingRuntime's podFailurePolicy turns into a failed JobSet instead of a restart
-TRAINER_COMMAND = ["python", "-m", "components.train.torchrun", "--module", "components.train"]
+# torchrun through our node entry: a rank failing on a full disk makes the pod exit with
+# NO_RETRY_EXIT, which the TrainingRuntime's podFailurePolicy turns into a failed JobSet instead
+# of a restart; a rendezvous whose nodes never all join fails in one line after its timeout
+TRAINER_COMMAND = ["python", "-m", "components.train.node", "--module", "components.train"]
 
 
 def trainjob_name(out: str) -> str:
@@ -70,6 +71,8 @@ def build_trainjob(
         # no in-pod torchrun restarts (their shared static store can hang restarted workers):
         # the TrainingRuntime's JobSet failurePolicy recreates the pods, which resume from last.pt
         "PET_MAX_RESTARTS": "0",
+        # a node whose peers never join (a pod never scheduled) gives up after this, in one line
+        "PET_RDZV_CONF": f"timeout={int(target.rendezvous_timeout_s)}",
         **target.env,
     }
     patches = None

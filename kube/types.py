@@ -195,6 +195,9 @@ class TrainJobTarget:
     """Whole-run limit (also the TrainJob's activeDeadlineSeconds)."""
     pending_timeout_s: float = 1800
     """Give up when no pod has started running for this long (unschedulable, image pull)."""
+    rendezvous_timeout_s: float = 900
+    """How long a node waits for all nodes to join its rendezvous (torchrun's static rendezvous
+    ``timeout``): the JobSet starts every pod at once, but one may wait for a node."""
     queue_timeout_s: float = 3600
     """Give up when a queue (Kueue: the TrainJob's ``Suspended`` condition) held it this long."""
     poll_s: float = 15
@@ -209,7 +212,13 @@ class TrainJobTarget:
                 f"runtime_kind must be TrainingRuntime or ClusterTrainingRuntime, "
                 f"got {self.runtime_kind!r}"
             )
-        for name in ("timeout_s", "pending_timeout_s", "queue_timeout_s", "poll_s"):
+        for name in (
+            "timeout_s",
+            "pending_timeout_s",
+            "queue_timeout_s",
+            "rendezvous_timeout_s",
+            "poll_s",
+        ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
         if not isinstance(self.api_retries, int) or self.api_retries < 0:

@@ -97,7 +97,8 @@ def commands_of(argv: list[str]) -> list[tuple[str, str | None]]:
             module = argv[argv.index(flag, 1) + 1]
             break
     inner = []
-    if module == "components.train.torchrun" and "--module" in argv:  # our torchrun wrapper
+    wrappers = ("components.train.torchrun", "components.train.node")
+    if module in wrappers and "--module" in argv:  # our torchrun wrappers
         inner = [(argv[0], argv[argv.index("--module") + 1])]
     return [(argv[0], module), *inner]
 

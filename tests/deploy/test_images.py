@@ -177,9 +177,19 @@ def test_hadolint_ignores_say_why() -> None:
 # --- COPY sources ------------------------------------------------------------------------
 
 
+def arg_defaults(name: str) -> dict[str, str]:
+    """The Dockerfile's ``ARG NAME=default`` values (what a build without --build-arg uses)."""
+    return {k: v for ins in instructions(name, "ARG") for k, v in env_pairs(ins.args) if v}
+
+
+def expand(text: str, args: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args.get(m[1] or m[2], m[0]), text)
+
+
 def copy_sources(name: str) -> list[tuple[Instruction, str]]:
-    """(instruction, source) for COPY/ADD from the build context (stage-to-stage copies skipped)."""
-    found = []
+    """(instruction, source) for COPY/ADD from the build context (stage-to-stage copies skipped),
+    build arguments at their defaults."""
+    found, args = [], arg_defaults(name)
     for ins in PARSED[name][0]:
         if ins.keyword not in ("COPY", "ADD"):
             continue
@@ -187,7 +197,7 @@ def copy_sources(name: str) -> list[tuple[Instruction, str]]:
         if "from" in flags:
             continue
         assert len(words) >= 2, f"{name}:{ins.line}: {ins.keyword} needs a source and a destination"
-        found.extend((ins, source) for source in words[:-1])
+        found.extend((ins, expand(source, args)) for source in words[:-1])
     return found
 
 
@@ -398,12 +408,14 @@ def test_runtime_environment(name: str) -> None:
 
 
 def base_images(name: str) -> list[str]:
-    stages: set[str] = set()
+    """The external images the Dockerfile builds FROM, build arguments at their defaults (not its
+    own stages, nor ``scratch``: the empty stage of an optional build context)."""
+    stages: set[str] = {"scratch"}
     images = []
-    args = {k: v for ins in instructions(name, "ARG") for k, _, v in [ins.args.partition("=")] if v}
+    args = arg_defaults(name)
     for ins in instructions(name, "FROM"):
         _, words = split_flags(ins.args)
-        words[0] = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m[1], m[0]), words[0])
+        words[0] = expand(words[0], args)
         if words[0] not in stages:
             images.append(words[0])
         if len(words) == 3 and words[1].upper() == "AS":
@@ -453,7 +465,8 @@ def test_torch_in_both_locks_is_the_pyproject_pin_in_the_build_each_image_needs(
 def test_each_image_installs_its_own_lock_with_hashes_required() -> None:
     for name, path in DOCKERFILES.items():
         text = path.read_text(encoding="utf-8")
-        assert f"COPY images/{name}/requirements.lock ./" in text, name
+        (lock,) = [src for ins, src in copy_sources(name) if src.endswith("requirements.lock")]
+        assert lock == f"images/{name}/requirements.lock", name  # by default: its own lock
         assert "pip install --no-cache-dir --require-hashes -r requirements.lock" in text, name
         assert "download.pytorch.org" not in text and "torch==" not in text, (
             f"{name}: torch outside the lock"
@@ -565,15 +578,7 @@ def build(
         fake = bin_dir / engine
         fake.write_text(f'#!/bin/bash\necho "$*" >> "{log}"\n', encoding="utf-8")
         fake.chmod(0o755)
-    env = {"PATH": str(bin_dir), "HOME": str(tmp_path), **extra_env}
-    return subprocess.run(
-        ["/bin/bash", str(IMAGES / "build.sh"), *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        env=env,
-    )
+    return build_with(bin_dir, tmp_path, *args, **extra_env)
 
 
 def test_build_script_is_executable_and_strict() -> None:
@@ -597,6 +602,9 @@ def test_build_script_builds_tags_and_pushes_both_images(tmp_path: Path) -> None
     ]
     assert proc.stdout.split() == refs
     calls = (tmp_path / "engine.log").read_text(encoding="utf-8").splitlines()
+    # it asks the engine whether it answers and whether the registry base is there first
+    assert [c.split()[0] for c in calls[:2]] == ["info", "image"]
+    calls = [c for c in calls if c.split()[0] in ("build", "push")]
     assert [c.split()[0] for c in calls] == ["build", "build", "push", "push"]
     for call, image, ref in zip(calls, ("runtime", "trainer"), refs, strict=False):
         assert f"--file {IMAGES / image / 'Dockerfile'}" in call and f"--tag {ref}" in call
@@ -613,10 +621,65 @@ def test_a_base_pinned_by_digest_replaces_the_dockerfiles(tmp_path: Path) -> Non
         tmp_path, "registry.example.com/ml", "0.1.0", engine="podman", BASE_IMAGE_RUNTIME=pinned
     )
     assert proc.returncode == 0, proc.stderr
-    runtime, trainer = (tmp_path / "engine.log").read_text(encoding="utf-8").splitlines()[:2]
+    runtime, trainer = [
+        c
+        for c in (tmp_path / "engine.log").read_text(encoding="utf-8").splitlines()
+        if c.startswith("build ")
+    ]
     assert f"--build-arg BASE_IMAGE={pinned}" in runtime
     assert "pinned by tag only" in proc.stderr and "trainer base" in proc.stderr
     assert "runtime base" not in proc.stderr
+
+
+def build_with(
+    bin_dir: Path, home: Path, *args: str, **extra_env: str
+) -> subprocess.CompletedProcess[str]:
+    """images/build.sh with only ``bin_dir`` on PATH (fake engines the test wrote there)."""
+    return subprocess.run(
+        ["/bin/bash", str(IMAGES / "build.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={"PATH": str(bin_dir), "HOME": str(home), **extra_env},
+    )
+
+
+def test_build_script_uses_the_engine_that_answers(tmp_path: Path) -> None:
+    """A docker CLI without a daemon is on PATH on many machines: it must not be chosen."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "engine.log"
+    (bin_dir / "docker").write_text(
+        '#!/bin/bash\n[ "$1" = info ] && exit 1\necho "docker $*" >> ' + f'"{log}"\n'
+    )
+    (bin_dir / "podman").write_text('#!/bin/bash\necho "podman $*" >> ' + f'"{log}"\n')
+    for fake in bin_dir.iterdir():
+        fake.chmod(0o755)
+    proc = build_with(bin_dir, tmp_path, "reg.example/ml", "t")
+    assert proc.returncode == 0, proc.stderr
+    builds = [c for c in log.read_text().splitlines() if " build " in f" {c} "]
+    assert len(builds) == 2 and all(c.startswith("podman build") for c in builds)
+    assert "with podman" in proc.stderr
+
+
+def test_without_a_registry_the_base_comes_from_debian_and_the_trainer_is_its_cpu_variant(
+    tmp_path: Path,
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "engine.log"
+    # the engine answers, but has no base and can pull none
+    engine = (
+        '#!/bin/bash\necho "$*" >> '
+        + f'"{log}"'
+        + '\ncase "$1 $2" in "image inspect"|"pull "*) exit 1;; esac\n'
+    )
+    (bin_dir / "podman").write_text(engine)
+    (bin_dir / "podman").chmod(0o755)
+    proc = build_with(bin_dir, tmp_path, "localhost", "dev")
+    # images/base.sh needs debootstrap, which this PATH lacks: it says so and stops
+    assert proc.returncode == 3 and "debootstrap is needed" in proc.stderr, proc.stderr
 
 
 def test_build_script_rejects_bad_usage(tmp_path: Path) -> None:

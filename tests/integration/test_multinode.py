@@ -2,19 +2,15 @@
 the nodes of the TrainJob the launcher renders.
 
 Each "node" runs the rendered TrainJob's command with the rendered environment plus what Trainer's
-torch plugin injects into the ``node`` container (trainer v2.3.0
-``pkg/runtime/framework/plugins/torch/torch.go``): ``PET_NNODES`` (numNodes),
-``PET_NPROC_PER_NODE`` (numProcPerNode), ``PET_NODE_RANK`` (the Job completion index),
-``PET_MASTER_ADDR`` (node 0's pod; here this machine) and ``PET_MASTER_PORT`` (29500 there; a free
-port here). torchrun reads each ``PET_*`` variable as the default of its flag, so nothing else
-is passed.
+torch plugin injects into the ``node`` container (:mod:`tests.nodes`; node 0's address is this
+machine, the port a free one). torchrun reads each ``PET_*`` variable as the default of its flag,
+so nothing else is passed.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -25,6 +21,7 @@ from components.train.backend import LaunchSpec
 from components.train.launch import LocalTorchrun
 from kube.trainjob import build_trainjob
 from kube.types import TrainJobTarget
+from tests.nodes import argv, free_port, node_env
 
 pytestmark = pytest.mark.integration
 
@@ -39,32 +36,17 @@ PLAN = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def node_processes(job: dict, port: int, log_dir) -> list[subprocess.Popen]:
-    """One process per node: the rendered command and environment, plus the torch plugin's PET_*."""
-    trainer = job["spec"]["trainer"]
-    argv = [*trainer["command"], *trainer["args"]]
-    assert argv[0] == "python"  # the image's venv interpreter; here this test's
-    argv[0] = sys.executable
-    rendered = {e["name"]: e["value"] for e in trainer["env"]}
+def node_processes(job: dict, port: int, log_dir, ranks=None) -> list[subprocess.Popen]:
+    """One process per node (``ranks``: only those): the rendered command and environment, plus
+    the torch plugin's PET_*."""
+    command = argv(job)
+    assert command[0] == "python"  # the image's venv interpreter; here this test's
+    command[0] = sys.executable
     procs = []
-    for rank in range(trainer["numNodes"]):
-        env = {
-            **os.environ,
-            **rendered,
-            "PET_NNODES": str(trainer["numNodes"]),
-            "PET_NPROC_PER_NODE": str(trainer["numProcPerNode"]),
-            "PET_NODE_RANK": str(rank),
-            "PET_MASTER_ADDR": "127.0.0.1",
-            "PET_MASTER_PORT": str(port),
-        }
+    for rank in range(job["spec"]["trainer"]["numNodes"]) if ranks is None else ranks:
+        env = {**os.environ, **node_env(job, rank, port)}
         log = open(log_dir / f"node-{rank}.log", "w")  # noqa: SIM115 (closed with the process)
-        procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT))
+        procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
     return procs
 
 
@@ -95,3 +77,23 @@ def test_two_nodes_train_like_one_node_with_the_same_global_batch(tiny_dataset, 
     # world size 2 either way: the same shards, steps and losses, epoch by epoch
     losses = [[round(h["train_loss"], 3) for h in run["history"]] for run in (nodes, single)]
     assert losses[0] == pytest.approx(losses[1], abs=0.01), losses
+
+
+def test_a_node_whose_peers_never_join_fails_in_bounded_time_in_one_line(tiny_dataset, tmp_path):
+    """Node 0 of two, started alone (node 1's pod never scheduled): the rendezvous times out after
+    the TrainJob's PET_RDZV_CONF timeout and the node says so in one line, with no traceback."""
+    import time
+
+    plan = TrainPlan(**PLAN, nnodes=2, nproc_per_node=1)
+    path = write_plan(tmp_path / "plan.json", plan)
+    spec = LaunchSpec.of(data=str(tiny_dataset), out=str(tmp_path / "alone"), plan=str(path))
+    job = build_trainjob(spec, plan, TrainJobTarget(rendezvous_timeout_s=10))
+    started = time.monotonic()
+    (node0,) = node_processes(job, free_port(), tmp_path, ranks=[0])
+    code = node0.wait(timeout=120)
+    elapsed = time.monotonic() - started
+    log = (tmp_path / "node-0.log").read_text()
+    assert code == 1 and elapsed < 90, (code, elapsed, log[-2000:])
+    (line,) = [line for line in log.splitlines() if line.startswith("torchrun: node 0 of 2")]
+    assert "the rendezvous at 127.0.0.1:" in line and "1/2 clients joined" in line, line
+    assert "Traceback" not in log

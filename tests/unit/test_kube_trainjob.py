@@ -55,13 +55,15 @@ def test_trainjob_from_plan_and_target(tmp_path):
     assert trainer["command"] == [
         "python",
         "-m",
-        "components.train.torchrun",
+        "components.train.node",
         "--module",
         "components.train",
     ]
     assert trainer["args"] == spec.trainer_args() and "--resume" in trainer["args"]
     # restarts on the cluster are the JobSet's (TrainingRuntime failurePolicy), never torchrun's
     assert {"name": "PET_MAX_RESTARTS", "value": "0"} in trainer["env"]
+    # a node whose peers never join gives up after the target's rendezvous timeout
+    assert {"name": "PET_RDZV_CONF", "value": "timeout=900"} in trainer["env"]
     assert job["spec"]["runtimeRef"] == {
         "apiGroup": "trainer.kubeflow.org",
         "kind": "TrainingRuntime",
