@@ -44,7 +44,7 @@ SKIP_IMAGES ?=
 # Private registry: docker-registry Secret(s) in the namespace, comma-separated (`kubectl create secret docker-registry …`).
 IMAGE_PULL_SECRETS ?=
 
-.PHONY: help install run data next-day preprocess tune compile ui serve images test-images bench-images lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu docs lint format clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess tune compile ui serve images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu docs lint format clean clean-data clean-runs
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -136,7 +136,7 @@ $(VENV)/.mutation: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,mutation]'
 	@touch $@
 
-bench: bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-images test-reliability mutation ## every measurement -> benchmarks/results/ and docs/ (hours on 2 cores; one: make bench-quality, bench-preprocess, bench-loader, bench-train, bench-estimate, bench-tune, bench-gpu, bench-images)
+bench: bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-images bench-distributed test-reliability mutation ## every measurement -> benchmarks/results/ and docs/ (hours on 2 cores; one: make bench-quality, bench-preprocess, bench-loader, bench-train, bench-estimate, bench-tune, bench-gpu, bench-images, bench-distributed)
 	-$(PY) -m benchmarks.fingerprint
 
 bench-quality bench-preprocess bench-estimate bench-tune: $(VENV)/.bench
@@ -147,6 +147,9 @@ bench-loader bench-train: $(VENV)/.bench data preprocess
 
 bench-images: install ## image sizes and cold build times (images/build.sh without layer cache) -> benchmarks/results/images.json, docs/containers.md
 	$(PY) -m benchmarks.images
+
+bench-distributed: install ## preprocess on 1 vs 2 Dask worker containers, training on 1 vs 2 node containers (after make images) -> benchmarks/results/distributed.json, docs/containers.md
+	$(PY) -m benchmarks.distributed
 
 bench-gpu: $(VENV)/.bench
 	@if $(PY) -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then $(PY) -m benchmarks.gpu; \

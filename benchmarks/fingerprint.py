@@ -50,6 +50,16 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "gpu": (("benchmarks.gpu",), ("configs", "components/estimate/hardware")),
     # the Dockerfiles, locks and build scripts under images/ steer what is built
     "images": (("benchmarks.images",), ("images",)),
+    # measured in those images: what the DaskCluster's and the TrainJob's containers run
+    "distributed": (
+        (
+            "benchmarks.distributed",
+            "components.preprocess.__main__",
+            "components.train.node",
+            "components.train.__main__",
+        ),
+        ("images",),
+    ),
     # every fault-injection, bad-input and security check, and what they exercise
     "reliability": (("tests.reliability.*",), ()),
 }

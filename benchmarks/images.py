@@ -7,7 +7,6 @@ as for ``make images``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -16,7 +15,7 @@ import sys
 import time
 
 from benchmarks.measure import machine
-from benchmarks.readme import NO_README_HELP, ROOT, publish
+from benchmarks.readme import ROOT, measurement_main
 
 REGISTRY, TAG = "localhost", "bench"
 BUILT = re.compile(r"^built (\S+) in (\d+)s$")
@@ -97,15 +96,7 @@ def readme_table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument(
-        "--results", default=None, help="JSON output (default: benchmarks/results/images.json)"
-    )
-    p.add_argument("--no-readme", action="store_true", help=NO_README_HELP)
-    args = p.parse_args(argv)
-    result = measure()
-    publish("images", result, readme_table(result), args.results, readme=not args.no_readme)
-    return 0
+    return measurement_main("images", __doc__, measure, readme_table, argv)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ PUBLISHED = (
     "tune",
     "mutation",
     "images",
+    "distributed",
 )
 """Benchmarks whose module renders its block from its stored results: ``readme_table(result)``."""
 
@@ -211,3 +212,16 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def measurement_main(name: str, doc: str, measure, table, argv: list[str] | None = None) -> int:
+    """The CLI of a benchmark that takes no inputs: measure, then publish (results + block)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument(
+        "--results", default=None, help=f"JSON output (default: benchmarks/results/{name}.json)"
+    )
+    p.add_argument("--no-readme", action="store_true", help=NO_README_HELP)
+    args = p.parse_args(argv)
+    result = measure()
+    publish(name, result, table(result), args.results, readme=not args.no_readme)
+    return 0

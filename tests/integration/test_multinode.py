@@ -2,7 +2,7 @@
 the nodes of the TrainJob the launcher renders.
 
 Each "node" runs the rendered TrainJob's command with the rendered environment plus what Trainer's
-torch plugin injects into the ``node`` container (:mod:`tests.nodes`; node 0's address is this
+torch plugin injects into the ``node`` container (:func:`pipelines.containers.trainjob_node_env`; node 0's address is this
 machine, the port a free one). torchrun reads each ``PET_*`` variable as the default of its flag,
 so nothing else is passed.
 """
@@ -21,7 +21,8 @@ from components.train.backend import LaunchSpec
 from components.train.launch import LocalTorchrun
 from kube.trainjob import build_trainjob
 from kube.types import TrainJobTarget
-from tests.nodes import argv, free_port, node_env
+from pipelines.containers import trainjob_node_env as node_env
+from tests.nodes import argv, free_port
 
 pytestmark = pytest.mark.integration
 
