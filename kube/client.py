@@ -72,6 +72,38 @@ def as_json(obj: Any) -> Any:
     return ApiClient().sanitize_for_serialization(obj)
 
 
+def with_retries(
+    fn: Callable[[], Any],
+    what: str,
+    target: TrainJobTarget,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Any:
+    """``fn()``, retried with doubling backoff while it fails transiently (``api_retries`` times)."""
+    delay = target.poll_s
+    for attempt in range(target.api_retries + 1):
+        try:
+            return fn()
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            if attempt == target.api_retries:
+                raise LaunchError(
+                    f"{what}: the Kubernetes API failed {attempt + 1} times in a row; "
+                    f"last: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+                ) from None
+            log.warning(
+                "%s: %s (attempt %d of %d); retrying in %.0fs",
+                what,
+                type(exc).__name__,
+                attempt + 1,
+                target.api_retries + 1,
+                delay,
+            )
+            sleep(delay)
+            delay = min(delay * 2, MAX_BACKOFF_S)
+    raise AssertionError("unreachable")
+
+
 class TrainJobFailed(LaunchError):
     """The TrainJob ended without success. ``final``: another TrainJob would repeat it (its JobSet
     restarts or its deadline are spent: :mod:`components.common.attempts`)."""
@@ -206,30 +238,7 @@ class TrainJobBackend(TrainingBackend):
             log.info("TrainJob %s exists (a retried task): following it", name)
 
     def _call(self, fn: Callable[[], Any], what: str) -> Any:
-        """``fn()``, retried with doubling backoff while it fails transiently (``api_retries`` times)."""
-        delay = self.target.poll_s
-        for attempt in range(self.target.api_retries + 1):
-            try:
-                return fn()
-            except Exception as exc:
-                if not transient(exc):
-                    raise
-                if attempt == self.target.api_retries:
-                    raise LaunchError(
-                        f"{what}: the Kubernetes API failed {attempt + 1} times in a row; "
-                        f"last: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
-                    ) from None
-                log.warning(
-                    "%s: %s (attempt %d of %d); retrying in %.0fs",
-                    what,
-                    type(exc).__name__,
-                    attempt + 1,
-                    self.target.api_retries + 1,
-                    delay,
-                )
-                self._sleep(delay)
-                delay = min(delay * 2, MAX_BACKOFF_S)
-        raise AssertionError("unreachable")
+        return with_retries(fn, what, self.target, self._sleep)
 
     def observe(
         self, custom: Any, core: Any, name: str
@@ -417,10 +426,12 @@ def run_trainjob_deleter(
 
     def delete(train_out: str) -> bool:
         api = custom if custom is not None else load_apis()[0]
-        backend = TrainJobBackend(target, apis=(api, None), sleep=sleep)
         name = tj.trainjob_name(train_out)
-        return backend._call(
-            lambda: delete_trainjob(api, target.namespace, name), f"delete TrainJob {name}"
+        return with_retries(
+            lambda: delete_trainjob(api, target.namespace, name),
+            f"delete TrainJob {name}",
+            target,
+            sleep,
         )
 
     return delete

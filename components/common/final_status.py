@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.common.records import read_record
+from components.common.records import claimed_at, read_record
 
 SUCCEEDED, FAILED, CANCELED = "SUCCEEDED", "FAILED", "CANCELED"
 FINAL_STATES = {
@@ -47,8 +47,7 @@ def stage_records(folder: str | Path, stages: Sequence[str]) -> dict[str, dict]:
     from components.common.runs import RunFolder
 
     run = RunFolder(Path(folder))
-    claimed = read_record(run.owner).get("claimed_at")
-    since = float(claimed) if isinstance(claimed, int | float) else 0.0
+    since = claimed_at(run.path)
     records = {}
     for stage in stages:
         record = read_record(run.stage_record(stage))

@@ -14,3 +14,10 @@ def read_record(path: str | Path) -> dict:
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
+
+
+def claimed_at(folder: str | Path) -> float:
+    """When the run that owns a run folder claimed it (its ``owner.json``); 0 when unknown. Records
+    in the folder older than this were left by an earlier run of the same id."""
+    value = read_record(Path(folder) / "owner.json").get("claimed_at")
+    return float(value) if isinstance(value, int | float) else 0.0

@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from components.common.records import read_record
-from components.common.runs import LATEST, RunFolder
+from components.common.records import claimed_at, read_record
+from components.common.runs import LATEST
 from components.common.storage import TMP_MARKER
 
 DAY_S = 86400.0
@@ -117,12 +117,6 @@ def finished_at(folder: Path) -> float | None:
         return None
 
 
-def claimed_at(folder: Path) -> float:
-    """When the folder's run claimed it (``owner.json``); 0 when unknown."""
-    value = read_record(RunFolder(folder).owner).get("claimed_at")
-    return float(value) if isinstance(value, int | float) else 0.0
-
-
 def _dataset_of(folder: Path, root: Path) -> Path | None:
     data = read_record(folder / "run.json").get("data_dir")
     if not data:
@@ -157,8 +151,8 @@ def apply_retention(
         keep_datasets.add(Path(os.readlink(latest)).name)
     doomed_runs = []
     for folder in run_folders(root):
-        ended = finished_at(folder)
-        live = ended is None and claimed_at(folder) > now - LIVE_S
+        ended, claimed = finished_at(folder), claimed_at(folder)
+        live = ended is None and claimed > now - LIVE_S
         if folder.name == current_run or folder.name in protected_runs:
             keep = True
             if folder.name in protected_runs:
@@ -166,7 +160,7 @@ def apply_retention(
         else:
             keep = live or (ended is not None and ended >= horizon)
             if ended is None and not live:  # dead and unfinished: judged by its claim's age
-                keep = claimed_at(folder) >= horizon
+                keep = claimed >= horizon
         if keep:
             report.kept_runs += 1
             dataset = _dataset_of(folder, root)

@@ -36,12 +36,10 @@ needs_kubectl = pytest.mark.usefixtures("kubectl")
 
 
 def lock_pins(lock: Path) -> dict[str, str]:
-    pins = {}
-    for line in lock.read_text().splitlines():
-        match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)", line)
-        if match:
-            pins[match.group(1).lower().replace("_", "-")] = match.group(2)
-    return pins
+    """Canonical name -> version (or URL) of each requirement of a lock (images/lock.py reads it)."""
+    from images.lock import entries
+
+    return {name: version for name, (version, _) in entries(lock.read_text()).items()}
 
 
 @functools.cache
