@@ -15,6 +15,9 @@ DATA ?= $(SAMPLE)
 CONFIG ?= configs/local.json
 # Storage root of local runs: datasets/ and runs/ (summary.json, MLflow at runs/mlflow.db).
 ROOT ?= .
+# Where `make run`'s tasks run: subprocess (this venv) or docker (the runtime image of `make images`,
+# REGISTRY/dailyrec-runtime:TAG, with docker or podman: docs/containers.md).
+RUNNER ?= subprocess
 UI_PORT ?= 5000
 # `make serve`: the registered model and the port on 127.0.0.1 it answers on.
 MODEL ?= models:/dailyrec@champion
@@ -57,8 +60,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $@
 
-run: install data ## the main job: the daily KFP pipeline on this machine (kfp.local) on DATA with CONFIG
-	$(PY) -m pipelines.local --config $(CONFIG) --data $(DATA) --root $(ROOT)
+run: install data ## the main job: the daily KFP pipeline on this machine (kfp.local) on DATA with CONFIG (RUNNER=docker: every task in the runtime image)
+	$(PY) -m pipelines.local --config $(CONFIG) --data $(DATA) --root $(ROOT) --runner $(RUNNER) \
+	  --image $(or $(REGISTRY),localhost)/dailyrec-runtime:$(or $(TAG),dev)
 
 data: install ## generate the synthetic sample logs into data/raw (skipped if present or DATA is yours)
 	@if [ "$(DATA)" != "$(SAMPLE)" ]; then test -d "$(DATA)" || { echo "DATA=$(DATA): no such folder"; exit 2; }; \

@@ -1,6 +1,6 @@
 """The local container engine: docker or podman, whichever answers (a docker CLI without a daemon
 is common, so being on PATH proves nothing). Used by ``make images``' checks, the images
-benchmark and ``make run RUNNER=docker``.
+benchmark and ``make run RUNNER=docker`` (:mod:`pipelines.task_containers`).
 
 Podman on machines whose defaults it cannot run with takes ``images/containers.conf`` through
 ``CONTAINERS_CONF`` (runtime runc, ulimits the machine allows).

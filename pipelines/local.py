@@ -1,14 +1,20 @@
 """``make run``: the daily pipeline on this machine through KFP's local runner.
 
-``python -m pipelines.local [--config configs/local.json] [--data data/raw] [--root .] [--set key=value ...]``
+``python -m pipelines.local [--config configs/local.json] [--data data/raw] [--root .] [--set key=value ...]
+[--runner subprocess|docker [--image IMAGE]]``
 
-The same ``dailyrec-daily`` pipeline as on the cluster, run by
-``kfp.local`` with ``SubprocessRunner(use_venv=False)`` (every task a
-subprocess of this environment), built without what kfp.local cannot use
-(the schedule-time placeholder, retries: ``pipelines/daily.py``). Storage is a local folder (``--root``):
-``datasets/<date>-<key>/``, ``runs/<run id>/`` (and ``runs/latest/summary.json``),
-MLflow on SQLite at ``runs/mlflow.db``. KFP's own working folders and temp
-files stay under the run folder (``runs/<run id>/kfp/``).
+The same ``dailyrec-daily`` pipeline as on the cluster, run by ``kfp.local``, built without what
+kfp.local cannot use (the schedule-time placeholder, retries: ``pipelines/daily.py``):
+
+* ``--runner subprocess`` (``make run``): ``SubprocessRunner(use_venv=False)``, every task a
+  subprocess of this environment;
+* ``--runner docker`` (``make run RUNNER=docker``): ``DockerRunner``, every task in the runtime
+  image (``make images``) with docker or podman, as the image's user, the storage root at the
+  cluster's mount path (``/mnt/dailyrec``), no network (``pipelines/task_containers.py``).
+
+Storage is a local folder (``--root``): ``datasets/<date>-<key>/``, ``runs/<run id>/`` (and
+``runs/latest/summary.json``), MLflow on SQLite at ``runs/mlflow.db``. KFP's own working folders
+and temp files stay under the run folder (``runs/<run id>/kfp/``).
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ from pipelines.console import RunConsole
 from pipelines.params import check_parameters
 
 DEFAULT_CONFIG = "configs/local.json"
+RUNNERS = ("subprocess", "docker")
+LOCAL_IMAGE = "localhost/dailyrec-runtime:dev"
+"""The runtime image ``make images`` builds: what ``--runner docker`` runs the tasks in by default."""
 LOGS = "logs"
 """Folder of a run's full logs: every task's output (``<task>.log``) and KFP's transcript (``pipeline.log``)."""
 
@@ -103,26 +112,38 @@ def new_run_id() -> str:
 
 
 def run_local(
-    params: dict, root: str | Path = ".", run_id: str | None = None, verbose: bool = False
+    params: dict,
+    root: str | Path = ".",
+    run_id: str | None = None,
+    verbose: bool = False,
+    runner: str = "subprocess",
+    image: str = LOCAL_IMAGE,
 ) -> dict:
     """Run the pipeline locally; return the run's summary (also on failure: status says so). The terminal
-    gets a short console, ``runs/<run id>/logs/`` every line (``verbose``: the terminal gets them too)."""
+    gets a short console, ``runs/<run id>/logs/`` every line (``verbose``: the terminal gets them too).
+    ``runner``: ``subprocess`` (tasks in this environment) or ``docker`` (tasks in ``image``)."""
     from pipelines.daily import daily_pipeline
     from pipelines.steps import LOCAL
 
     daily = daily_pipeline(LOCAL)  # no schedule time, no retries: what kfp.local can run
+    if runner not in RUNNERS:
+        raise LocalRunError(f"--runner {runner!r}: expected one of {', '.join(RUNNERS)}")
+    engine = check_engine(image, params) if runner == "docker" else None
+    if engine:
+        in_image(daily, image)
 
     root = Path(root).resolve()
-    with local_run(params, root, run_id) as (run_id, folder, params):
+    with local_run(params, root, run_id, engine) as (run_id, folder, params):
         started = time.perf_counter()
         logs = folder / LOGS
+        where = f"tasks in {image} ({engine})" if engine else "tasks as subprocesses"
         print(
-            f"dailyrec: run {run_id} (folder {folder}); KFP local runner, tasks as subprocesses; "
+            f"dailyrec: run {run_id} (folder {folder}); KFP local runner, {where}; "
             f"full logs in {logs}",
             flush=True,
         )
         try:
-            with quiet_console(logs, verbose):
+            with quiet_console(logs, verbose), containers_stopped(engine, run_id):
                 daily(**params)
         except (
             Stopped
@@ -146,6 +167,61 @@ def run_local(
         shutil.copyfile(folder / SUMMARY, latest / SUMMARY)
         shutil.rmtree(folder / "kfp" / "tmp", ignore_errors=True)
         return summary
+
+
+def check_engine(image: str, params: dict) -> str:
+    """The container engine that answers and has ``image``, for a run with ``params``; a
+    :class:`LocalRunError` saying what to do otherwise. A warning when the image was built from
+    other code than this checkout's."""
+    from components.common.tracking import code_version
+    from pipelines.containers import engine
+    from pipelines.task_containers import image_code_version, image_present
+
+    tracking = params.get("tracking_uri") or ""
+    if tracking.startswith("sqlite:"):
+        raise LocalRunError(
+            f"tracking_uri {tracking}: the task containers see only the storage root; leave it "
+            "empty for the registry in ROOT/runs/mlflow.db, or name a server"
+        )
+    found = engine()
+    if found is None:
+        raise LocalRunError(
+            "--runner docker: no container engine answers (install docker or podman; "
+            "with podman here: CONTAINERS_CONF=images/containers.conf)"
+        )
+    if not image_present(found, image):
+        raise LocalRunError(f"--runner docker: image {image} not found in {found}: make images")
+    built = image_code_version(found, image)
+    if built != code_version():
+        print(
+            f"dailyrec: warning: {image} holds code {built or '?'}, this checkout is "
+            f"{code_version()}: the tasks run the image's (make images to rebuild)",
+            file=sys.stderr,
+        )
+    return found
+
+
+def in_image(pipeline, image: str) -> None:
+    """Point every task of the built ``pipeline`` at ``image`` (the components name the cluster's
+    reference; kfp.local runs what the pipeline spec names)."""
+    for _, executor in pipeline.pipeline_spec.deployment_spec["executors"].items():
+        executor["container"]["image"] = image
+
+
+@contextlib.contextmanager
+def containers_stopped(engine: str | None, run_id: str) -> Iterator[None]:
+    """The run's task containers stopped and removed when the block ends early (a signal, an error):
+    they are not this process's children, so stopping its process tree misses them."""
+    if engine is None:
+        yield
+        return
+    from pipelines.task_containers import stop_run
+
+    try:
+        yield
+    except BaseException:
+        stop_run(engine, run_id)
+        raise
 
 
 @contextlib.contextmanager
@@ -182,20 +258,30 @@ def resolve_run_id(params: dict, run_id: str | None) -> str:
 
 @contextlib.contextmanager
 def local_run(
-    params: dict, root: Path, run_id: str | None = None
+    params: dict, root: Path, run_id: str | None = None, engine: str | None = None
 ) -> Iterator[tuple[str, Path, dict]]:
     """A local run of any dailyrec pipeline, for the duration of the block: its parameters checked, the
     storage root's lock held (another run there: :class:`LockBusy`), its folder and KFP's local runner set
-    up. Yields (run id, run folder, the parameters to call the pipeline with)."""
+    up (``engine``: tasks in containers of that engine). Yields (run id, run folder, the parameters to
+    call the pipeline with)."""
     run_id = resolve_run_id(params, run_id)
     check_parameters({**params, "run_id": run_id})
     root.mkdir(parents=True, exist_ok=True)
     with storage_lock(root, run_id, stage="local run") as held, orphan_watchdog(held["token"]):
-        yield start_local_run(params, root, run_id)
+        if engine is None:
+            yield start_local_run(params, root, run_id)
+            return
+        from pipelines.task_containers import docker_api, exit_codes_kept, group_writable
+
+        with docker_api(engine), group_writable(), exit_codes_kept():
+            yield start_local_run(params, root, run_id, containers=True)
 
 
-def start_local_run(params: dict, root: Path, run_id: str) -> tuple[str, Path, dict]:
-    """Run folder, KFP's local runner and the storage parameters of a local run (under :func:`local_run`)."""
+def start_local_run(
+    params: dict, root: Path, run_id: str, containers: bool = False
+) -> tuple[str, Path, dict]:
+    """Run folder, KFP's local runner and the storage parameters of a local run (under :func:`local_run`);
+    ``containers``: the tasks see the storage root at the cluster's mount path."""
     import warnings
 
     from kfp import local
@@ -211,21 +297,38 @@ def start_local_run(params: dict, root: Path, run_id: str) -> tuple[str, Path, d
     (folder / OWNER).unlink(missing_ok=True)
     kfp_dir = folder / "kfp"
     tmp = kfp_dir / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
+    for made in (
+        tmp,
+        kfp_dir / "outputs",
+        kfp_dir / "workspace",
+    ):  # here, not by the engine's mounts
+        made.mkdir(parents=True, exist_ok=True)
     # KFP deletes workspace_root after a run and leaves temp dirs behind: all of it under the run
     os.environ["TMPDIR"] = str(tmp)
     tempfile.tempdir = None
     raw = params.get("raw_uri") or str(root / "raw")
+    raw = str(Path(raw).resolve()) if "://" not in raw else raw
+    tracking = params.get("tracking_uri") or ""
+    if containers:
+        from kube.types import MOUNT_PATH
+        from pipelines.task_containers import RAW_MOUNT, share_storage, task_runner
+
+        remote = bool(tracking) or "://" in raw
+        runner = task_runner(root, raw, run_id, share_storage(root), network=remote)
+        root_seen, raw_seen = Path(MOUNT_PATH), raw if "://" in raw else RAW_MOUNT
+    else:
+        runner = local.SubprocessRunner(use_venv=False)
+        root_seen, raw_seen = root, raw
     params = {
         **params,
-        "storage_root": str(root),
+        "storage_root": str(root_seen),
         "run_id": run_id,
-        "raw_uri": str(Path(raw).resolve()) if "://" not in raw else raw,
-        "tracking_uri": params.get("tracking_uri") or sqlite_uri(root / "runs"),
+        "raw_uri": raw_seen,
+        "tracking_uri": tracking or sqlite_uri(root_seen / "runs"),
     }
     atomic_write_json(folder / "parameters.json", params)
     local.init(
-        runner=local.SubprocessRunner(use_venv=False),
+        runner=runner,
         pipeline_root=str(kfp_dir / "outputs"),
         workspace_root=str(kfp_dir / "workspace"),
         raise_on_error=False,
@@ -278,11 +381,25 @@ def main(argv: list[str] | None = None) -> int:
         help="folder name of the run under ROOT/runs; default: the run_id parameter, else a new id",
     )
     p.add_argument(
+        "--runner",
+        choices=RUNNERS,
+        default="subprocess",
+        help="where the tasks run: subprocesses of this environment, or containers of --image "
+        "(docker or podman, whichever answers)",
+    )
+    p.add_argument(
+        "--image",
+        default=LOCAL_IMAGE,
+        help=f"runtime image of --runner docker (default {LOCAL_IMAGE}: make images)",
+    )
+    p.add_argument(
         "--verbose",
         action="store_true",
         help="print everything KFP's runner prints (the executor JSON, every task's full log)",
     )
     args = p.parse_args(argv)
+    from pipelines.task_containers import ContainerRunError
+
     try:
         bad = [item for item in args.set if "=" not in item]
         if bad:  # dict() of it would say only "dictionary update sequence element #0 ..."
@@ -302,10 +419,15 @@ def main(argv: list[str] | None = None) -> int:
         return Exit.USAGE  # checked before anything runs: a LocalRunError here is a bad request
     try:
         with stop_tree_on_signals():
-            summary = run_local(params, args.root, args.run_id, args.verbose)
+            summary = run_local(
+                params, args.root, args.run_id, args.verbose, args.runner, args.image
+            )
     except Stopped as exc:
         print(f"run: {exc}: every task process was stopped", file=sys.stderr)
         return signal_exit(exc.signum)
+    except (LocalRunError, ContainerRunError) as exc:  # no engine, no image, no engine API
+        print(f"run: error: {exc}", file=sys.stderr)
+        return Exit.USAGE
     except (LockBusy, PathError) as exc:
         print(f"run: error: {exc}", file=sys.stderr)
         return exit_for(exc)
