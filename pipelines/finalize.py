@@ -57,6 +57,23 @@ def locate(storage_root: str, run_id: str, kfp_run_id: str) -> tuple[Path, str, 
     return Path(folder), rid, refused
 
 
+def champion_version(tracking_uri: str, model_name: str) -> int | None:
+    """The registry's ``@champion`` version, for a run whose own files do not say it (it failed
+    before evaluate, or registered nothing); None when there is none or the registry does not
+    answer (the summary must not fail with it)."""
+    from components.common.tracking import connect, sqlite_path
+    from components.register.registry import CHAMPION, alias_version
+
+    db = sqlite_path(tracking_uri)
+    if db is not None and not db.is_file():  # no registry yet: none made for asking
+        return None
+    try:
+        version = alias_version(connect(tracking_uri, attempts=2), model_name, CHAMPION)
+    except Exception:  # an unreachable or broken registry: the champion is unknown
+        return None
+    return int(version.version) if version is not None else None
+
+
 def protected_runs(tracking_uri: str, model_name: str) -> set[str]:
     """Run ids (``pipeline_run_id`` tags: their run folders) of the versions holding the registry's
     ``@champion`` and ``@previous``: retention keeps them and their datasets whatever their age."""
@@ -112,6 +129,8 @@ def finalize_run(
         status=outcome.status,
         error=error,
     )
+    if summary.get("champion_version") is None and tracking_uri:  # registered nothing, or failed
+        summary["champion_version"] = champion_version(tracking_uri, model_name)
     # this run's records (an earlier run of the same id may have left its own)
     summary["stage_seconds"] = {s: done[s]["seconds"] if s in done else None for s in STAGES}
     summary["total_seconds"] = round(sum(v for v in summary["stage_seconds"].values() if v), 3)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from components.common.cli import Exit, cli_parser, exit_for, signal_exit
 from components.common.lock import LockBusy, storage_lock
-from components.common.paths import PathError, safe_name
+from components.common.paths import PathError, inside, safe_name
 from components.common.proctree import Stopped, orphan_watchdog, stop_tree_on_signals
 from components.common.runs import OWNER, SUMMARY, run_dir, summary_text
 from components.common.storage import atomic_write_json
@@ -256,6 +256,89 @@ def resolve_run_id(params: dict, run_id: str | None) -> str:
     return run_id or given or new_run_id()
 
 
+def close_dead_runs(root: Path, run_id: str, tracking_uri: str) -> list[str]:
+    """What runs killed before their end left open, closed; returns what was said.
+
+    Called with the storage root's lock held, so no other run on this root is live: a run folder
+    without a summary (killed before its exit handler) gets one, FAILED at the first stage it did
+    not finish; an MLflow run of the root's own SQLite registry still RUNNING (its process killed
+    by SIGKILL or with the machine) is ended KILLED. A registry on a server is left alone: other
+    roots' live runs may use it."""
+    from components.common.final_status import stage_records
+    from components.common.runs import STAGES, write_summary
+
+    said = []
+    runs = root / "runs"
+    for folder in sorted(runs.iterdir()) if runs.is_dir() else []:
+        if folder.name == run_id or folder.is_symlink() or not (folder / "run.json").is_file():
+            continue
+        if (folder / SUMMARY).exists():
+            continue
+        done = stage_records(folder, STAGES)
+        stage = next((s for s in STAGES if s not in done), None)
+        write_summary(
+            folder,
+            {
+                "run_id": folder.name,
+                "status": "FAILED",
+                "failed_stage": stage,
+                "error": f"the run ended without a summary (its process was killed); closed by run {run_id}",
+                "stage_seconds": {s: done[s]["seconds"] if s in done else None for s in STAGES},
+            },
+        )
+        said.append(
+            f"run {folder.name} ended without a summary (killed in {stage}): recorded FAILED"
+        )
+    db = runs / "mlflow.db"
+    if not tracking_uri and db.is_file():
+        said += _end_running_mlflow_runs(db)
+    for line in said:
+        print(f"dailyrec: {line}", flush=True)
+    return said
+
+
+def _end_running_mlflow_runs(db: Path) -> list[str]:
+    """End KILLED every run of the SQLite registry ``db`` still RUNNING (looked up read-only first:
+    MLflow is only started when there is something to end)."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)) as conn:
+            left = conn.execute(
+                "select r.run_uuid, r.name, e.name from runs r join experiments e "
+                "on r.experiment_id = e.experiment_id where r.status = 'RUNNING'"
+            ).fetchall()
+    except sqlite3.Error:  # no runs table yet, or not a registry: nothing to end
+        return []
+    if not left:
+        return []
+    from mlflow import MlflowClient
+
+    client = MlflowClient(sqlite_uri(db.parent))
+    said = []
+    for run_uuid, name, experiment in left:
+        try:
+            client.set_terminated(run_uuid, "KILLED")
+        except Exception as exc:  # e.g. a registry this user may not write: say it, run anyway
+            said.append(f"MLflow run {name} ({experiment}) is left RUNNING: cannot end it ({exc})")
+            break
+        said.append(
+            f"MLflow run {name} ({experiment}) was left RUNNING by a killed run: ended KILLED"
+        )
+    return said
+
+
+def check_folders(root: Path, run_id: str) -> None:
+    """Refuse, before anything is written, a ``runs/``, ``datasets/`` or run folder that leads
+    outside the storage root (a symlink): the lock, the parameters and the logs would land there."""
+    for folder, what in (
+        (root / "runs", "runs folder"),
+        (root / "datasets", "datasets folder"),
+        (run_dir(root, run_id), "run folder"),
+    ):
+        inside(root, folder, what)
+
+
 @contextlib.contextmanager
 def local_run(
     params: dict, root: Path, run_id: str | None = None, engine: str | None = None
@@ -267,7 +350,9 @@ def local_run(
     run_id = resolve_run_id(params, run_id)
     check_parameters({**params, "run_id": run_id})
     root.mkdir(parents=True, exist_ok=True)
+    check_folders(root, run_id)
     with storage_lock(root, run_id, stage="local run") as held, orphan_watchdog(held["token"]):
+        close_dead_runs(root, run_id, params.get("tracking_uri") or "")
         if engine is None:
             yield start_local_run(params, root, run_id)
             return

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from components.common.paths import PathError, safe_name
+from components.common.runs import LATEST
 from components.common.tracking import CredentialError, check_no_credentials, redact
 
 
@@ -29,6 +30,11 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 LAUNCHERS = ("local", "trainjob")
+EARLIEST_DATE = dt.date(1970, 1, 1)
+"""Raw timestamps are epoch seconds: no window reaches before this day."""
+RESERVED_RUN_IDS = (LATEST, "artifacts")
+"""Names ``runs/`` holds besides run folders: the latest summary, the SQLite registry's artifacts
+(and its database, ``mlflow.db*``: :func:`components.common.tracking.sqlite_uri`)."""
 
 
 def _date(value: str) -> None:
@@ -37,9 +43,12 @@ def _date(value: str) -> None:
     if not _DATE.fullmatch(value):
         raise ValueError("must be a date YYYY-MM-DD (or empty for the latest day present)")
     try:
-        dt.date.fromisoformat(value)
+        day = dt.date.fromisoformat(value)
     except ValueError as exc:
         raise ValueError(f"is not a calendar date ({exc})") from None
+    tomorrow = dt.datetime.now(dt.UTC).date() + dt.timedelta(days=1)
+    if not EARLIEST_DATE <= day <= tomorrow:  # no logs are stamped outside these days
+        raise ValueError(f"must be between {EARLIEST_DATE} and {tomorrow} (tomorrow, UTC)")
 
 
 def _run_id(value: str) -> None:
@@ -51,16 +60,11 @@ def _run_id(value: str) -> None:
                 "must be 1-128 characters of letters, digits, '.', '_', '-' (it names the run's "
                 "folder under storage_root/runs; '/' and '..' would leave it)"
             ) from None
-
-
-def _at_least(low: float) -> Callable[[Any], None]:
-    def check(value: Any) -> None:
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError("must be a finite number")
-        if value < low:
-            raise ValueError(f"must be >= {low}")
-
-    return check
+        if value in RESERVED_RUN_IDS or value.startswith("mlflow.db"):
+            raise ValueError(
+                f"names what storage_root/runs keeps besides run folders "
+                f"({', '.join(RESERVED_RUN_IDS)}, mlflow.db); choose another"
+            )
 
 
 def _within(low: float, high: float, high_open: bool = False) -> Callable[[Any], None]:
@@ -158,22 +162,23 @@ def _json_object(value: str) -> None:
             )
 
 
+# upper bounds: far past any real setting, short of what would exhaust a machine or a cluster
 RULES: dict[str, Callable[[Any], None]] = {
     "run_id": _run_id,
     "run_date": _date,
-    "window_days": _at_least(3),
-    "history_days": _at_least(0),
-    "seq_len": _at_least(1),
-    "global_batch": _at_least(1),
-    "max_epochs": _at_least(1),
-    "max_restarts": _at_least(0),
-    "dask_workers": _at_least(0),
+    "window_days": _within(3, 366),
+    "history_days": _within(0, 366),
+    "seq_len": _within(1, 1024),
+    "global_batch": _within(1, 1 << 20),
+    "max_epochs": _within(1, 1000),
+    "max_restarts": _within(0, 100),
+    "dask_workers": _within(0, 1000),
     "retention_days": _within(0, 3650),
-    "deadline_hours": _at_least(0),
-    "timeout_hours": _at_least(0),
-    "trials": _at_least(1),
-    "min_epochs": _at_least(1),
-    "reduction_factor": _at_least(2),
+    "deadline_hours": _within(0, 168),
+    "timeout_hours": _within(0, 168),
+    "trials": _within(1, 10_000),
+    "min_epochs": _within(1, 1000),
+    "reduction_factor": _within(2, 100),
     "min_auc": _within(0, 1),
     "tolerance": _within(0, 1, high_open=True),
     "launcher": _one_of(*LAUNCHERS),
@@ -215,6 +220,15 @@ def check_parameters(params: dict[str, Any]) -> dict[str, Any]:
                 raise ParameterError(f"parameter {key}: {exc}") from None
             shown = redact(value) if isinstance(value, str) else value
             raise ParameterError(f"parameter {key}={shown!r}: {exc}") from None
+    if params.get("run_date"):  # the window with its history starts after the earliest day
+        first = dt.date.fromisoformat(params["run_date"]) - dt.timedelta(
+            days=int(params.get("window_days", 0)) + int(params.get("history_days", 0))
+        )
+        if first < EARLIEST_DATE:
+            raise ParameterError(
+                f"parameter run_date={params['run_date']!r}: its window and history start "
+                f"{first}, before {EARLIEST_DATE}"
+            )
     target = json.loads(params.get("cluster_target") or "{}")
     if params.get("launcher") == "trainjob" and "trainjob" not in target:
         raise ParameterError(

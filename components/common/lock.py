@@ -12,6 +12,8 @@ it), and the file says who holds it, so a refused run can name the holder::
 holds it; inside a run the stages take it again, which succeeds at once for the
 run that holds it (a token in ``$DAILYREC_LOCK_TOKEN`` says so) and waits for
 another run's stage otherwise (the cluster case, where each task is its own pod).
+The file holds only the token's SHA-256: reading it gives nothing to present; the
+token itself lives in the environment of the holder's processes.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import hashlib
 import json
 import os
+import secrets
 import socket
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,6 +64,10 @@ def holder_text(info: dict) -> str:
     return ", ".join(parts)
 
 
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
 def _read_holder(fd: int) -> dict:
     try:
         text = os.pread(fd, 4096, 0).decode(errors="replace")
@@ -95,8 +102,8 @@ def storage_lock(
             except BlockingIOError:
                 info = _read_holder(fd)
                 token = os.environ.get(TOKEN_ENV)
-                if token and info.get("token") == token:  # our own run holds it (a parent process)
-                    yield info
+                if token and info.get("token_sha256") == _digest(token):  # our own run holds it
+                    yield {**info, "token": token}
                     return
                 now = time.monotonic()
                 if now >= deadline:
@@ -113,22 +120,21 @@ def storage_lock(
                     )
                     said = now
                 time.sleep(min(poll_s, max(deadline - now, 0.05)))
+        token = os.environ.get(TOKEN_ENV) or secrets.token_hex(16)
         info = {
             "run_id": run_id,
             "stage": stage,
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "since": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "token": os.environ.get(TOKEN_ENV) or uuid.uuid4().hex,
+            "token_sha256": _digest(token),
         }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
         previous = os.environ.get(TOKEN_ENV)
-        os.environ[TOKEN_ENV] = info[
-            "token"
-        ]  # child processes (tasks, workers) are part of this holder
+        os.environ[TOKEN_ENV] = token  # child processes (tasks, workers) are part of this holder
         try:
-            yield info
+            yield {**info, "token": token}
         finally:
             if previous is None:
                 os.environ.pop(TOKEN_ENV, None)

@@ -16,8 +16,10 @@ buckets changed) is never silently skipped: with ``if_champion_unusable =
 ``"ignore"`` it is judged by rule 1 alone, and the reasons say so.
 
 An **undefined** comparison (DeLong's interval is NaN: a test split with a
-single click or a single non-click leaves its variance undefined) is never
-read as "worse" or "as good": the reasons say "undefined", and the same
+single click or a single non-click leaves its variance undefined; or it has
+zero width: a handful of rows both models rank alike, which says nothing of
+the population) is never read as "worse" or "as good": the reasons say
+"undefined", and the same
 ``if_champion_unusable`` policy decides (block: not blessed, the champion
 stays; ignore: judged by rule 1 alone).
 """
@@ -56,11 +58,23 @@ class GateRule:
 
 
 def comparison_defined(comparison: dict | None) -> bool:
-    """Whether a DeLong result has a usable interval (no NaN in delta and bounds)."""
-    return bool(comparison) and all(
-        isinstance(comparison.get(k), int | float) and not math.isnan(comparison[k])
-        for k in ("delta", "ci_low", "ci_high")
+    """Whether a DeLong result has a usable interval: finite delta and bounds, positive width."""
+    return (
+        bool(comparison)
+        and all(
+            isinstance(comparison.get(k), int | float) and math.isfinite(comparison[k])
+            for k in ("delta", "ci_low", "ci_high")
+        )
+        and comparison["ci_high"] > comparison["ci_low"]
     )
+
+
+def undefined_why(comparison: dict) -> str:
+    """Why a comparison is undefined, with the test split's counts."""
+    counts = f"{comparison.get('positives')} clicks and {comparison.get('negatives')} non-clicks"
+    if math.isnan(comparison.get("ci_high", math.nan)):
+        return f"DeLong's interval needs at least 2 clicks and 2 non-clicks; the test split has {counts}"
+    return f"a zero-width interval, no evidence either way; the test split has {counts}"
 
 
 def decide(candidate_auc: float, champion: dict, comparison: dict | None, rule: GateRule) -> dict:
@@ -83,8 +97,7 @@ def decide(candidate_auc: float, champion: dict, comparison: dict | None, rule: 
         version = champion.get("version")
         gate_ok = rule.if_champion_unusable == "ignore"
         reasons.append(
-            f"AUC vs champion v{version}: undefined (DeLong's interval needs at least 2 clicks and 2 non-clicks "
-            f"in the test split; it has {comparison.get('positives')} and {comparison.get('negatives')}); "
+            f"AUC vs champion v{version}: undefined ({undefined_why(comparison or {})}); "
             f"policy if_champion_unusable={rule.if_champion_unusable}: "
             + ("judged on min_auc alone" if gate_ok else "not blessed, the champion stays")
         )

@@ -6,7 +6,7 @@ import base64
 import io
 from pathlib import Path
 
-from components.evaluate.decision import comparison_defined
+from components.evaluate.decision import comparison_defined, undefined_why
 
 ROC_PNG, CALIBRATION_PNG, REPORT_MD = "roc.png", "calibration.png", "report.md"
 
@@ -105,9 +105,8 @@ def markdown(metrics: dict, decision: dict, images: dict[str, str]) -> str:
     comparison = metrics.get("comparison")
     if comparison and not comparison_defined(comparison):
         lines += [
-            f"AUC delta (candidate − champion, DeLong): undefined: the test split has "
-            f"{comparison.get('positives')} clicks and {comparison.get('negatives')} non-clicks "
-            f"(the interval needs at least 2 of each); see the decision above.",
+            f"AUC delta (candidate − champion, DeLong): undefined: {undefined_why(comparison)}; "
+            "see the decision above.",
             "",
         ]
     elif comparison:

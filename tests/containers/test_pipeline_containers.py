@@ -92,6 +92,7 @@ def test_daily_runs_in_the_runtime_image(images, tmp_path):
     assert done.returncode == 1, done.stdout[-3000:]
     broken = summary(root, "broken")
     assert broken["status"] == "FAILED" and broken["failed_stage"] == "preprocess", broken
+    assert broken["champion_version"] == 1  # the registry says who is champion
     assert "Traceback" not in done.stdout + done.stderr
     for run_id in ("day1", "day2", "broken"):
         assert left_over(engine, run_id) == [], run_id

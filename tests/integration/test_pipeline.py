@@ -11,7 +11,7 @@ import yaml
 from mlflow import MlflowClient
 
 from components.common.images import RUNTIME_IMAGE
-from components.common.runs import STAGES
+from components.common.runs import STAGES, summary_text
 from components.common.tracking import sqlite_uri
 from components.datagen import generate
 from components.datagen.generator import extended
@@ -291,6 +291,13 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     assert json.loads((root / "runs" / "latest" / "summary.json").read_text())["run_id"] == "day2"
     # KFP's working folders stayed inside the run folders
     assert (root / "runs" / "day2" / "kfp" / "outputs").is_dir()
+
+    # a run that fails before evaluate still says who is champion
+    empty = tmp_path / "empty"
+    (empty / "dt=2026-01-01").mkdir(parents=True)
+    broken = run_local(tiny_params(raw_uri=str(empty)), root, run_id="broken")
+    assert broken["status"] == "FAILED" and broken["failed_stage"] == "preprocess"
+    assert broken["champion_version"] == 1 and "champion = v1" in summary_text(broken)
 
 
 @pytest.mark.integration

@@ -67,11 +67,11 @@ def test_a_live_runs_temp_folder_is_never_removed_a_dead_ones_is(tmp_path, fault
 
 
 def test_second_run_is_refused_naming_the_holder_and_waits_when_asked(tmp_path, fault_report):
-    holder = started(
-        "import time, pathlib\n"
+    holder = started(  # says its token (what its own tasks inherit) in the ready file
+        "import os, time, pathlib\n"
         "from components.common.lock import storage_lock\n"
         f"with storage_lock({str(tmp_path)!r}, 'nightly-1', stage='local run'):\n"
-        f"    pathlib.Path({str(tmp_path / 'ready')!r}).touch()\n"
+        f"    pathlib.Path({str(tmp_path / 'ready')!r}).write_text(os.environ['DAILYREC_LOCK_TOKEN'])\n"
         "    time.sleep(120)\n",
         tmp_path / "ready",
     )
@@ -103,22 +103,35 @@ def test_second_run_is_refused_naming_the_holder_and_waits_when_asked(tmp_path, 
             == 1
         )
         assert not (tmp_path / "runs" / "nightly-2").exists()
-        # a task of the holding run (its token inherited) passes at once
-        token = json.loads((tmp_path / "runs" / ".lock").read_text())["token"]
-        child = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "from components.common.lock import storage_lock\n"
-                f"with storage_lock({str(tmp_path)!r}, 'nightly-1', stage='register'):\n"
-                "    print('inside')",
-            ],
-            env={**ENV, "DAILYREC_LOCK_TOKEN": token},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        # a task of the holding run (its token inherited) passes at once; what anyone can read in
+        # the lock file is no token: presenting it is refused
+        for _ in range(100):
+            token = (tmp_path / "ready").read_text()
+            if token:
+                break
+            time.sleep(0.05)
+        recorded = (tmp_path / "runs" / ".lock").read_text()
+        assert token and token not in recorded
+
+        def task(presented: str) -> subprocess.CompletedProcess:
+            return subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "from components.common.lock import storage_lock\n"
+                    f"with storage_lock({str(tmp_path)!r}, 'nightly-1', stage='register'):\n"
+                    "    print('inside')",
+                ],
+                env={**ENV, "DAILYREC_LOCK_TOKEN": presented},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+
+        child = task(token)
         assert child.stdout.strip() == "inside", child.stderr
+        copied = task(json.loads(recorded)["token_sha256"])
+        assert copied.returncode != 0 and "another run holds the lock" in copied.stderr
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
@@ -129,6 +142,12 @@ def test_second_run_is_refused_naming_the_holder_and_waits_when_asked(tmp_path, 
         "a second run on a storage root while another holds its lock",
         "refused at once naming run, stage, pid, host and start time (make run: exit 1, nothing "
         "written); tasks of the holding run pass; a waiting task gets the lock when the holder dies",
+    )
+    fault_report(
+        "concurrency",
+        "another process copies what the lock file records and presents it as the run's token",
+        "refused: the file holds only the token's SHA-256, the token lives in the holder's "
+        "environment",
     )
 
 

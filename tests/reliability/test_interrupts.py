@@ -205,3 +205,62 @@ def test_training_on_a_full_disk_is_not_restarted(tiny_dataset, tmp_path, fault_
         f"stopped after the first attempt ({time.monotonic() - started:.0f}s, restart_count 0), "
         "'train: no space left on <path>', exit 28",
     )
+
+
+def running_mlflow_runs(store: Path) -> list[str]:
+    """Names of the runs the root's registry has RUNNING (none while it is being created)."""
+    import sqlite3
+
+    db = store / "runs" / "mlflow.db"
+    try:
+        with sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True) as conn:
+            return [n for (n,) in conn.execute("select name from runs where status = 'RUNNING'")]
+    except sqlite3.Error:
+        return []
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_next_run_closes_what_a_killed_run_left_open(tmp_path, fault_report):
+    raw, store = small_world(tmp_path / "raw"), tmp_path / "store"
+    proc = subprocess.Popen(
+        local_run(raw, store, run_id="killed", window_days=4, history_days=1, max_epochs=50),
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:  # kill -9 while training: no handler runs, the exit handler never starts
+        wait_for(lambda: trainer_processes(proc.pid), 300, "training workers")
+        wait_for(lambda: running_mlflow_runs(store), 120, "the training run in MLflow")
+        tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        proc.kill()
+        proc.wait(timeout=60)
+        assert_all_gone(tree, 30)  # the orphan watchdog stopped the task tree
+    finally:
+        for child in psutil.Process().children(recursive=True):
+            child.kill()
+    assert not (store / "runs" / "killed" / "summary.json").exists()
+    # the next start (here one that fails at once on an empty day) finds and closes it, and says so
+    empty = tmp_path / "empty"
+    (empty / "dt=2026-01-01").mkdir(parents=True)
+    after = subprocess.run(
+        local_run(empty, store, run_id="next", window_days=4, history_days=1),
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    left = json.loads((store / "runs" / "killed" / "summary.json").read_text())
+    assert left["status"] == "FAILED" and left["failed_stage"] == "train", left
+    assert "killed" in left["error"] and "closed by run next" in left["error"]
+    assert "run killed ended without a summary (killed in train): recorded FAILED" in after.stdout
+    assert "was left RUNNING by a killed run: ended KILLED" in after.stdout
+    assert running_mlflow_runs(store) == []
+    fault_report(
+        "interrupts",
+        "kill -9 of make run during training (no handler, no exit handler), then the next run",
+        "the next run records the dead run FAILED in its stage and ends its MLflow runs KILLED, "
+        "saying so",
+    )

@@ -27,8 +27,16 @@ BAD = [
     ("run_date=2026-13-45", r"parameter run_date='2026-13-45': is not a calendar date"),
     ("run_date=2026-1-5", r"parameter run_date='2026-1-5': must be a date YYYY-MM-DD"),
     ("run_date=20260105", r"parameter run_date='20260105': must be a date YYYY-MM-DD"),
-    ("window_days=0", r"parameter window_days=0: must be >= 3"),
-    ("max_epochs=-1", r"parameter max_epochs=-1: must be >= 1"),
+    ("run_date=0001-01-01", r"parameter run_date='0001-01-01': must be between 1970-01-01 and"),
+    ("run_date=9999-12-31", r"parameter run_date='9999-12-31': must be between 1970-01-01 and"),
+    ("run_date=1970-01-05", r"parameter run_date='1970-01-05': its window and history start"),
+    ("run_id=latest", r"parameter run_id='latest': names what storage_root/runs keeps"),
+    ("run_id=artifacts", r"parameter run_id='artifacts': names what storage_root/runs keeps"),
+    ("run_id=mlflow.db", r"parameter run_id='mlflow.db': names what storage_root/runs keeps"),
+    ("window_days=0", r"parameter window_days=0: must be in \[3, 366\]"),
+    ("seq_len=100000000", r"parameter seq_len=100000000: must be in \[1, 1024\]"),
+    ("global_batch=2000000", r"parameter global_batch=2000000: must be in \[1, 1048576\]"),
+    ("max_epochs=-1", r"parameter max_epochs=-1: must be in \[1, 1000\]"),
     ("min_auc=1.5", r"parameter min_auc=1.5: must be in \[0, 1\]"),
     ("tolerance=NaN", r"parameter tolerance=nan: must be in \[0, 1\)"),
     ("launcher=slurm", r"parameter launcher='slurm': must be one of local, trainjob"),
@@ -247,7 +255,7 @@ def test_undefined_delong_interval_is_reported_as_undefined(fault_report):
         "undefined" in verdict["reasons"][1] and "significantly worse" not in verdict["reasons"][1]
     )
     assert (
-        "it has 1 and 50" in verdict["reasons"][1]
+        "the test split has 1 clicks and 50 non-clicks" in verdict["reasons"][1]
         and "not blessed, the champion stays" in verdict["reasons"][1]
     )
     assert decide(0.7, champion, comparison, GateRule(min_auc=0.5, if_champion_unusable="ignore"))[
@@ -265,7 +273,9 @@ def test_undefined_delong_interval_is_reported_as_undefined(fault_report):
     }
     text = markdown(metrics, verdict, {})
     assert (
-        "undefined: the test split has 1 clicks and 50 non-clicks" in text
+        "undefined: DeLong's interval needs at least 2 clicks and 2 non-clicks; the test split "
+        "has 1 clicks and 50 non-clicks"
+        in text
         and "nan" not in text.lower()
     )
     fault_report(
@@ -277,6 +287,23 @@ def test_undefined_delong_interval_is_reported_as_undefined(fault_report):
 
 
 @pytest.mark.integration
+def test_a_zero_width_interval_is_no_comparison(fault_report):
+    labels = np.array([1, 1, 1, 0, 0, 0])  # a six-row test day both models rank perfectly
+    candidate, champion_scores = np.array([0.9, 0.8, 0.7, 0.3, 0.2, 0.1]), np.full(6, 0.5)
+    champion_scores[:3] += 0.1
+    comparison = delong(candidate, champion_scores, labels)
+    assert comparison["ci_low"] == comparison["ci_high"]  # se 0: zero width
+    verdict = decide(1.0, {"status": "scored", "version": 2}, comparison, GateRule(min_auc=0.5))
+    assert not verdict["blessed"]
+    assert "undefined (a zero-width interval" in verdict["reasons"][1]
+    assert "the test split has 3 clicks and 3 non-clicks" in verdict["reasons"][1]
+    fault_report(
+        "evaluate",
+        "a six-row test day: DeLong's interval has zero width",
+        "an undefined comparison (not 'as good'): the champion stays under the default policy",
+    )
+
+
 def test_validation_split_with_one_label_is_refused(tiny_dataset, tmp_path, fault_report):
     from components.common.storage import atomic_write_json
     from components.train.data import DatasetError

@@ -217,6 +217,31 @@ def test_user_given_names_cannot_escape_the_storage_root(tmp_path, fault_report)
     )
 
 
+@pytest.mark.parametrize("link", ["runs/planted", "runs", "datasets"])
+def test_a_symlinked_folder_is_refused_before_anything_is_written(
+    link, tmp_path, capsys, fault_report
+):
+    from pipelines.local import main
+
+    root, outside, raw = tmp_path / "root", tmp_path / "outside", tmp_path / "raw"
+    (raw / "dt=2026-01-01").mkdir(parents=True)
+    outside.mkdir()
+    (root / link).parent.mkdir(parents=True, exist_ok=True)
+    (root / link).symlink_to(outside)
+    code = main(
+        ["--config", "configs/debug.json", "--data", str(raw), "--root", str(root)]
+        + ["--run-id", "planted"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "is outside the storage root" in err and err.count("\n") == 1, err
+    assert list(outside.iterdir()) == []  # no lock, parameters or logs written through it
+    fault_report(
+        "security",
+        f"make run with {link}/ a symlink out of the storage root",
+        "refused before the first write (lock, parameters, logs), naming the folder",
+    )
+
+
 def findings(text: str) -> list[str]:
     return [
         kind

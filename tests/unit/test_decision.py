@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from components.evaluate.decision import GateRule, decide
+from components.evaluate.decision import GateRule, comparison_defined, decide
 
 RULE = GateRule(min_auc=0.6, tolerance=0.002)
 
@@ -197,8 +197,9 @@ def test_an_undefined_comparison_follows_the_unusable_policy(policy, blessed, en
     assert verdict["blessed"] is blessed
     assert verdict["reasons"] == [
         "test AUC 0.7000 >= min_auc 0.6000",
-        "AUC vs champion v3: undefined (DeLong's interval needs at least 2 clicks and 2 non-clicks in the "
-        f"test split; it has 1 and 40); policy if_champion_unusable={policy}: {ending}",
+        "AUC vs champion v3: undefined (DeLong's interval needs at least 2 clicks and 2 non-clicks; "
+        f"the test split has 1 clicks and 40 non-clicks); policy if_champion_unusable={policy}: "
+        f"{ending}",
     ]
     # the floor still rules
     assert not decide(
@@ -207,3 +208,20 @@ def test_an_undefined_comparison_follows_the_unusable_policy(policy, blessed, en
         nan,
         GateRule(min_auc=0.6, if_champion_unusable=policy),
     )["blessed"]
+
+
+@pytest.mark.parametrize(
+    "low,high,defined",
+    [(-0.01, 0.02, True), (0.01, 0.01, False), (0.0, 0.0, False), (-0.01, math.inf, False)],
+)
+def test_only_an_interval_of_positive_finite_width_is_a_comparison(low, high, defined):
+    comparison = {"delta": 0.0, "ci_low": low, "ci_high": high, "positives": 3, "negatives": 3}
+    assert comparison_defined(comparison) is defined
+    verdict = decide(0.9, {"status": "scored", "version": 2}, comparison, GateRule(min_auc=0.5))
+    assert verdict["blessed"] is defined
+    if low == high:
+        assert verdict["reasons"][1] == (
+            "AUC vs champion v2: undefined (a zero-width interval, no evidence either way; the "
+            "test split has 3 clicks and 3 non-clicks); policy if_champion_unusable=block: "
+            "not blessed, the champion stays"
+        )
