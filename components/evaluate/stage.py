@@ -35,7 +35,13 @@ from components.evaluate import report
 from components.evaluate.decision import GateRule, decide
 from components.evaluate.metrics import calibration, delong, roc_points, summarize
 from components.train.data import DatasetError, load_meta, require_both_labels
-from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
+from components.train.inference import (
+    check_inputs,
+    load_scorer,
+    predict_logits,
+    sigmoid,
+    split_rows,
+)
 from components.train.model import Vocab
 
 log = get_logger(__name__)
@@ -107,7 +113,13 @@ def evaluate(config: EvaluateConfig) -> dict:
         f" and champion v{champion['version']}" if champion_model is not None else "",
     )
     labels, users, candidate_logits, champion_probs = [], [], [], []
-    for batch in split_rows(config.data, "test", meta, config.batch):
+    for start, batch in enumerate_rows(split_rows(config.data, "test", meta, config.batch)):
+        try:  # the ids serving checks: out of range they read a wrong row or crash in torch
+            check_inputs(batch, vocab)
+        except ValueError as exc:
+            raise EvaluateError(
+                f"{config.data}: test rows {start}..{start + len(batch['label']) - 1}: {exc}"
+            ) from None
         labels.append(batch["label"].astype(np.float64))
         users.append(batch["user_key"])
         candidate_logits.append(predict_logits(candidate.model, [batch]))
@@ -128,10 +140,18 @@ def evaluate(config: EvaluateConfig) -> dict:
                 )
     y, groups = np.concatenate(labels), np.concatenate(users)
     prob = sigmoid(np.concatenate(candidate_logits))
+    if not np.isfinite(prob).all():  # a diverged model: its AUC would depend on row order
+        raise EvaluateError(
+            f"{config.checkpoint}: the candidate scores {int((~np.isfinite(prob)).sum())} of "
+            f"{len(prob)} test rows NaN or infinite (training diverged); not evaluated"
+        )
     candidate_metrics = summarize(prob, y, groups, config.bins)
     curves = {"candidate": roc_points(prob, y)}
     bins = {"candidate": calibration(prob, y, config.bins)["bins"]}
     comparison = None
+    if champion_model is not None and not np.isfinite(np.concatenate(champion_probs)).all():
+        champion = {**champion, "status": "unusable", "reason": "scores NaN or infinite"}
+        champion_model = None
     if champion_model is not None:
         champion_prob = np.concatenate(champion_probs)
         champion = {**champion, "metrics": summarize(champion_prob, y, groups, config.bins)}
@@ -179,6 +199,14 @@ def evaluate(config: EvaluateConfig) -> dict:
 
 
 EXPERIMENT = "dailyrec-evaluate"
+
+
+def enumerate_rows(batches):
+    """(first row, batch) of consecutive batches."""
+    start = 0
+    for batch in batches:
+        yield start, batch
+        start += len(batch["label"])
 
 
 @contextlib.contextmanager

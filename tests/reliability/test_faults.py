@@ -416,3 +416,56 @@ def test_interrupted_pipeline_rerun_completes_consistently(tmp_path, fault_repor
         "the re-run reuses the dataset, resumes training from the checkpoint, registers exactly one "
         "version as champion",
     )
+
+
+# ----------------------------------------------------------------------------- evaluate's inputs
+
+
+def test_evaluate_refuses_out_of_range_ids_and_non_finite_scores(
+    tiny_dataset, tmp_path, fault_report
+):
+    import shutil
+
+    import numpy as np
+    import torch
+
+    from components.evaluate.stage import EvaluateConfig, EvaluateError, evaluate
+    from components.train.checkpoint import load_checkpoint
+
+    train(
+        TrainConfig(
+            data=str(tiny_dataset),
+            out=str(tmp_path / "t"),
+            plan=plan_file(tmp_path / "p.json", micro_batch=512, max_epochs=1),
+        )
+    )
+    best = tmp_path / "t" / "best.pt"
+    # a damaged dataset: one test row's item id past the hash buckets
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tiny_dataset, damaged)
+    items = np.load(damaged / "test" / "target_item.npy", mmap_mode="r+")
+    items[1234] = 10**6
+    items.flush()
+    with pytest.raises(
+        EvaluateError, match=r"test rows 0\.\.2499: model input target_item: values"
+    ) as bad_id:
+        evaluate(EvaluateConfig(data=str(damaged), checkpoint=str(best), out=str(tmp_path / "e1")))
+    # a diverged model: NaN weights score NaN, whose AUC would depend on row order
+    state = load_checkpoint(best)
+    state["model"] = {k: torch.full_like(v, float("nan")) for k, v in state["model"].items()}
+    torch.save(state, tmp_path / "nan.pt")
+    with pytest.raises(EvaluateError, match="NaN or infinite .*not evaluated") as nan:
+        evaluate(
+            EvaluateConfig(
+                data=str(tiny_dataset),
+                checkpoint=str(tmp_path / "nan.pt"),
+                out=str(tmp_path / "e2"),
+            )
+        )
+    assert not (tmp_path / "e1").exists() and not (tmp_path / "e2").exists()
+    fault_report(
+        "evaluate",
+        "a test row whose item id lies past the hash buckets; a model whose weights are NaN",
+        f"refused naming the rows and column ({str(bad_id.value)[-60:]}); "
+        f"the NaN model is not evaluated ({str(nan.value)[-45:]})",
+    )
