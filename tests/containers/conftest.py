@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from pipelines.containers import engine
+from pipelines.task_containers import image_present
 
 IMAGES_ENV = "DAILYREC_IMAGES"
 """``REGISTRY:TAG`` of the images under test (``make test-images`` sets it; default localhost:dev)."""
@@ -27,11 +28,7 @@ def images() -> tuple[str, dict[str, str]]:
     if found is None:
         problem = "no container engine answers (install docker or podman)"
     else:
-        missing = [
-            ref
-            for ref in wanted.values()
-            if subprocess.run([found, "image", "inspect", ref], capture_output=True).returncode
-        ]
+        missing = [ref for ref in wanted.values() if not image_present(found, ref)]
         if missing:
             problem = f"images not built: {', '.join(missing)} (make images)"
     if problem:
