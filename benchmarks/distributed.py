@@ -9,6 +9,7 @@ of the rendered TrainJob, same input and global batch (``make bench-distributed`
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -57,6 +58,7 @@ def preprocess_on(engine: str, image: str, root: Path, workers: int, attempt: in
         DaskTarget(image=image, worker_cpu="1", worker_memory="3Gi"),
         run_id="bench",
     )
+    spec = with_secret_values(spec, dict(os.environ))
     cluster = Containers(engine, str(root), MOUNT_PATH)
     try:
         url, _ = cluster.daskcluster(spec, uuid.uuid4().hex[:8])
@@ -182,6 +184,23 @@ def readme_table(result: dict) -> str:
         "distributed paths run and agree (bytes, AUC), not how they scale across machines."
     )
     return "\n".join(lines)
+
+
+def with_secret_values(spec: dict, environ: dict[str, str]) -> dict:
+    """A copy of a DaskCluster whose Secret-backed variables hold their values from ``environ``, as
+    the kubelet fills them from the Secret (dropped where unset): to run the rendered pods as
+    containers outside Kubernetes."""
+    spec = json.loads(json.dumps(spec))
+    for role in ("scheduler", "worker"):
+        for container in spec["spec"][role]["spec"]["containers"]:
+            resolved = []
+            for entry in container.get("env") or []:
+                if "secretKeyRef" not in (entry.get("valueFrom") or {}):
+                    resolved.append(entry)
+                elif environ.get(entry["name"]):
+                    resolved.append({"name": entry["name"], "value": environ[entry["name"]]})
+            container["env"] = resolved
+    return spec
 
 
 def main(argv: list[str] | None = None) -> int:

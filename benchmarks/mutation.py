@@ -643,15 +643,15 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("hashing", "dictionary = pa.array(uniques, )"): _H_NUMPY_TYPE,
     (
         "hashing",
-        "hash_array(text, hash_key=HASH_KEY, categorize=None).view(np.int64)",
+        "hash_array(text, hash_key=key or id_hash_key(), categorize=None).view(np.int64)",
     ): _H_CATEGORIZE,
     (
         "hashing",
-        "hash_array(text, hash_key=HASH_KEY, ).view(np.int64)",
+        "hash_array(text, hash_key=key or id_hash_key(), ).view(np.int64)",
     ): _H_CATEGORIZE,
     (
         "hashing",
-        "hash_array(text, hash_key=HASH_KEY, categorize=True).view(np.int64)",
+        "hash_array(text, hash_key=key or id_hash_key(), categorize=True).view(np.int64)",
     ): _H_CATEGORIZE,
     ("hashing", "else np.zeros(0, None)"): _H_NO_KEYS,
     ("hashing", "else np.zeros(0, )"): _H_NO_KEYS,

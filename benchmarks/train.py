@@ -43,7 +43,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from benchmarks.measure import machine
 from benchmarks.readme import dataset_benchmark_parser, publish, rate, require_dataset
-from components.common.dataset import SPLITS
+from components.common.dataset import FILES_KEY, SPLITS, record_files
 from components.common.plan import TrainPlan, write_plan
 from components.common.storage import atomic_write_json
 from components.train.data import BATCH_SPEC, load_meta
@@ -87,6 +87,7 @@ def subset_dataset(src: Path, dst: Path, rows: int, eval_rows: int) -> dict:
             rows=n, positives=positives, positive_rate=positives / n if n else 0.0
         )
     new["benchmark_subset"] = {"source": str(src), "rows": taken, "how": "first rows of each split"}
+    new[FILES_KEY] = record_files(dst)
     atomic_write_json(dst / "meta.json", new)
     return new
 

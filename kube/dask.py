@@ -18,7 +18,7 @@ import copy
 import hashlib
 import re
 
-from kube.types import STORAGE, DaskTarget, memory_quantity, quantity
+from kube.types import ID_KEY_ENV, STORAGE, DaskTarget, memory_quantity, quantity
 
 DATASET_BYTES_PER_ROW = 320
 """Dataset bytes per raw row at seq_len 20: 314 measured on the sample (see above), rounded up."""
@@ -176,4 +176,6 @@ def cluster_spec(
             container.setdefault("env", []).append(
                 {"name": "DASK_TEMPORARY_DIRECTORY", "value": "/tmp"}
             )
+            if role == "worker":  # workers hash the ids: the deployment's key, never a value here
+                container["env"].append(copy.deepcopy(ID_KEY_ENV))
     return spec

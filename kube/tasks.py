@@ -11,7 +11,9 @@ from kfp import kubernetes
 from components.common.attempts import RUN_ID_ENV
 from components.common.monitoring import PUSHGATEWAY_ENV
 from components.register.integrity import SIGNING_KEY_ENV
-from kube.types import MOUNT_PATH, PVC
+from kube.types import ID_KEY_ENV, ID_KEY_SECRET, MOUNT_PATH, PVC
+
+KEY_ENV = ID_KEY_ENV["name"]
 
 WORKFLOW_ENV = "KFP_WORKFLOW"
 """The Argo Workflow of the task's run (from the pod's label): the training launcher reads it on
@@ -26,6 +28,8 @@ SIGNING_CLIENTS = ("train-op", "evaluate-op", "register-op", "tune-op")
 """MLflow clients that load or register models: only they get the model-signing key."""
 SIGNING_SECRET = "dailyrec-model-signing"
 """Optional Secret with key ``key``: the HMAC key that signs registered models' digests."""
+ID_KEY_CLIENTS = ("preprocess-op",)
+"""Tasks that hash raw ids (with their Dask workers, kube/dask.py): only they get the id secret."""
 MONITORING_CONFIG = "dailyrec-monitoring"
 """Optional ConfigMap with key ``pushgateway`` (e.g. http://pushgateway.monitoring:9091): where the exit
 handler pushes the run's outcome (docs/cluster.md, Monitoring)."""
@@ -59,6 +63,10 @@ def on_cluster(task, name: str):
     kubernetes.use_field_path_as_env(task, RUN_ID_ENV, "metadata.labels['pipeline/runid']")
     if name in ("train-op", "tune-op"):  # on SIGTERM: was the run cancelled, or the pod drained?
         kubernetes.use_field_path_as_env(task, WORKFLOW_ENV, f"metadata.labels['{WORKFLOW_LABEL}']")
+    if name in ID_KEY_CLIENTS:  # required: ids hashed under a public key would be reversible
+        kubernetes.use_secret_as_env(
+            task, secret_name=ID_KEY_SECRET, secret_key_to_env={"key": KEY_ENV}
+        )
     if name in MLFLOW_CLIENTS:
         mlflow_client(task, signing=name in SIGNING_CLIENTS)
     if (

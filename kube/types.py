@@ -46,6 +46,15 @@ class Storage:
 
 
 STORAGE = Storage()
+
+ID_KEY_SECRET = "dailyrec-id-key"
+"""Secret with key ``key``: the deployment's id secret (components.common.hashing), which the pods
+that hash raw ids (preprocess, its Dask workers, serving) read as ``$DAILYREC_ID_KEY``; ``make
+deploy`` creates it with a random value where it is missing."""
+ID_KEY_ENV = {
+    "name": "DAILYREC_ID_KEY",  # components.common.hashing.KEY_ENV (kube/ imports no pandas)
+    "valueFrom": {"secretKeyRef": {"name": ID_KEY_SECRET, "key": "key"}},
+}
 PVC, MOUNT_PATH = STORAGE.pvc, STORAGE.mount_path
 
 

@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ import yaml
 
 from components.common.cli import Exit, HelpFormatter, cli_parser, exit_for
 from components.common.images import IMAGE_REPOS
-from kube.types import MOUNT_PATH, NAMESPACE
+from kube.types import ID_KEY_SECRET, MOUNT_PATH, NAMESPACE
 from pipelines.daily import PIPELINE_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -583,6 +584,7 @@ def deploy(
         if run_command(apply, check=False).returncode != 0:
             raise DeployError(f"kubectl apply failed: {' '.join(apply)}")
         record["steps"].append({"step": "apply", "command": apply})
+        record["steps"].append({"step": "id-key", "created": ensure_id_key(run_command)})
         publisher = Publisher(client, profile_namespace())
         pipeline_id, version_id, created = publisher.pipeline_version(package, version)
         record["steps"].append(
@@ -599,6 +601,39 @@ def deploy(
         )
     atomic_write_json(out / "deploy.json", record)
     return record
+
+
+def ensure_id_key(run_command: Any = subprocess.run, namespace: str = NAMESPACE) -> bool:
+    """The Secret with the deployment's id secret (components.common.hashing): created with 32
+    random bytes where missing, never replaced (a new key re-buckets every id, and the models then
+    refuse to load). The value reaches kubectl on its stdin, never in its arguments; whether it
+    was created comes back."""
+    get = [kubectl(), "get", "secret", ID_KEY_SECRET, "-n", namespace, "-o", "name"]
+    found = run_command([*get, "--ignore-not-found"], check=False, capture_output=True, text=True)
+    if found.returncode != 0:
+        raise DeployError(f"kubectl get secret {ID_KEY_SECRET} failed: {found.stderr.strip()}")
+    if found.stdout.strip():
+        return False
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": ID_KEY_SECRET,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/part-of": "dailyrec"},
+        },
+        "type": "Opaque",
+        "stringData": {"key": secrets.token_urlsafe(32)},
+    }
+    create = [kubectl(), "create", "-f", "-"]
+    done = run_command(
+        create, check=False, input=json.dumps(secret), capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise DeployError(f"kubectl create secret {ID_KEY_SECRET} failed: {done.stderr.strip()}")
+    log_line = f"created Secret {namespace}/{ID_KEY_SECRET}: the id secret of this deployment"
+    print(log_line, file=sys.stderr)
+    return True
 
 
 def _kfp_api_errors() -> tuple[type[Exception], ...]:

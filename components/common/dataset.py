@@ -6,6 +6,7 @@ preprocessing stack to learn the array layout.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -69,9 +70,66 @@ def folder_name(end_date: str, fingerprint: str) -> str:
     return f"{end_date}-{fingerprint[:KEY_DIGEST_CHARS]}"
 
 
+FILES_KEY = "files"
+"""meta.json's record of every file the dataset holds: relative path -> {bytes, sha256}."""
+
+
+def file_digest(path: str | Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def record_files(data_dir: str | Path) -> dict[str, dict]:
+    """Size and SHA-256 of every file under a dataset folder but meta.json (written at the end),
+    for meta.json's ``files``: what :func:`verify_files` checks before the dataset is used."""
+    root = Path(data_dir)
+    return {
+        p.relative_to(root).as_posix(): {"bytes": p.stat().st_size, "sha256": file_digest(p)}
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.relative_to(root).as_posix() != "meta.json"
+    }
+
+
+def verify_files(data_dir: str | Path, meta: dict, content: bool = True) -> None:
+    """Every file meta.json records is there, as written (size, then SHA-256 unless not
+    ``content``: the cheap check of every load), and no other file is (a dataset changed after
+    preprocess wrote it is refused); :class:`DatasetMismatch` names the file."""
+    root = Path(data_dir)
+    recorded = meta.get(FILES_KEY)
+    if not isinstance(recorded, dict) or not recorded:
+        raise DatasetMismatch(
+            f"{root}: meta.json records no file digests (written by an older preprocess); "
+            "preprocess the window again"
+        )
+    present = {
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*")
+        if p.is_file() and p.relative_to(root).as_posix() != "meta.json"
+    }
+    extra = sorted(present - set(recorded))
+    if extra:
+        raise DatasetMismatch(f"{root / extra[0]}: a file preprocess did not write")
+    for name, want in recorded.items():
+        path = root / name
+        if name not in present:
+            raise DatasetMismatch(f"{path}: missing from the dataset preprocess wrote")
+        if path.stat().st_size != want.get("bytes"):
+            raise DatasetMismatch(
+                f"{path}: {path.stat().st_size} bytes, preprocess wrote {want.get('bytes')}: "
+                "changed since"
+            )
+    for name, want in recorded.items() if content else ():  # after every size: cheap ones first
+        if file_digest(root / name) != want.get("sha256"):
+            raise DatasetMismatch(
+                f"{root / name}: its content is not what preprocess wrote (SHA-256 differs): "
+                "changed since; preprocess the window again (force)"
+            )
+
+
 def check_fingerprint(data_dir: str | Path, expected: str) -> dict:
-    """The folder's meta.json, when it records the ``expected`` fingerprint; :class:`DatasetMismatch` when
-    not: a cached preprocess output whose folder was deleted or rebuilt for another key is never used."""
+    """The folder's meta.json, when it records the ``expected`` fingerprint and every file is as
+    written (:func:`verify_files`); :class:`DatasetMismatch` when not: a cached preprocess output
+    whose folder was deleted, rebuilt for another key or changed since is never used."""
     meta_path = Path(data_dir) / "meta.json"
     try:
         meta = json.loads(meta_path.read_text())
@@ -89,6 +147,7 @@ def check_fingerprint(data_dir: str | Path, expected: str) -> dict:
             f"expected {expected[:KEY_DIGEST_CHARS]}: the folder holds another dataset; run "
             "again with caching off for preprocess to rebuild it"
         )
+    verify_files(data_dir, meta)
     return meta
 
 

@@ -12,15 +12,27 @@ is ``"42"``), nothing else (``"007"`` is not ``"7"``). A float or decimal that i
 already rounded distinct ids together) is *invalid*: the caller quarantines
 the row. ``NaN``, null and the empty string are *null*.
 
-The 64-bit key is SipHash-2-4 of the UTF-8 text (or the raw bytes) under a
-fixed 16-byte key, then the splitmix64 finalizer: exactly what pandas'
+The 64-bit key is SipHash-2-4 of the UTF-8 text (or the raw bytes) under the
+deployment's 16-byte id key (:func:`id_hash_key`), then the splitmix64 finalizer: exactly what pandas'
 ``hash_array`` computes for object arrays, pinned by a pure-Python reference
 in the tests so that a change in pandas cannot silently re-bucket every id.
 Buckets are ``1 + key % (buckets - 1)``: bucket 0 is reserved for padding and
 missing values.
+
+The id key is a per-deployment secret: ``$DAILYREC_ID_KEY`` (locally an
+environment variable, on the cluster the Secret ``dailyrec-id-key``). Without
+it ids hash under the public :data:`HASH_KEY`, which is meant for generated
+data only: anyone can hash candidate ids under a public key and so reverse
+every key a dataset or a model version holds. Datasets and model versions
+record the key by :func:`key_fingerprint`, never in plain text.
 """
 
 from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import os
 
 import numpy as np
 import pandas as pd
@@ -28,8 +40,46 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pandas.util import hash_array
 
-HASH_KEY = "dailyrec-ids-v1!"  # 16 bytes; changing it re-buckets every id (a new schema version)
+HASH_KEY = "dailyrec-ids-v1!"
+"""The public default id key (16 bytes), for generated data only."""
+KEY_ENV = "DAILYREC_ID_KEY"
+"""The environment variable holding this deployment's id secret."""
+MIN_SECRET_CHARS = 16
 PAD = 0
+
+
+class IdKeyError(ValueError):
+    """The id secret is unusable, or a model and the current key disagree (one line)."""
+
+
+def id_hash_key(environ=None) -> str:
+    """The 16-character SipHash key of this deployment: derived from ``$DAILYREC_ID_KEY`` (surrounding
+    blanks, such as a file's final newline, ignored), else the public :data:`HASH_KEY`."""
+    secret = (os.environ if environ is None else environ).get(KEY_ENV, "").strip()
+    return _derived_key(secret) if secret else HASH_KEY
+
+
+@functools.lru_cache(maxsize=8)
+def _derived_key(secret: str) -> str:
+    if len(secret) < MIN_SECRET_CHARS:
+        raise IdKeyError(
+            f"${KEY_ENV} has {len(secret)} characters; an id secret has at least "
+            f"{MIN_SECRET_CHARS} (for example: openssl rand -base64 24)"
+        )
+    # pandas takes a 16-byte UTF-8 key: 16 base64 characters of a digest carry 96 bits of it
+    digest = hashlib.sha256(b"dailyrec-ids\0" + secret.encode()).digest()
+    return base64.urlsafe_b64encode(digest).decode()[:16]
+
+
+def key_fingerprint(key: str | None = None) -> str:
+    """16 hex digits naming an id key without revealing it (the current key by default)."""
+    key = id_hash_key() if key is None else key
+    return hashlib.sha256(b"dailyrec-id-key\0" + key.encode()).hexdigest()[:16]
+
+
+def is_public_key(key: str | None = None) -> bool:
+    return (id_hash_key() if key is None else key) == HASH_KEY
+
 
 ID_BLANKS = " \t\r\n\f\v"  # trimmed around text ids: "u1, i2" in a hand-made CSV is the id "i2"
 # Floats hold every integer exactly only up to 2**(mantissa bits + 1).
@@ -53,8 +103,11 @@ def id_type_problem(type_: pa.DataType) -> str | None:
     return f"type {type_} cannot hold ids; expected integers, strings, binary, or integral decimals/floats"
 
 
-def id_keys(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """64-bit stable keys (as int64), a null mask and an invalid mask for a column of ids.
+def id_keys(
+    values: pa.Array | pa.ChunkedArray, key: str | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """64-bit stable keys (as int64), a null mask and an invalid mask for a column of ids, under
+    ``key`` (default: :func:`id_hash_key`).
 
     Works on distinct values only (Arrow's dictionary encoding), so text
     conversion and hashing run once per distinct id, not once per row. Keys are
@@ -92,7 +145,7 @@ def id_keys(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray,
         dictionary = encoded.dictionary
     text, status = _canonical(dictionary, exact)  # status: 0 ok, 1 null, 2 invalid
     keys = (
-        hash_array(text, hash_key=HASH_KEY, categorize=False).view(np.int64)
+        hash_array(text, hash_key=key or id_hash_key(), categorize=False).view(np.int64)
         if len(text)
         else np.zeros(0, np.int64)
     )
@@ -102,7 +155,7 @@ def id_keys(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray,
     return out.astype(np.int64), row_status == 1, row_status == 2
 
 
-def hash_ids(values) -> tuple[np.ndarray, np.ndarray]:
+def hash_ids(values, key: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Keys and an unusable mask (null or invalid) for ids given as pandas/numpy/list values.
 
     For callers outside the Arrow path (tests, tools): the values become an
@@ -118,7 +171,7 @@ def hash_ids(values) -> tuple[np.ndarray, np.ndarray]:
         OverflowError,
     ):  # mixed types: one by one
         array = pa.array([_canonical_value(v) for v in values], pa.large_binary())
-    keys, null, invalid = id_keys(array)
+    keys, null, invalid = id_keys(array, key)
     return keys, null | invalid
 
 

@@ -19,8 +19,25 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def finite_scores(scores) -> np.ndarray:
+    """``scores`` as an array, refused (``ValueError``) when any is NaN or infinite: NaN has no
+    rank, so a metric of such scores would depend on row order."""
+    scores = np.asarray(scores)
+    bad = ~np.isfinite(scores)
+    if bad.any():
+        raise ValueError(
+            f"{int(bad.sum()):,} of {len(scores):,} scores are NaN or infinite (first at row "
+            f"{int(np.flatnonzero(bad)[0])}): a model scoring them is broken; no metric of them"
+        )
+    return scores
+
+
 def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Exact ROC AUC (Mann-Whitney, ties count half), equal to scikit-learn's; NaN without both classes."""
+    """Exact ROC AUC (Mann-Whitney, ties count half), equal to scikit-learn's; NaN without both classes.
+
+    Scores must be finite: NaN has no rank (the AUC of NaN scores would depend on row order), so
+    a ``ValueError`` names how many are not."""
+    scores = finite_scores(scores)
     labels = np.asarray(labels).astype(bool)
     positives = int(labels.sum())
     negatives = len(labels) - positives

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,16 @@ class TrainPlan:
     """Free-form notes (ignored by the trainer)."""
 
     def __post_init__(self) -> None:
+        # types first: a NaN, an infinity or a string fails every comparison below silently
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", "float", "bool") and (
+                isinstance(value, bool) != (f.type == "bool")
+                or not isinstance(value, int if f.type in ("int", "bool") else int | float)
+            ):
+                raise ValueError(f"plan.train.{f.name} must be {f.type}, got {value!r}")
+            if f.type == "float" and not math.isfinite(value):
+                raise ValueError(f"plan.train.{f.name} must be a finite number, got {value!r}")
         for name in (
             "micro_batch",
             "grad_accum",

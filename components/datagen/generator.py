@@ -656,6 +656,39 @@ def _check_replaceable(out: Path) -> None:
         raise ValueError(
             f"out {out} is a non-empty folder without {SUMMARY_FILE}; refusing to replace it"
         )
+    if out.is_dir() and (out / SUMMARY_FILE).is_file():
+        foreign = _not_written(out)
+        if foreign:  # replacing the folder would delete them without a word
+            raise ValueError(
+                f"{foreign[0]}: not written by datagen (its {SUMMARY_FILE} does not record it"
+                f"{f', nor {len(foreign) - 1} more' if len(foreign) > 1 else ''}); replacing "
+                f"{out} would delete it: move it out, or generate into another --out; nothing "
+                "was changed"
+            )
+
+
+def _not_written(out: Path) -> list[Path]:
+    """Paths under ``out`` that the dataset's datagen.json does not account for."""
+    try:
+        parts = json.loads((out / SUMMARY_FILE).read_text())["parts_per_day"]
+        expected = {
+            schema.day_folder_name(dt.date.fromisoformat(day)): {
+                f"part-{i:05d}.parquet" for i in range(int(n))
+            }
+            for day, n in parts.items()
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{out / SUMMARY_FILE}: cannot read which days it wrote ({exc})") from None
+    foreign = []
+    for root in (out, out / TRUTH_DIR):
+        for entry in sorted(root.iterdir()) if root.is_dir() else ():
+            if root == out and entry.name in (SUMMARY_FILE, TRUTH_DIR):
+                continue
+            if not entry.is_dir() or entry.name not in expected:
+                foreign.append(entry)
+                continue
+            foreign += [f for f in sorted(entry.iterdir()) if f.name not in expected[entry.name]]
+    return foreign
 
 
 def _id_names(config: DatagenConfig) -> dict[str, pa.Array] | None:

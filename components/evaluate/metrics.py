@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from components.common.metrics import average_ranks, roc_auc
+from components.common.metrics import average_ranks, finite_scores, roc_auc
 
 __all__ = ["calibration", "delong", "gauc", "logloss", "roc_points", "summarize"]
 
@@ -31,7 +31,7 @@ def _vectors(*arrays: Any) -> list[np.ndarray]:
 
 def logloss(prob: np.ndarray, labels: np.ndarray, eps: float = 1e-7) -> float:
     """Mean binary cross-entropy; clipping keeps one confident mistake from making it infinite."""
-    prob, labels = _vectors(prob, labels)
+    prob, labels = _vectors(finite_scores(prob), labels)
     if len(prob) == 0:
         return math.nan
     p = np.clip(prob.astype(np.float64), eps, 1.0 - eps)
@@ -47,7 +47,7 @@ def gauc(scores: np.ndarray, labels: np.ndarray, groups: np.ndarray) -> dict[str
     out. Vectorized: one lexsort by (group, score), tie-aware mid-ranks within each group, and
     per-group sums with ``np.bincount`` -- no Python loop per user.
     """
-    scores, labels, groups = _vectors(scores, labels, groups)
+    scores, labels, groups = _vectors(finite_scores(scores), labels, groups)
     n = len(scores)
     if n == 0:
         return {"gauc": math.nan, "groups": 0, "groups_counted": 0, "rows_counted": 0}
@@ -95,7 +95,7 @@ def calibration(prob: np.ndarray, labels: np.ndarray, bins: int = 20) -> dict[st
     leave most bins empty and put nearly every row in one or two; equal-mass bins give each bin
     the same number of rows and hence comparable noise.
     """
-    prob, labels = _vectors(prob, labels)
+    prob, labels = _vectors(finite_scores(prob), labels)
     if bins < 1:
         raise ValueError(f"bins must be >= 1, got {bins}")
     n = len(prob)
@@ -200,7 +200,7 @@ def delong(
     With a single positive or a single negative the variance is undefined and se, the interval,
     z and p_value come back NaN.
     """
-    scores_a, scores_b, labels = _vectors(scores_a, scores_b, labels)
+    scores_a, scores_b, labels = _vectors(finite_scores(scores_a), finite_scores(scores_b), labels)
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     y = labels.astype(bool)

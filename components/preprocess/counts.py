@@ -43,7 +43,8 @@ NEVER_SECONDS = 30 * 86_400
 GLOBAL_COLUMNS = DENSE_FEATURES[: 3 * len(GLOBAL_ENTITIES)]
 """The dense columns :class:`CounterState` computes (the rest come from :func:`user_features`)."""
 """Cap of the time-since features, and their value when nothing happened before."""
-_NEVER = np.iinfo(np.int64).min
+NEVER_TS = np.iinfo(np.int64).min
+"""The timestamp of "never" (no earlier exposure or click)."""
 # An odd 64-bit constant: user_key * MIX + other spreads (user, item/category) pairs over int64.
 _MIX = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15 as int64
 
@@ -138,7 +139,7 @@ class CounterState:
             imps, clicks, totals = _earlier(keys, ts, label)
             imps = imps + table.lookup(keys, "impressions", 0)
             clicks = clicks + table.lookup(keys, "clicks", 0)
-            columns += _count_columns(imps, clicks, prior)
+            columns += count_columns(imps, clicks, prior)
             if fold:
                 table.merge(*totals)
         if fold:
@@ -166,9 +167,9 @@ def user_features(
     counts, recency = [], []
     for entity in USER_ENTITIES:
         imps, clicks, _ = _earlier(keys[entity], ts, label)
-        counts += _count_columns(imps, clicks, prior)
+        counts += count_columns(imps, clicks, prior)
         exposure, click = _latest(keys[entity], ts, label)
-        recency += [_log_seconds(ts, exposure), _log_seconds(ts, click)]
+        recency += [log_seconds(ts, exposure), log_seconds(ts, click)]
     return (
         np.stack(counts + recency, axis=1).astype(np.float32)
         if len(ts)
@@ -184,13 +185,17 @@ def dense_features(global_columns: np.ndarray, user_columns: np.ndarray) -> np.n
     return out
 
 
-def _count_columns(imps: np.ndarray, clicks: np.ndarray, prior: np.ndarray) -> list[np.ndarray]:
+def count_columns(imps: np.ndarray, clicks: np.ndarray, prior: np.ndarray) -> list[np.ndarray]:
+    """An entity's three count columns (``COUNT_STATS``) from its earlier impressions and clicks."""
     rate = (clicks + PRIOR_WEIGHT * prior) / (imps + PRIOR_WEIGHT)
     return [np.log1p(imps), np.log1p(clicks), np.log(rate) - np.log1p(-rate)]
 
 
-def _log_seconds(ts: np.ndarray, before: np.ndarray) -> np.ndarray:
-    seconds = np.where(before != _NEVER, ts - np.maximum(before, ts - NEVER_SECONDS), NEVER_SECONDS)
+def log_seconds(ts: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """A recency column: log1p of the seconds since ``before`` (``NEVER_TS``: never), capped."""
+    seconds = np.where(
+        before != NEVER_TS, ts - np.maximum(before, ts - NEVER_SECONDS), NEVER_SECONDS
+    )
     return np.log1p(seconds.astype(np.float64))
 
 
@@ -231,17 +236,17 @@ def _earlier(key: np.ndarray, ts: np.ndarray, label: np.ndarray):
 
 def _latest(key: np.ndarray, ts: np.ndarray, label: np.ndarray):
     """Per row: the latest exposure and click timestamps of its key strictly before it within
-    these rows (``_NEVER`` if none)."""
+    these rows (``NEVER_TS`` if none)."""
     n = len(key)
     order, new_group, group_start, block_start = _groups(key, ts)
     t, y = ts[order], label[order]
     index = np.arange(n)
     prev = block_start - 1  # last row of an earlier timestamp (valid if in the same group)
     has_prev = prev >= group_start
-    exposure = np.where(has_prev, t[np.maximum(prev, 0)], _NEVER)
+    exposure = np.where(has_prev, t[np.maximum(prev, 0)], NEVER_TS)
     last_click_row = np.maximum.accumulate(np.where(y == 1, index, -1))
     click_row = np.where(has_prev, last_click_row[np.maximum(prev, 0)], -1)
-    click = np.where(click_row >= group_start, t[np.maximum(click_row, 0)], _NEVER)
+    click = np.where(click_row >= group_start, t[np.maximum(click_row, 0)], NEVER_TS)
     out_exposure, out_click = np.empty(n, np.int64), np.empty(n, np.int64)
     out_exposure[order], out_click[order] = exposure, click
     return out_exposure, out_click

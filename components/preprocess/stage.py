@@ -42,8 +42,23 @@ from tqdm import tqdm
 
 import components
 from components.common import schema
-from components.common.dataset import DENSE_FEATURES, SCHEMA_VERSION, SPLITS, array_specs
-from components.common.hashing import HASH_KEY
+from components.common.dataset import (
+    DENSE_FEATURES,
+    FILES_KEY,
+    SCHEMA_VERSION,
+    SPLITS,
+    DatasetMismatch,
+    array_specs,
+    record_files,
+    verify_files,
+)
+from components.common.hashing import (
+    KEY_ENV,
+    IdKeyError,
+    id_hash_key,
+    is_public_key,
+    key_fingerprint,
+)
 from components.common.progress import PhaseTimer, get_logger
 from components.common.storage import atomic_dir, atomic_write_json, remove_stale_temps
 from components.preprocess import accounting
@@ -86,6 +101,10 @@ def preprocess(config: PreprocessConfig) -> dict:
     """Run the stage; return the dataset's ``meta.json`` content."""
     timer = PhaseTimer(log)
     out = Path(config.out)
+    try:
+        id_hash_key()
+    except IdKeyError as exc:
+        raise InputError(str(exc)) from None
     for stale in remove_stale_temps(out):
         log.info("removed leftover of an interrupted run: %r", str(stale))
 
@@ -104,8 +123,23 @@ def preprocess(config: PreprocessConfig) -> dict:
 
     existing = _read_meta(out)
     if existing and existing.get("fingerprint") == fingerprint and not config.force:
-        log.info("%r is up to date (fingerprint %s); nothing to do", str(out), fingerprint[:12])
-        return existing
+        try:
+            verify_files(out, existing)
+        except DatasetMismatch as exc:  # never train on a cached dataset changed since
+            log.warning("not reusing the cached dataset: %s; building it again", exc)
+        else:
+            log.info(
+                "%r is up to date (fingerprint %s, every file as written); nothing to do",
+                str(out),
+                fingerprint[:12],
+            )
+            return existing
+    if is_public_key():
+        log.warning(
+            "ids are hashed under the public default key ($%s unset): for generated data only; "
+            "real logs need the deployment's secret (docs/security.md)",
+            KEY_ENV,
+        )
 
     with atomic_dir(out) as tmp, dask_scheduler(config.scheduler, config.workers):
         with timer.phase("validate"):
@@ -139,6 +173,15 @@ def preprocess(config: PreprocessConfig) -> dict:
                 raise InputError(
                     f"{config.raw!r}: the {split} split ({window.split_range(split)}) has no usable rows"
                 )
+            info = meta["splits"][split]
+            if info["positives"] in (0, info["rows"]):  # no AUC, no early stop, no gate: refuse now
+                raise InputError(
+                    f"{config.raw!r}: the {split} split ({window.split_range(split)}) has "
+                    f"{info['rows']:,} rows and {'no' if info['positives'] == 0 else 'only'} "
+                    "clicks (label 1): were the labels logged? a model cannot be trained and "
+                    "judged on it"
+                )
+        meta[FILES_KEY] = record_files(tmp)
         atomic_write_json(tmp / "meta.json", meta)
     log.info("wrote %r", str(out))
     return meta
@@ -290,6 +333,13 @@ def _validate(fs, pieces, window: Window, config: PreprocessConfig, tmp: Path) -
         for i, piece in enumerate(pieces)
     ]
     counts = _compute(tasks)
+    here = key_fingerprint()
+    elsewhere = sorted({c.pop("key") for c in counts} - {here})
+    if elsewhere:  # e.g. Dask workers started without the deployment's Secret
+        raise InputError(
+            f"the Dask workers hash ids under key {elsewhere[0]}, this process under {here}: give "
+            f"every worker the same ${KEY_ENV} (Secret dailyrec-id-key on the cluster)"
+        )
     accounting.check_quarantine(counts, config.max_quarantine_fraction)
     return counts
 
@@ -319,6 +369,7 @@ def _validate_piece(fs, piece: rawio.Piece, index: int, max_skew_hours: float, t
         "quarantined": {r: n for r, n in reasons.items() if n},
         "examples": examples,
         "values": {r: g[REASONS[r]].iloc[0] for r, g in groups},
+        "key": key_fingerprint(),
     }
 
 
@@ -551,7 +602,7 @@ def _fingerprint(fs, files, config: PreprocessConfig, window: Window, ignored=()
     inputs = [rawio.file_fingerprint(fs, f) for f in files]
     payload = {
         "schema_version": SCHEMA_VERSION,
-        "hash_key": HASH_KEY,
+        "id_key": key_fingerprint(),
         "inputs": inputs,
         "ignored": [[rawio.printable_path(i.path), i.reason] for i in ignored],
         "config": config.result_fields() | {"end_date": window.end.isoformat()},
@@ -616,7 +667,7 @@ def _build_meta(
             "user": config.user_buckets,
             "gap": len(GAP_EDGES_SECONDS) + 2,
             "hash": "siphash24-utf8",
-            "hash_key": HASH_KEY,
+            "key_fingerprint": key_fingerprint(),
             "padding": 0,
         },
         "splits": splits,

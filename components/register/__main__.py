@@ -1,6 +1,6 @@
 """CLI: ``python -m components.register --checkpoint FILE --metrics FILE --decision FILE
 --model-name NAME [--tracking-uri URI] [--register-unblessed] [--out DIR] [--data DIR]
-[--no-user-events]``."""
+[--no-user-state]``."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         "python -m components.register",
         "Register an evaluated model in MLflow and move its aliases.",
     )
-    add_config_flags(p, RegisterConfig, skip=("tracking_uri", "user_events"))
+    add_config_flags(p, RegisterConfig, skip=("tracking_uri", "user_state"))
     # hand-written: the default is resolved at run time (and not shown: it may hold a password)
     p.add_argument(
         "--tracking-uri",
@@ -34,8 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     # hand-written: the field defaults to True, so its flag is the switch that turns it off
     p.add_argument(
-        "--no-user-events",
-        dest="user_events",
+        "--no-user-state",
+        dest="user_state",
         action="store_false",
         help="leave the users' window events out of the model (for windows too large to ship "
         "with it); requests must then send each user's events (default: they are carried)",

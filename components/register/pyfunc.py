@@ -7,7 +7,7 @@ events; :mod:`components.score.features` describes the columns) and returns
 float32 click probabilities, one per row. Hashing, bucketing, histories and the
 count features are computed inside, by preprocess's own code, from the
 request's events or from the version's snapshot of its training window
-(``count_state.npz``, ``user_events.parquet``). ``mlflow models serve``
+(``count_state.npz``, ``user_state.npz``). ``mlflow models serve``
 answers a bad request with HTTP 400 and a one-line reason.
 
 The model carries its own copy of the ``components`` package (code_paths), so
@@ -56,7 +56,7 @@ class DailyrecModel(mlflow.pyfunc.PythonModel):
         self.scorer = load_scorer(context.artifacts["checkpoint"])
         self.layout = Layout.of(self.scorer.vocab)
         self.snapshot = Snapshot.load(
-            context.artifacts["count_state"], context.artifacts.get("user_events")
+            context.artifacts["count_state"], context.artifacts.get("user_state")
         )
 
     # pd.DataFrame: MLflow validates nothing from this hint (the logged signature names the columns)

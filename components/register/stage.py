@@ -58,7 +58,9 @@ from components.register.registry import (
 log = get_logger(__name__)
 TAG_LIMIT = 4000  # MLflow caps tag values at 5000 characters
 EXAMPLE_ROWS = 4
-USER_EVENTS_TAG = "dailyrec_user_events"
+USER_STATE_TAG = "dailyrec_user_state"
+ID_KEY_TAG = "dailyrec_id_key"
+"""The fingerprint of the id key the version's ids were hashed under (docs/security.md)."""
 
 
 class ChampionMoved(RuntimeError):
@@ -93,11 +95,12 @@ class RegisterConfig:
     out: str | None = None
     """Folder for registration.json (default: none)."""
     data: str | None = None
-    """The dataset the candidate was trained and evaluated on (its count state and user events
-    become the model's snapshot; default: the one named in ``metrics``)."""
-    user_events: bool = True
-    """Carry every user's events of the window in the model, so a request may send only ids.
-    Off for windows too large to ship with a model: requests must then send the user's events."""
+    """The dataset the candidate was trained and evaluated on (its count state and its users'
+    state become the model's snapshot; default: the one named in ``metrics``)."""
+    user_state: bool = True
+    """Carry the users' state of the window in the model (each user's last clicks and skips and
+    its counts, docs/security.md), so a request may send only ids. Off: the model holds no user,
+    and requests must send each user's events."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -270,12 +273,12 @@ def _logged_model(
 
     experiment_id = ensure_experiment(client, config.experiment, config.tracking_uri)
     snapshot = str(
-        config.user_events
+        config.user_state
     ).lower()  # a model logged with another snapshot is another model
     previous = mlflow.search_logged_models(
         experiment_ids=[experiment_id],
         output_format="list",
-        filter_string=f"tags.{KEY_TAG} = '{key}' and tags.{USER_EVENTS_TAG} = '{snapshot}'",
+        filter_string=f"tags.{KEY_TAG} = '{key}' and tags.{USER_STATE_TAG} = '{snapshot}'",
     )
     ready = [m for m in previous if str(m.status).endswith("READY")]
     if ready:
@@ -303,8 +306,11 @@ def _logged_model(
         info = log_pyfunc(
             checkpoint,
             data,
-            tags={KEY_TAG: key, USER_EVENTS_TAG: snapshot},
-            user_events=config.user_events,
+            tags={
+                KEY_TAG: key,
+                USER_STATE_TAG: snapshot,
+            },
+            user_state=config.user_state,
         )
     return info.model_uri, run.info.run_id, info.model_id
 
@@ -329,10 +335,10 @@ def snapshot_dataset(config: RegisterConfig, checkpoint: dict, metrics: dict) ->
 
 
 def log_pyfunc(
-    checkpoint: dict, data: str, tags: dict[str, str] | None = None, user_events: bool = True
+    checkpoint: dict, data: str, tags: dict[str, str] | None = None, user_state: bool = True
 ) -> Any:
     """Log the model as an MLflow pyfunc (in the active run), with the snapshot of dataset ``data``
-    (without the users' events unless ``user_events``); returns the ModelInfo."""
+    (without its users' state unless ``user_state``); returns the ModelInfo."""
     import mlflow
 
     import components
@@ -351,8 +357,8 @@ def log_pyfunc(
             },
         )
         snapshot = write_snapshot(data, Path(tmp) / "snapshot")
-        if not user_events:
-            snapshot.pop("user_events")
+        if not user_state:
+            snapshot.pop("user_state")
         return mlflow.pyfunc.log_model(
             name="model",
             python_model=str(Path(__file__).with_name("model_code.py")),
@@ -456,6 +462,7 @@ def version_tags(
         "champion_compared": str(decision.get("champion_version") or ""),
         "dataset_fingerprint": str(dataset.get("fingerprint") or ""),
         "dataset_window": json.dumps(dataset.get("window")),
+        ID_KEY_TAG: str((checkpoint.get("vocab") or {}).get("id_key", "")),
         "model_config": str((checkpoint.get("model_config") or {}).get("name", "")),
         "plan": json.dumps(checkpoint.get("plan"), sort_keys=True),
         "code_version": code_version(),

@@ -87,7 +87,7 @@ def score_day(config: ScoreConfig) -> dict:
     from components.preprocess.stage import _compute
     from components.register.integrity import WEIGHTS, resolve_model_uri, verified_download
     from components.register.stage import default_tracking_uri
-    from components.score.features import COUNT_STATE, USER_EVENTS, Layout, Snapshot
+    from components.score.features import COUNT_STATE, USER_STATE, Layout, Snapshot
     from components.train.inference import load_scorer
 
     started = time.perf_counter()
@@ -113,13 +113,13 @@ def score_day(config: ScoreConfig) -> dict:
     ):
         local = verified_download(client, name, version, model_dir)
         scorer = load_scorer(local / WEIGHTS, threads=1)
-        if not (local / "artifacts" / USER_EVENTS).is_file():
+        if not (local / "artifacts" / USER_STATE).is_file():
             raise InputError(
-                f"models:/{name}/{version} carries no users' events (registered with "
-                f"--no-user-events): batch scoring by ids needs them"
+                f"models:/{name}/{version} carries no users' state (registered with "
+                f"--no-user-state): batch scoring by ids needs them"
             )
         snapshot = Snapshot.load(
-            local / "artifacts" / COUNT_STATE, local / "artifacts" / USER_EVENTS
+            local / "artifacts" / COUNT_STATE, local / "artifacts" / USER_STATE
         )
         log.info(
             "score: %d files, %d pieces of %s with models:/%s/%s",

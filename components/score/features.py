@@ -9,7 +9,7 @@ to score:
 * optionally the user's events before it, as lists of equal length per row:
   ``events_item_id``, ``events_timestamp``, ``events_label`` (0/1) and
   ``events_category_id`` (optional). A row without them (column absent, or
-  null in that row) uses the user's events in the model's snapshot.
+  null in that row) uses its user's state in the model's snapshot.
 
 Ids are hashed and parsed by the preprocess stage's functions
 (:mod:`components.common.hashing`, :mod:`components.preprocess.clean`); the
@@ -20,6 +20,16 @@ timestamp (never the other rows of the request), and the item and category
 counts of the snapshot (the training window's :class:`CounterState` at its
 end). Given the events a dataset row had before it and the counts at its
 time, the arrays are the dataset's, bit for bit (tests/unit/test_score_features.py).
+
+A model version's snapshot of its users (:class:`UserState`, ``user_state.npz``)
+holds only what scoring a user after the window needs, never the window's events:
+each user's last ``seq_len`` clicks and last ``neg_len`` skips (item and category
+as their hash buckets' residues, with their times), and per user, per (user,
+category) and per (user, item) the impression and click counts and the last
+exposure and click times, the pairs keyed by a keyed hash (the deployment's id
+key) so that they link to no item. Rows scored from it must come after their
+user's last event in the window (what serving does); earlier ones are refused.
+What it still reveals is measured in docs/security.md.
 """
 
 from __future__ import annotations
@@ -32,8 +42,21 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from components.common.hashing import hash_ids
-from components.preprocess.counts import CounterState
+from components.common.hashing import (
+    KEY_ENV,
+    IdKeyError,
+    hash_ids,
+    is_public_key,
+    key_fingerprint,
+)
+from components.common.storage import atomic_write_bytes
+from components.preprocess.counts import (
+    NEVER_TS,
+    CounterState,
+    count_columns,
+    log_seconds,
+    pair_key,
+)
 from components.preprocess.rows import model_inputs
 from components.preprocess.sequences import duplicate_mask, sort_order
 
@@ -44,10 +67,19 @@ EVENT_OPTIONAL = ("events_category_id",)
 COLUMNS = (*REQUIRED, *OPTIONAL, *EVENT_COLUMNS, *EVENT_OPTIONAL)
 MAX_EVENTS_PER_ROW = 10_000
 """Bounds a request's memory: more events than this for one row is refused."""
+MAX_ROWS = 20_000
+"""Rows one request may score (a ranking call of one user over 10,000 candidates fits)."""
+MAX_EVENTS = 200_000
+"""Events one request may send over all its rows."""
 LATEST_SECONDS = 7_258_118_400
 """2200-01-01: timestamps must lie in 1970 .. 2200 (keeps the history key arithmetic in range)."""
-COUNT_STATE, USER_EVENTS = "count_state.npz", "user_events.parquet"
+COUNT_STATE, USER_STATE = "count_state.npz", "user_state.npz"
 EVENT_KEYS = ("user_key", "item_key", "cat_key", "ts", "label")
+ENTITIES = ("user", "user_category", "user_item")
+"""The per-user count entities (components.common.dataset.USER_ENTITIES), in dense order."""
+TOTALS = ("imps", "clicks", "exposure", "click")
+USER_COLUMNS = slice(6, 6 + 5 * len(ENTITIES))
+"""Where the user-level columns sit in ``dense`` (after the item and category counts)."""
 
 
 class RequestError(ValueError):
@@ -65,31 +97,89 @@ class Layout:
     neg_len: int
 
     @classmethod
-    def of(cls, vocab) -> Layout:
+    def of(cls, vocab, check_key: bool = True) -> Layout:
+        """The layout of a model's ``vocab``; ``check_key``: refuse (:class:`IdKeyError`) when the
+        ids it was trained on were hashed under another key than this process's."""
+        if check_key and vocab.id_key != key_fingerprint():
+            raise IdKeyError(
+                f"this model hashes ids under the key {vocab.id_key or 'of an older version'}, "
+                f"this process under {key_fingerprint()}"
+                f"{f' (${KEY_ENV} unset: the public default key)' if is_public_key() else ''}: "
+                f"set ${KEY_ENV} to the deployment's id secret the model was trained with"
+            )
         return cls(vocab.item, vocab.category, vocab.user, vocab.seq_len, vocab.neg_len)
 
 
 @dataclass
-class Snapshot:
-    """What a model version knows as of the end of its training window.
+class UserState:
+    """What a model version knows of its users at the end of its training window.
 
-    ``state``: the item and category counts; ``events``: every kept event of
-    the window, look-back days included, as key columns sorted by user (None:
-    requests must carry their events)."""
+    ``events``: each user's last ``seq_len`` clicks and last ``neg_len`` skips as key columns
+    (``item_key``/``cat_key``: bucket residues, see :func:`_residue`) sorted by user;
+    ``totals[entity]``: sorted ``key`` (the user key; for pairs :func:`pair_digest`) with the
+    entity's ``imps``, ``clicks`` and last ``exposure``/``click`` times over the whole window."""
 
-    state: CounterState
-    events: dict[str, np.ndarray] | None = None
+    events: dict[str, np.ndarray]
+    totals: dict[str, dict[str, np.ndarray]]
+
+    def save(self, path: str | Path) -> Path:
+        import io
+
+        arrays = {f"events_{k}": v for k, v in self.events.items()}
+        for entity, table in self.totals.items():
+            arrays |= {f"{entity}_{k}": v for k, v in table.items()}
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, **arrays)
+        return atomic_write_bytes(path, buffer.getvalue())
 
     @classmethod
-    def load(cls, count_state: str | Path, user_events: str | Path | None = None) -> Snapshot:
-        state = CounterState()
-        with np.load(count_state) as saved:
-            state.load_state_dict(dict(saved))
-        events = None
-        if user_events is not None:
-            frame = pd.read_parquet(user_events)
-            events = {k: frame[k].to_numpy(np.int64) for k in EVENT_KEYS}
-        return cls(state, events)
+    def load(cls, path: str | Path) -> UserState:
+        with np.load(path, allow_pickle=False) as saved:
+            events = {k: saved[f"events_{k}"].astype(np.int64) for k in EVENT_KEYS}
+            totals = {
+                e: {k: saved[f"{e}_{k}"].astype(np.int64) for k in ("key", *TOTALS)}
+                for e in ENTITIES
+            }
+        return cls(events, totals)
+
+    @classmethod
+    def of_events(cls, events: dict[str, np.ndarray], layout: Layout) -> UserState:
+        """The state of a window's kept events (key columns, any order)."""
+        order = sort_order(
+            events["user_key"],
+            events["ts"],
+            events["item_key"],
+            events["cat_key"],
+            events["label"],
+            np.zeros(len(events["ts"]), np.int8),
+        )
+        ev = {k: np.asarray(v, np.int64)[order] for k, v in events.items()}
+        user, label = ev["user_key"], ev["label"]
+        keys = {
+            "user": user,
+            "user_category": pair_digest(user, ev["cat_key"]),
+            "user_item": pair_digest(user, ev["item_key"]),
+        }
+        totals = {entity: _totals(keys[entity], ev["ts"], label) for entity in ENTITIES}
+        # the last seq_len clicks and neg_len skips of each user: all a history can show
+        keep = np.zeros(len(user), bool)
+        for wanted, length in ((1, layout.seq_len), (0, layout.neg_len)):
+            rows = np.flatnonzero(label == wanted)
+            later = _count_later(user[rows])
+            keep[rows[later < length]] = True
+        kept = {k: v[keep] for k, v in ev.items()}
+        # events of one second keep their order (a feed shows several items at once): a multiple
+        # of the modulus per rank in that second sorts as the keys did, and buckets as they do
+        u, t = kept["user_key"], kept["ts"]
+        first = np.r_[True, (u[1:] != u[:-1]) | (t[1:] != t[:-1])] if len(u) else np.ones(0, bool)
+        rank = np.arange(len(u)) - np.maximum.accumulate(np.where(first, np.arange(len(u)), 0))
+        kept["item_key"] = _residue(kept["item_key"], layout.item_buckets) + rank * (
+            layout.item_buckets - 1
+        )
+        kept["cat_key"] = np.where(
+            kept["cat_key"] == 0, 0, _residue(kept["cat_key"], layout.category_buckets)
+        )
+        return cls(kept, totals)
 
     def user_events(self, user_key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rows of ``events`` for each user: ``(row index into events, owner index into user_key)``."""
@@ -98,12 +188,100 @@ class Snapshot:
         end = np.searchsorted(keys, user_key, side="right")
         return _ranges(start, end)
 
+    def last_event(self, user_key: np.ndarray) -> np.ndarray:
+        """Each user's last event time in the window (``NEVER_TS``: not in it)."""
+        return self._lookup("user", user_key)["exposure"]
+
+    def user_columns(self, user, item, cat, ts, prior) -> np.ndarray:
+        """The user-level dense columns of rows after their users' last events, from the totals:
+        what :func:`components.preprocess.counts.user_features` gives them from every event."""
+        found = {
+            "user": self._lookup("user", user),
+            "user_category": self._lookup("user_category", pair_digest(user, cat)),
+            "user_item": self._lookup("user_item", pair_digest(user, item)),
+        }
+        counts, recency = [], []
+        for entity in ENTITIES:
+            t = found[entity]
+            counts += count_columns(t["imps"], t["clicks"], prior)
+            recency += [log_seconds(ts, t["exposure"]), log_seconds(ts, t["click"])]
+        return np.stack(counts + recency, axis=1).astype(np.float32)
+
+    def _lookup(self, entity: str, key: np.ndarray) -> dict[str, np.ndarray]:
+        table = self.totals[entity]
+        at = np.minimum(np.searchsorted(table["key"], key), max(len(table["key"]) - 1, 0))
+        hit = table["key"][at] == key if len(table["key"]) else np.zeros(len(key), bool)
+        none = {"imps": 0, "clicks": 0, "exposure": NEVER_TS, "click": NEVER_TS}
+        return {k: np.where(hit, table[k][at] if len(table[k]) else 0, none[k]) for k in TOTALS}
+
+
+def pair_digest(user_key: np.ndarray, other_key: np.ndarray) -> np.ndarray:
+    """A (user, item) or (user, category) pair as a keyed hash (the deployment's id key) of its
+    :func:`pair_key`: the pair's key minus the user's would otherwise be the item's own key."""
+    if not len(user_key):
+        return np.empty(0, np.int64)
+    return hash_ids(pair_key(user_key, other_key))[0]
+
+
+def _residue(keys: np.ndarray, buckets: int) -> np.ndarray:
+    """A key reduced to what bucketing reads (``1 + residue`` is its bucket), kept non-zero: the
+    bucket of ``_residue(k)`` (plus any multiple of ``buckets - 1``) is the bucket of ``k``, and
+    the key itself is gone."""
+    m = np.uint64(buckets - 1)
+    return (keys.view(np.uint64) % m + m).astype(np.int64)
+
+
+def _count_later(user: np.ndarray) -> np.ndarray:
+    """For rows sorted by user: how many rows of the same user come after each."""
+    n = len(user)
+    if not n:
+        return np.empty(0, np.int64)
+    last = np.r_[user[1:] != user[:-1], True]
+    end = np.flatnonzero(last)
+    group_end = np.repeat(end, np.diff(np.r_[-1, end]))
+    return group_end - np.arange(n)
+
+
+def _totals(key: np.ndarray, ts: np.ndarray, label: np.ndarray) -> dict[str, np.ndarray]:
+    order = np.lexsort((ts, key))
+    key, ts, label = key[order], ts[order], label[order]
+    if not len(key):
+        return {k: np.empty(0, np.int64) for k in ("key", *TOTALS)}
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    ends = np.r_[starts[1:], len(key)]
+    clicked_ts = np.where(label == 1, ts, NEVER_TS)
+    return {
+        "key": key[starts],
+        "imps": (ends - starts).astype(np.int64),
+        "clicks": np.add.reduceat(label, starts).astype(np.int64),
+        "exposure": ts[ends - 1],
+        "click": np.maximum.reduceat(clicked_ts, starts),
+    }
+
+
+@dataclass
+class Snapshot:
+    """What a model version knows as of the end of its training window: ``state``, the item and
+    category counts; ``users``, its :class:`UserState` (None: requests must carry their events)."""
+
+    state: CounterState
+    users: UserState | None = None
+
+    @classmethod
+    def load(cls, count_state: str | Path, user_state: str | Path | None = None) -> Snapshot:
+        state = CounterState()
+        with np.load(count_state) as saved:
+            state.load_state_dict(dict(saved))
+        return cls(state, None if user_state is None else UserState.load(user_state))
+
 
 def write_snapshot(dataset: str | Path, out: str | Path) -> dict[str, Path]:
-    """The snapshot files of a dataset (its ``count_state.npz``, its ``user_events/`` sorted by
-    user into one Parquet file) written into ``out``; returns ``{name: path}``."""
+    """The snapshot files of a dataset (its ``count_state.npz``, and the :class:`UserState` of its
+    ``user_events/``) written into ``out``; returns ``{name: path}``."""
     from components.preprocess.stage import COUNT_STATE_FILE
     from components.preprocess.stage import USER_EVENTS as EVENTS_DIR
+    from components.train.data import load_meta
+    from components.train.model import Vocab
 
     dataset, out = Path(dataset), Path(out)
     parts = sorted((dataset / EVENTS_DIR).glob("part-*.parquet"))
@@ -116,10 +294,10 @@ def write_snapshot(dataset: str | Path, out: str | Path) -> dict[str, Path]:
     state = out / COUNT_STATE
     state.write_bytes((dataset / COUNT_STATE_FILE).read_bytes())
     table = pa.concat_tables([pq.read_table(p, columns=list(EVENT_KEYS)) for p in parts])
-    table = table.sort_by([(k, "ascending") for k in EVENT_KEYS])
-    events = out / USER_EVENTS
-    pq.write_table(table, events, compression="zstd")
-    return {"count_state": state, "user_events": events}
+    events = {k: table.column(k).to_numpy().astype(np.int64) for k in EVENT_KEYS}
+    layout = Layout.of(Vocab.from_meta(load_meta(dataset, splits=())), check_key=False)
+    users = UserState.of_events(events, layout).save(out / USER_STATE)
+    return {"count_state": state, "user_state": users}
 
 
 def request_inputs(
@@ -139,6 +317,8 @@ def request_inputs(
     n = len(frame)
     if n == 0:
         raise RequestError("the request has no rows")
+    if n > MAX_ROWS:
+        raise RequestError(f"the request has {n:,} rows; at most {MAX_ROWS:,} per request")
     user = _ids(frame["user_id"], "user_id")
     item = _ids(frame["item_id"], "item_id")
     cat = (
@@ -152,12 +332,21 @@ def request_inputs(
     given[owner] = True
     if "events_item_id" in frame.columns:
         given |= frame["events_item_id"].notna().to_numpy()
-    if snapshot.events is None and not given.all():
+    if snapshot.users is None and not given.all():
         raise RequestError(
             f"row {int(np.flatnonzero(~given)[0])}: no events given, and this model version "
-            f"carries no snapshot of its users' events; send events_item_id, "
+            f"carries no snapshot of its users; send events_item_id, "
             f"events_timestamp, events_label"
         )
+    if snapshot.users is not None and not given.all():
+        early = ~given & (ts <= snapshot.users.last_event(user))
+        if early.any():
+            i = int(np.flatnonzero(early)[0])
+            raise RequestError(
+                f"row {i}: timestamp {int(ts[i])} is not after its user's last event in this "
+                "model's snapshot: the snapshot scores what comes after its window; send the "
+                "row's events (events_item_id, events_timestamp, events_label)"
+            )
     return key_inputs(user, item, cat, ts, snapshot, layout, events, owner, given)
 
 
@@ -173,21 +362,30 @@ def key_inputs(
     given: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """The arrays of rows given as keys (hashed ids) and epoch seconds: each row with ``events`` (key
-    columns; ``owner``: the row each belongs to) where ``given``, else its user's snapshot events."""
+    columns; ``owner``: the row each belongs to) where ``given``, else its user's snapshot state
+    (rows after their user's last event in it)."""
     n = len(user)
     if events is None:
         events, owner = {k: np.empty(0, np.int64) for k in EVENT_KEYS}, np.empty(0, np.int64)
     given = np.zeros(n, bool) if given is None else given
-    if snapshot.events is not None and not given.all():
-        rows, owners = snapshot.user_events(user)
+    users = snapshot.users if not given.all() else None
+    if users is not None:
+        rows, owners = users.user_events(user)
         take = ~given[owners]
         rows, owners = rows[take], owners[take]
-        events = {k: np.concatenate([events[k], snapshot.events[k][rows]]) for k in EVENT_KEYS}
+        events = {k: np.concatenate([events[k], users.events[k][rows]]) for k in EVENT_KEYS}
         owner = np.concatenate([owner, owners])
-    return _assemble(user, item, cat, ts, events, owner, snapshot.state, layout)
+    arrays, prior = _assemble(user, item, cat, ts, events, owner, snapshot.state, layout)
+    if users is not None:  # the user-level counts over the whole window, not the kept events
+        rows = np.flatnonzero(~given)
+        arrays["dense"][rows, USER_COLUMNS] = users.user_columns(
+            user[rows], item[rows], cat[rows], ts[rows], prior[rows]
+        )
+    return arrays
 
 
-def _assemble(user, item, cat, ts, events, owner, state: CounterState, layout: Layout) -> dict:
+def _assemble(user, item, cat, ts, events, owner, state: CounterState, layout: Layout):
+    """The rows' arrays (in row order) and each row's prior."""
     n = len(user)
     # exact duplicates among one row's events count once, as preprocess drops them
     order = sort_order(
@@ -233,7 +431,7 @@ def _assemble(user, item, cat, ts, events, owner, state: CounterState, layout: L
     arrays = model_inputs(cols, global_columns, row_prior, layout, group=group)
     back = np.empty(n, np.int64)
     back[group[target]] = np.arange(n)
-    return {k: v[target][back] for k, v in arrays.items()}
+    return {k: v[target][back] for k, v in arrays.items()}, row_prior[target][back]
 
 
 def _request_events(
@@ -270,6 +468,10 @@ def _request_events(
                 f"row {i}: {len(value)} events; at most {MAX_EVENTS_PER_ROW} per row"
             )
         lengths[i] = len(value)
+    if lengths.sum() > MAX_EVENTS:
+        raise RequestError(
+            f"the request sends {int(lengths.sum()):,} events; at most {MAX_EVENTS:,} per request"
+        )
     owner = np.repeat(np.arange(len(frame)), lengths)
 
     def flat(column: str, fill=None) -> list:

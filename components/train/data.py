@@ -25,7 +25,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from components.common.dataset import SCHEMA_VERSION, SPLITS, array_specs
+from components.common.dataset import (
+    FILES_KEY,
+    SCHEMA_VERSION,
+    SPLITS,
+    array_specs,
+)
 from components.common.plan import TrainPlan
 
 META_FILE = "meta.json"
@@ -114,6 +119,8 @@ def load_meta(data_dir: str | Path, splits: Sequence[str] = SPLITS) -> dict[str,
         for name in arrays:
             if not (folder / f"{name}.npy").is_file():
                 raise DatasetError(f"{folder / f'{name}.npy'}: array file missing")
+    if not isinstance(meta.get(FILES_KEY, {}), dict):
+        raise DatasetError(f"{path}: field {FILES_KEY} is not an object")
     return meta
 
 
@@ -191,6 +198,14 @@ class SplitArrays:
                     f"{path}: {array.shape[0]} rows, meta.json says "
                     f"splits.{self.split}.rows = {self.rows}"
                 )
+            # the cheap check of every load (the SHA-256 is checked where a run takes the
+            # dataset in, components.common.dataset.verify_files); absent in a worker's copy
+            written = self.meta.get(FILES_KEY, {}).get(f"{self.split}/{name}.npy")
+            if written is not None and path.stat().st_size != written.get("bytes"):
+                raise DatasetError(
+                    f"{path}: {path.stat().st_size} bytes, preprocess wrote {written.get('bytes')}: "
+                    "changed since"
+                )
             # A plain ndarray view of the map: fancy indexing skips np.memmap's overhead
             # and returns ordinary arrays (the view keeps the mapping alive).
             arrays[name] = array.view(np.ndarray)
@@ -219,6 +234,8 @@ class SplitArrays:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_arrays"] = None  # re-opened lazily; never pickle mapped data
+        # nor the file digests (checked once, when the dataset was taken in)
+        state["meta"] = {k: v for k, v in self.meta.items() if k != FILES_KEY}
         return state
 
 

@@ -44,8 +44,13 @@ class Scorer:
         problems = [
             f"{name}: model {ours[name]} vs data {value}"
             for name, value in dataclasses.asdict(vocab).items()
-            if name != "seq_len" and ours[name] != value
+            if name not in ("seq_len", "id_key") and ours[name] != value
         ]
+        if self.vocab.id_key != vocab.id_key:
+            problems.append(
+                f"ids hashed under key {self.vocab.id_key or 'unknown'} (model) vs "
+                f"{vocab.id_key or 'unknown'} (data): the deployment's id secret changed"
+            )
         if vocab.seq_len > self.vocab.seq_len:
             problems.append(f"seq_len: model {self.vocab.seq_len} < data {vocab.seq_len}")
         return problems

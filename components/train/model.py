@@ -279,11 +279,17 @@ class Vocab:
     """Recent skipped exposures per row (0: the model takes none)."""
     dense: int = 0
     """Dense count features per row (0: the model takes none)."""
+    id_key: str = ""
+    """Fingerprint of the key the ids were hashed under (components.common.hashing; "" unknown):
+    a model scores only ids hashed under its own key, which buckets alone would not tell."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name in ("neg_len", "dense"):
+            if f.name == "id_key":
+                if not isinstance(value, str):
+                    raise ValueError(f"vocab.id_key must be text, got {value!r}")
+            elif f.name in ("neg_len", "dense"):
                 if not (_positive_int(value) or value == 0) or isinstance(value, bool):
                     raise ValueError(f"vocab.{f.name} must be an integer >= 0, got {value!r}")
             elif not _positive_int(value):
@@ -305,6 +311,7 @@ class Vocab:
                 dow=int(context["dow"]),
                 neg_len=int(meta["neg_len"]),
                 dense=len(meta["dense_features"]["names"]),
+                id_key=str(buckets.get("key_fingerprint", "")),
             )
         except KeyError as exc:
             raise ValueError(

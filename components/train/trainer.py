@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from components.common.attempts import FinalError
 from components.common.cli import Exit, exit_for
 from components.common.metrics import roc_auc
 from components.common.monitoring import TrainingMetrics
@@ -899,7 +900,14 @@ class StepRunner:
         while (batch := self._next(batches, stats)) is not None:
             step, within = divmod(micro, plan.grad_accum)
             last_micro = within == plan.grad_accum - 1 or micro == len(global_rows) - 1
-            state.add_loss(*self._forward_backward(batch, step_rows[step], last_micro))
+            loss_sum, rows = self._forward_backward(batch, step_rows[step], last_micro)
+            if not math.isfinite(loss_sum):  # a NaN model would train on, checkpoint and score
+                raise Diverged(
+                    f"epoch {state.epoch + 1} step {step + 1}/{len(step_rows)}: the training "
+                    f"loss is {loss_sum} (not finite): the model diverged; check the plan "
+                    "(lr, weight_decay, precision) and the dataset"
+                )
+            state.add_loss(loss_sum, rows)
             stats.samples += int(global_rows[micro])  # all ranks' rows of this micro-step
             micro += 1
             if last_micro:
@@ -976,6 +984,10 @@ class IdPenalty:
         )
 
 
+class Diverged(FinalError):
+    """The training loss became NaN or infinite: deterministic, so never retried."""
+
+
 def micro_loss(loss_sum: torch.Tensor, step_rows: int, world_size: int) -> torch.Tensor:
     """A micro-batch's share of its optimizer step's mean loss.
 
@@ -1037,7 +1049,7 @@ def main_with_errors(config: TrainConfig) -> int:
             f"train: error (rank {os.environ.get('RANK', 0)}): {type(exc).__name__}: {exc}",
             file=sys.stderr,
         )
-        if no_space(exc):
+        if no_space(exc) or isinstance(exc, Diverged):  # a restart would only repeat it
             return refuse_restart()
         return exit_for(exc)
     finally:

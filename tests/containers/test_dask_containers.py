@@ -10,12 +10,14 @@ same image.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 import uuid
 
 import pytest
 
+from benchmarks.distributed import with_secret_values
 from components.datagen.generator import DatagenConfig, generate
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.stage import preprocess
@@ -76,6 +78,7 @@ def same_arrays(single, other) -> int:
 def started_cluster(engine, refs, root, workers: int = 2) -> tuple[Containers, str, list[str]]:
     target = DaskTarget(image=refs["runtime"], worker_cpu="1", worker_memory="2Gi")
     spec = cluster_spec("dailyrec-pre-test", workers, target, run_id="test")
+    spec = with_secret_values(spec, dict(os.environ))
     cluster = Containers(engine, str(root), MOUNT_PATH)
     url, names = cluster.daskcluster(spec, uuid.uuid4().hex[:8])
     wait_for_workers(engine, refs["runtime"], url, workers)

@@ -334,3 +334,32 @@ def test_a_private_registrys_pull_secret_reaches_every_pod(tmp_path):
     assert json.loads((out / "recurring-run.json").read_text())["service_account"] in accounts
     with pytest.raises(ValueError, match="IMAGE_PULL_SECRETS: 'Reg Cred'"):
         DeployConfig(env="a100", registry="r", dry_run=True, image_pull_secrets=("Reg Cred",))
+
+
+def test_deploy_creates_the_id_secret_once_and_never_passes_it_as_an_argument():
+    import subprocess
+
+    from kube.types import ID_KEY_SECRET
+    from pipelines.deploy import ensure_id_key
+
+    calls, existing = [], []
+
+    def run_command(cmd, **kwargs):
+        calls.append((cmd, kwargs.get("input")))
+        if "get" in cmd:
+            out = f"secret/{ID_KEY_SECRET}\n" if existing else ""
+            return subprocess.CompletedProcess(cmd, 0, out, "")
+        existing.append(json.loads(kwargs["input"]))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    assert ensure_id_key(run_command) is True
+    (get, _), (create, given) = calls
+    secret = json.loads(given)
+    assert secret["metadata"] == {
+        "name": ID_KEY_SECRET,
+        "namespace": "dailyrec",
+        "labels": {"app.kubernetes.io/part-of": "dailyrec"},
+    }
+    value = secret["stringData"]["key"]
+    assert len(value) >= 32 and not any(value in part for part in [*get, *create])
+    assert ensure_id_key(run_command) is False and len(calls) == 3  # found: left as it is

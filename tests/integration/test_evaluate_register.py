@@ -211,9 +211,15 @@ def test_champion_loads_with_pyfunc_and_refuses_bad_requests(registry, trained, 
     model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
     raw = pd.read_parquet(next((tiny_dataset.parent / "raw").glob("dt=*/*.parquet")))
     requests = raw[["user_id", "item_id", "category_id", "timestamp"]].head(50)
-    prob = model.predict(requests)  # raw ids; each user's events from the version's snapshot
-    assert prob.dtype == np.float32 and prob.shape == (50,) and np.all((prob > 0) & (prob < 1))
     from components.register.pyfunc import BadRequest
+
+    # a row of the window itself: its user's state already holds what came after it
+    with pytest.raises(BadRequest, match="^row 0: timestamp .* is not after its user's last event"):
+        model.predict(requests)
+    later = int(raw["timestamp"].max()) + 5 * 86_400  # epoch seconds
+    requests = requests.assign(timestamp=later)  # what serving scores: after the window
+    prob = model.predict(requests)  # raw ids; each user's state from the version's snapshot
+    assert prob.dtype == np.float32 and prob.shape == (50,) and np.all((prob > 0) & (prob < 1))
 
     with pytest.raises(BadRequest, match="^row 0: item_id 0.5 is no usable id"):
         model.predict(requests.head(2).assign(item_id=[0.5, 1]))

@@ -427,3 +427,29 @@ def test_cli_reports_bad_input_in_one_line_and_exits_nonzero(raw_days, tmp_path)
         "item_id, timestamp, label)"
     ]
     assert "Traceback" not in proc.stderr
+
+
+def test_ids_hash_under_the_deployments_secret_recorded_by_fingerprint(
+    raw_days, tmp_path, monkeypatch, caplog
+):
+    from components.common import hashing
+
+    raw, _ = raw_days(days=6, rows=300)
+    monkeypatch.delenv(hashing.KEY_ENV, raising=False)
+    public = run(raw, tmp_path / "public")
+    assert "public default key" in caplog.text
+    caplog.clear()
+    monkeypatch.setenv(hashing.KEY_ENV, "this-deployment-s-own-secret")
+    secret = run(raw, tmp_path / "secret")
+    assert "public default key" not in caplog.text
+    assert secret["buckets"]["key_fingerprint"] == hashing.key_fingerprint()
+    assert public["buckets"]["key_fingerprint"] == hashing.key_fingerprint(hashing.HASH_KEY)
+    assert secret["fingerprint"] != public["fingerprint"]  # another key: another dataset
+    text = (tmp_path / "secret" / "meta.json").read_text()
+    assert "this-deployment-s-own-secret" not in text and hashing.id_hash_key() not in text
+    keys = {s: np.load(tmp_path / s / "train" / "user_key.npy") for s in ("public", "secret")}
+    assert len(keys["public"]) == len(keys["secret"])
+    assert not set(keys["public"].tolist()) & set(keys["secret"].tolist())
+    monkeypatch.setenv(hashing.KEY_ENV, "too-short")
+    with pytest.raises(InputError, match="DAILYREC_ID_KEY has 9 characters"):
+        run(raw, tmp_path / "short")

@@ -155,7 +155,7 @@ def _layout(data) -> Layout:
 @pytest.mark.parametrize("with_events", [True, False], ids=["events-in-request", "snapshot-events"])
 def test_request_arrays_equal_the_dataset_rows_bit_for_bit(world, tmp_path, with_events):
     files = write_snapshot(world["before"], tmp_path)
-    snapshot = Snapshot.load(files["count_state"], None if with_events else files["user_events"])
+    snapshot = Snapshot.load(files["count_state"], None if with_events else files["user_state"])
     arrays = request_inputs(_requests(world, with_events), snapshot, _layout(world["after"]))
     label = _day5(world)["label"].to_numpy()
     ours = _sorted({**arrays, "label": label.astype(np.uint8)}, label, arrays["dense"])
@@ -194,6 +194,24 @@ def test_bad_requests_are_refused_with_one_line_reasons(world, tmp_path):
         ),
         (good[["user_id", "item_id", "timestamp"]], "row 0: no events given"),
         (good.iloc[:0], "no rows"),
+        (good.iloc[[0] * 20_001], "the request has 20,001 rows; at most 20,000 per request"),
+        (
+            good.head(1)
+            .assign(
+                **{
+                    c: [[v[0]] * 10_000 for v in good.head(1)[c]]
+                    for c in (
+                        "events_item_id",
+                        "events_timestamp",
+                        "events_label",
+                        "events_category_id",
+                    )
+                    if c in good.columns
+                }
+            )
+            .iloc[[0] * 21],
+            "sends 210,000 events; at most 200,000 per request",
+        ),
     ]
     for frame, reason in cases:
         with pytest.raises(RequestError, match=reason):
@@ -202,7 +220,7 @@ def test_bad_requests_are_refused_with_one_line_reasons(world, tmp_path):
 
 def test_string_and_integer_ids_are_the_same_ids(world, tmp_path):
     files = write_snapshot(world["before"], tmp_path)
-    snapshot = Snapshot.load(files["count_state"], files["user_events"])
+    snapshot = Snapshot.load(files["count_state"], files["user_state"])
     requests = _requests(world, False).head(20)
     as_text = requests.astype({"user_id": str, "item_id": str, "category_id": str}).assign(
         timestamp=[pd.Timestamp(t, unit="s", tz="UTC").isoformat() for t in requests["timestamp"]]
@@ -471,7 +489,7 @@ def test_a_moved_registry_still_serves_its_models(world, registered, tmp_path):
         hidden.rename(original)
 
 
-def test_a_version_without_user_events_scores_requests_that_send_them(world, registered):
+def test_a_version_without_user_state_scores_requests_that_send_them(world, registered):
     import mlflow.pyfunc
 
     from components.register.pyfunc import BadRequest
@@ -485,7 +503,7 @@ def test_a_version_without_user_events_scores_requests_that_send_them(world, reg
             model_name="lean",
             tracking_uri=world["uri"],
             data=str(world["before"]),
-            user_events=False,
+            user_state=False,
         )
     )
     lean = mlflow.pyfunc.load_model("models:/lean@champion")
@@ -494,7 +512,7 @@ def test_a_version_without_user_events_scores_requests_that_send_them(world, reg
         mlflow.artifacts.download_artifacts("models:/lean@champion", tracking_uri=world["uri"])
     )
     assert (folder / "artifacts" / "count_state.npz").is_file()
-    assert not (folder / "artifacts" / "user_events.parquet").exists()
+    assert not (folder / "artifacts" / "user_state.npz").exists()
     with pytest.raises(
         BadRequest, match="^row 0: no events given, and this model version carries no snapshot"
     ):
@@ -502,3 +520,24 @@ def test_a_version_without_user_events_scores_requests_that_send_them(world, reg
     np.testing.assert_array_equal(
         lean.predict(_requests(world, True)), full.predict(_requests(world, False))
     )
+
+
+def test_a_model_refuses_to_score_ids_hashed_under_another_key(world, registered, monkeypatch):
+    """The version records its id key by fingerprint: under another key every id would land in
+    another bucket and the scores would be noise, so it refuses to load, naming both keys."""
+    import mlflow.pyfunc
+
+    from components.common import hashing
+
+    assert hashing.is_public_key()
+    trained_under = hashing.key_fingerprint()
+    monkeypatch.setenv(hashing.KEY_ENV, "another-deployment-s-secret")
+    with pytest.raises(Exception, match=rf"hashes ids under the key {trained_under}") as err:
+        mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
+    assert hashing.key_fingerprint() in str(err.value) and "DAILYREC_ID_KEY" in str(err.value)
+    assert "another-deployment-s-secret" not in str(err.value)
+    monkeypatch.delenv(hashing.KEY_ENV)
+    mlflow.pyfunc.load_model(f"models:/{NAME}@champion")  # under its own key it loads
+    client = mlflow.MlflowClient(world["uri"])
+    version = client.get_model_version_by_alias(NAME, "champion")
+    assert version.tags.get("dailyrec_id_key") == trained_under

@@ -348,7 +348,18 @@ def test_secrets_reach_only_what_needs_them(tmp_path, fault_report):
         "kubernetes"
     ]["deploymentSpec"]["executors"]
     with_secret = {name for name, spec in executors.items() if spec.get("secretAsEnv")}
-    assert with_secret == {"exec-train-op", "exec-evaluate-op", "exec-register-op", "exec-finalize"}
+    assert with_secret == {
+        "exec-preprocess-op",
+        "exec-train-op",
+        "exec-evaluate-op",
+        "exec-register-op",
+        "exec-finalize",
+    }
+    # the id secret: required (a pod without it must not hash under the public key), preprocess only
+    (id_key,) = executors.pop("exec-preprocess-op")["secretAsEnv"]
+    assert id_key["secretName"] == "dailyrec-id-key" and not id_key.get("optional")
+    assert [e["envVar"] for e in id_key["keyToEnv"]] == ["DAILYREC_ID_KEY"]
+    with_secret.discard("exec-preprocess-op")
     # the exit handler reads the registry (retention keeps the champion's lineage): the account only
     (account,) = executors.pop("exec-finalize")["secretAsEnv"]
     assert account["secretName"] == "mlflow-pipeline-auth"
@@ -365,7 +376,7 @@ def test_secrets_reach_only_what_needs_them(tmp_path, fault_report):
         "security",
         "who can read which Secret",
         "MLflow: its database, bucket and auth settings; training pods: their own MLflow account; "
-        "only the train, evaluate and register tasks (and the exit handler, read-only use): the pipeline's MLflow account; only the first three the signing key; no Role of ours grants secrets",
+        "only the train, evaluate and register tasks (and the exit handler, read-only use): the pipeline's MLflow account; only the first three the signing key; only preprocess (and its Dask workers) the id secret; no Role of ours grants secrets",
     )
 
 

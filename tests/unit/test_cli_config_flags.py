@@ -48,12 +48,12 @@ CLIS = [
         ("rule",),
         (),
     ),
-    # --tracking-uri is resolved at run time; the field user_events defaults to True, its flag is
-    # the switch --no-user-events
+    # --tracking-uri is resolved at run time; the field user_state defaults to True, its flag is
+    # the switch --no-user-state
     (
         "components.register.__main__",
         ["components.register.stage.RegisterConfig"],
-        ("tracking_uri", "user_events"),
+        ("tracking_uri", "user_state"),
         (),
         (),
     ),

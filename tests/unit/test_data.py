@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.common.dataset import SCHEMA_VERSION, SPLITS, array_specs
+from components.common.dataset import SCHEMA_VERSION, SPLITS, array_specs, record_files
 from components.common.plan import TrainPlan
 from components.train.data import (
     BATCH_SPEC,
@@ -56,6 +56,7 @@ def write_dataset(
             for s, n in rows.items()
         },
         "arrays": {name: {"dtype": d, "row_shape": list(t)} for name, (d, t) in specs.items()},
+        "files": record_files(root),
     }
     (root / "meta.json").write_text(json.dumps(meta))
     return root
@@ -465,3 +466,15 @@ def test_corrupt_array_file_names_the_file(data_dir):
     with pytest.raises(DatasetError, match="not a readable .npy") as err:
         SplitArrays(data_dir, "train")
     assert str(path) in str(err.value)
+
+
+def test_every_load_checks_the_sizes_preprocess_wrote_and_needs_its_record(data_dir):
+    path = data_dir / "train" / "label.npy"
+    with open(path, "ab") as fh:  # the header still reads: only the recorded size tells
+        fh.write(b"\0" * 64)
+    with pytest.raises(DatasetError, match="bytes, preprocess wrote") as err:
+        BatchDataset(data_dir, "train")[np.arange(2)]
+    assert str(path) in str(err.value)
+    edit_meta(data_dir, lambda m: m.update(files=[]))
+    with pytest.raises(DatasetError, match="field files is not an object"):
+        load_meta(data_dir)

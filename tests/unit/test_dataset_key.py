@@ -7,12 +7,15 @@ import json
 import os
 
 import fsspec
+import numpy as np
 import pytest
 
 from components.common.dataset import (
     DatasetMismatch,
     check_fingerprint,
     read_pointer,
+    record_files,
+    verify_files,
     write_pointer,
 )
 from components.common.runs import dataset_dir
@@ -98,9 +101,12 @@ def test_a_dataset_is_used_only_when_its_meta_json_is_the_expected_one(tmp_path)
     good, other = "a" * 64, "b" * 64
     folder = tmp_path / "datasets" / f"2026-01-05-{good[:12]}"
     folder.mkdir(parents=True)
+    (folder / "train").mkdir()
+    (folder / "train" / "label.npy").write_bytes(b"\x00\x01\x00\x00\x01")
     meta = {
         "fingerprint": good,
         "splits": {s: {"rows": n} for s, n in (("train", 5), ("val", 2), ("test", 1))},
+        "files": record_files(folder),
     }
     (folder / "meta.json").write_text(json.dumps(meta))
     pointer = tmp_path / "dataset.json"
@@ -126,3 +132,33 @@ def test_a_dataset_is_used_only_when_its_meta_json_is_the_expected_one(tmp_path)
     pointer.write_text("{}")
     with pytest.raises(DatasetMismatch, match="not a dataset pointer"):
         read_pointer(pointer)
+
+
+def test_a_dataset_changed_after_it_was_written_is_refused_naming_the_file(tmp_path):
+    folder = tmp_path / "d"
+    (folder / "train").mkdir(parents=True)
+    labels = folder / "train" / "label.npy"
+    np.save(labels, np.array([0, 1, 0, 0, 1], np.uint8))
+    (folder / "count_state.npz").write_bytes(b"state")
+    meta = {"fingerprint": "a" * 64, "files": record_files(folder)}
+    assert set(meta["files"]) == {"train/label.npy", "count_state.npz"}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    assert check_fingerprint(folder, "a" * 64) == meta
+    original = labels.read_bytes()
+    np.save(labels, 1 - np.load(labels))  # every label flipped: same size, other bytes
+    with pytest.raises(DatasetMismatch, match=r"train/label.npy: its content is not what"):
+        check_fingerprint(folder, "a" * 64)
+    labels.write_bytes(original + b"\x00")
+    with pytest.raises(DatasetMismatch, match=r"label.npy: \d+ bytes, preprocess wrote"):
+        verify_files(folder, meta)
+    labels.write_bytes(original)
+    verify_files(folder, meta)
+    (folder / "train" / "extra.npy").write_bytes(b"x")
+    with pytest.raises(DatasetMismatch, match="extra.npy: a file preprocess did not write"):
+        verify_files(folder, meta)
+    (folder / "train" / "extra.npy").unlink()
+    labels.unlink()
+    with pytest.raises(DatasetMismatch, match="label.npy: missing from the dataset"):
+        verify_files(folder, meta)
+    with pytest.raises(DatasetMismatch, match="records no file digests"):
+        verify_files(folder, {"fingerprint": "a" * 64})

@@ -395,3 +395,26 @@ def test_summarize_is_consistent() -> None:
     assert result["users"] == len(np.unique(groups))
     assert result["users_counted_gauc"] <= result["users"]
     assert result["positive_rate"] == pytest.approx(labels.mean())
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_no_metric_of_non_finite_scores(bad):
+    """NaN has no rank: an AUC of NaN scores would depend on row order (and pass a gate)."""
+    from components.common.metrics import roc_auc
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 200)
+    scores = rng.random(200)
+    scores[[17, 90]] = bad
+    good = rng.random(200)
+    message = r"2 of 200 scores are NaN or infinite \(first at row 17\)"
+    for call in (
+        lambda: roc_auc(scores, labels),
+        lambda: delong(scores, good, labels),
+        lambda: delong(good, scores, labels),
+        lambda: gauc(scores, labels, rng.integers(0, 5, 200)),
+        lambda: logloss(scores, labels),
+        lambda: calibration(scores, labels),
+    ):
+        with pytest.raises(ValueError, match=message):
+            call()

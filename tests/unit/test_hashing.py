@@ -507,3 +507,50 @@ def test_mixed_python_values_each_hash_as_their_own_type():
         _key("2026-03-01"),
         _key("y"),
     ]
+
+
+def test_the_id_key_is_the_deployments_secret_named_only_by_its_fingerprint(monkeypatch):
+    from components.common import hashing
+
+    monkeypatch.delenv(hashing.KEY_ENV, raising=False)
+    assert hashing.id_hash_key() == HASH_KEY and hashing.is_public_key()
+    public = hash_ids(["u1", "u2"])[0]
+    secret = "s3cret-of-this-deployment-0123"
+    monkeypatch.setenv(hashing.KEY_ENV, f"  {secret}\n")  # a Secret file's newline is no part of it
+    key = hashing.id_hash_key()
+    assert len(key.encode()) == 16 and key != HASH_KEY and not hashing.is_public_key()
+    assert key == hashing.id_hash_key({hashing.KEY_ENV: secret})
+    assert key != hashing.id_hash_key({hashing.KEY_ENV: secret + "x"})
+    keyed = hash_ids(["u1", "u2"])[0]
+    assert not np.array_equal(keyed, public)
+    assert np.array_equal(keyed, hash_ids(["u1", "u2"], key=key)[0])
+    expected = [splitmix64_finalizer(siphash24(key.encode(), s.encode())) for s in ("u1", "u2")]
+    assert keyed.view(np.uint64).tolist() == expected
+    fingerprint = hashing.key_fingerprint()
+    assert len(fingerprint) == 16 and secret not in fingerprint and key not in fingerprint
+    assert fingerprint != hashing.key_fingerprint(HASH_KEY)
+    assert fingerprint == hashing.key_fingerprint(key)
+    monkeypatch.setenv(hashing.KEY_ENV, "short")
+    with pytest.raises(
+        hashing.IdKeyError, match=r"DAILYREC_ID_KEY has 5 characters; .* at least 16"
+    ):
+        hashing.id_hash_key()
+
+
+def test_keys_under_a_public_key_are_reversed_by_hashing_candidates_and_under_a_secret_not(
+    monkeypatch,
+):
+    """What a model version's reader can do with its keys: enumerate ids and compare."""
+    from components.common import hashing
+
+    logged = [str(i) for i in range(1, 2001, 7)]  # the ids a snapshot's keys came from
+    candidates = [str(i) for i in range(1, 2001)]
+    monkeypatch.delenv(hashing.KEY_ENV, raising=False)
+    stored = set(hash_ids(logged)[0].tolist())
+    pairs = zip(candidates, hash_ids(candidates)[0].tolist(), strict=True)
+    recovered = {c for c, k in pairs if k in stored}
+    assert recovered == set(logged)  # the public key: every id back
+    monkeypatch.setenv(hashing.KEY_ENV, "a-secret-the-reader-does-not-have")
+    stored = set(hash_ids(logged)[0].tolist())
+    guessed = hash_ids(candidates, key=HASH_KEY)[0].tolist()  # the reader knows only the public key
+    assert not stored & set(guessed)

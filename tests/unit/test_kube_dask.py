@@ -51,6 +51,16 @@ def test_cluster_spec_is_sized_mounted_owned_and_valid():
     worker = spec["spec"]["worker"]["spec"]["containers"][0]
     assert worker["resources"]["requests"] == {"cpu": "4", "memory": "16Gi"}
     assert validate_cluster_spec(spec) == []
+    # the workers hash ids: the deployment's secret from its Secret, the scheduler never sees it
+    from components.common.hashing import KEY_ENV
+
+    (key,) = [e for e in worker["env"] if e["name"] == KEY_ENV]
+    assert key == {
+        "name": KEY_ENV,
+        "valueFrom": {"secretKeyRef": {"name": "dailyrec-id-key", "key": "key"}},
+    }
+    scheduler = spec["spec"]["scheduler"]["spec"]["containers"][0]
+    assert KEY_ENV not in {e["name"] for e in scheduler.get("env", [])}
 
 
 def test_validation_catches_bad_specs():

@@ -539,3 +539,20 @@ def test_matches_sum_the_gap_vectors_of_positions_holding_the_target():
     with torch.no_grad():
         out = model._matches(batch)
     torch.testing.assert_close(out, torch.cat([expected_item, expected_cat]).unsqueeze(0))
+
+
+def test_a_model_scores_only_ids_hashed_under_its_own_key():
+    from components.train.inference import Scorer
+
+    ours = dataclasses.replace(SMALL, id_key="aaaaaaaaaaaaaaaa")
+    scorer = Scorer(model=None, vocab=ours, config=None, info={}, path="m.pt")
+    assert scorer.incompatibilities(ours) == []
+    (problem,) = scorer.incompatibilities(dataclasses.replace(ours, id_key="bbbbbbbbbbbbbbbb"))
+    assert problem == (
+        "ids hashed under key aaaaaaaaaaaaaaaa (model) vs bbbbbbbbbbbbbbbb (data): the "
+        "deployment's id secret changed"
+    )
+    older = Scorer(model=None, vocab=SMALL, config=None, info={}, path="m.pt")  # no key recorded
+    assert "under key unknown (model)" in older.incompatibilities(ours)[0]
+    with pytest.raises(ValueError, match="vocab.id_key must be text"):
+        dataclasses.replace(SMALL, id_key=7)

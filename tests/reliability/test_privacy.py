@@ -1,0 +1,103 @@
+"""What a model version reveals about its users: the snapshot it carries, attacked the way a
+reader of the registry can (hash every candidate id, compare keys), under the public default
+key and under a deployment's secret."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from components.common import hashing
+from components.datagen.generator import DatagenConfig, generate
+from components.preprocess.config import PreprocessConfig
+from components.preprocess.stage import preprocess
+from components.score.features import UserState, pair_digest, write_snapshot
+from tests.integration.conftest import TINY_BUCKETS
+
+pytestmark = pytest.mark.integration
+
+
+def _attack(raw, state: UserState, key: str) -> dict[str, float]:
+    """Share of the snapshot's users and (user, item) pairs an attacker holding ``key`` and
+    every raw id of the logs names exactly."""
+    table = pa.concat_tables(
+        pq.read_table(part, columns=["user_id", "item_id"]) for part in raw.glob("dt=*/*.parquet")
+    )
+    users = np.unique(table.column("user_id").to_numpy())
+    items = np.unique(table.column("item_id").to_numpy())
+    user_keys = hashing.hash_ids(users, key=key)[0]
+    item_keys = hashing.hash_ids(items, key=key)[0]
+    stored = np.unique(state.totals["user"]["key"])
+    named = np.isin(stored, user_keys)
+    # every (user, item) pair the attacker can form, keyed the way the snapshot keys pairs
+    u = np.repeat(user_keys, len(item_keys))
+    i = np.tile(item_keys, len(user_keys))
+    pairs = state.totals["user_item"]["key"]
+    with pytest.MonkeyPatch.context() as mp:  # pair digests are keyed by the attacker's key
+        mp.setattr(hashing, "id_hash_key", lambda environ=None: key)
+        guessed = pair_digest(u, i)
+    return {
+        "users": float(named.mean()),
+        "pairs": float(np.isin(pairs, guessed).mean()),
+    }
+
+
+def test_a_model_snapshot_holds_no_click_log_and_reverses_only_under_the_public_key(
+    tmp_path, monkeypatch, fault_report
+):
+    raw = tmp_path / "raw"
+    generate(
+        DatagenConfig(
+            out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5
+        )
+    )
+    found = {}
+    for name, secret in (("public", None), ("secret", "the-deployment-s-own-secret-0")):
+        if secret is None:
+            monkeypatch.delenv(hashing.KEY_ENV, raising=False)
+        else:
+            monkeypatch.setenv(hashing.KEY_ENV, secret)
+        data = tmp_path / f"data-{name}"
+        meta = preprocess(
+            PreprocessConfig(
+                raw=str(raw),
+                out=str(data),
+                days=4,
+                history_days=1,
+                seq_len=8,
+                rows_per_partition=5000,
+                **TINY_BUCKETS,
+            )
+        )
+        files = write_snapshot(data, tmp_path / f"snapshot-{name}")
+        assert set(files) == {"count_state", "user_state"}
+        state = UserState.load(files["user_state"])
+        kept = sum(meta["rows"]["kept"].values())
+        events = len(state.events["ts"])
+        users = len(state.totals["user"]["key"])
+        # at most the last seq_len clicks and neg_len skips per user, not the window's events
+        assert events <= users * (meta["seq_len"] + meta["neg_len"]) and events < 0.5 * kept
+        # histories hold bucket residues (times the rank within a second), never an item's key
+        residues = state.events["item_key"]
+        modulus = meta["buckets"]["item"] - 1
+        assert residues.min() >= modulus and residues.max() < 16 * modulus
+        found[name] = {
+            "events": events,
+            "kept": kept,
+            "public": _attack(raw, state, hashing.HASH_KEY),
+        }
+    public, secret = found["public"]["public"], found["secret"]["public"]
+    assert public == {"users": 1.0, "pairs": 1.0}  # generated data: the documented default
+    assert secret == {"users": 0.0, "pairs": 0.0}  # without the secret, nothing is named
+    share = found["secret"]["events"] / found["secret"]["kept"]
+    fault_report(
+        "security",
+        "a registry reader rebuilds users' click histories from a model version",
+        f"the version carries no events log: {found['secret']['events']:,} of "
+        f"{found['secret']['kept']:,} kept events ({share:.0%}: each user's last clicks and "
+        "skips, items as bucket residues) and per-user/pair counts keyed by a keyed hash; "
+        "hashing every raw id names 100% of users and (user, item) pairs under the public "
+        "default key (generated data only) and 0% under a deployment secret",
+    )
