@@ -47,7 +47,7 @@ SKIP_IMAGES ?=
 # Private registry: docker-registry Secret(s) in the namespace, comma-separated (`kubectl create secret docker-registry …`).
 IMAGE_PULL_SECRETS ?=
 
-.PHONY: help install run data next-day preprocess tune compile ui serve images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu docs lint format clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess tune compile ui serve images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-serving docs lint format clean clean-data clean-runs
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -88,7 +88,7 @@ ui: install ## MLflow UI on 127.0.0.1 over the local registry (ROOT/runs/mlflow.
 	MLFLOW_DISABLE_TELEMETRY=true $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(abspath $(ROOT))/runs/mlflow.db \
 	  --host 127.0.0.1 --port $(UI_PORT)
 
-serve: install ## serve MODEL (verified) with mlflow models serve on 127.0.0.1:SERVE_PORT: POST raw-id requests to /invocations
+serve: install ## serve MODEL (verified) with MLflow's scoring app on 127.0.0.1:SERVE_PORT: POST raw-id requests to /invocations
 	$(PY) -m components.score.serve --model $(MODEL) --port $(SERVE_PORT) \
 	  --tracking-uri $(or $(MLFLOW_TRACKING_URI),sqlite:///$(abspath $(ROOT))/runs/mlflow.db)
 
@@ -140,7 +140,7 @@ $(VENV)/.mutation: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,mutation]'
 	@touch $@
 
-bench: bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-images bench-distributed test-reliability mutation ## every measurement -> benchmarks/results/ and docs/ (hours on 2 cores; one: make bench-quality, bench-preprocess, bench-loader, bench-train, bench-estimate, bench-tune, bench-gpu, bench-images, bench-distributed)
+bench: bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-images bench-distributed bench-serving test-reliability mutation ## every measurement -> benchmarks/results/ and docs/ (hours on 2 cores; one: make bench-quality, bench-preprocess, bench-loader, bench-train, bench-estimate, bench-tune, bench-gpu, bench-images, bench-distributed, bench-serving)
 	-$(PY) -m benchmarks.fingerprint
 
 bench-quality bench-preprocess bench-estimate bench-tune: $(VENV)/.bench
@@ -154,6 +154,9 @@ bench-images: install ## image sizes and cold build times (images/build.sh witho
 
 bench-distributed: install ## preprocess on 1 vs 2 Dask worker containers, training on 1 vs 2 node containers (after make images) -> benchmarks/results/distributed.json, docs/containers.md
 	$(PY) -m benchmarks.distributed
+
+bench-serving: $(VENV)/.bench ## the scoring server vs mlflow models serve: requests/s, p50/p99, memory by request size -> benchmarks/results/serving.json, docs/performance.md
+	$(PY) -m benchmarks.serving
 
 bench-gpu: $(VENV)/.bench
 	@if $(PY) -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then $(PY) -m benchmarks.gpu; \

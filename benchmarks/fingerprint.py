@@ -60,6 +60,8 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
         ("images",),
     ),
+    # the scoring server and the model version it serves (built by the benchmark)
+    "serving": (("benchmarks.serving", "components.score.serve", "components.score.app"), ()),
     # every fault-injection, bad-input and security check, and what they exercise
     "reliability": (("tests.reliability.*",), ()),
 }

@@ -36,6 +36,7 @@ PUBLISHED = (
     "mutation",
     "images",
     "distributed",
+    "serving",
 )
 """Benchmarks whose module renders its block from its stored results: ``readme_table(result)``."""
 

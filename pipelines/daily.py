@@ -119,25 +119,28 @@ def finalize(
         cluster_target: JSON of the cluster environment (the TrainJob's namespace).
         retention_days: days of run folders and datasets kept on storage_root; 0 = keep all.
     """
-    from pipelines.finalize import finalize_run
+    from components.common.attempts import attempt, final_record
+    from pipelines.finalize import finalize_run, locate
 
     deleter = None
     if launcher == "trainjob":
         from kube.client import run_trainjob_deleter
 
         deleter = run_trainjob_deleter(cluster_target)
-    # decided on the state and the run's records: a KFP backend leaves the error message empty
-    finalize_run(
-        status.state,
-        status.error_message,
-        storage_root=storage_root,
-        run_id=run_id,
-        kfp_run_id=kfp_run_id,
-        model_name=model_name,
-        tracking_uri=tracking_uri,
-        retention_days=retention_days,
-        delete_trainjob=deleter,
-    )
+    # a failure another attempt repeats (bad input: exit 2; a full disk) is not retried
+    with attempt(final_record(locate(storage_root, run_id, kfp_run_id)[0], "finalize"), "finalize"):
+        # decided on the state and the run's records: a KFP backend leaves the error message empty
+        finalize_run(
+            status.state,
+            status.error_message,
+            storage_root=storage_root,
+            run_id=run_id,
+            kfp_run_id=kfp_run_id,
+            model_name=model_name,
+            tracking_uri=tracking_uri,
+            retention_days=retention_days,
+            delete_trainjob=deleter,
+        )
 
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)

@@ -61,15 +61,13 @@ def champion_version(tracking_uri: str, model_name: str) -> int | None:
     """The registry's ``@champion`` version, for a run whose own files do not say it (it failed
     before evaluate, or registered nothing); None when there is none or the registry does not
     answer (the summary must not fail with it)."""
-    from components.common.tracking import connect, sqlite_path
+    from components.common.registry_read import connect_readonly
     from components.register.registry import CHAMPION, alias_version
 
-    db = sqlite_path(tracking_uri)
-    if db is not None and not db.is_file():  # no registry yet: none made for asking
-        return None
     try:
-        version = alias_version(connect(tracking_uri, attempts=2), model_name, CHAMPION)
-    except Exception:  # an unreachable or broken registry: the champion is unknown
+        client = connect_readonly(tracking_uri, attempts=2)
+        version = alias_version(client, model_name, CHAMPION)
+    except Exception:  # no registry yet, or an unreachable or broken one: the champion is unknown
         return None
     return int(version.version) if version is not None else None
 
@@ -77,10 +75,13 @@ def champion_version(tracking_uri: str, model_name: str) -> int | None:
 def protected_runs(tracking_uri: str, model_name: str) -> set[str]:
     """Run ids (``pipeline_run_id`` tags: their run folders) of the versions holding the registry's
     ``@champion`` and ``@previous``: retention keeps them and their datasets whatever their age."""
-    from components.common.tracking import connect
+    from components.common.registry_read import NoRegistry, connect_readonly
     from components.register.registry import CHAMPION, PREVIOUS, alias_version
 
-    client = connect(tracking_uri, attempts=2)
+    try:
+        client = connect_readonly(tracking_uri, attempts=2)
+    except NoRegistry:  # nothing registered: nothing to protect
+        return set()
     found = set()
     for alias in (CHAMPION, PREVIOUS):
         version = alias_version(client, model_name, alias)

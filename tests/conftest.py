@@ -62,6 +62,32 @@ def random_events(
     )
 
 
+def call_exit_handler(func, root, state="FAILED", message="", **arguments):
+    """The exit handler's body ``func`` (``finalize.python_func``) called as KFP calls it on
+    storage root ``root``, the run's final ``state`` and ``message`` given; ``arguments``
+    replace the defaults of its other parameters."""
+    from kfp import dsl
+
+    status = dsl.PipelineTaskFinalStatus(
+        state=state,
+        pipeline_job_resource_name="run-1",
+        pipeline_task_name="exit-handler-1",
+        error_code=None,
+        error_message=message,
+    )
+    defaults = dict(
+        storage_root=str(root),
+        run_id="r1",
+        kfp_run_id="kfp-1",
+        model_name="m",
+        tracking_uri="",
+        launcher="local",
+        cluster_target="",
+        retention_days=0,
+    )
+    return func(status=status, **(defaults | arguments))
+
+
 def write_day(
     root: Path, day: dt.date, frame: pd.DataFrame, fmt: str = "parquet", name: str = "part-00000"
 ) -> Path:

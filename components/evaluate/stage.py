@@ -282,12 +282,15 @@ def find_champion(config: EvaluateConfig, vocab: Vocab, workdir: str | Path) -> 
     """
     if not config.tracking_uri:
         return {"status": "none", "version": None, "reason": "no tracking URI given"}, None
-    from components.common.tracking import connect
+    from components.common.registry_read import NoRegistry, connect_readonly
     from components.register.integrity import WEIGHTS, verified_download
     from components.register.registry import CHAMPION, alias_version
 
-    client = connect(config.tracking_uri)
-    found = alias_version(client, config.model_name, CHAMPION)
+    try:
+        client = connect_readonly(config.tracking_uri)
+    except NoRegistry:
+        client = None
+    found = alias_version(client, config.model_name, CHAMPION) if client else None
     if found is None:
         return {
             "status": "none",

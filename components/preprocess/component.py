@@ -57,6 +57,7 @@ def resolve_window(
     """
     from collections import namedtuple
 
+    from components.common.attempts import attempt, final_record
     from components.common.paths import inside, safe_name
     from components.common.runs import claim_run_dir, dataset_dir, run_dir
     from components.common.storage import atomic_write_json
@@ -64,50 +65,53 @@ def resolve_window(
     from components.preprocess.logical_date import logical_end_date
     from components.preprocess.stage import resolve_inputs
 
-    raw = raw_uri or f"{storage_root.rstrip('/')}/raw"
-    end = logical_end_date(run_date, schedule_time)
-    config = PreprocessConfig(
-        raw=raw,
-        out=storage_root,
-        end_date=end,
-        days=window_days,
-        history_days=history_days,
-        seq_len=seq_len,
-    )
-    found = resolve_inputs(config)
-    end_date = found.window.end.isoformat()
     # run_id comes from the run form: it must not name a folder outside the storage root
     rid = safe_name(run_id or kfp_run_id, "run_id")
     folder = claim_run_dir(
         inside(storage_root, run_dir(storage_root, rid), "run folder"), kfp_run_id
     )
-    data = inside(
-        storage_root, dataset_dir(storage_root, end_date, found.fingerprint), "dataset folder"
-    )
-    atomic_write_json(
-        folder / "run.json",
-        {
-            "run_id": rid,
-            "raw_uri": raw,
-            "data_dir": str(data),
-            "end_date": end_date,
-            "run_date": run_date,
-            "schedule_time": schedule_time,
-            "window_days": window_days,
-            "history_days": history_days,
-            "seq_len": seq_len,
-            "input_fingerprint": found.fingerprint,
-            "files": len(found.files),
-        },
-    )
-    how = "run_date" if run_date else "schedule time" if end else "latest day present"
-    print(
-        f"run {rid}: window ending {end_date} ({how}; {len(found.files)} raw files), dataset {data}"
-    )
-    out = namedtuple(
-        "Resolved", ["raw_uri", "data_dir", "run_dir", "run_id", "end_date", "input_fingerprint"]
-    )
-    return out(raw, str(data), str(folder), rid, end_date, found.fingerprint)
+    # bad input (no such days, an unreadable listing) fails every attempt alike: not retried
+    with attempt(final_record(folder, "resolve-window"), "resolve-window"):
+        raw = raw_uri or f"{storage_root.rstrip('/')}/raw"
+        end = logical_end_date(run_date, schedule_time)
+        config = PreprocessConfig(
+            raw=raw,
+            out=storage_root,
+            end_date=end,
+            days=window_days,
+            history_days=history_days,
+            seq_len=seq_len,
+        )
+        found = resolve_inputs(config)
+        end_date = found.window.end.isoformat()
+        data = inside(
+            storage_root, dataset_dir(storage_root, end_date, found.fingerprint), "dataset folder"
+        )
+        atomic_write_json(
+            folder / "run.json",
+            {
+                "run_id": rid,
+                "raw_uri": raw,
+                "data_dir": str(data),
+                "end_date": end_date,
+                "run_date": run_date,
+                "schedule_time": schedule_time,
+                "window_days": window_days,
+                "history_days": history_days,
+                "seq_len": seq_len,
+                "input_fingerprint": found.fingerprint,
+                "files": len(found.files),
+            },
+        )
+        how = "run_date" if run_date else "schedule time" if end else "latest day present"
+        print(
+            f"run {rid}: window ending {end_date} ({how}; {len(found.files)} raw files), dataset {data}"
+        )
+        out = namedtuple(
+            "Resolved",
+            ["raw_uri", "data_dir", "run_dir", "run_id", "end_date", "input_fingerprint"],
+        )
+        return out(raw, str(data), str(folder), rid, end_date, found.fingerprint)
 
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)

@@ -156,13 +156,13 @@ def _stored_manifest(client: Any, run_id: str | None) -> dict[str, str] | None:
         return None
     import mlflow
 
+    from components.common.registry_read import local_artifact_uri
+
     try:
         with tempfile.TemporaryDirectory(prefix="dailyrec-manifest-") as tmp:
+            root = local_artifact_uri(client.tracking_uri, client.get_run(run_id).info.artifact_uri)
             path = mlflow.artifacts.download_artifacts(
-                run_id=run_id,
-                artifact_path=MANIFEST_ARTIFACT,
-                dst_path=tmp,
-                tracking_uri=client.tracking_uri,
+                artifact_uri=f"{root}/{MANIFEST_ARTIFACT}", dst_path=tmp
             )
             return json.loads(Path(path).read_text())
     except Exception:  # no manifest logged, or unreadable: the message then lacks the file names
@@ -173,6 +173,8 @@ def verified_download(client: Any, name: str, version: int | str, dest: str | Pa
     """Download ``models:/name/version`` into ``dest`` and return the folder, or raise IntegrityError
     when its files' digest is not the one recorded in the version's tags at registration."""
     import mlflow
+
+    from components.common.registry_read import local_artifact_uri
 
     mv = client.get_model_version(name, str(version))
     expected = (mv.tags or {}).get(DIGEST_TAG)
@@ -191,7 +193,11 @@ def verified_download(client: Any, name: str, version: int | str, dest: str | Pa
             f"${SIGNING_KEY_ENV}: refusing to load it (signed by another key, or the registry "
             f"was altered)"
         )
-    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=where, dst_path=str(dest)))
+    # where the version's files are, as this registry's folder holds them (it may have moved)
+    source = local_artifact_uri(
+        client.tracking_uri, client.get_model_version_download_uri(name, str(version))
+    )
+    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(dest)))
     files = manifest(local)
     if manifest_digest(files) != expected:
         stored = _stored_manifest(client, mv.run_id)
@@ -205,6 +211,18 @@ def verified_download(client: Any, name: str, version: int | str, dest: str | Pa
             f"load it (someone changed the artifact store)"
         )
     return local
+
+
+def open_model(tracking_uri: str, model_uri: str) -> tuple[Any, str, int]:
+    """``(client, name, version)`` of ``model_uri`` on a read-only connection to the registry
+    (:func:`components.common.tracking.connect`); an absent local registry is named with it."""
+    from components.common.registry_read import NoRegistry, connect_readonly
+
+    try:
+        client = connect_readonly(tracking_uri)
+    except NoRegistry as exc:
+        raise NoRegistry(f"{model_uri}: {exc}") from None
+    return (client, *resolve_model_uri(client, model_uri))
 
 
 def resolve_model_uri(client: Any, model_uri: str) -> tuple[str, int]:
@@ -240,12 +258,11 @@ def main(argv: list[str] | None = None) -> int:
         help="default $MLFLOW_TRACKING_URI, else sqlite:///runs/mlflow.db",
     )
     args = p.parse_args(argv)
-    from components.common.tracking import TrackingError, connect
+    from components.common.tracking import TrackingError
     from components.register.stage import default_tracking_uri
 
     try:
-        client = connect(args.tracking_uri or default_tracking_uri())
-        name, version = resolve_model_uri(client, args.model)
+        client, name, version = open_model(args.tracking_uri or default_tracking_uri(), args.model)
         local = verified_download(client, name, version, args.dst)
     except (IntegrityError, TrackingError, ValueError, OSError) as exc:
         print(f"integrity: error: {exc}", file=sys.stderr)

@@ -17,6 +17,7 @@ from code" (``model_code.py``), so loading it unpickles nothing.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import mlflow.pyfunc
@@ -24,8 +25,6 @@ import numpy as np
 import pandas as pd
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
-
-DEFAULT_BATCH = 8192
 
 
 class BadRequest(MlflowException):
@@ -63,23 +62,45 @@ class DailyrecModel(mlflow.pyfunc.PythonModel):
     def predict(
         self, context, model_input: pd.DataFrame, params: dict[str, Any] | None = None
     ) -> np.ndarray:
-        from components.score.features import RequestError, request_inputs
-        from components.train.inference import check_inputs, chunks, predict_logits, sigmoid
-        from components.train.model import BATCH_KEYS
-
         if not isinstance(model_input, pd.DataFrame):
             raise BadRequest(
                 f"expected a table of requests (columns user_id, item_id, timestamp ...), "
                 f"got {type(model_input).__name__}"
             )
+        from components.score.protocol import ProtocolError, check_params
+
         try:
-            arrays = request_inputs(model_input.reset_index(drop=True), self.snapshot, self.layout)
+            batch = check_params(params or {})["batch_size"]
+        except ProtocolError as exc:
+            raise BadRequest(str(exc)) from None
+        return self.score(model_input, batch)
+
+    def score(self, frame: pd.DataFrame, batch: int, deadline: float | None = None) -> np.ndarray:
+        """Probabilities of a request table's rows, scored ``batch`` rows at a time; past
+        ``deadline`` (``time.monotonic()``) it stops between batches with :class:`Overdue`."""
+        from components.score.features import RequestError, request_inputs
+        from components.train.inference import check_inputs, chunks, predict_logits, sigmoid
+        from components.train.model import BATCH_KEYS
+
+        try:
+            arrays = request_inputs(frame.reset_index(drop=True), self.snapshot, self.layout)
             arrays = {k: arrays[k] for k in BATCH_KEYS}
             rows = check_inputs(arrays, self.scorer.vocab)
-            batch = int((params or {}).get("batch_size", DEFAULT_BATCH))
-            if batch < 1:
-                raise RequestError(f"params.batch_size must be >= 1, got {batch}")
         except (RequestError, ValueError, TypeError) as exc:
             raise BadRequest(str(exc)) from None
-        logits = predict_logits(self.scorer.model, chunks(arrays, rows, batch))
+        batches = chunks(arrays, rows, batch)
+        logits = predict_logits(
+            self.scorer.model, batches if deadline is None else _until(deadline, batches)
+        )
         return sigmoid(logits).astype(np.float32)
+
+
+class Overdue(TimeoutError):
+    """Scoring passed its deadline: the server has answered 504 and stops the work."""
+
+
+def _until(deadline: float, batches):
+    for batch in batches:
+        if time.monotonic() > deadline:
+            raise Overdue("scoring passed the server's request timeout")
+        yield batch

@@ -373,16 +373,19 @@ def log_pyfunc(
 
 def request_signature() -> Any:
     """The raw-id request's columns (any JSON type: ids may be text or integers; the model checks
-    each value and answers a bad one with a one-line reason) and the probability it returns."""
+    each value and answers a bad one with a one-line reason; ``user_id``, ``item_id`` and
+    ``timestamp`` required), its ``params`` and the probability it returns."""
     import numpy as np
     from mlflow.models import ModelSignature
-    from mlflow.types.schema import AnyType, ColSpec, Schema, TensorSpec
+    from mlflow.types.schema import AnyType, ColSpec, ParamSchema, ParamSpec, Schema, TensorSpec
 
-    from components.score.features import COLUMNS
+    from components.score.features import COLUMNS, REQUIRED
+    from components.score.protocol import PARAMS
 
     return ModelSignature(
-        inputs=Schema([ColSpec(AnyType(), c, required=False) for c in COLUMNS]),
+        inputs=Schema([ColSpec(AnyType(), c, required=c in REQUIRED) for c in COLUMNS]),
         outputs=Schema([TensorSpec(np.dtype(np.float32), (-1,))]),
+        params=ParamSchema([ParamSpec(name, "long", p.default) for name, p in PARAMS.items()]),
     )
 
 

@@ -81,18 +81,16 @@ def score_day(config: ScoreConfig) -> dict:
     """Score every valid row of the day; write ``out``; return the accounting."""
     import dask
 
-    from components.common.tracking import connect
     from components.preprocess import raw as rawio
     from components.preprocess.errors import InputError
     from components.preprocess.stage import _compute
-    from components.register.integrity import WEIGHTS, resolve_model_uri, verified_download
+    from components.register.integrity import WEIGHTS, open_model, verified_download
     from components.register.stage import default_tracking_uri
     from components.score.features import COUNT_STATE, USER_STATE, Layout, Snapshot
     from components.train.inference import load_scorer
 
     started = time.perf_counter()
-    client = connect(config.tracking_uri or default_tracking_uri())
-    name, version = resolve_model_uri(client, config.model)
+    client, name, version = open_model(config.tracking_uri or default_tracking_uri(), config.model)
     ignored: list = []
     fs, days = rawio.list_days(config.raw, ignored)
     if config.date not in days:

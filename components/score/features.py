@@ -29,11 +29,14 @@ category) and per (user, item) the impression and click counts and the last
 exposure and click times, the pairs keyed by a keyed hash (the deployment's id
 key) so that they link to no item. Rows scored from it must come after their
 user's last event in the window (what serving does); earlier ones are refused.
-What it still reveals is measured in docs/security.md.
+What it still reveals is measured in docs/security.md. The rows of one user scored
+from it share that user's state, assembled once per request: a ranking call of
+one user over 10,000 candidates holds the user's events once, not once per row.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -368,14 +371,17 @@ def key_inputs(
     if events is None:
         events, owner = {k: np.empty(0, np.int64) for k in EVENT_KEYS}, np.empty(0, np.int64)
     given = np.zeros(n, bool) if given is None else given
+    # a row sending events is a group of its own; the rows of one user scored from the snapshot
+    # share one group holding that user's state once (a ranking call's 10,000 candidates too)
+    group = np.arange(n, dtype=np.int64)
     users = snapshot.users if not given.all() else None
     if users is not None:
-        rows, owners = users.user_events(user)
-        take = ~given[owners]
-        rows, owners = rows[take], owners[take]
+        distinct, which = np.unique(user[~given], return_inverse=True)
+        group[~given] = n + which
+        rows, owners = users.user_events(distinct)
         events = {k: np.concatenate([events[k], users.events[k][rows]]) for k in EVENT_KEYS}
-        owner = np.concatenate([owner, owners])
-    arrays, prior = _assemble(user, item, cat, ts, events, owner, snapshot.state, layout)
+        owner = np.concatenate([owner, n + owners])
+    arrays, prior = _assemble(user, item, cat, ts, group, events, owner, snapshot.state, layout)
     if users is not None:  # the user-level counts over the whole window, not the kept events
         rows = np.flatnonzero(~given)
         arrays["dense"][rows, USER_COLUMNS] = users.user_columns(
@@ -384,10 +390,16 @@ def key_inputs(
     return arrays
 
 
-def _assemble(user, item, cat, ts, events, owner, state: CounterState, layout: Layout):
-    """The rows' arrays (in row order) and each row's prior."""
+NOT_HISTORY = 2
+"""The label of a request row inside its group: neither a click nor a skip, so no row of the group
+(another candidate of the same user) ever has it in its history."""
+
+
+def _assemble(user, item, cat, ts, row_group, events, owner, state: CounterState, layout: Layout):
+    """The rows' arrays (in row order) and each row's prior; ``row_group``: each row's group,
+    ``owner``: each event's."""
     n = len(user)
-    # exact duplicates among one row's events count once, as preprocess drops them
+    # exact duplicates among one group's events count once, as preprocess drops them
     order = sort_order(
         owner,
         events["ts"],
@@ -403,19 +415,21 @@ def _assemble(user, item, cat, ts, events, owner, state: CounterState, layout: L
     )
     events = {k: v[~dup] for k, v in events.items()}
     owner = owner[~dup]
-    # one group per request row: its events, then itself (label 0: it is never its own history)
-    group = np.concatenate([owner, np.arange(n)]).astype(np.int64)
-    target = np.concatenate([np.zeros(len(owner), bool), np.ones(n, bool)])
+    group = np.concatenate([owner, row_group]).astype(np.int64)
+    row = np.concatenate([np.full(len(owner), -1), np.arange(n)])
     cols = {
-        "user_key": user[group],
+        "user_key": np.concatenate([events["user_key"], user]),
         "item_key": np.concatenate([events["item_key"], item]),
         "cat_key": np.concatenate([events["cat_key"], cat]),
         "ts": np.concatenate([events["ts"], ts]),
-        "label": np.concatenate([events["label"], np.zeros(n, np.int64)]).astype(np.int8),
+        "label": np.concatenate([events["label"], np.full(n, NOT_HISTORY)]).astype(np.int8),
     }
-    order = sort_order(group, cols["ts"], cols["item_key"], cols["cat_key"], cols["label"], target)
+    order = sort_order(
+        group, cols["ts"], cols["item_key"], cols["cat_key"], cols["label"], row >= 0
+    )
     cols = {k: v[order] for k, v in cols.items()}
-    group, target = group[order], target[order]
+    group, row = group[order], row[order]
+    target = row >= 0
     # each row alone against the snapshot's counts: equal timestamps never see each other
     counts, prior = state.features(
         cols["item_key"][target],
@@ -430,8 +444,10 @@ def _assemble(user, item, cat, ts, events, owner, state: CounterState, layout: L
     row_prior[target] = prior
     arrays = model_inputs(cols, global_columns, row_prior, layout, group=group)
     back = np.empty(n, np.int64)
-    back[group[target]] = np.arange(n)
-    return {k: v[target][back] for k, v in arrays.items()}, row_prior[target][back]
+    back[row[target]] = np.arange(n)
+    out = {k: v[target][back] for k, v in arrays.items()}
+    out["label"][:] = 0  # a request's outcome is not known
+    return out, row_prior[target][back]
 
 
 def _request_events(
@@ -500,6 +516,7 @@ def _ids(values, column: str, nullable: bool = False, where=None) -> np.ndarray:
     values = list(values.tolist() if hasattr(values, "tolist") else values)
     if not values:
         return np.empty(0, np.int64)
+    _check_scalars(values, column, ID_TYPES, where)
     keys, unusable = hash_ids(values)
     null = np.array([_is_null(v) for v in values])
     bad = unusable & ~null if nullable else unusable
@@ -515,6 +532,9 @@ def _ids(values, column: str, nullable: bool = False, where=None) -> np.ndarray:
 def _timestamps(values, column: str, where=None) -> np.ndarray:
     from components.preprocess.clean import parse_timestamps
 
+    _check_scalars(
+        values.tolist() if hasattr(values, "tolist") else values, column, TIME_TYPES, where
+    )
     seconds, valid = parse_timestamps(_arrow(values))
     valid &= (seconds >= 0) & (seconds < LATEST_SECONDS)
     if not valid.all():
@@ -532,6 +552,7 @@ def _labels(values: list, where) -> np.ndarray:
 
     if not values:
         return np.empty(0, np.int64)
+    _check_scalars(values, "events_label", (*ID_TYPES, bool, np.bool_), where)
     labels, valid = parse_labels(_arrow(values))
     if not valid.all():
         i = int(np.flatnonzero(~valid)[0])
@@ -539,6 +560,28 @@ def _labels(values: list, where) -> np.ndarray:
             f"{_row_label(i, where)}: events_label {_short_repr(values[i])} is not 0 or 1"
         )
     return labels.astype(np.int64)
+
+
+ID_TYPES = (str, int, float, np.integer, np.floating)
+"""What an id (or an epoch second, or a label) may be: text or a number; never a list or an
+object, whose text would be hashed as an id. Booleans are no ids."""
+TIME_TYPES = (*ID_TYPES, dt.date, np.datetime64)
+
+
+def _check_scalars(values: list, column: str, types: tuple, where) -> None:
+    for i, value in enumerate(values):
+        if value is not None and (
+            not isinstance(value, types)
+            or (isinstance(value, bool | np.bool_) and bool not in types)
+        ):
+            raise RequestError(
+                f"{_row_label(i, where)}: {column} is {_kind(value)}, not "
+                f"{'a time' if dt.date in types else 'an id (text or an integer)'}"
+            )
+
+
+def _kind(value) -> str:
+    return f"a {type(value).__name__} ({_short_repr(value)})"
 
 
 def _arrow(values) -> pa.Array:

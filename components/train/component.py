@@ -72,12 +72,14 @@ def train_op(
     plan_path = atomic_write_bytes(RunFolder(Path(run_dir)).plan, Path(plan.path).read_bytes())
     init_from = None
     if warm_start and tracking_uri:
-        from components.common.tracking import connect
+        from components.common.registry_read import NoRegistry, connect_readonly
         from components.register.registry import champion_checkpoint
 
-        found = champion_checkpoint(
-            connect(tracking_uri), model_name, str(Path(run_dir) / "champion")
-        )
+        try:  # a reader: the registry is opened read-only
+            client = connect_readonly(tracking_uri)
+        except NoRegistry:  # the first run: nothing to start from
+            client = None
+        found = client and champion_checkpoint(client, model_name, str(Path(run_dir) / "champion"))
         if found:
             print(f"warm start: from {model_name} v{found[0]} (applied if the shapes match)")
             init_from = found[1]

@@ -9,14 +9,16 @@ from components.preprocess.stage import preprocess
 TINY_BUCKETS = {"item_buckets": 2048, "category_buckets": 128, "user_buckets": 1024}
 
 
-def make_dataset(root, seed: int = 5, **bucket_overrides):
+def make_dataset(root, seed: int = 5, name: str = "data", **bucket_overrides):
+    """The tiny world's logs (``root/raw``, generated once) preprocessed into ``root/name``."""
     raw = root / "raw"
-    generate(
-        DatagenConfig(
-            out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=seed
+    if not (raw / "datagen.json").is_file():
+        generate(
+            DatagenConfig(
+                out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=seed
+            )
         )
-    )
-    data = root / "data"
+    data = root / name
     preprocess(
         PreprocessConfig(
             raw=str(raw),

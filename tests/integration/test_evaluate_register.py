@@ -394,7 +394,10 @@ def test_a_registry_read_error_after_connecting_fails_the_evaluation(
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import INTERNAL_ERROR
 
+    from components.common.tracking import connect
+
     candidate = untrained_checkpoint(tmp_path / "c.pt", tiny_dataset, seed=1)
+    connect(registry.uri)  # the registry exists (absent, it has no champion to read)
 
     def locked(self, name):
         raise MlflowException(

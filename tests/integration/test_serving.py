@@ -213,9 +213,47 @@ def test_bad_requests_are_refused_with_one_line_reasons(world, tmp_path):
             "sends 210,000 events; at most 200,000 per request",
         ),
     ]
+    first = good["events_item_id"].iloc[0]
+    cases += [  # values that are no ids: their text would be hashed as one
+        (good.assign(item_id=[[1], 2, 3]), r"row 0: item_id is a list \(\[1\]\), not an id"),
+        (good.assign(user_id=[True, 1, 2]), r"row 0: user_id is a bool \(True\), not an id"),
+        (
+            good.assign(events_item_id=[[{"id": 1}, *first[1:]], *good["events_item_id"][1:]]),
+            r"row 0 event 0: events_item_id is a dict \(\{'id': 1\}\), not an id",
+        ),
+        (good.assign(timestamp=[[AT], AT, AT]), r"row 0: timestamp is a list .*, not a time"),
+    ]
     for frame, reason in cases:
         with pytest.raises(RequestError, match=reason):
             request_inputs(frame.reset_index(drop=True), with_events, layout)
+
+
+def test_a_ranking_call_assembles_its_user_once(world, tmp_path, monkeypatch):
+    """10,000 candidates of one user: each row's arrays are those of the row sent alone, and the
+    assembly holds the user's snapshot state once, not once per candidate."""
+    from components.score import features
+
+    files = write_snapshot(world["before"], tmp_path)
+    snapshot = Snapshot.load(files["count_state"], files["user_state"])
+    layout = _layout(world["before"])
+    user = _day5(world)["user_id"].iloc[0]
+    candidates = pd.DataFrame(
+        {"user_id": user, "item_id": np.arange(10_000), "timestamp": AT + np.arange(10_000) % 7}
+    )
+    assembled = []
+    real = features.model_inputs
+    monkeypatch.setattr(
+        features,
+        "model_inputs",
+        lambda cols, *a, **k: assembled.append(len(cols["ts"])) or real(cols, *a, **k),
+    )
+    together = request_inputs(candidates, snapshot, layout)
+    held = len(snapshot.users.user_events(hash_ids([user])[0])[0])
+    assert 0 < held <= layout.seq_len + layout.neg_len
+    assert assembled == [len(candidates) + held]
+    for i in (0, 1, 4_321, 9_999):
+        alone = request_inputs(candidates.iloc[[i]].reset_index(drop=True), snapshot, layout)
+        assert all(np.array_equal(together[k][i], alone[k][0]) for k in BATCH_KEYS), i
 
 
 def test_string_and_integer_ids_are_the_same_ids(world, tmp_path):
@@ -286,7 +324,14 @@ def _post(port: int, payload: dict) -> tuple[int, str]:
 def test_served_model_scores_raw_ids_like_evaluate(world, registered, tmp_path):
     port = _free_port()
     log = tmp_path / "serve.log"
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "MLFLOW_TRACKING_URI": world["uri"]}
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.getcwd(),
+        "MLFLOW_TRACKING_URI": world["uri"],
+        "TMPDIR": str(scratch),
+    }
     with open(log, "w") as sink:
         server = subprocess.Popen(
             [
@@ -344,9 +389,18 @@ def test_served_model_scores_raw_ids_like_evaluate(world, registered, tmp_path):
             "Traceback" not in body and str(world["root"]) not in body and "stack_trace" not in body
         )
         assert "\n" not in message
+        assert any(scratch.iterdir())  # the verified copy, while serving
+        # SIGTERM (a pod stopped, a preempted job): the server stops, nothing keeps answering,
+        # the verified copy is gone and the status says which signal
+        server.send_signal(15)
+        assert server.wait(timeout=30) == 128 + 15
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
+        assert not any(scratch.iterdir())
     finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
+        if server.poll() is None:
+            os.killpg(server.pid, 9)
+            server.wait(timeout=30)
     assert "Add type hints" not in log.read_text()
 
 

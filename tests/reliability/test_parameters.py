@@ -18,6 +18,7 @@ from components.evaluate.metrics import delong
 from components.evaluate.report import markdown
 from pipelines.local import main, pipeline_parameters
 from pipelines.params import ParameterError, check_parameters
+from tests.conftest import call_exit_handler
 
 BAD = [
     (
@@ -159,29 +160,17 @@ def test_run_id_given_twice_must_agree(tmp_path, capsys):
 
 
 def test_exit_handler_refuses_a_run_id_outside_runs(tmp_path, fault_report):
-    from kfp import dsl
 
     from pipelines.daily import finalize
 
     root = tmp_path / "store"
     (root / "raw").mkdir(parents=True)
-    status = dsl.PipelineTaskFinalStatus(
-        state="FAILED",
-        pipeline_job_resource_name="x",
-        pipeline_task_name="daily-run",
-        error_code=1,
-        error_message="resolve-window failed",
-    )
-    finalize.python_func(
-        status=status,
-        storage_root=str(root),
+    call_exit_handler(
+        finalize.python_func,
+        root,
+        message="resolve-window failed",
         run_id="../raw/dt=2099-01-01",
         kfp_run_id="kfp-123",
-        model_name="m",
-        tracking_uri="",
-        launcher="local",
-        cluster_target="",
-        retention_days=0,
     )
     assert (
         not (root / "raw" / "dt=2099-01-01").exists()

@@ -4,17 +4,16 @@ key and under a deployment's secret."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from components.common import hashing
-from components.datagen.generator import DatagenConfig, generate
-from components.preprocess.config import PreprocessConfig
-from components.preprocess.stage import preprocess
 from components.score.features import UserState, pair_digest, write_snapshot
-from tests.integration.conftest import TINY_BUCKETS
+from tests.integration.conftest import make_dataset
 
 pytestmark = pytest.mark.integration
 
@@ -48,29 +47,14 @@ def test_a_model_snapshot_holds_no_click_log_and_reverses_only_under_the_public_
     tmp_path, monkeypatch, fault_report
 ):
     raw = tmp_path / "raw"
-    generate(
-        DatagenConfig(
-            out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=5
-        )
-    )
     found = {}
     for name, secret in (("public", None), ("secret", "the-deployment-s-own-secret-0")):
         if secret is None:
             monkeypatch.delenv(hashing.KEY_ENV, raising=False)
         else:
             monkeypatch.setenv(hashing.KEY_ENV, secret)
-        data = tmp_path / f"data-{name}"
-        meta = preprocess(
-            PreprocessConfig(
-                raw=str(raw),
-                out=str(data),
-                days=4,
-                history_days=1,
-                seq_len=8,
-                rows_per_partition=5000,
-                **TINY_BUCKETS,
-            )
-        )
+        data = make_dataset(tmp_path, name=f"data-{name}")
+        meta = json.loads((data / "meta.json").read_text())
         files = write_snapshot(data, tmp_path / f"snapshot-{name}")
         assert set(files) == {"count_state", "user_state"}
         state = UserState.load(files["user_state"])

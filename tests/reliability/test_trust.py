@@ -18,7 +18,7 @@ from components.preprocess.config import PreprocessConfig
 from components.preprocess.errors import InputError
 from components.preprocess.stage import preprocess
 from components.train.trainer import TrainConfig, train
-from tests.conftest import write_day
+from tests.conftest import call_exit_handler, write_day
 
 pytestmark = pytest.mark.integration
 
@@ -219,3 +219,85 @@ def test_a_model_version_refuses_ids_hashed_under_another_key(
         "refused at load naming both fingerprints; evaluate takes such a champion as unusable "
         "(ids hashed under another key)",
     )
+
+
+def _retried_components() -> dict[str, object]:
+    """The component of every task the cluster's retry policy retries, by task name."""
+    from components.estimate.component import estimate_op
+    from components.evaluate.component import evaluate_op
+    from components.preprocess.component import preprocess_op, resolve_window
+    from components.register.component import register_op
+    from components.train.component import train_op
+    from pipelines.daily import check_parameters, finalize
+    from pipelines.steps import TASK_POLICY
+
+    ops = (resolve_window, preprocess_op, estimate_op, train_op, evaluate_op, register_op)
+    by_name = {op.name: op for op in (*ops, finalize, check_parameters)}
+    assert set(by_name) == set(TASK_POLICY), "a task without its component here"
+    return {name: by_name[name] for name, (retries, _) in TASK_POLICY.items() if retries}
+
+
+def test_a_deterministic_failure_is_never_repeated_by_a_retry(tmp_path, monkeypatch, fault_report):
+    """KFP's retry policy cannot look at why a task failed: each retried task records a failure
+    another attempt would repeat (bad input, exit 2) and its retry stops at once with it."""
+    import inspect
+
+    from components.common.attempts import RUN_ID_ENV, FinalError
+    from components.common.cli import exit_for
+    from components.preprocess import stage
+    from pipelines import finalize as finalizing
+
+    retried = _retried_components()
+    assert {"resolve-window", "finalize"} <= set(retried)
+    missing = [
+        n for n, op in retried.items() if "attempt(" not in inspect.getsource(op.python_func)
+    ]
+    assert not missing, f"retried tasks that would repeat a final failure: {missing}"
+
+    monkeypatch.setenv(RUN_ID_ENV, "kfp-7")
+    root = tmp_path / "store"
+    raw = root / "raw"
+    generate(DatagenConfig(out=raw, **(TINY | {"days": 3})))
+    listed = []
+    real = stage.resolve_inputs
+    monkeypatch.setattr(stage, "resolve_inputs", lambda c: listed.append(1) or real(c))
+    args = dict(
+        raw_uri="",
+        storage_root=str(root),
+        run_date="2031-01-01",  # not in the logs: bad input
+        schedule_time="",
+        window_days=3,
+        history_days=0,
+        seq_len=4,
+        run_id="",
+        kfp_run_id="kfp-7",
+    )
+    resolve = retried["resolve-window"].python_func
+    with pytest.raises(InputError) as first:
+        resolve(**args)
+    assert exit_for(first.value) == Exit.USAGE and listed == [1]
+    with pytest.raises(FinalError, match="resolve-window: not retried: .*2031") as again:
+        resolve(**args)
+    assert listed == [1] and again.value.exit_status == Exit.USAGE  # nothing listed again
+    fault_report(
+        "retries",
+        "a bad-input failure (exit 2) of a task the cluster retries: resolve-window asked for "
+        "days the logs do not hold",
+        "recorded as final; the retry fails at once with the first attempt's message and status, "
+        "listing nothing (every retried task -- resolve-window, preprocess, estimate, train, "
+        "evaluate, register, finalize -- runs inside one attempt record)",
+    )
+
+    calls = []
+
+    def bad(*a, **k):
+        calls.append(1)
+        raise ValueError("retention_days must be >= 0")
+
+    monkeypatch.setattr(finalizing, "finalize_run", bad)
+    handler = dict(run_id="", kfp_run_id="kfp-7")
+    with pytest.raises(ValueError):
+        call_exit_handler(retried["finalize"].python_func, root, **handler)
+    with pytest.raises(FinalError, match="finalize: not retried"):
+        call_exit_handler(retried["finalize"].python_func, root, **handler)
+    assert calls == [1]

@@ -43,6 +43,11 @@ def test_every_results_file_has_a_scope_or_is_per_module():
     assert names - {"mutation"} <= set(fingerprint.SCOPES), names - set(fingerprint.SCOPES)
 
 
+def test_every_benchmark_has_published_its_results():
+    missing = set(fingerprint.SCOPES) - {p.stem for p in RESULTS}
+    assert not missing, f"no benchmarks/results/NAME.json yet for: {sorted(missing)}"
+
+
 def test_the_digest_ignores_layout_comments_and_docstrings_but_not_code():
     base = code_digest('def f(x):\n    """Doc."""\n    return x + 1\n')
     assert code_digest("def f(x):  # why\n    return (x\n            + 1)\n") == base

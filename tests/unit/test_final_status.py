@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from kfp import dsl
 
 from components.common.final_status import final_status, stage_records
 from components.common.runs import STAGES, claim_run_dir, record_stage
 from kube.trainjob import trainjob_name
 from pipelines.daily import finalize
+from tests.conftest import call_exit_handler
 
 FINAL = [
     ("SUCCEEDED", None, "SUCCEEDED"),  # kfp.local
@@ -99,23 +99,13 @@ def run_finalize(root, state, message, launcher="trainjob", done=()):
         claim_run_dir(folder, "kfp-1")
     for stage in done:
         record_stage(folder, stage, 1.0)
-    status = dsl.PipelineTaskFinalStatus(
-        state=state,
-        pipeline_job_resource_name="run-1",
-        pipeline_task_name="exit-handler-1",
-        error_code=None,
-        error_message=message,
-    )
-    finalize.python_func(
-        status=status,
-        storage_root=str(root),
-        run_id="r1",
-        kfp_run_id="kfp-1",
-        model_name="m",
-        tracking_uri="",
+    call_exit_handler(
+        finalize.python_func,
+        root,
+        state,
+        message,
         launcher=launcher,
         cluster_target=json.dumps({"trainjob": {"namespace": "ns", "poll_s": 0.01}}),
-        retention_days=0,
     )
     return json.loads((folder / "summary.json").read_text())
 
