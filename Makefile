@@ -47,7 +47,7 @@ SKIP_IMAGES ?=
 # Private registry: docker-registry Secret(s) in the namespace, comma-separated (`kubectl create secret docker-registry …`).
 IMAGE_PULL_SECRETS ?=
 
-.PHONY: help install run data next-day preprocess tune compile ui serve images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-serving docs lint format clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess tune compile ui serve images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-serving bench-gate docs lint format clean clean-data clean-runs
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -140,7 +140,7 @@ $(VENV)/.mutation: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,mutation]'
 	@touch $@
 
-bench: bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-images bench-distributed bench-serving test-reliability mutation ## every measurement -> benchmarks/results/ and docs/ (hours on 2 cores; one: make bench-quality, bench-preprocess, bench-loader, bench-train, bench-estimate, bench-tune, bench-gpu, bench-images, bench-distributed, bench-serving)
+bench: bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-images bench-distributed bench-serving bench-gate test-reliability mutation ## every measurement -> benchmarks/results/ and docs/ (hours on 2 cores; one: make bench-quality, bench-preprocess, bench-loader, bench-train, bench-estimate, bench-tune, bench-gpu, bench-images, bench-distributed, bench-serving, bench-gate)
 	-$(PY) -m benchmarks.fingerprint
 
 bench-quality bench-preprocess bench-estimate bench-tune: $(VENV)/.bench
@@ -157,6 +157,9 @@ bench-distributed: install ## preprocess on 1 vs 2 Dask worker containers, train
 
 bench-serving: $(VENV)/.bench ## the scoring server vs mlflow models serve: requests/s, p50/p99, memory by request size -> benchmarks/results/serving.json, docs/performance.md
 	$(PY) -m benchmarks.serving
+
+bench-gate: $(VENV)/.bench ## the champion gate by simulation: interval coverage, false refusals, power, speed on 10 M rows -> benchmarks/results/gate.json, docs/stages.md
+	$(PY) -m benchmarks.gate
 
 bench-gpu: $(VENV)/.bench
 	@if $(PY) -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then $(PY) -m benchmarks.gpu; \

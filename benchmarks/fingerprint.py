@@ -62,6 +62,8 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     # the scoring server and the model version it serves (built by the benchmark)
     "serving": (("benchmarks.serving", "components.score.serve", "components.score.app"), ()),
+    # the champion gate's interval, checked by simulation
+    "gate": (("benchmarks.gate",), ()),
     # every fault-injection, bad-input and security check, and what they exercise
     "reliability": (("tests.reliability.*",), ()),
 }

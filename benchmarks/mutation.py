@@ -83,8 +83,19 @@ MODULES = (
         "delong",
         "components/evaluate/metrics.py",
         ("tests/unit/test_evaluate_metrics.py",),
-        functions=("_vectors", "_structural_components", "_sample_cov", "delong"),
-        what="DeLong AUC-difference test (the gate's interval)",
+        functions=(
+            "_vectors",
+            "_structural_components",
+            "_sample_cov",
+            "_paired",
+            "_interval",
+            "_iid_se",
+            "delong",
+            "clustered_delong",
+            "clustered_auc",
+            "detectable_effect",
+        ),
+        what="paired AUC comparison, users as the unit and DeLong's (the gate's interval)",
     ),
     Module(
         "decision",
@@ -264,11 +275,11 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("delong", "v01 = 2.0 - (tz_y - average_ranks(y)) / m"): _V01_SHIFT,
     (
         "delong",
-        "auc_a, v10_a, v01_a = _structural_components(scores_a.astype(None), y)",
+        "a = _structural_components(scores_a.astype(None), y)",
     ): "numpy's astype(None) is astype(float64)",
     (
         "delong",
-        "auc_b, v10_b, v01_b = _structural_components(scores_b.astype(None), y)",
+        "b = _structural_components(scores_b.astype(None), y)",
     ): "numpy's astype(None) is astype(float64)",
     (
         "delong",

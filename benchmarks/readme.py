@@ -37,6 +37,7 @@ PUBLISHED = (
     "images",
     "distributed",
     "serving",
+    "gate",
 )
 """Benchmarks whose module renders its block from its stored results: ``readme_table(result)``."""
 
@@ -141,6 +142,22 @@ def publish(
     if readme and not throwaway:  # --quick / --dry figures are no measurement
         update_block(name, table)
     return out
+
+
+def quick_main(
+    name: str, doc: str, quick_help: str, measure, table, argv: list[str] | None = None
+) -> int:
+    """The CLI of a benchmark that only takes ``--quick``: measure, publish, exit 0."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help=quick_help)
+    p.add_argument(
+        "--results", default=None, help=f"JSON output (default: benchmarks/results/{name}.json)"
+    )
+    p.add_argument("--no-readme", action="store_true", help=NO_README_HELP)
+    args = p.parse_args(argv)
+    result = measure(args.quick)
+    publish(name, result, table(result), args.results, args.quick, not args.no_readme)
+    return 0
 
 
 def dataset_benchmark_parser(doc: str, name: str) -> argparse.ArgumentParser:

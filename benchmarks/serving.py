@@ -24,7 +24,6 @@ benchmarks/results/serving.json and the block between
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os
@@ -40,7 +39,7 @@ import numpy as np
 import psutil
 
 from benchmarks.measure import machine, tree_rss
-from benchmarks.readme import NO_README_HELP, ROOT, publish
+from benchmarks.readme import ROOT, quick_main
 from components.score.protocol import PARAMS
 
 NAME = "serving"
@@ -324,16 +323,7 @@ def readme_table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="few requests: a smoke test")
-    p.add_argument(
-        "--results", default=None, help="JSON output (default: benchmarks/results/serving.json)"
-    )
-    p.add_argument("--no-readme", action="store_true", help=NO_README_HELP)
-    args = p.parse_args(argv)
-    result = measure(args.quick)
-    publish(NAME, result, readme_table(result), args.results, args.quick, not args.no_readme)
-    return 0
+    return quick_main(NAME, __doc__, "few requests: a smoke test", measure, readme_table, argv)
 
 
 if __name__ == "__main__":

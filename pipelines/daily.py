@@ -76,6 +76,8 @@ PARAMETERS_DOC = """Args:
     max_epochs: epochs at most (early stopping on validation AUC may end sooner).
     min_auc: absolute floor on the candidate's test AUC.
     tolerance: AUC the candidate may lose against the champion at the 95% CI's upper bound.
+    guards_report_only: report the data guards (new days against the champion's training window)
+        without blocking on them: for a day known to be unusual.
     warm_start: initialize from the champion's weights when their shapes match.
     storage_root: shared storage for raw data (raw/ unless raw_uri), datasets/ and runs/.
     raw_uri: raw event logs (dt=YYYY-MM-DD/ folders); empty = storage_root/raw.
@@ -160,6 +162,7 @@ def check_parameters(
     max_epochs: int,
     min_auc: float,
     tolerance: float,
+    guards_report_only: bool,
     warm_start: bool,
     storage_root: str,
     raw_uri: str,
@@ -207,6 +210,7 @@ def daily_pipeline(runner: Runner = CLUSTER):
         max_epochs: int = 3,
         min_auc: float = 0.55,
         tolerance: float = 0.002,
+        guards_report_only: bool = False,
         warm_start: bool = True,
         storage_root: str = "/mnt/dailyrec",
         raw_uri: str = "",
@@ -293,6 +297,7 @@ def daily_pipeline(runner: Runner = CLUSTER):
                     tracking_uri=tracking_uri,
                     min_auc=min_auc,
                     tolerance=tolerance,
+                    guards_report_only=guards_report_only,
                 ),
                 "evaluate-op",
                 "evaluate",

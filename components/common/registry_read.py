@@ -34,8 +34,11 @@ class NoRegistry(TrackingError):
 def readonly_uri(db: Path) -> str:
     """A URI that opens ``db`` read-only. Quoted twice: SQLAlchemy unquotes the name once, SQLite
     once more, so a space, ``#`` or ``%`` in the path cannot cut the name short (and drop
-    ``mode=ro`` with it)."""
-    return f"sqlite:///file:{quote(quote(db.resolve().as_posix()))}?mode=ro&uri=true"
+    ``mode=ro`` with it). The slashes are quoted too: MLflow creates the "parent folder" of what
+    follows ``sqlite:///``, which for ``file:/a/b`` would be a folder ``file:/a`` in the reader's
+    working directory; with no slash left its parent is ``.``, and nothing is created."""
+    name = quote(quote(db.resolve().as_posix(), safe=""), safe="")
+    return f"sqlite:///file:{name}?mode=ro&uri=true"
 
 
 def database(tracking_uri: str) -> Path | None:

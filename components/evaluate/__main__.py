@@ -1,6 +1,7 @@
 """CLI: ``python -m components.evaluate --data DIR --checkpoint FILE --model-name NAME --out DIR
-[--tracking-uri URI] [--min-auc X] [--tolerance T]``: one flag per field of
-:class:`~components.evaluate.stage.EvaluateConfig` and of its :class:`GateRule`.
+[--tracking-uri URI] [--min-auc X] [--tolerance T] [--max-feature-shift S] ...``: one flag per
+field of :class:`~components.evaluate.stage.EvaluateConfig`, of its :class:`GateRule` and of its
+:class:`GuardRule`.
 
 Exits 0 whether or not the candidate is blessed (the verdict is in decision.json); otherwise
 with a one-line reason and the status of :class:`~components.common.cli.Exit`.
@@ -16,6 +17,7 @@ import sys
 from components.common.cli import Exit, add_config_flags, cli_parser, exit_for
 from components.common.tracking import TrackingError
 from components.evaluate.decision import GateRule
+from components.evaluate.guards import GuardRule
 from components.evaluate.stage import EvaluateConfig, EvaluateError, evaluate, summary_line
 from components.train.checkpoint import CheckpointError
 from components.train.data import DatasetError
@@ -27,8 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Score a candidate checkpoint on the test split, compare it with the "
         "registered champion and decide whether it is blessed.",
     )
-    add_config_flags(p, EvaluateConfig, skip=("rule", "tracking_uri"))
+    add_config_flags(p, EvaluateConfig, skip=("rule", "guards", "tracking_uri"))
     add_config_flags(p, GateRule)  # the rule's fields are flags of their own
+    add_config_flags(p, GuardRule)  # and the guards' thresholds
     # hand-written: its default comes from the environment and is not shown (it may hold a password)
     p.add_argument(
         "--tracking-uri",
@@ -41,8 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
     try:
-        rule = GateRule(**{f.name: args.pop(f.name) for f in dataclasses.fields(GateRule)})
-        config = EvaluateConfig(**args, rule=rule)
+        rule, guards = (
+            kind(**{f.name: args.pop(f.name) for f in dataclasses.fields(kind)})
+            for kind in (GateRule, GuardRule)
+        )
+        config = EvaluateConfig(**args, rule=rule, guards=guards)
         result = evaluate(config)
     except (
         EvaluateError,

@@ -14,6 +14,7 @@ def evaluate_op(
     tracking_uri: str,
     min_auc: float,
     tolerance: float,
+    guards_report_only: bool,
     metrics: dsl.Output[dsl.Metrics],
     roc: dsl.Output[dsl.ClassificationMetrics],
     report: dsl.Output[dsl.Markdown],
@@ -31,6 +32,7 @@ def evaluate_op(
         tracking_uri: MLflow tracking and registry URI; empty = no champion comparison.
         min_auc: absolute floor on the candidate's test AUC.
         tolerance: AUC the candidate may lose against the champion at the 95% CI's upper bound.
+        guards_report_only: report the data guards without blocking on them.
 
     Returns:
         metrics: test AUC, GAUC, log loss, ECE, the delta against the champion, blessed.
@@ -49,6 +51,7 @@ def evaluate_op(
     from components.common.storage import disk_full_as
     from components.evaluate import report as reporting
     from components.evaluate.decision import GateRule
+    from components.evaluate.guards import GuardRule
     from components.evaluate.stage import EvaluateConfig, evaluate
 
     started = time.perf_counter()
@@ -65,6 +68,7 @@ def evaluate_op(
                 model_name=model_name,
                 tracking_uri=tracking_uri or None,
                 rule=GateRule(min_auc=min_auc, tolerance=tolerance),
+                guards=GuardRule(report_only=guards_report_only),
             )
         )
     m, decision = result["metrics"], result["decision"]

@@ -6,7 +6,13 @@ A candidate is **blessed** when
 2. either there is no champion, or the candidate is not significantly worse
    than the champion: the upper bound of the confidence interval of
    ``AUC(candidate) - AUC(champion)``, both scored on the same test rows, is
-   ``>= -tolerance``.
+   ``>= -tolerance``. The interval takes users as the unit
+   (:func:`components.evaluate.metrics.clustered_delong`): a user's rows are
+   correlated, and an interval over rows is several times too narrow on click logs.
+
+Each decision also states its **detectable effect**: the smallest true AUC loss this
+day's test split refuses with 80% power (``tolerance + 2.80 se`` at 95%), so a reader
+knows what "not significantly worse" could have seen.
 
 Rule 2 deliberately promotes a candidate that is *as good as* the champion:
 it was trained on fresher data, and daily retraining exists to track drift.
@@ -15,7 +21,7 @@ buckets changed) is never silently skipped: with ``if_champion_unusable =
 "block"`` (default) the candidate is not blessed until a person looks; with
 ``"ignore"`` it is judged by rule 1 alone, and the reasons say so.
 
-An **undefined** comparison (DeLong's interval is NaN: a test split with a
+An **undefined** comparison (the interval is NaN: a test split with a
 single click or a single non-click leaves its variance undefined; or it has
 zero width: a handful of rows both models rank alike, which says nothing of
 the population) is never read as "worse" or "as good": the reasons say
@@ -28,6 +34,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from statistics import NormalDist
+
+from components.evaluate.metrics import detectable_effect
 
 UNUSABLE_POLICIES = ("block", "ignore")
 
@@ -73,16 +82,39 @@ def undefined_why(comparison: dict) -> str:
     """Why a comparison is undefined, with the test split's counts."""
     counts = f"{comparison.get('positives')} clicks and {comparison.get('negatives')} non-clicks"
     if math.isnan(comparison.get("ci_high", math.nan)):
-        return f"DeLong's interval needs at least 2 clicks and 2 non-clicks; the test split has {counts}"
+        return (
+            "the interval needs at least 2 clicks, 2 non-clicks and 2 users; "
+            f"the test split has {counts} from {comparison.get('users')} users"
+        )
     return f"a zero-width interval, no evidence either way; the test split has {counts}"
 
 
-def decide(candidate_auc: float, champion: dict, comparison: dict | None, rule: GateRule) -> dict:
-    """``{"blessed", "reasons", "rule"}`` for a candidate.
+def detectable(comparison: dict | None, rule: GateRule) -> float | None:
+    """The smallest AUC loss this comparison refuses with 80% power; None when undefined.
+
+    The standard error is read off the interval the gate judged, so the two always agree."""
+    if not comparison_defined(comparison):
+        return None
+    se = (comparison["ci_high"] - comparison["ci_low"]) / (
+        2 * NormalDist().inv_cdf(0.5 + rule.confidence / 2)
+    )
+    return detectable_effect(se, rule.tolerance, rule.confidence)
+
+
+def decide(
+    candidate_auc: float,
+    champion: dict,
+    comparison: dict | None,
+    rule: GateRule,
+    guards: dict | None = None,
+) -> dict:
+    """``{"blessed", "reasons", "rule", "detectable_effect"}`` for a candidate.
 
     ``champion["status"]`` is ``none`` (no champion registered), ``scored``
-    (``comparison`` holds the DeLong result: delta, ci_low, ci_high) or
-    ``unusable`` (``champion["reason"]`` says why).
+    (``comparison`` holds the users-as-unit result: delta, se, ci_low, ci_high, users) or
+    ``unusable`` (``champion["reason"]`` says why). ``guards`` is
+    :func:`components.evaluate.guards.run_guards`' result: its findings block the candidate
+    (unless the guards are off, when they are only reported).
     """
     reasons = []
     floor_ok = not math.isnan(candidate_auc) and candidate_auc >= rule.min_auc
@@ -107,12 +139,14 @@ def decide(candidate_auc: float, champion: dict, comparison: dict | None, rule: 
         gate_ok = upper >= bound
         reasons.append(
             f"AUC vs champion v{version}: {comparison['delta']:+.4f} "
-            f"({100 * rule.confidence:.0f}% CI {comparison['ci_low']:+.4f} .. {upper:+.4f}); "
+            f"({100 * rule.confidence:.0f}% CI {comparison['ci_low']:+.4f} .. {upper:+.4f}, "
+            f"{comparison.get('users')} users as the unit); "
             + (
                 f"upper bound >= -tolerance {bound:+.4f}: not significantly worse"
                 if gate_ok
                 else f"upper bound < -tolerance {bound:+.4f}: significantly worse than the champion"
             )
+            + f"; this day detects a loss of {detectable(comparison, rule):.4f} AUC (80% power)"
         )
     elif status == "unusable":
         gate_ok = rule.if_champion_unusable == "ignore"
@@ -124,4 +158,22 @@ def decide(candidate_auc: float, champion: dict, comparison: dict | None, rule: 
         )
     else:
         raise ValueError(f"unknown champion status {status!r}")
-    return {"blessed": bool(floor_ok and gate_ok), "reasons": reasons, "rule": asdict(rule)}
+    guards_ok = True
+    if guards is not None and guards["findings"]:
+        guards_ok = not guards["blocked"]
+        reasons.append(
+            ("data guards: not blessed, " if not guards_ok else "data guards (not enforced): ")
+            + "; ".join(guards["findings"][:3])
+            + (f"; and {len(guards['findings']) - 3} more" if len(guards["findings"]) > 3 else "")
+        )
+    elif guards is not None:
+        reasons.append(
+            f"data guards: {len(guards['days'])} new day(s) in line with the window "
+            f"{guards['reference']['days']}"
+        )
+    return {
+        "blessed": bool(floor_ok and gate_ok and guards_ok),
+        "reasons": reasons,
+        "rule": asdict(rule),
+        "detectable_effect": detectable(comparison, rule) if status == "scored" else None,
+    }

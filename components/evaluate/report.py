@@ -102,20 +102,45 @@ def markdown(metrics: dict, decision: dict, images: dict[str, str]) -> str:
         _row("click rate", "positive_rate", candidate, scored),
         "",
     ]
+    interval = metrics.get("test_auc_interval")
+    if interval and interval.get("se") == interval.get("se"):  # NaN: too few users or labels
+        lines += [
+            f"Candidate's test AUC {interval['auc']:.4f}, "
+            f"{100 * interval['confidence']:.0f}% CI [{interval['ci_low']:.4f}, "
+            f"{interval['ci_high']:.4f}] with the {interval['users']} users as the unit.",
+            "",
+        ]
     comparison = metrics.get("comparison")
     if comparison and not comparison_defined(comparison):
         lines += [
-            f"AUC delta (candidate − champion, DeLong): undefined: {undefined_why(comparison)}; "
+            f"AUC delta (candidate − champion): undefined: {undefined_why(comparison)}; "
             "see the decision above.",
             "",
         ]
     elif comparison:
+        level = f"{100 * comparison['confidence']:.0f}%"
+        iid = comparison.get("iid") or {}
         lines += [
-            f"AUC delta (candidate − champion, DeLong): {comparison['delta']:+.4f}, "
-            f"{100 * comparison['confidence']:.0f}% CI [{comparison['ci_low']:+.4f}, "
-            f"{comparison['ci_high']:+.4f}], p = {comparison['p_value']:.3g}.",
+            f"AUC delta (candidate − champion): {comparison['delta']:+.4f}, {level} CI "
+            f"[{comparison['ci_low']:+.4f}, {comparison['ci_high']:+.4f}] with the "
+            f"{comparison.get('users')} users as the unit (p = {comparison['p_value']:.3g}); "
+            "the gate reads this interval.",
             "",
         ]
+        if iid.get("se"):
+            lines += [
+                f"Rows taken as independent (DeLong), the same delta would read {level} CI "
+                f"[{iid['ci_low']:+.4f}, {iid['ci_high']:+.4f}]: "
+                f"{comparison['se'] / iid['se']:.1f}x narrower than the users allow.",
+                "",
+            ]
+        if decision.get("detectable_effect") is not None:
+            lines += [
+                f"Detectable effect: this test day refuses a true loss of "
+                f"{decision['detectable_effect']:.4f} AUC with 80% power; a smaller loss may "
+                'pass as "not significantly worse".',
+                "",
+            ]
     pva = metrics.get("plan_vs_actual")
     if pva:
         from components.common.plan import drift_lines
@@ -139,8 +164,54 @@ def markdown(metrics: dict, decision: dict, images: dict[str, str]) -> str:
                     f"{c['measured'] / scale:,.2f} {unit} | x{c['ratio']:.2f}{flag} |"
                 )
         lines += ["", *drift_lines(pva)[: 1 if pva["drift"] else 0], ""]
+    lines += guard_lines(metrics.get("guards"))
     lines += [f"![{title}]({src})" for title, src in images.items()]
     return "\n".join(lines) + "\n"
+
+
+def guard_lines(guards: dict | None) -> list[str]:
+    """The data guards' table: each new day's values against the reference window."""
+    if not guards:
+        return []
+    rule = guards["rule"]
+    lines = [
+        "## Data guards",
+        "",
+        f"Each day the reference window ({guards['reference']['days']}, "
+        f"{guards['reference']['rows']:,} rows) never saw, against it; "
+        + ("**blocked**." if guards["blocked"] else "no block.")
+        + (" (report only)" if rule.get("report_only") else ""),
+        "",
+        "| day | rows | volume | click rate | new users | new items | replayed | largest feature "
+        "shift | item ids JS | category ids JS |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def f(value, fmt):
+        return "—" if value is None else format(value, fmt)
+
+    for day in guards["days"]:
+        v = day["values"]
+        shifts = {k[6:]: x for k, x in v.items() if k.startswith("shift:") and x is not None}
+        worst = max(shifts, key=shifts.get) if shifts else None
+        lines.append(
+            f"| {day['day']} | {day['rows']:,} | {f(v.get('volume'), '.2f')}x | "
+            f"{f(v.get('click_rate'), '.2f')}x | {f(v.get('new_users'), '+.3f')} | "
+            f"{f(v.get('new_items'), '+.3f')} | {f(v.get('replayed'), '.1%')} | "
+            + (f"{worst} {shifts[worst]:.2f} sd" if worst else "—")
+            + f" | {f(v.get('js:item'), '.3f')} | {f(v.get('js:category'), '.3f')} |"
+        )
+    lines += [
+        "",
+        f"Thresholds: volume {rule['min_volume_ratio']:g}..{rule['max_volume_ratio']:g}x, click "
+        f"rate {rule['min_click_rate_ratio']:g}..{rule['max_click_rate_ratio']:g}x, new users or "
+        f"items +{rule['max_new_share_increase']:g}, replayed {rule['max_replayed_share']:.0%}, "
+        f"feature shift {rule['max_feature_shift']:g} sd, id JS {rule['max_id_js']:g}.",
+        "",
+        *[f"- {line}" for line in guards["findings"]],
+        "",
+    ]
+    return lines
 
 
 def data_uri(png: bytes) -> str:

@@ -2,7 +2,7 @@
 
 Scores the candidate and the registry's current champion (``models:/NAME@champion``)
 on the same test rows in one pass, computes AUC / GAUC / logloss / ECE for
-both, compares their AUCs with DeLong's paired test, applies the gate of
+both, compares their AUCs with users as the unit (clustered DeLong), applies the gate of
 :mod:`components.evaluate.decision`, and writes, atomically into ``out``:
 
 * ``metrics.json``  – candidate and champion metrics, the comparison, the dataset;
@@ -33,7 +33,20 @@ from components.common.runs import DECISION, METRICS
 from components.common.storage import atomic_dir, atomic_write_bytes, atomic_write_json
 from components.evaluate import report
 from components.evaluate.decision import GateRule, decide
-from components.evaluate.metrics import calibration, delong, roc_points, summarize
+from components.evaluate.guards import (
+    GuardRule,
+    ProfileError,
+    WindowProfile,
+    run_guards,
+    training_profile,
+)
+from components.evaluate.metrics import (
+    calibration,
+    clustered_auc,
+    clustered_delong,
+    roc_points,
+    summarize,
+)
 from components.train.data import DatasetError, load_meta, require_both_labels
 from components.train.inference import (
     check_inputs,
@@ -68,6 +81,8 @@ class EvaluateConfig:
     """MLflow tracking/registry URI; None = no registry, the candidate is judged alone."""
     rule: GateRule = dataclasses.field(default_factory=GateRule)
     """The blessing rule (min_auc, tolerance, confidence, policy for an unusable champion)."""
+    guards: GuardRule = dataclasses.field(default_factory=GuardRule)
+    """Thresholds of the data guards: new days against the champion's training window."""
     batch: int = 8192
     """Rows scored per forward pass."""
     bins: int = 20
@@ -90,8 +105,10 @@ def evaluate(config: EvaluateConfig) -> dict:
     started = time.perf_counter()
     import torch
 
+    from components.register.integrity import PROFILE
+
     torch.set_num_threads(config.threads)
-    meta = load_meta(config.data, splits=("test",))
+    meta = load_meta(config.data)
     vocab = Vocab.from_meta(meta)
     candidate = load_scorer(config.checkpoint)
     problems = candidate.incompatibilities(vocab)
@@ -106,6 +123,9 @@ def evaluate(config: EvaluateConfig) -> dict:
         raise EvaluateError(str(exc)) from None
     with tempfile.TemporaryDirectory(prefix="dailyrec-champion-") as workdir:
         champion, champion_model = find_champion(config, vocab, workdir)
+    profile = training_profile(config.data, meta)
+    reference = champion.pop("profile", None) or profile
+    guards = run_guards(config.data, meta, reference, config.guards)
 
     log.info(
         "evaluate: scoring %d test rows with the candidate%s",
@@ -146,6 +166,7 @@ def evaluate(config: EvaluateConfig) -> dict:
             f"{len(prob)} test rows NaN or infinite (training diverged); not evaluated"
         )
     candidate_metrics = summarize(prob, y, groups, config.bins)
+    auc_interval = clustered_auc(prob, y, groups, config.rule.confidence)
     curves = {"candidate": roc_points(prob, y)}
     bins = {"candidate": calibration(prob, y, config.bins)["bins"]}
     comparison = None
@@ -155,22 +176,25 @@ def evaluate(config: EvaluateConfig) -> dict:
     if champion_model is not None:
         champion_prob = np.concatenate(champion_probs)
         champion = {**champion, "metrics": summarize(champion_prob, y, groups, config.bins)}
-        comparison = delong(prob, champion_prob, y, config.rule.confidence)
+        comparison = clustered_delong(prob, champion_prob, y, groups, config.rule.confidence)
         curves[f"champion v{champion['version']}"] = roc_points(champion_prob, y)
         bins[f"champion v{champion['version']}"] = calibration(champion_prob, y, config.bins)[
             "bins"
         ]
-    verdict = decide(candidate_metrics["auc"], champion, comparison, config.rule)
+    verdict = decide(candidate_metrics["auc"], champion, comparison, config.rule, guards)
 
     metrics = {
         **{f"test_{k}": candidate_metrics[k] for k in ("auc", "gauc", "logloss", "ece")},
         "model_name": config.model_name,
         "candidate": candidate_metrics,
+        "test_auc_interval": auc_interval,
         "candidate_checkpoint": str(config.checkpoint),
         "candidate_trained_on": candidate.info.get("dataset"),
         "champion": champion,
         "comparison": comparison,
         "calibration_bins": bins,
+        "guards": guards,
+        Path(PROFILE).stem: profile.state_dict(),  # register logs it with the version
         "dataset": {
             "path": str(config.data),
             "fingerprint": meta.get("fingerprint"),
@@ -323,7 +347,27 @@ def find_champion(config: EvaluateConfig, vocab: Vocab, workdir: str | Path) -> 
             "status": "unusable",
             "reason": "built for other inputs: " + "; ".join(problems),
         }, None
-    return info, scorer
+    return {**info, "profile": champion_profile(local)}, scorer
+
+
+def champion_profile(local: Path) -> WindowProfile | None:
+    """The training-window profile a verified model folder carries; None when it has none (a
+    version registered before profiles) or one this code cannot read (the guards then compare
+    with the candidate's own window, and the log says why)."""
+    import json
+
+    from components.register.integrity import PROFILE
+
+    path = local / PROFILE
+    if not path.is_file():
+        return None
+    try:
+        return WindowProfile.from_state(json.loads(path.read_text()), str(path))
+    except (ProfileError, ValueError) as exc:
+        log.warning(
+            "champion's data profile unreadable, guards use the candidate's window: %s", exc
+        )
+        return None
 
 
 def write_outputs(out: Path, metrics: dict, decision: dict, curves: dict, bins: dict) -> None:

@@ -49,6 +49,8 @@ SIGNING_KEY_ENV = "DAILYREC_MODEL_SIGNING_KEY"
 WEIGHTS_TAG = "dailyrec_weights_sha256"
 MANIFEST_ARTIFACT = "integrity/manifest.json"
 WEIGHTS = "artifacts/model.pt"
+PROFILE = "artifacts/data_profile.json"
+"""The training window's profile a version carries (components/evaluate/guards.py reads it)."""
 # written by MLflow into every download of a models:/ URI (name and version): not part of the model
 DOWNLOAD_ONLY = ("registered_model_meta",)
 _MODEL_URI = re.compile(r"models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[A-Za-z0-9_-]+))")

@@ -40,6 +40,7 @@ from components.common.tracking import code_version, connect, ensure_experiment,
 from components.register.integrity import (
     DIGEST_TAG,
     MANIFEST_ARTIFACT,
+    PROFILE,
     SIGNATURE_TAG,
     WEIGHTS_TAG,
     check_logged,
@@ -182,7 +183,44 @@ def register(config: RegisterConfig) -> dict:
         client.set_registered_model_alias(name, CHAMPION, version.version)
     elif config.register_unblessed:
         client.set_registered_model_alias(name, CHALLENGER, version.version)
+    result["model_card"] = log_card(client, config, version, checkpoint, metrics, decision)
     return _finish(config, result, client, started)
+
+
+def log_card(
+    client: Any,
+    config: RegisterConfig,
+    version: Any,
+    checkpoint: dict,
+    metrics: dict,
+    decision: dict,
+) -> str | None:
+    """Write the version's model card into its MLflow run (idempotent: a re-run rewrites the same
+    card); its ``runs:/`` URI, or None when the version has no run."""
+    from components.register.card import CARD_JSON, CARD_MD, build_card, markdown
+
+    if not version.run_id:
+        return None
+    data = config.data or str((metrics.get("dataset") or {}).get("path") or "")
+    try:
+        meta = json.loads((Path(data) / "meta.json").read_text()) if data else {}
+    except (OSError, ValueError):
+        meta = {}  # the card says what it knows; the version's tags keep the fingerprint
+    mv = client.get_model_version(config.model_name, version.version)
+    card = build_card(
+        name=config.model_name,
+        version=int(version.version),
+        aliases=list(mv.aliases),
+        meta=meta,
+        metrics=metrics,
+        decision=decision,
+        checkpoint=checkpoint,
+        lineage=run_links(client, config.checkpoint, metrics),
+        pipeline_run_id=config.pipeline_run_id,
+    )
+    client.log_dict(version.run_id, card, CARD_JSON)
+    client.log_text(version.run_id, markdown(card), CARD_MD)
+    return f"runs:/{version.run_id}/{CARD_MD}"
 
 
 def _finish(config: RegisterConfig, result: dict, client: Any, started: float) -> dict:
@@ -311,6 +349,7 @@ def _logged_model(
                 USER_STATE_TAG: snapshot,
             },
             user_state=config.user_state,
+            profile=metrics.get(Path(PROFILE).stem),
         )
     return info.model_uri, run.info.run_id, info.model_id
 
@@ -335,10 +374,15 @@ def snapshot_dataset(config: RegisterConfig, checkpoint: dict, metrics: dict) ->
 
 
 def log_pyfunc(
-    checkpoint: dict, data: str, tags: dict[str, str] | None = None, user_state: bool = True
+    checkpoint: dict,
+    data: str,
+    tags: dict[str, str] | None = None,
+    user_state: bool = True,
+    profile: dict | None = None,
 ) -> Any:
     """Log the model as an MLflow pyfunc (in the active run), with the snapshot of dataset ``data``
-    (without its users' state unless ``user_state``); returns the ModelInfo."""
+    (without its users' state unless ``user_state``) and the profile of its training window
+    (what the next days' data guards compare with); returns the ModelInfo."""
     import mlflow
 
     import components
@@ -359,6 +403,9 @@ def log_pyfunc(
         snapshot = write_snapshot(data, Path(tmp) / "snapshot")
         if not user_state:
             snapshot.pop("user_state")
+        if profile is not None:  # aggregates only: counts, rates, quantiles, top id buckets
+            name = Path(PROFILE).name
+            snapshot[Path(PROFILE).stem] = atomic_write_json(Path(tmp) / name, profile)
         return mlflow.pyfunc.log_model(
             name="model",
             python_model=str(Path(__file__).with_name("model_code.py")),

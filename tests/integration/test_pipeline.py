@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import tempfile
 
 import pytest
@@ -273,6 +274,31 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     )
     client = MlflowClient(sqlite_uri(root / "runs"), registry_uri=sqlite_uri(root / "runs"))
     assert client.get_registered_model("dailyrec").aliases == {"champion": 1}
+    # the version's model card, read from the registry, agrees with the run's own records
+    registration = json.loads((run / "registration.json").read_text())
+    run_of_card = client.get_model_version("dailyrec", "1").run_id
+    assert registration["model_card"] == f"runs:/{run_of_card}/model_card/model_card.md"
+    folder = pathlib.Path(
+        client.download_artifacts(run_of_card, "model_card", str(tmp_path / "card"))
+    )
+    card = json.loads((folder / "model_card.json").read_text())
+    evaluation = json.loads((run / "evaluate" / "metrics.json").read_text())
+    assert card["test"]["auc"] == pytest.approx(first["test_auc"], abs=1e-9)
+    assert card["test"]["auc_interval"] == evaluation["test_auc_interval"]
+    assert card["data"]["rows"] == first["dataset_rows"]
+    assert card["data"]["dataset_fingerprint"] == dataset["fingerprint"]
+    assert card["model"] == {
+        "name": "dailyrec",
+        "version": 1,
+        "aliases_at_registration": ["champion"],
+    }
+    assert card["gate"]["reasons"] == first["decision_reasons"]
+    assert card["lineage"]["evaluation_run_id"] == evaluation["mlflow_run_id"]
+    assert card["lineage"]["training_run_id"] == trained["mlflow_run_id"]
+    page = (folder / "model_card.md").read_text()
+    assert (
+        page.startswith("# dailyrec v1: blessed — champion") and f"{first['test_auc']:.4f}" in page
+    )
 
     # day 2: tomorrow's logs; meets yesterday's champion; a floor it cannot reach -> not blessed
     generate(extended(raw, 1))
@@ -284,6 +310,20 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     assert second["champion_version"] == 1 and second["stage_seconds"]["register"] is not None
     reasons = " ".join(second["decision_reasons"])
     assert "< min_auc 0.9900" in reasons and "vs champion v1" in reasons
+    # the comparison takes users as the unit and says what it could have detected
+    decision = json.loads((root / "runs" / "day2" / "evaluate" / "decision.json").read_text())
+    assert "users as the unit" in reasons and 0 < decision["detectable_effect"] < 0.5
+    assert f"detects a loss of {decision['detectable_effect']:.4f} AUC" in reasons
+    # the data guards compared the new day with the window champion v1 trained on (its profile
+    # travels with the version)
+    guards = json.loads((root / "runs" / "day2" / "evaluate" / "metrics.json").read_text())[
+        "guards"
+    ]
+    first_eval = json.loads((root / "runs" / "day1" / "evaluate" / "metrics.json").read_text())
+    days = first_eval["data_profile"]["days"]
+    assert guards["reference"]["days"] == f"{days[0]} .. {days[-1]}"
+    assert [d["day"] for d in guards["days"]][-1] == "2026-01-06" and not guards["blocked"]
+    assert "data guards:" in reasons
     assert client.get_registered_model("dailyrec").aliases == {"champion": 1}
     assert len(client.search_model_versions("name = 'dailyrec'")) == 1
     train_record = json.loads((root / "runs" / "day2" / "stages" / "train.json").read_text())

@@ -14,7 +14,7 @@ import pytest
 
 from components.common.cli import Exit
 from components.evaluate.decision import GateRule, decide
-from components.evaluate.metrics import delong
+from components.evaluate.metrics import clustered_delong
 from components.evaluate.report import markdown
 from pipelines.local import main, pipeline_parameters
 from pipelines.params import ParameterError, check_parameters
@@ -98,7 +98,7 @@ def test_bad_parameters_are_refused_before_anything_runs(
 def test_every_daily_parameter_is_known_to_the_checker():
     from pipelines.params import RULES
 
-    unchecked = {"warm_start"}  # a bool: its type is checked when the config is loaded
+    unchecked = {"warm_start", "guards_report_only"}  # bools: typed when the config is loaded
     assert set(pipeline_parameters()) - set(RULES) == unchecked
     assert check_parameters(pipeline_parameters()) == pipeline_parameters()  # the defaults pass
     with pytest.raises(
@@ -232,10 +232,10 @@ def test_the_same_explicit_run_id_in_two_cluster_runs_never_shares_a_folder(tmp_
     )
 
 
-def test_undefined_delong_interval_is_reported_as_undefined(fault_report):
+def test_undefined_interval_is_reported_as_undefined(fault_report):
     labels = np.array([1] + [0] * 50)  # a test day with a single click
     rng = np.random.default_rng(0)
-    comparison = delong(rng.random(51), rng.random(51), labels)
+    comparison = clustered_delong(rng.random(51), rng.random(51), labels, np.arange(51) % 5)
     assert math.isnan(comparison["ci_high"])
     champion = {"status": "scored", "version": 4}
     verdict = decide(0.7, champion, comparison, GateRule(min_auc=0.5))
@@ -244,9 +244,14 @@ def test_undefined_delong_interval_is_reported_as_undefined(fault_report):
         "undefined" in verdict["reasons"][1] and "significantly worse" not in verdict["reasons"][1]
     )
     assert (
-        "the test split has 1 clicks and 50 non-clicks" in verdict["reasons"][1]
+        "the test split has 1 clicks and 50 non-clicks from 5 users" in verdict["reasons"][1]
         and "not blessed, the champion stays" in verdict["reasons"][1]
     )
+    # a day of one user is as undefined: one unit says nothing of the spread between users
+    labels = np.array([1, 0] * 20)
+    one_user = clustered_delong(rng.random(40), rng.random(40), labels, np.zeros(40))
+    assert math.isnan(one_user["ci_high"])
+    assert "from 1 users" in decide(0.7, champion, one_user, GateRule(min_auc=0.5))["reasons"][1]
     assert decide(0.7, champion, comparison, GateRule(min_auc=0.5, if_champion_unusable="ignore"))[
         "blessed"
     ]
@@ -262,14 +267,14 @@ def test_undefined_delong_interval_is_reported_as_undefined(fault_report):
     }
     text = markdown(metrics, verdict, {})
     assert (
-        "undefined: DeLong's interval needs at least 2 clicks and 2 non-clicks; the test split "
-        "has 1 clicks and 50 non-clicks"
+        "undefined: the interval needs at least 2 clicks, 2 non-clicks and 2 users; the test "
+        "split has 1 clicks and 50 non-clicks from 5 users"
         in text
         and "nan" not in text.lower()
     )
     fault_report(
         "evaluate",
-        "a test day with a single click (DeLong interval NaN)",
+        "a test day with a single click, or of a single user (interval NaN)",
         "reported as undefined with the counts; the rule blocks (champion stays) unless "
         "if_champion_unusable=ignore",
     )
@@ -280,7 +285,7 @@ def test_a_zero_width_interval_is_no_comparison(fault_report):
     labels = np.array([1, 1, 1, 0, 0, 0])  # a six-row test day both models rank perfectly
     candidate, champion_scores = np.array([0.9, 0.8, 0.7, 0.3, 0.2, 0.1]), np.full(6, 0.5)
     champion_scores[:3] += 0.1
-    comparison = delong(candidate, champion_scores, labels)
+    comparison = clustered_delong(candidate, champion_scores, labels, np.arange(6))
     assert comparison["ci_low"] == comparison["ci_high"]  # se 0: zero width
     verdict = decide(1.0, {"status": "scored", "version": 2}, comparison, GateRule(min_auc=0.5))
     assert not verdict["blessed"]
@@ -288,7 +293,7 @@ def test_a_zero_width_interval_is_no_comparison(fault_report):
     assert "the test split has 3 clicks and 3 non-clicks" in verdict["reasons"][1]
     fault_report(
         "evaluate",
-        "a six-row test day: DeLong's interval has zero width",
+        "a six-row test day: the interval has zero width",
         "an undefined comparison (not 'as good'): the champion stays under the default policy",
     )
 

@@ -119,3 +119,24 @@ def test_a_readonly_uri_names_exactly_its_file(tmp_path):
         uri = readonly_uri(db)
         assert uri.endswith("?mode=ro&uri=true") and "#" not in uri and " " not in uri
         assert database(uri) == db.resolve()
+
+
+def test_a_reader_creates_nothing_where_it_runs(tmp_path, monkeypatch, fault_report):
+    """MLflow makes the folder above a SQLite URI's path: a reader's URI leaves none behind in
+    the working directory (a ``file:/...`` folder tree in a user's checkout)."""
+    from components.common.registry_read import connect_readonly
+    from components.common.tracking import connect, sqlite_uri
+
+    db = tmp_path / "store" / "mlflow.db"
+    connect(sqlite_uri(db)).search_experiments()  # a registry, as a writer leaves it
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    client = connect_readonly(sqlite_uri(db))
+    assert client.search_registered_models() == []
+    assert list(here.iterdir()) == []
+    fault_report(
+        "registry",
+        "a reader opens the registry from another working directory",
+        "nothing is created there (MLflow's folder for the database is never made)",
+    )

@@ -40,12 +40,17 @@ CLIS = [
     ),
     # --json prints the full accounting
     ("components.score.__main__", ["components.score.batch.ScoreConfig"], (), (), ("json",)),
-    # --tracking-uri's default is $MLFLOW_TRACKING_URI; the rule's fields are flags of their own
+    # --tracking-uri's default is $MLFLOW_TRACKING_URI; the rule's and the guards' fields are
+    # flags of their own
     (
         "components.evaluate.__main__",
-        ["components.evaluate.stage.EvaluateConfig", "components.evaluate.decision.GateRule"],
+        [
+            "components.evaluate.stage.EvaluateConfig",
+            "components.evaluate.decision.GateRule",
+            "components.evaluate.guards.GuardRule",
+        ],
         ("tracking_uri",),
-        ("rule",),
+        ("rule", "guards"),
         (),
     ),
     # --tracking-uri is resolved at run time; the field user_state defaults to True, its flag is

@@ -16,6 +16,7 @@ def scored(delta, low, high, version=3):
         "delta": delta,
         "ci_low": low,
         "ci_high": high,
+        "users": 120,
     }
 
 
@@ -94,15 +95,27 @@ def test_champion_bound_is_inclusive_at_exactly_minus_tolerance():
 def test_reasons_spell_out_the_comparison():
     champion, comparison = scored(-0.003, -0.006, -0.0015)
     assert decide(0.7, champion, comparison, RULE)["reasons"][1] == (
-        "AUC vs champion v3: -0.0030 (95% CI -0.0060 .. -0.0015); "
-        "upper bound >= -tolerance -0.0020: not significantly worse"
+        "AUC vs champion v3: -0.0030 (95% CI -0.0060 .. -0.0015, 120 users as the unit); "
+        "upper bound >= -tolerance -0.0020: not significantly worse; "
+        "this day detects a loss of 0.0052 AUC (80% power)"
     )
     rule90 = GateRule(min_auc=0.6, tolerance=0.001, confidence=0.9)
     champion, comparison = scored(-0.02, -0.03, -0.01, version=7)
     assert decide(0.7, champion, comparison, rule90)["reasons"][1] == (
-        "AUC vs champion v7: -0.0200 (90% CI -0.0300 .. -0.0100); "
-        "upper bound < -tolerance -0.0010: significantly worse than the champion"
+        "AUC vs champion v7: -0.0200 (90% CI -0.0300 .. -0.0100, 120 users as the unit); "
+        "upper bound < -tolerance -0.0010: significantly worse than the champion; "
+        "this day detects a loss of 0.0161 AUC (80% power)"
     )
+
+
+def test_detectable_effect_is_tolerance_plus_2_8_standard_errors():
+    """se read off the interval: width 0.0392 at 95% is se 0.01; 0.002 + 2.8016 * 0.01."""
+    champion, comparison = scored(0.0, -0.0196, 0.0196)
+    verdict = decide(0.7, champion, comparison, RULE)
+    assert verdict["detectable_effect"] == pytest.approx(0.002 + 2.8016 * 0.01, abs=2e-5)
+    assert decide(0.7, {"status": "none"}, None, RULE)["detectable_effect"] is None
+    undefined = comparison | {"ci_low": math.nan}
+    assert decide(0.7, champion, undefined, RULE)["detectable_effect"] is None
 
 
 def test_unusable_champion_reasons_name_version_cause_and_policy():
@@ -186,8 +199,15 @@ def test_comparison_is_defined_only_with_three_finite_numbers():
     ],
 )
 def test_an_undefined_comparison_follows_the_unusable_policy(policy, blessed, ending):
-    """A test split with one click: DeLong's interval is NaN, neither "worse" nor "as good"."""
-    nan = {"delta": 0.1, "ci_low": math.nan, "ci_high": math.nan, "positives": 1, "negatives": 40}
+    """A test split with one click: the interval is NaN, neither "worse" nor "as good"."""
+    nan = {
+        "delta": 0.1,
+        "ci_low": math.nan,
+        "ci_high": math.nan,
+        "positives": 1,
+        "negatives": 40,
+        "users": 9,
+    }
     verdict = decide(
         0.7,
         {"status": "scored", "version": 3},
@@ -197,8 +217,9 @@ def test_an_undefined_comparison_follows_the_unusable_policy(policy, blessed, en
     assert verdict["blessed"] is blessed
     assert verdict["reasons"] == [
         "test AUC 0.7000 >= min_auc 0.6000",
-        "AUC vs champion v3: undefined (DeLong's interval needs at least 2 clicks and 2 non-clicks; "
-        f"the test split has 1 clicks and 40 non-clicks); policy if_champion_unusable={policy}: "
+        "AUC vs champion v3: undefined (the interval needs at least 2 clicks, 2 non-clicks and "
+        "2 users; the test split has 1 clicks and 40 non-clicks from 9 users); "
+        f"policy if_champion_unusable={policy}: "
         f"{ending}",
     ]
     # the floor still rules
@@ -225,3 +246,40 @@ def test_only_an_interval_of_positive_finite_width_is_a_comparison(low, high, de
             "test split has 3 clicks and 3 non-clicks); policy if_champion_unusable=block: "
             "not blessed, the champion stays"
         )
+
+
+def _guards(findings, blocked, days=1):
+    return {
+        "findings": findings,
+        "blocked": blocked,
+        "days": [{}] * days,
+        "reference": {"days": "2026-01-01 .. 2026-01-09"},
+    }
+
+
+def test_guard_findings_block_the_candidate_with_their_reasons():
+    lines = ["2026-01-12: click rate 0.0123x the window's, outside 0.5..2x (4,000 rows)"]
+    verdict = decide(0.7, {"status": "none"}, None, RULE, _guards(lines, blocked=True))
+    assert not verdict["blessed"]
+    assert verdict["reasons"][-1] == "data guards: not blessed, " + lines[0]
+    # report only: the same finding, said, and nothing blocked
+    relaxed = decide(0.7, {"status": "none"}, None, RULE, _guards(lines, blocked=False))
+    assert (
+        relaxed["blessed"] and relaxed["reasons"][-1] == "data guards (not enforced): " + lines[0]
+    )
+    # a guard never rescues a candidate the other rules refuse
+    assert not decide(0.5, {"status": "none"}, None, RULE, _guards([], blocked=False))["blessed"]
+
+
+def test_guards_in_line_and_many_findings_are_one_line_each():
+    quiet = decide(0.7, {"status": "none"}, None, RULE, _guards([], blocked=False, days=3))
+    assert quiet["blessed"] and quiet["reasons"][-1] == (
+        "data guards: 3 new day(s) in line with the window 2026-01-01 .. 2026-01-09"
+    )
+    many = [f"2026-01-1{i}: finding {i}" for i in range(5)]
+    verdict = decide(0.7, {"status": "none"}, None, RULE, _guards(many, blocked=True))
+    assert verdict["reasons"][-1] == (
+        "data guards: not blessed, 2026-01-10: finding 0; 2026-01-11: finding 1; "
+        "2026-01-12: finding 2; and 2 more"
+    )
+    assert len(decide(0.7, {"status": "none"}, None, RULE)["reasons"]) == 2  # no guards run

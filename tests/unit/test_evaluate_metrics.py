@@ -13,7 +13,10 @@ from sklearn.metrics import log_loss, roc_auc_score, roc_curve
 from components.common.metrics import roc_auc
 from components.evaluate.metrics import (
     calibration,
+    clustered_auc,
+    clustered_delong,
     delong,
+    detectable_effect,
     gauc,
     logloss,
     roc_points,
@@ -365,6 +368,113 @@ def test_delong_single_positive_gives_nan_interval() -> None:
     result = delong(np.array([0.9, 0.2, 0.3]), np.array([0.1, 0.2, 0.3]), np.array([1, 0, 0]))
     assert result["auc_a"] == 1.0 and result["auc_b"] == 0.0
     assert math.isnan(result["se"]) and math.isnan(result["p_value"])
+
+
+# ---------------------------------------------------------------------------- users as the unit
+
+
+def _clustered_world(seed: int, users: int = 150, rows_per_user: int = 20):
+    """Rows grouped by user; each model misjudges each user by its own offset, so a user's
+    rows err together -- the correlation an interval over rows ignores."""
+    rng = np.random.default_rng(seed)
+    user = np.repeat(np.arange(users), rows_per_user)
+    taste = rng.normal(0, 1, users)[user]
+    quality = rng.normal(0, 1, len(user))
+    labels = rng.uniform(size=len(user)) < 1 / (1 + np.exp(-(taste + quality - 1.5)))
+    a = taste + quality + rng.normal(0, 1.5, users)[user] + rng.normal(0, 0.3, len(user))
+    b = taste + quality + rng.normal(0, 1.5, users)[user] + rng.normal(0, 0.3, len(user))
+    return a, b, labels.astype(int), user
+
+
+def _user_bootstrap_se(a, b, labels, user, draws: int = 400, seed: int = 0) -> float:
+    """The reference: resample whole users with replacement, recompute the AUC difference."""
+    rng = np.random.default_rng(seed)
+    rows_of = [np.flatnonzero(user == u) for u in np.unique(user)]
+    deltas = []
+    for _ in range(draws):
+        rows = np.concatenate([rows_of[i] for i in rng.integers(0, len(rows_of), len(rows_of))])
+        deltas.append(roc_auc(a[rows], labels[rows]) - roc_auc(b[rows], labels[rows]))
+    return float(np.std(deltas, ddof=1))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_clustered_se_matches_a_user_block_bootstrap_and_exceeds_delong(seed: int) -> None:
+    a, b, labels, user = _clustered_world(seed)
+    result = clustered_delong(a, b, labels, user)
+    reference = _user_bootstrap_se(a, b, labels, user)
+    assert result["se"] == pytest.approx(reference, rel=0.15)
+    # the rows of a user err together: the i.i.d. interval is far too narrow
+    assert result["se"] > 1.3 * result["iid"]["se"]
+    assert result["iid"]["se"] == pytest.approx(delong(a, b, labels)["se"], rel=1e-12)
+    assert result["users"] == 150 and result["delta"] == delong(a, b, labels)["delta"]
+
+
+def test_one_row_per_user_is_delong_again() -> None:
+    rng = np.random.default_rng(4)
+    labels = rng.integers(0, 2, 3000)
+    a = labels + rng.normal(0, 1, 3000)
+    b = labels + rng.normal(0, 1.2, 3000)
+    clustered, iid = clustered_delong(a, b, labels, np.arange(3000)), delong(a, b, labels)
+    # the same variance up to the (U-1)/U and (M-1)/M small-sample factors
+    assert clustered["se"] == pytest.approx(iid["se"], rel=2e-3)
+    assert clustered["ci_high"] == pytest.approx(iid["ci_high"], rel=2e-2)
+
+
+def test_clustered_comparison_ignores_row_order_and_user_names() -> None:
+    a, b, labels, user = _clustered_world(3, users=40, rows_per_user=8)
+    base = clustered_delong(a, b, labels, user)
+    order = np.random.default_rng(0).permutation(len(a))
+    renamed = (user * 7919 + 13)[order].astype(str)
+    shuffled = clustered_delong(a[order], b[order], labels[order], renamed)
+    assert {k: shuffled[k] for k in ("delta", "se", "users")} == pytest.approx(
+        {k: base[k] for k in ("delta", "se", "users")}
+    )
+    swapped = clustered_delong(b, a, labels, user)
+    assert swapped["delta"] == pytest.approx(-base["delta"]) and swapped["se"] == pytest.approx(
+        base["se"]
+    )
+    assert base["ci_high"] - base["delta"] == pytest.approx(1.959964 * base["se"], rel=1e-6)
+    # merging two users into one changes the unit, and with it the variance
+    merged = clustered_delong(a, b, labels, np.minimum(user, 38))
+    assert merged["users"] == 39 and merged["se"] != pytest.approx(base["se"], rel=1e-9)
+
+
+def test_clustered_comparison_undefined_and_refused() -> None:
+    a, b, labels, _ = _clustered_world(5, users=10, rows_per_user=5)
+    one_user = clustered_delong(a, b, labels, np.zeros(len(a)))
+    assert one_user["users"] == 1 and math.isnan(one_user["se"])
+    assert math.isnan(one_user["ci_high"]) and math.isnan(one_user["p_value"])
+    single_click = np.zeros(len(a), dtype=int)
+    single_click[3] = 1
+    assert math.isnan(clustered_delong(a, b, single_click, np.arange(len(a)))["se"])
+    with pytest.raises(ValueError, match="^clustered_delong needs both positive and negative"):
+        clustered_delong(a, b, np.ones(len(a)), np.arange(len(a)))
+    with pytest.raises(ValueError, match="differ in length"):
+        clustered_delong(a, b, labels, np.arange(3))
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        clustered_delong(np.r_[np.nan, a[1:]], b, labels, np.arange(len(a)))
+
+
+def test_clustered_auc_of_one_model_matches_a_user_block_bootstrap() -> None:
+    a, _, labels, user = _clustered_world(6)
+    result = clustered_auc(a, labels, user)
+    assert result["auc"] == roc_auc(a, labels)
+    reference = _user_bootstrap_se(a, np.zeros(len(a)), labels, user)
+    assert result["se"] == pytest.approx(reference, rel=0.15)
+    assert result["ci_low"] < result["auc"] < result["ci_high"]
+    assert result["ci_high"] - result["auc"] == pytest.approx(1.959964 * result["se"], rel=1e-6)
+    assert result["se"] > 1.3 * result["iid"]["se"] and result["users"] == 150
+    assert result["iid"]["ci_low"] > result["ci_low"]
+
+
+def test_detectable_effect_formula() -> None:
+    # tolerance + (z_0.975 + z_0.8) * se
+    assert detectable_effect(0.01, 0.0) == pytest.approx(0.028016, abs=1e-6)
+    assert detectable_effect(0.0093, 0.0) == pytest.approx(0.026, abs=5e-4)
+    assert detectable_effect(0.01, 0.002, power=0.5) == pytest.approx(0.002 + 0.0195996, abs=1e-6)
+    assert detectable_effect(0.01, 0.0, confidence=0.9) == pytest.approx(0.024865, abs=1e-6)
+    with pytest.raises(ValueError, match="power"):
+        detectable_effect(0.01, 0.0, power=1.0)
 
 
 # ---------------------------------------------------------------------------- summarize

@@ -27,7 +27,8 @@ def test_settings_select_one_module_and_its_tests():
     assert settings["process_isolation"] == "forkserver"
     assert delong.patterns() == [
         f"components.evaluate.metrics.x_{f}__mutmut_*"
-        for f in ("_vectors", "_structural_components", "_sample_cov", "delong")
+        for f in ("_vectors", "_structural_components", "_sample_cov", "_paired", "_interval")
+        + ("_iid_se", "delong", "clustered_delong", "clustered_auc", "detectable_effect")
     ]
 
 

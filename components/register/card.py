@@ -1,0 +1,158 @@
+"""The model card of a registered version: why it is (or is not) the champion, in one place.
+
+Built from the records the stages wrote (the dataset's meta, the evaluation's metrics and
+decision, the checkpoint's plan, the registration), logged into the version's MLflow run as
+``model_card/model_card.md`` (what a person reads in the MLflow UI) and the same as
+``model_card/model_card.json``. Pure: no MLflow here, so a test can rebuild it from the records.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+CARD_DIR = "model_card"
+CARD_MD = f"{CARD_DIR}/model_card.md"
+CARD_JSON = f"{CARD_DIR}/model_card.json"
+CARD_VERSION = 1
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def build_card(
+    *,
+    name: str,
+    version: int,
+    aliases: list[str],
+    meta: dict,
+    metrics: dict,
+    decision: dict,
+    checkpoint: dict,
+    lineage: dict[str, str],
+    pipeline_run_id: str,
+) -> dict[str, Any]:
+    """The card as a JSON document (see :func:`markdown` for the page)."""
+    splits = meta.get("splits") or {}
+    comparison = decision.get("comparison") or None
+    guards = metrics.get("guards") or {}
+    return {
+        "card_version": CARD_VERSION,
+        "model": {"name": name, "version": version, "aliases_at_registration": sorted(aliases)},
+        "data": {
+            "window": meta.get("window"),
+            "dataset_fingerprint": meta.get("fingerprint"),
+            "raw_inputs": meta.get("inputs"),
+            "rows": {s: (splits.get(s) or {}).get("rows") for s in ("train", "val", "test")},
+            "click_rate": {s: (splits.get(s) or {}).get("positive_rate") for s in splits},
+        },
+        "test": {
+            **{k: _number(metrics.get(f"test_{k}")) for k in ("auc", "gauc", "logloss", "ece")},
+            "auc_interval": metrics.get("test_auc_interval"),
+        },
+        "gate": {
+            "blessed": bool(decision.get("blessed")),
+            "reasons": decision.get("reasons", []),
+            "rule": decision.get("rule"),
+            "champion_compared": decision.get("champion_version"),
+            "comparison": comparison
+            and {k: comparison.get(k) for k in ("delta", "ci_low", "ci_high", "users", "iid")},
+            "detectable_effect": _number(decision.get("detectable_effect")),
+        },
+        "guards": guards
+        and {
+            "reference": guards.get("reference"),
+            "blocked": guards.get("blocked"),
+            "findings": guards.get("findings"),
+            "days": guards.get("days"),
+        },
+        "plan_vs_actual": metrics.get("plan_vs_actual"),
+        "plan": checkpoint.get("plan"),
+        "lineage": {
+            "dataset_fingerprint": meta.get("fingerprint"),
+            "training_run_id": lineage.get("training_run_id") or None,
+            "evaluation_run_id": lineage.get("evaluation_run_id") or None,
+            "pipeline_run_id": pipeline_run_id or None,
+            "model_version": f"models:/{name}/{version}",
+            "aliases_at_registration": sorted(aliases),
+        },
+    }
+
+
+def _f(value: Any, fmt: str = ".4f") -> str:
+    return "—" if not isinstance(value, int | float) else format(value, fmt)
+
+
+def markdown(card: dict) -> str:
+    """The card as the page a person reads in the MLflow UI."""
+    m, d, t, g = card["model"], card["data"], card["test"], card["gate"]
+    window = d.get("window") or {}
+    rows = d["rows"]
+    interval = t.get("auc_interval") or {}
+    lines = [
+        f"# {m['name']} v{m['version']}: "
+        + ("blessed" if g["blessed"] else "not blessed")
+        + (f" — {', '.join(m['aliases_at_registration'])}" if m["aliases_at_registration"] else ""),
+        "",
+        "## Data",
+        "",
+        f"- window {window.get('start')} .. {window.get('end')} (train {window.get('train_days')}, "
+        f"val {window.get('val_days')}, test {window.get('test_days')}; history from "
+        f"{window.get('history_start')})",
+        f"- rows: train {_f(rows.get('train'), ',')}, val {_f(rows.get('val'), ',')}, "
+        f"test {_f(rows.get('test'), ',')}",
+        f"- dataset fingerprint `{d.get('dataset_fingerprint')}`",
+        "",
+        "## Test metrics",
+        "",
+        f"- AUC {_f(t['auc'])}"
+        + (
+            f" (95% CI {_f(interval.get('ci_low'))} .. {_f(interval.get('ci_high'))}, "
+            f"{interval.get('users')} users as the unit)"
+            if interval
+            else ""
+        ),
+        f"- GAUC {_f(t['gauc'])}, logloss {_f(t['logloss'])}, ECE {_f(t['ece'])}",
+        "",
+        "## The gate",
+        "",
+        *[f"- {r}" for r in g["reasons"]],
+    ]
+    if g.get("detectable_effect") is not None:
+        lines.append(f"- detectable effect: {_f(g['detectable_effect'])} AUC at 80% power")
+    guards = card.get("guards") or {}
+    if guards:
+        lines += [
+            "",
+            "## Data guards",
+            "",
+            f"- reference window {(guards.get('reference') or {}).get('days')}; "
+            + ("blocked" if guards.get("blocked") else "no block"),
+            *[f"- {f}" for f in guards.get("findings") or []],
+        ]
+    pva = card.get("plan_vs_actual") or {}
+    if pva:
+        lines += ["", "## Plan vs what happened", ""]
+        for key, c in pva.items():
+            if isinstance(c, dict) and "predicted" in c:
+                lines.append(
+                    f"- {key.replace('_', ' ')}: planned {_f(c['predicted'], ',.1f')}, measured "
+                    f"{_f(c['measured'], ',.1f')} (x{_f(c.get('ratio'), '.2f')})"
+                )
+    lin = card["lineage"]
+    lines += [
+        "",
+        "## Lineage",
+        "",
+        f"- dataset `{lin['dataset_fingerprint']}` → training run `{lin['training_run_id']}` → "
+        f"evaluation run `{lin['evaluation_run_id']}` → `{lin['model_version']}`"
+        + (
+            f" (aliases at registration: {', '.join(lin['aliases_at_registration'])})"
+            if lin["aliases_at_registration"]
+            else ""
+        ),
+        f"- pipeline run `{lin['pipeline_run_id']}`",
+        "",
+    ]
+    return "\n".join(lines)
