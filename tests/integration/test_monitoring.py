@@ -67,8 +67,14 @@ def start(command: list[str], ready: str, log: Path) -> subprocess.Popen:
 def pushgateway(tmp_path):
     binary = need("prometheus-pushgateway")
     port = free_port()
+    # Debian's build persists to /var/lib/prometheus/pushgateway.data by default: one file for
+    # the whole machine, so each test run would start with what the last one pushed
     proc = start(
-        [binary, f"--web.listen-address=127.0.0.1:{port}"],
+        [
+            binary,
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--persistence.file={tmp_path / 'pushgateway.data'}",
+        ],
         f"http://127.0.0.1:{port}/-/ready",
         tmp_path / "pushgateway.log",
     )
@@ -175,6 +181,7 @@ def decision(folder: Path, champion_auc: float, tolerance: float = 0.002) -> Pat
 @pytest.mark.integration
 def test_pushed_outcomes_and_the_alerts_prometheus_fires_on_them(tmp_path, pushgateway, prometheus):
     now = time.time()
+    assert pushed(pushgateway) == {}  # a gateway of its own: nothing left by another run
     # a good run 37 h ago, nothing since: the model is stale
     assert push_run_outcome(
         summary(run_folder=decision(tmp_path / "a", 0.70)), pushgateway, now=now - 37 * HOUR

@@ -287,3 +287,16 @@ def test_the_readme_stays_a_front_page():
     assert size <= 12_000, (
         f"README.md is {size:,} bytes: move detail into docs/ (front page <= 12,000)"
     )
+
+
+def test_the_readme_scores_a_day_the_sample_data_has():
+    """A `--date` in the README's commands is a day `make data` (or one `make next-day`) writes."""
+    import datetime as dt
+
+    from components.datagen import DatagenConfig
+
+    days = int(re.search(r"^DAYS \?= (\d+)$", (ROOT / "Makefile").read_text(), re.M).group(1))
+    first = DatagenConfig(out="x").start_date
+    written = {(first + dt.timedelta(days=i)).isoformat() for i in range(days + 1)}
+    dates = re.findall(r"--date (\d{4}-\d{2}-\d{2})", README.read_text())
+    assert dates and set(dates) <= written, (dates, min(written), max(written))
