@@ -176,7 +176,7 @@ def guards(quick: bool, seed: int = 21) -> dict:
 
     from components.datagen import DatagenConfig, generate
     from components.datagen.breakage import BREAKAGES, break_day
-    from components.evaluate.guards import GuardRule, run_guards, training_profile
+    from components.evaluate.guards import GuardRule, WindowRows, run_guards, training_profile
     from components.preprocess.config import PreprocessConfig
     from components.preprocess.stage import preprocess
     from components.train.data import load_meta
@@ -205,10 +205,11 @@ def guards(quick: bool, seed: int = 21) -> dict:
         profiles, alarms, checked, largest = {}, [], 0, {}
         for end in ends:
             data, meta = dataset(raw, end, f"d{end}")
-            profiles[end] = training_profile(data, meta)
+            rows = WindowRows.read(data, meta)
+            profiles[end] = training_profile(rows)
             before = profiles.get(end - dt.timedelta(days=1))
             if before is not None:  # yesterday's model is the champion
-                result = run_guards(data, meta, before, rule)
+                result = run_guards(rows, before, rule)
                 alarms += result["findings"]
                 checked += len(result["days"])
                 for day in result["days"]:
@@ -223,7 +224,9 @@ def guards(quick: bool, seed: int = 21) -> dict:
             shutil.copytree(raw, copy)
             break_day(copy, last, breakage)
             data, meta = dataset(copy, last, "broken-data")
-            result = run_guards(data, meta, profiles[last - dt.timedelta(days=1)], rule)
+            result = run_guards(
+                WindowRows.read(data, meta), profiles[last - dt.timedelta(days=1)], rule
+            )
             named = [f for f in result["findings"] if f.startswith(last.isoformat())]
             detected.append(
                 {

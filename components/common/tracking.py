@@ -14,7 +14,9 @@
   renamed into place, so an interrupted first run never leaves a half-migrated
   one; a damaged one is named with what to do;
 * a local registry folder can move: its artifact locations are rewritten to
-  the new place on the next connection (:func:`relocate_sqlite`; `make ui` too).
+  the new place on the next connection (:func:`relocate_sqlite`; `make ui` too);
+  the same folder seen through another path (a bind mount, a symlink) is left
+  as it is, so two paths never flip it back and forth.
 """
 
 from __future__ import annotations
@@ -111,6 +113,11 @@ def connect(tracking_uri: str, attempts: int = 3, backoff_s: float = 1.0) -> Any
     from mlflow import MlflowClient
 
     db = sqlite_path(tracking_uri)
+    if db is not None and "?" in db.as_posix():
+        raise TrackingError(
+            f"{redact(tracking_uri)}: a SQLite registry's path cannot hold '?' (the database URL "
+            f"would end there and MLflow open another file); use a folder without it"
+        )
     if db is not None and (done := prepare_sqlite(db)) and not done.startswith("created"):
         log.warning("%s", done)
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
@@ -150,11 +157,17 @@ def _schema_head() -> str:
     return ScriptDirectory.from_config(_get_alembic_config("sqlite://")).get_current_head()
 
 
+def _readonly(db: Path) -> str:
+    """A SQLite URI that opens ``db`` read-only, the path quoted (``?``, ``#``, ``%`` in a folder
+    name would otherwise end the name early and drop ``mode=ro`` with it)."""
+    return f"{db.resolve().as_uri()}?mode=ro"
+
+
 def _schema_of(db: Path) -> tuple[str | None, int]:
     """``(alembic revision or None, tables)`` of a SQLite file, read without SQLAlchemy."""
     import sqlite3
 
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+    with contextlib.closing(sqlite3.connect(_readonly(db), uri=True)) as con:
         tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
         if "alembic_version" not in tables:
             return None, len(tables)
@@ -193,7 +206,7 @@ def _holds_data(db: Path) -> bool:
     import sqlite3
 
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+        with contextlib.closing(sqlite3.connect(_readonly(db), uri=True)) as con:
             tables = {
                 r[0] for r in con.execute("select name from sqlite_master where type = 'table'")
             }
@@ -315,7 +328,7 @@ def relocate_sqlite(db: Path) -> str | None:
                 old = location[: location.rindex("/artifacts/")]
                 break
         new = here.as_uri()
-        if old is None or old == new:
+        if old is None or old == new or _same_folder(old, here / "artifacts"):
             return None
         with conn:  # one transaction: all locations move, or none
             for table, column in _LOCATION_COLUMNS:
@@ -333,6 +346,19 @@ def relocate_sqlite(db: Path) -> str | None:
                     ),
                 )
     return f"{db}: the registry moved from {old} to {new}; its artifact locations now point here"
+
+
+def _same_folder(old_uri: str, artifacts: Path) -> bool:
+    """Whether the recorded folder's ``artifacts`` is this one under another path (a second mount
+    or a symlink): its locations still resolve, and rewriting them would flip the registry between
+    its paths on every open."""
+    from urllib.parse import unquote, urlparse
+
+    recorded = Path(unquote(urlparse(old_uri).path)) / "artifacts"
+    try:
+        return os.path.samefile(recorded, artifacts)
+    except OSError:  # gone, or not reachable from here: the registry did move
+        return False
 
 
 def _like_prefix(text: str) -> str:

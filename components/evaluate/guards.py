@@ -386,17 +386,32 @@ def _window_days(meta: dict, split: str) -> tuple[str, ...]:
     return tuple((start + dt.timedelta(days=i)).isoformat() for i in range((end - start).days + 1))
 
 
-def training_profile(data: str | Path, meta: dict) -> WindowProfile:
+@dataclass
+class WindowRows:
+    """The columns the guards read of a dataset's splits, read once: ``columns`` over train, val
+    and test in that order, the first ``train_rows`` of them the training split."""
+
+    meta: dict
+    columns: dict[str, np.ndarray]
+    train_rows: int
+
+    @classmethod
+    def read(cls, data: str | Path, meta: dict) -> WindowRows:
+        arrays = split_arrays_of(data, meta, ("train", "val", "test"))
+        return cls(meta, _columns(arrays), int(meta["splits"]["train"]["rows"]))
+
+
+def training_profile(rows: WindowRows) -> WindowProfile:
     """The profile of a dataset's training split: what a model trained on it has seen."""
-    return build_profile(split_arrays_of(data, meta, ("train",)), _window_days(meta, "train"))
+    train = {k: a[: rows.train_rows] for k, a in rows.columns.items()}
+    return build_profile([train], _window_days(rows.meta, "train"))
 
 
-def run_guards(
-    data: str | Path, meta: dict, reference: WindowProfile, rule: GuardRule
-) -> dict[str, Any]:
+def run_guards(rows: WindowRows, reference: WindowProfile, rule: GuardRule) -> dict[str, Any]:
     """Every day of the dataset after ``reference``'s last day, checked: ``{"reference", "days",
     "findings", "blocked"}``; the days are the ones a model trained on the reference never saw."""
-    c = _columns(split_arrays_of(data, meta, ("train", "val", "test")))
+    meta = rows.meta
+    c = dict(rows.columns)
     c["replayed"] = replayed(c)
     last = dt.date.fromisoformat(reference.days[-1]) if reference.days else dt.date.min
     epoch_days = _days(c["ts"])

@@ -37,6 +37,7 @@ from components.evaluate.guards import (
     GuardRule,
     ProfileError,
     WindowProfile,
+    WindowRows,
     run_guards,
     training_profile,
 )
@@ -123,9 +124,11 @@ def evaluate(config: EvaluateConfig) -> dict:
         raise EvaluateError(str(exc)) from None
     with tempfile.TemporaryDirectory(prefix="dailyrec-champion-") as workdir:
         champion, champion_model = find_champion(config, vocab, workdir)
-    profile = training_profile(config.data, meta)
+    window = WindowRows.read(config.data, meta)
+    profile = training_profile(window)
     reference = champion.pop("profile", None) or profile
-    guards = run_guards(config.data, meta, reference, config.guards)
+    guards = run_guards(window, reference, config.guards)
+    del window
 
     log.info(
         "evaluate: scoring %d test rows with the candidate%s",

@@ -51,7 +51,8 @@ def dataset(raw: Path, out: Path, end: dt.date = LAST) -> tuple[Path, dict]:
 def test_each_breakage_blocks_the_candidate_and_says_why(raw, tmp_path, kind, fault_report):
     change, named = BREAKAGES[kind]
     data, meta = dataset(broken(raw, tmp_path, "raw", change), tmp_path / "data")
-    result = g.run_guards(data, meta, g.training_profile(data, meta), g.GuardRule())
+    rows = g.WindowRows.read(data, meta)
+    result = g.run_guards(rows, g.training_profile(rows), g.GuardRule())
     assert result["blocked"], result["days"]
     assert any(line.startswith(LAST.isoformat()) and named in line for line in result["findings"])
     # a candidate that clears every other rule is not blessed, and the reason names the check
@@ -63,9 +64,7 @@ def test_each_breakage_blocks_the_candidate_and_says_why(raw, tmp_path, kind, fa
     assert "**blocked**" in table and f"- {result['findings'][0]}" in table
     assert f"| {LAST.isoformat()} |" in table
     # report_only measures the same and blocks nothing
-    relaxed = g.run_guards(
-        data, meta, g.training_profile(data, meta), g.GuardRule(report_only=True)
-    )
+    relaxed = g.run_guards(rows, g.training_profile(rows), g.GuardRule(report_only=True))
     assert relaxed["findings"] == result["findings"] and not relaxed["blocked"]
     assert decide(0.8, {"status": "none"}, None, GateRule(), relaxed)["blessed"]
     fault_report(
@@ -79,11 +78,11 @@ def test_each_breakage_blocks_the_candidate_and_says_why(raw, tmp_path, kind, fa
 def test_the_champions_window_is_the_reference_and_only_new_days_are_checked(raw, tmp_path):
     """Yesterday's dataset trained the champion; today's days after its window are checked."""
     old, old_meta = dataset(raw, tmp_path / "old", LAST - dt.timedelta(1))
-    champion = g.training_profile(old, old_meta)
+    champion = g.training_profile(g.WindowRows.read(old, old_meta))
     round_trip = g.WindowProfile.from_state(champion.state_dict())
     assert round_trip == champion
     data, meta = dataset(broken(raw, tmp_path, "raw", volume), tmp_path / "new")
-    result = g.run_guards(data, meta, round_trip, g.GuardRule())
+    result = g.run_guards(g.WindowRows.read(data, meta), round_trip, g.GuardRule())
     checked = [d["day"] for d in result["days"]]
     after = dt.date.fromisoformat(champion.days[-1])
     assert checked == [
@@ -98,7 +97,7 @@ def test_the_champions_window_is_the_reference_and_only_new_days_are_checked(raw
 def test_normal_days_raise_no_alarm(raw, tmp_path, fault_report):
     """Every day of a normal window checked against the days before it: no finding."""
     data, meta = dataset(raw, tmp_path / "normal")
-    c = g._columns(g.split_arrays_of(data, meta, ("train", "val", "test")))
+    c = g.WindowRows.read(data, meta).columns
     days = g._days(c["ts"])
     alarms, checked = [], 0
     for day in np.unique(days)[3:]:
@@ -109,7 +108,8 @@ def test_normal_days_raise_no_alarm(raw, tmp_path, fault_report):
         alarms += g.findings(check, g.GuardRule())
         checked += 1
     assert checked >= 4 and not alarms, alarms
-    normal = g.run_guards(data, meta, g.training_profile(data, meta), g.GuardRule())
+    rows = g.WindowRows.read(data, meta)
+    normal = g.run_guards(rows, g.training_profile(rows), g.GuardRule())
     assert not normal["findings"] and not normal["blocked"] and len(normal["days"]) == 2
     fault_report(
         "guards",
