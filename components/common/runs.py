@@ -237,6 +237,7 @@ def build_summary(
         "model_version": registration.get("version"),
         "champion_version": champion,
         "previous_version": registration.get("previous_version"),
+        "model_card": registration.get("model_card"),
         "stage_seconds": stages,
         "total_seconds": round(sum(v for v in stages.values() if v), 3),
         "plan": {
@@ -312,6 +313,7 @@ def summary_text(summary: dict) -> str:
             if summary.get("previous_version")
             else ""
         ),
+        *([f"  card     {summary['model_card']}"] if summary.get("model_card") else []),
         "  seconds  "
         + ", ".join(f"{k} {f(summary['stage_seconds'].get(k), '.1f')}" for k in STAGES),
     ]

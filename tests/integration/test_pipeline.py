@@ -278,6 +278,7 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     registration = json.loads((run / "registration.json").read_text())
     run_of_card = client.get_model_version("dailyrec", "1").run_id
     assert registration["model_card"] == f"runs:/{run_of_card}/model_card/model_card.md"
+    assert first["model_card"] == registration["model_card"]  # linked from the run summary
     folder = pathlib.Path(
         client.download_artifacts(run_of_card, "model_card", str(tmp_path / "card"))
     )

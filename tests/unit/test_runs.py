@@ -57,6 +57,18 @@ def test_not_blessed_run_is_not_a_register_failure(tmp_path):
     assert "NOT BLESSED" in summary_text(
         summary
     ) and "nothing registered; champion = v3" in summary_text(summary)
+    assert summary["model_card"] is None and "card " not in summary_text(summary)
+
+
+def test_the_summary_links_the_registered_versions_card(tmp_path):
+    run = tmp_path / "run"
+    for stage in ("preprocess", "estimate", "train", "evaluate", "register"):
+        record_stage(run, stage, 1.0)
+    card = "runs:/0123abcd/model_card/model_card.md"
+    atomic_write_json(run / "registration.json", {"version": 4, "model_card": card})
+    summary = build_summary(run, tmp_path / "none", "", "ctr", "r3")
+    assert summary["model_card"] == card
+    assert f"  card     {card}" in summary_text(summary).splitlines()
 
 
 def test_a_run_folder_belongs_to_one_unfinished_kfp_run(tmp_path):
