@@ -230,6 +230,7 @@ def build_summary(
         "test_gauc": _number(metrics.get("test_gauc")),
         "test_logloss": _number(metrics.get("test_logloss")),
         "test_ece": _number(metrics.get("test_ece")),
+        "served_auc": _number((metrics.get("served") or {}).get("auc")),
         "oracle_auc": oracle_auc(raw_uri, window.get("test_days")),
         "blessed": decision.get("blessed"),
         "decision_reasons": decision.get("reasons"),
@@ -294,6 +295,7 @@ def summary_text(summary: dict) -> str:
         f"{summary['plan'].get('precision')}",
         f"  model    best val AUC {f(summary['best_val_auc'])} after {summary['epochs_run']} epoch(s); "
         f"test AUC {f(summary['test_auc'])}  GAUC {f(summary['test_gauc'])}"
+        + (f"  served AUC {f(summary['served_auc'])}" if summary.get("served_auc") else "")
         + (f"  (oracle {f(summary['oracle_auc'])})" if summary["oracle_auc"] else ""),
         f"  decision {verdict}"
         + "".join(f"\n           - {r}" for r in summary["decision_reasons"] or []),

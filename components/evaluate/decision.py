@@ -2,10 +2,12 @@
 
 A candidate is **blessed** when
 
-1. its test AUC >= ``min_auc`` (an absolute floor: a broken model never ships), and
+1. its served AUC (the test day scored as serving scores it, see
+   :mod:`components.evaluate.served`) >= ``min_auc`` (an absolute floor: a broken model
+   never ships), and
 2. either there is no champion, or the candidate is not significantly worse
    than the champion: the upper bound of the confidence interval of
-   ``AUC(candidate) - AUC(champion)``, both scored on the same test rows, is
+   ``AUC(candidate) - AUC(champion)``, both served on the same test rows, is
    ``>= -tolerance``. The interval takes users as the unit
    (:func:`components.evaluate.metrics.clustered_delong`): a user's rows are
    correlated, and an interval over rows is several times too narrow on click logs.
@@ -44,7 +46,7 @@ UNUSABLE_POLICIES = ("block", "ignore")
 @dataclass(frozen=True)
 class GateRule:
     min_auc: float = 0.55
-    """Absolute floor on the candidate's test AUC."""
+    """Absolute floor on the candidate's served AUC (the test day as serving scores it)."""
     tolerance: float = 0.002
     """How much worse than the champion (in AUC) is still acceptable at the CI's upper bound."""
     confidence: float = 0.95
@@ -119,7 +121,7 @@ def decide(
     reasons = []
     floor_ok = not math.isnan(candidate_auc) and candidate_auc >= rule.min_auc
     reasons.append(
-        f"test AUC {candidate_auc:.4f} {'>=' if floor_ok else '<'} min_auc {rule.min_auc:.4f}"
+        f"served AUC {candidate_auc:.4f} {'>=' if floor_ok else '<'} min_auc {rule.min_auc:.4f}"
     )
     status = champion["status"]
     if status == "none":

@@ -77,6 +77,34 @@ def _row(name: str, key: str, candidate: dict, champion: dict | None, fmt: str =
     )
 
 
+def served_lines(served: dict | None, champion: dict) -> list[str]:
+    """The test day as serving scores it, and the train-serve skew."""
+    if not served:
+        return []
+    skew, alone = served["skew"], served["snapshot_only_auc"]
+    lines = [
+        f"As served (the state at the test day's start, each user's earlier events of the day "
+        f"sent along): candidate AUC {served['auc']:.4f}"
+        + (
+            f", champion AUC {champion['served_auc']:.4f}"
+            if champion.get("served_auc") is not None
+            else ""
+        )
+        + f"; the gate compares the models as served. From the snapshot alone (a caller "
+        f"sending no events) the candidate reaches {alone['auc']:.4f}.",
+        "",
+    ]
+    if skew["se"] == skew["se"]:
+        lines += [
+            f"Train-serve skew (the candidate's AUC on the dataset's features − as served): "
+            f"{skew['delta']:+.4f}, {100 * skew['confidence']:.0f}% CI "
+            f"[{skew['ci_low']:+.4f}, {skew['ci_high']:+.4f}] with the {skew['users']} users "
+            "as the unit.",
+            "",
+        ]
+    return lines
+
+
 def markdown(metrics: dict, decision: dict, images: dict[str, str]) -> str:
     """The report: verdict, reasons, metric table, plots (``images``: title -> link or data URI)."""
     champion = metrics["champion"]
@@ -110,6 +138,7 @@ def markdown(metrics: dict, decision: dict, images: dict[str, str]) -> str:
             f"{interval['ci_high']:.4f}] with the {interval['users']} users as the unit.",
             "",
         ]
+    lines += served_lines(metrics.get("served"), champion)
     comparison = metrics.get("comparison")
     if comparison and not comparison_defined(comparison):
         lines += [

@@ -2,8 +2,10 @@
 
 Scores the candidate and the registry's current champion (``models:/NAME@champion``)
 on the same test rows in one pass, computes AUC / GAUC / logloss / ECE for
-both, compares their AUCs with users as the unit (clustered DeLong), applies the gate of
-:mod:`components.evaluate.decision`, and writes, atomically into ``out``:
+both, scores the test rows again as serving builds them (:mod:`components.evaluate.served`:
+the day's train-serve skew), compares the two models as served with users as the unit
+(clustered DeLong), applies the gate of :mod:`components.evaluate.decision`, and writes,
+atomically into ``out``:
 
 * ``metrics.json``  – candidate and champion metrics, the comparison, the dataset;
 * ``decision.json`` – blessed or not, with the reasons and the rule;
@@ -56,7 +58,7 @@ from components.train.inference import (
     sigmoid,
     split_rows,
 )
-from components.train.model import Vocab
+from components.train.model import BATCH_KEYS, Vocab
 
 log = get_logger(__name__)
 ROC = "roc.json"
@@ -136,7 +138,9 @@ def evaluate(config: EvaluateConfig) -> dict:
         f" and champion v{champion['version']}" if champion_model is not None else "",
     )
     labels, users, candidate_logits, champion_probs = [], [], [], []
-    for start, batch in enumerate_rows(split_rows(config.data, "test", meta, config.batch)):
+    match = {c: [] for c in ("ts", "target_item", "target_cat")}
+    keys = (*BATCH_KEYS, "label", "user_key", "ts")
+    for start, batch in enumerate_rows(split_rows(config.data, "test", meta, config.batch, keys)):
         try:  # the ids serving checks: out of range they read a wrong row or crash in torch
             check_inputs(batch, vocab)
         except ValueError as exc:
@@ -145,6 +149,8 @@ def evaluate(config: EvaluateConfig) -> dict:
             ) from None
         labels.append(batch["label"].astype(np.float64))
         users.append(batch["user_key"])
+        for c, values in match.items():
+            values.append(np.asarray(batch[c], np.int64))
         candidate_logits.append(predict_logits(candidate.model, [batch]))
         if champion_model is not None:
             try:
@@ -184,13 +190,36 @@ def evaluate(config: EvaluateConfig) -> dict:
         bins[f"champion v{champion['version']}"] = calibration(champion_prob, y, config.bins)[
             "bins"
         ]
-    verdict = decide(candidate_metrics["auc"], champion, comparison, config.rule, guards)
+    served = served_scores(
+        config,
+        {"user_key": groups, "label": y, **{c: np.concatenate(v) for c, v in match.items()}},
+        candidate,
+        champion_model,
+    )
+    served_auc = clustered_auc(served["candidate"], y, groups, config.rule.confidence)
+    skew = clustered_delong(prob, served["candidate"], y, groups, config.rule.confidence)
+    dataset_comparison = comparison
+    if champion_model is not None:  # the gate judges what each model serves
+        comparison = clustered_delong(
+            served["candidate"], served["champion"], y, groups, config.rule.confidence
+        )
+        champion["served_auc"] = comparison["auc_b"]
+    verdict = decide(served_auc["auc"], champion, comparison, config.rule, guards)
 
     metrics = {
         **{f"test_{k}": candidate_metrics[k] for k in ("auc", "gauc", "logloss", "ece")},
         "model_name": config.model_name,
         "candidate": candidate_metrics,
         "test_auc_interval": auc_interval,
+        "served": {
+            "auc": served_auc["auc"],
+            "auc_interval": served_auc,
+            "skew": skew,
+            "snapshot_only_auc": clustered_auc(
+                served["snapshot_only"], y, groups, config.rule.confidence
+            ),
+        },
+        "comparison_on_dataset_features": dataset_comparison,
         "candidate_checkpoint": str(config.checkpoint),
         "candidate_trained_on": candidate.info.get("dataset"),
         "champion": champion,
@@ -209,6 +238,7 @@ def evaluate(config: EvaluateConfig) -> dict:
         **verdict,
         "model_name": config.model_name,
         "test_auc": candidate_metrics["auc"],
+        "served_auc": served_auc["auc"],
         "champion_version": champion.get("version"),
         "champion_status": champion["status"],
         "comparison": comparison,
@@ -226,6 +256,40 @@ def evaluate(config: EvaluateConfig) -> dict:
 
 
 EXPERIMENT = "dailyrec-evaluate"
+
+
+def served_scores(config: EvaluateConfig, rows: dict, candidate, champion_model) -> dict:
+    """Probabilities on the test rows (split order) built as serving builds them
+    (:mod:`components.evaluate.served`) from the dataset's state at the test day's start: both
+    models with each user's earlier events of the day sent along (``candidate``, ``champion``),
+    and the candidate from the snapshot alone (``snapshot_only``: callers that send no events)."""
+    from components.evaluate.served import ServedError, ServedSplit
+    from components.score.features import Layout
+
+    layout = Layout.of(candidate.vocab, check_key=False)
+    try:
+        split = ServedSplit.read(config.data, rows, layout)
+    except ServedError as exc:
+        raise EvaluateError(f"{exc}; preprocess the window again") from None
+    snapshot = split.snapshot(layout)
+    runs = {"candidate": (candidate.model, True), "snapshot_only": (candidate.model, False)}
+    if champion_model is not None:
+        runs["champion"] = (champion_model.model, True)
+    out: dict[str, np.ndarray] = {}
+    for name, (model, day_events) in runs.items():
+        with np.errstate(invalid="ignore"):  # request rows' own columns, replaced by the totals
+            logits = np.concatenate(
+                [
+                    predict_logits(model, [b])
+                    for b in split.batches(snapshot, layout, config.batch, day_events)
+                ]
+            )
+        prob = np.empty(len(logits))
+        prob[split.order] = sigmoid(logits)
+        if not np.isfinite(prob).all():
+            raise EvaluateError(f"the {name} scores served rows NaN or infinite; not evaluated")
+        out[name] = prob
+    return out
 
 
 def enumerate_rows(batches):
@@ -388,8 +452,10 @@ def write_outputs(out: Path, metrics: dict, decision: dict, curves: dict, bins: 
 
 def summary_line(metrics: dict, decision: dict) -> str:
     verdict = "BLESSED" if decision["blessed"] else "NOT BLESSED"
+    served = metrics["served"]
     return (
         f"{verdict}: test AUC {metrics['test_auc']:.4f}, GAUC {metrics['test_gauc']:.4f}, "
-        f"logloss {metrics['test_logloss']:.4f}, ECE {metrics['test_ece']:.4f}; "
+        f"logloss {metrics['test_logloss']:.4f}, ECE {metrics['test_ece']:.4f}; served AUC "
+        f"{served['auc']:.4f} (train-serve skew {served['skew']['delta']:+.4f}); "
         + " | ".join(decision["reasons"][1:])
     )

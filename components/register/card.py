@@ -50,6 +50,8 @@ def build_card(
         "test": {
             **{k: _number(metrics.get(f"test_{k}")) for k in ("auc", "gauc", "logloss", "ece")},
             "auc_interval": metrics.get("test_auc_interval"),
+            "served_auc": _number((metrics.get("served") or {}).get("auc")),
+            "train_serve_skew": (metrics.get("served") or {}).get("skew"),
         },
         "gate": {
             "blessed": bool(decision.get("blessed")),
@@ -84,6 +86,17 @@ def _f(value: Any, fmt: str = ".4f") -> str:
     return "—" if not isinstance(value, int | float) else format(value, fmt)
 
 
+def _served(t: dict) -> list[str]:
+    skew = t.get("train_serve_skew")
+    if t.get("served_auc") is None or not skew:
+        return []
+    return [
+        f"- as served (the snapshot plus the day's events so far): AUC {_f(t['served_auc'])}; "
+        f"train-serve skew {skew['delta']:+.4f} (95% CI {skew['ci_low']:+.4f} .. "
+        f"{skew['ci_high']:+.4f})"
+    ]
+
+
 def markdown(card: dict) -> str:
     """The card as the page a person reads in the MLflow UI."""
     m, d, t, g = card["model"], card["data"], card["test"], card["gate"]
@@ -114,6 +127,7 @@ def markdown(card: dict) -> str:
             else ""
         ),
         f"- GAUC {_f(t['gauc'])}, logloss {_f(t['logloss'])}, ECE {_f(t['ece'])}",
+        *_served(t),
         "",
         "## The gate",
         "",

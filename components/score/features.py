@@ -9,7 +9,8 @@ to score:
 * optionally the user's events before it, as lists of equal length per row:
   ``events_item_id``, ``events_timestamp``, ``events_label`` (0/1) and
   ``events_category_id`` (optional). A row without them (column absent, or
-  null in that row) uses its user's state in the model's snapshot.
+  null in that row) uses its user's state in the model's snapshot; a row after
+  that state that sends them continues it with the events newer than it.
 
 Ids are hashed and parsed by the preprocess stage's functions
 (:mod:`components.common.hashing`, :mod:`components.preprocess.clean`); the
@@ -189,15 +190,16 @@ class UserState:
         keys = self.events["user_key"]
         start = np.searchsorted(keys, user_key, side="left")
         end = np.searchsorted(keys, user_key, side="right")
-        return _ranges(start, end)
+        return ranges(start, end)
 
     def last_event(self, user_key: np.ndarray) -> np.ndarray:
         """Each user's last event time in the window (``NEVER_TS``: not in it)."""
         return self._lookup("user", user_key)["exposure"]
 
-    def user_columns(self, user, item, cat, ts, prior) -> np.ndarray:
-        """The user-level dense columns of rows after their users' last events, from the totals:
-        what :func:`components.preprocess.counts.user_features` gives them from every event."""
+    def user_columns(self, user, item, cat, ts, prior, since=None) -> np.ndarray:
+        """The user-level dense columns of rows after their users' last events, from the totals
+        (plus ``since``: per entity the counts and times of events after the window): what
+        :func:`components.preprocess.counts.user_features` gives them from every event."""
         found = {
             "user": self._lookup("user", user),
             "user_category": self._lookup("user_category", pair_digest(user, cat)),
@@ -206,6 +208,14 @@ class UserState:
         counts, recency = [], []
         for entity in ENTITIES:
             t = found[entity]
+            if since is not None:
+                extra = since[entity]
+                t = {
+                    "imps": t["imps"] + extra["imps"],
+                    "clicks": t["clicks"] + extra["clicks"],
+                    "exposure": np.maximum(t["exposure"], extra["exposure"]),
+                    "click": np.maximum(t["click"], extra["click"]),
+                }
             counts += count_columns(t["imps"], t["clicks"], prior)
             recency += [log_seconds(ts, t["exposure"]), log_seconds(ts, t["click"])]
         return np.stack(counts + recency, axis=1).astype(np.float32)
@@ -366,28 +376,91 @@ def key_inputs(
 ) -> dict[str, np.ndarray]:
     """The arrays of rows given as keys (hashed ids) and epoch seconds: each row with ``events`` (key
     columns; ``owner``: the row each belongs to) where ``given``, else its user's snapshot state
-    (rows after their user's last event in it)."""
+    (rows after their user's last event in it).
+
+    With a users' snapshot, a row that sends events and comes after its user's last event in the
+    snapshot *continues* it: the snapshot's state plus the events sent that are newer than it (older
+    ones are in the snapshot already), so a caller sending the user's events of the day gets the
+    features a dataset row of that day has. A row inside the window is built from its events alone."""
     n = len(user)
     if events is None:
         events, owner = {k: np.empty(0, np.int64) for k in EVENT_KEYS}, np.empty(0, np.int64)
     given = np.zeros(n, bool) if given is None else given
+    users = snapshot.users
+    continued = np.zeros(n, bool)
+    if users is not None and given.any():
+        last = users.last_event(user)
+        continued = given & (ts > last)
+        newer = ~continued[owner] | (events["ts"] > last[owner])
+        events, owner = _distinct({k: v[newer] for k, v in events.items()}, owner[newer])
+    since = _since(events, owner, item, cat, ts, continued)
     # a row sending events is a group of its own; the rows of one user scored from the snapshot
     # share one group holding that user's state once (a ranking call's 10,000 candidates too)
     group = np.arange(n, dtype=np.int64)
-    users = snapshot.users if not given.all() else None
-    if users is not None:
+    from_snapshot = ~given | continued
+    if users is not None and from_snapshot.any():
         distinct, which = np.unique(user[~given], return_inverse=True)
         group[~given] = n + which
         rows, owners = users.user_events(distinct)
-        events = {k: np.concatenate([events[k], users.events[k][rows]]) for k in EVENT_KEYS}
-        owner = np.concatenate([owner, n + owners])
+        alone = np.flatnonzero(continued)  # each continued row's group holds its user's state
+        rows_c, owners_c = users.user_events(user[alone])
+        picked = np.concatenate([rows, rows_c])
+        events = {k: np.concatenate([events[k], users.events[k][picked]]) for k in EVENT_KEYS}
+        owner = np.concatenate([owner, n + owners, alone[owners_c]])
     arrays, prior = _assemble(user, item, cat, ts, group, events, owner, snapshot.state, layout)
-    if users is not None:  # the user-level counts over the whole window, not the kept events
-        rows = np.flatnonzero(~given)
+    if users is not None and from_snapshot.any():  # the counts over the whole window (+ since)
+        rows = np.flatnonzero(from_snapshot)
         arrays["dense"][rows, USER_COLUMNS] = users.user_columns(
-            user[rows], item[rows], cat[rows], ts[rows], prior[rows]
+            user[rows],
+            item[rows],
+            cat[rows],
+            ts[rows],
+            prior[rows],
+            {e: {k: v[rows] for k, v in t.items()} for e, t in since.items()},
         )
     return arrays
+
+
+def _distinct(events: dict[str, np.ndarray], owner: np.ndarray):
+    """Events without exact duplicates within one owner's (preprocess drops them too)."""
+    order = sort_order(
+        owner,
+        events["ts"],
+        events["item_key"],
+        events["cat_key"],
+        events["label"],
+        np.zeros(len(owner), np.int8),
+    )
+    events, owner = {k: v[order] for k, v in events.items()}, owner[order]
+    dup = duplicate_mask(
+        owner, events["ts"], events["item_key"], events["cat_key"], events["label"]
+    )
+    return {k: v[~dup] for k, v in events.items()}, owner[~dup]
+
+
+def _since(events, owner, item, cat, ts, rows: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
+    """Per entity and row: the impressions, clicks and last exposure and click times of the events
+    the row sent strictly before its own time (zero and never for rows not in ``rows``)."""
+    n = len(ts)
+    mine = rows[owner] & (events["ts"] < ts[owner])
+    click = events["label"] == 1
+    out = {}
+    for entity, same in (
+        ("user", mine),
+        ("user_category", mine & (events["cat_key"] == cat[owner])),
+        ("user_item", mine & (events["item_key"] == item[owner])),
+    ):
+        o = owner[same]
+        exposure, clicked = np.full(n, NEVER_TS), np.full(n, NEVER_TS)
+        np.maximum.at(exposure, o, events["ts"][same])
+        np.maximum.at(clicked, owner[same & click], events["ts"][same & click])
+        out[entity] = {
+            "imps": np.bincount(o, minlength=n).astype(np.int64),
+            "clicks": np.bincount(owner[same & click], minlength=n).astype(np.int64),
+            "exposure": exposure,
+            "click": clicked,
+        }
+    return out
 
 
 NOT_HISTORY = 2
@@ -400,21 +473,7 @@ def _assemble(user, item, cat, ts, row_group, events, owner, state: CounterState
     ``owner``: each event's."""
     n = len(user)
     # exact duplicates among one group's events count once, as preprocess drops them
-    order = sort_order(
-        owner,
-        events["ts"],
-        events["item_key"],
-        events["cat_key"],
-        events["label"],
-        np.zeros(len(owner), np.int8),
-    )
-    events = {k: v[order] for k, v in events.items()}
-    owner = owner[order]
-    dup = duplicate_mask(
-        owner, events["ts"], events["item_key"], events["cat_key"], events["label"]
-    )
-    events = {k: v[~dup] for k, v in events.items()}
-    owner = owner[~dup]
+    events, owner = _distinct(events, owner)
     group = np.concatenate([owner, row_group]).astype(np.int64)
     row = np.concatenate([np.full(len(owner), -1), np.arange(n)])
     cols = {
@@ -609,7 +668,7 @@ def _short_repr(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _ranges(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def ranges(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The concatenated ``range(start[i], end[i])`` and, for each element, its ``i``."""
     lengths = end - start
     owner = np.repeat(np.arange(len(start)), lengths)

@@ -164,7 +164,11 @@ def test_champion_lifecycle(registry, trained, tiny_dataset, tmp_path):
     result, reg = registry.cycle(trained)
     comparison = result["metrics"]["comparison"]
     assert result["decision"]["champion_version"] == 1 and comparison["delta"] > 0
-    assert comparison["auc_b"] == pytest.approx(result["metrics"]["champion"]["metrics"]["auc"])
+    # the gate compares the models as served; the dataset's features give the other comparison
+    assert comparison["auc_b"] == result["metrics"]["champion"]["served_auc"]
+    on_dataset = result["metrics"]["comparison_on_dataset_features"]
+    assert on_dataset["auc_b"] == pytest.approx(result["metrics"]["champion"]["metrics"]["auc"])
+    assert on_dataset["auc_a"] == pytest.approx(result["metrics"]["test_auc"])
     assert reg["version"] == 2 and registry.aliases() == {"champion": 2, "previous": 1}
     # 3. a significantly worse model is not blessed: nothing registered, the champion stays
     worse = untrained_checkpoint(tmp_path / "worse.pt", tiny_dataset, seed=2)

@@ -286,6 +286,8 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     evaluation = json.loads((run / "evaluate" / "metrics.json").read_text())
     assert card["test"]["auc"] == pytest.approx(first["test_auc"], abs=1e-9)
     assert card["test"]["auc_interval"] == evaluation["test_auc_interval"]
+    assert card["test"]["served_auc"] == pytest.approx(first["served_auc"], abs=1e-9)
+    assert card["test"]["train_serve_skew"] == evaluation["served"]["skew"]
     assert card["data"]["rows"] == first["dataset_rows"]
     assert card["data"]["dataset_fingerprint"] == dataset["fingerprint"]
     assert card["model"] == {

@@ -77,11 +77,11 @@ def test_min_auc_floor_is_inclusive():
     at_floor = decide(0.6, {"status": "none"}, None, RULE)
     assert at_floor["blessed"]
     assert at_floor["reasons"] == [
-        "test AUC 0.6000 >= min_auc 0.6000",
+        "served AUC 0.6000 >= min_auc 0.6000",
         "no champion registered yet: nothing to compare with",
     ]
     below = decide(math.nextafter(0.6, 0.0), {"status": "none"}, None, RULE)
-    assert not below["blessed"] and below["reasons"][0] == "test AUC 0.6000 < min_auc 0.6000"
+    assert not below["blessed"] and below["reasons"][0] == "served AUC 0.6000 < min_auc 0.6000"
     assert decide(0.0, {"status": "none"}, None, GateRule(min_auc=0.0))["blessed"]
 
 
@@ -216,7 +216,7 @@ def test_an_undefined_comparison_follows_the_unusable_policy(policy, blessed, en
     )
     assert verdict["blessed"] is blessed
     assert verdict["reasons"] == [
-        "test AUC 0.7000 >= min_auc 0.6000",
+        "served AUC 0.7000 >= min_auc 0.6000",
         "AUC vs champion v3: undefined (the interval needs at least 2 clicks, 2 non-clicks and "
         "2 users; the test split has 1 clicks and 40 non-clicks from 9 users); "
         f"policy if_champion_unusable={policy}: "

@@ -1,0 +1,176 @@
+"""The test day as serving scores it.
+
+A model version serves with its snapshot frozen at its window's end (the item and category
+counts, each user's last clicks and skips and the user's counts: :mod:`components.score.features`).
+The dataset's rows carry more: counts and histories up to each row, the day's own earlier events
+included. Evaluate therefore scores the test split twice: with the dataset's arrays (what training
+saw) and as served -- each test row built by serving's own code from a snapshot of the days before
+the test day, never from the test day itself. The candidate is served from the dataset's state as
+of the test day's start (the staleness its own snapshot will have on the day it serves); the
+champion from the snapshot it carries (what it serves today, however old). The gate compares
+the two as served; the gap between the candidate's two AUCs is the day's train-serve skew.
+
+The test rows' keys come from the dataset's ``user_events/`` (every kept row's hashed keys),
+matched to the test split's rows by user, time, buckets and label: a row's split follows its day
+folder, not its timestamp, so the match is by content, and a match that is not exact is an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from components.common.hashing import bucketize
+from components.score.features import (
+    EVENT_KEYS,
+    Layout,
+    Snapshot,
+    UserState,
+    key_inputs,
+    ranges,
+)
+
+MATCH = ("user_key", "ts", "target_item", "target_cat", "label")
+"""The columns a test row is recognised by in ``user_events/``."""
+
+
+class ServedError(ValueError):
+    """The test split cannot be scored as served (its keys are missing or do not match)."""
+
+
+@dataclass
+class ServedSplit:
+    """The test split's keys, lined up with the split's rows, and the window before it.
+
+    ``keys``: ``EVENT_KEYS`` columns of the test rows, row ``i`` being the split's row ``order[i]``
+    in the order :func:`components.train.inference.split_rows` reads it; ``before``: the keys of
+    every other row of the window (the days before the test day, look-back days included)."""
+
+    keys: dict[str, np.ndarray]
+    order: np.ndarray
+    before: dict[str, np.ndarray]
+
+    @classmethod
+    def read(cls, data: str | Path, rows: dict[str, np.ndarray], layout: Layout) -> ServedSplit:
+        """``rows``: the test split's ``MATCH`` columns in split order."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from components.preprocess.stage import USER_EVENTS
+
+        parts = sorted((Path(data) / USER_EVENTS).glob("part-*.parquet"))
+        if not parts:
+            raise ServedError(f"{data}: no {USER_EVENTS}/ to score the test split as served")
+        table = pa.concat_tables([pq.read_table(p, columns=list(EVENT_KEYS)) for p in parts])
+        events = {k: table.column(k).to_numpy().astype(np.int64) for k in EVENT_KEYS}
+        event_match = {
+            "user_key": events["user_key"],
+            "ts": events["ts"],
+            "target_item": bucketize(events["item_key"], layout.item_buckets).astype(np.int64),
+            "target_cat": bucketize(
+                events["cat_key"], layout.category_buckets, null=events["cat_key"] == 0
+            ).astype(np.int64),
+            "label": events["label"],
+        }
+        split_rows, event_rows = _match(rows, event_match)
+        if len(split_rows) != len(rows["label"]):
+            raise ServedError(
+                f"{data}: {len(rows['label']) - len(split_rows)} of {len(rows['label'])} test rows "
+                f"have no row in {USER_EVENTS}/ (the dataset is not the one preprocess wrote)"
+            )
+        test = np.zeros(len(events["ts"]), bool)
+        test[event_rows] = True
+        by_user = np.lexsort((events["ts"][event_rows], events["user_key"][event_rows]))
+        event_rows, split_rows = event_rows[by_user], split_rows[by_user]
+        return cls(
+            {k: v[event_rows] for k, v in events.items()},
+            split_rows,
+            {k: v[~test] for k, v in events.items()},
+        )
+
+    def snapshot(self, layout: Layout) -> Snapshot:
+        """What a version registered at the test day's start would serve with."""
+        from components.preprocess.counts import CounterState
+
+        state = CounterState()
+        b = self.before
+        step = 1 << 21  # the counts' totals add up in any order; chunks bound the memory
+        for start in range(0, len(b["ts"]), step):
+            part = slice(start, start + step)
+            state.features(b["item_key"][part], b["cat_key"][part], b["ts"][part], b["label"][part])
+        return Snapshot(state, UserState.of_events(self.before, layout))
+
+    def batches(
+        self, snapshot: Snapshot, layout: Layout, size: int, day_events: bool = True
+    ) -> Iterator[dict]:
+        """The test rows' arrays as serving builds them from ``snapshot``, ``size`` rows at a
+        time, with their labels, in this split's ``keys`` order; ``day_events``: each row sends its
+        user's events of the test day before it (what a caller sends since the snapshot), else
+        none (the snapshot alone)."""
+        k = self.keys
+        n = len(k["ts"])
+        user, ts = k["user_key"], k["ts"]
+        # keys are sorted by user, then time: a row's earlier events of the day start at its
+        # user's first row and end before its own timestamp's first row
+        first_of_user = np.r_[True, user[1:] != user[:-1]] if n else np.ones(0, bool)
+        first_of_time = first_of_user | np.r_[True, ts[1:] != ts[:-1]] if n else first_of_user
+        index = np.arange(n)
+        user_start = np.maximum.accumulate(np.where(first_of_user, index, 0))
+        time_start = np.maximum.accumulate(np.where(first_of_time, index, 0))
+        for start in range(0, n, size):
+            part = slice(start, start + size)
+            rows = index[part]
+            events = owner = given = None
+            if day_events:
+                picked, owner = ranges(user_start[rows], time_start[rows])
+                events = {c: k[c][picked] for c in EVENT_KEYS}
+                given = np.ones(len(rows), bool)
+            arrays = key_inputs(
+                user[part],
+                k["item_key"][part],
+                k["cat_key"][part],
+                ts[part],
+                snapshot,
+                layout,
+                events,
+                owner,
+                given,
+            )
+            arrays["label"] = k["label"][part].astype(np.uint8)
+            yield arrays
+
+
+def _match(
+    rows: dict[str, np.ndarray], events: dict[str, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs ``(row index, event index)`` of equal ``MATCH`` values, each used once: rows that are
+    exactly alike pair with alike events in any order (their arrays are alike too)."""
+    n = len(rows["label"])
+    cols = [
+        np.concatenate([np.asarray(rows[c], np.int64), np.asarray(events[c], np.int64)])
+        for c in MATCH
+    ]
+    side = np.r_[np.zeros(n, np.int8), np.ones(len(events["label"]), np.int8)]
+    order = np.lexsort((side, *reversed(cols)))
+    sorted_cols = [c[order] for c in cols]
+    new = np.ones(len(order), bool)
+    for c in sorted_cols:
+        new[1:] &= c[1:] == c[:-1]
+    new = ~new
+    new[0] = True
+    group = np.cumsum(new) - 1
+    first = np.flatnonzero(new)
+    rank = np.arange(len(order)) - first[group]
+    is_event = side[order] == 1
+    rows_in = np.bincount(group, weights=~is_event, minlength=len(first)).astype(np.int64)
+    # within a group the split's rows come first, then the events: the k-th event of a group
+    # pairs with the group's k-th row
+    where = np.flatnonzero(is_event)
+    k = rank[where] - rows_in[group[where]]
+    taken = k < rows_in[group[where]]
+    row_index = order[first[group[where[taken]]] + k[taken]]
+    event_index = order[where[taken]] - n
+    return row_index, event_index

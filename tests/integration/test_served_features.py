@@ -1,0 +1,186 @@
+"""What is judged is what is served: a day scored the way serving scores it.
+
+One raw log, two datasets: ``before`` (days 1-4) and ``after`` (days 1-5, the test day 5 spread
+over the day, users with several rows in it). Serving builds a day-5 row from the snapshot at
+the end of day 4 plus the events its caller sends since; with the user's earlier events of the
+day sent along, its histories and user counts are the dataset's, and evaluate's served AUC
+equals its AUC on the dataset's features within noise. From the snapshot alone they are not.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from components.common import schema
+from components.common.dataset import DENSE_FEATURES
+from components.common.plan import TrainPlan, write_plan
+from components.evaluate.decision import GateRule
+from components.evaluate.served import MATCH, ServedSplit
+from components.evaluate.stage import EvaluateConfig, EvaluateError, evaluate
+from components.preprocess.config import PreprocessConfig
+from components.preprocess.stage import USER_EVENTS, preprocess
+from components.score.features import Layout, Snapshot, request_inputs, write_snapshot
+from components.train.data import load_meta
+from components.train.inference import split_rows
+from components.train.model import BATCH_KEYS, Vocab
+from components.train.trainer import TrainConfig, train
+from tests.conftest import START, write_day
+
+pytestmark = pytest.mark.integration
+DAY5 = START + dt.timedelta(days=4)
+EXACT = [
+    j
+    for j, name in enumerate(DENSE_FEATURES)
+    if name.startswith("user") and not name.endswith("click_logit")
+]
+"""The user-level columns a served row shares bit for bit (the click logits read the global
+click rate, which serving holds at the snapshot's)."""
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("served")
+    rng = np.random.default_rng(5)
+    raw = root / "raw"
+    frames = {}
+    for i in range(5):
+        day = START + dt.timedelta(days=i)
+        n = 600
+        item = rng.integers(0, 120, n)
+        frames[day] = pd.DataFrame(
+            {
+                "user_id": rng.integers(1, 40, n),
+                "item_id": item,
+                "category_id": item % 11,
+                "timestamp": schema.day_start_epoch(day) + rng.integers(0, 86_000, n),
+                "label": (rng.random(n) < 0.25 + 0.3 * (item % 3 == 0)).astype(np.int8),
+            }
+        )
+        write_day(raw, day, frames[day])
+    common = dict(
+        raw=str(raw),
+        history_days=0,
+        seq_len=6,
+        neg_len=4,
+        rows_per_partition=800,
+        item_buckets=512,
+        category_buckets=32,
+        user_buckets=128,
+        val_days=1,
+    )
+    before, after = root / "before", root / "after"
+    preprocess(PreprocessConfig(out=str(before), days=4, end_date=DAY5 - dt.timedelta(1), **common))
+    preprocess(PreprocessConfig(out=str(after), days=5, end_date=DAY5, **common))
+    plan = write_plan(
+        root / "plan.json",
+        TrainPlan(
+            model="debug", micro_batch=256, num_workers=0, lr=3e-3, eval_batch=4096, max_epochs=2
+        ),
+    )
+    train(TrainConfig(data=str(before), out=str(root / "train"), plan=str(plan)))
+    return {"root": root, "raw": frames, "before": before, "after": after}
+
+
+def _test_rows(data) -> dict:
+    (batch,) = split_rows(data, "test", load_meta(data), 10**6, keys=(*BATCH_KEYS, *MATCH))
+    return {k: np.asarray(v) for k, v in batch.items()}
+
+
+def _served(data, day_events: bool) -> dict:
+    layout = Layout.of(Vocab.from_meta(load_meta(data)))
+    rows = _test_rows(data)
+    split = ServedSplit.read(data, {c: rows[c] for c in MATCH}, layout)
+    snapshot = split.snapshot(layout)
+    with np.errstate(invalid="ignore"):
+        parts = list(split.batches(snapshot, layout, 97, day_events))  # batches cut users apart
+    served = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    back = np.empty_like(split.order)
+    back[split.order] = np.arange(len(split.order))
+    return {k: v[back] for k, v in served.items()}
+
+
+def test_a_day_served_with_its_events_has_the_datasets_histories_and_user_counts(world):
+    rows = _test_rows(world["after"])
+    served = _served(world["after"], day_events=True)
+    alone = _served(world["after"], day_events=False)
+    for c in MATCH:  # lined up row for row
+        assert np.array_equal(served[c], rows[c]), c
+    earlier = (alone["hist_item"] != rows["hist_item"]).any(1) | (
+        alone["neg_item"] != rows["neg_item"]
+    ).any(1)
+    assert earlier.mean() > 0.3  # many rows had events earlier that day
+    for key in ("hist_item", "hist_cat", "hist_gap", "hist_len", "neg_item", "neg_cat", "neg_len"):
+        assert np.array_equal(served[key], rows[key]), key
+    for key in ("hist_item", "hist_gap", "neg_item", "neg_gap"):
+        assert not np.array_equal(alone[key], rows[key]), key
+    assert np.array_equal(served["dense"][:, EXACT], rows["dense"][:, EXACT])
+    assert not np.array_equal(alone["dense"][:, EXACT], rows["dense"][:, EXACT])
+
+
+def test_a_request_continuing_the_snapshot_ignores_events_the_snapshot_holds(world, tmp_path):
+    files = write_snapshot(world["before"], tmp_path)
+    snapshot = Snapshot.load(files["count_state"], files["user_state"])
+    layout = Layout.of(Vocab.from_meta(load_meta(world["after"])))
+    day = world["raw"][DAY5].drop_duplicates().sort_values("timestamp").reset_index(drop=True)
+    window = pd.concat([f for d, f in world["raw"].items() if d != DAY5]).drop_duplicates()
+    base = day[["user_id", "item_id", "category_id", "timestamp"]]
+
+    def with_events(history: pd.DataFrame) -> pd.DataFrame:
+        out = base.copy()
+        for column in ("item_id", "category_id", "timestamp", "label"):
+            out[f"events_{column}"] = [
+                history[(history.user_id == u) & (history.timestamp < t)][column].tolist()
+                for u, t in zip(day.user_id, day.timestamp, strict=True)
+            ]
+        return out
+
+    since = request_inputs(with_events(day), snapshot, layout)
+    everything = request_inputs(with_events(pd.concat([window, day])), snapshot, layout)
+    for key in (*BATCH_KEYS, "user_key", "ts"):
+        assert np.array_equal(since[key], everything[key]), key
+    alone = request_inputs(base, snapshot, layout)
+    assert (since["neg_item"] != alone["neg_item"]).any(1).mean() > 0.3
+
+
+def test_evaluate_judges_the_model_as_served(world, tmp_path):
+    out = tmp_path / "eval"
+    result = evaluate(
+        EvaluateConfig(
+            data=str(world["after"]),
+            checkpoint=str(world["root"] / "train" / "best.pt"),
+            out=str(out),
+            rule=GateRule(min_auc=0.5),
+        )
+    )
+    metrics, decision = result["metrics"], result["decision"]
+    served = metrics["served"]
+    skew = served["skew"]
+    assert served["auc"] == decision["served_auc"] == skew["auc_b"]
+    assert skew["auc_a"] == pytest.approx(metrics["test_auc"], abs=1e-12)
+    assert skew["ci_low"] <= 0 <= skew["ci_high"]  # within noise
+    assert served["snapshot_only_auc"]["auc"] != served["auc"]
+    assert decision["reasons"][0].startswith(f"served AUC {served['auc']:.4f} >= min_auc")
+    report = (out / "report.md").read_text()
+    assert "Train-serve skew" in report and f"{served['auc']:.4f}" in report
+    assert json.loads((out / "metrics.json").read_text())["served"]["auc"] == served["auc"]
+
+
+def test_a_dataset_without_its_users_events_is_refused_by_name(world, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(world["after"], copy)
+    shutil.rmtree(copy / USER_EVENTS)
+    with pytest.raises(EvaluateError, match=rf"{copy}: no {USER_EVENTS}/ .*preprocess the window"):
+        evaluate(
+            EvaluateConfig(
+                data=str(copy),
+                checkpoint=str(world["root"] / "train" / "best.pt"),
+                out=str(tmp_path / "eval"),
+            )
+        )
