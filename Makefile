@@ -7,6 +7,9 @@ comma := ,
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Recipes run as in an activated venv, from a plain shell too: what they start finds the venv's
+# console scripts (uvicorn, mlflow, kubectl) as the venv's python does.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 # Sample logs `make run` generates when DATA is left at its default and absent.
 SAMPLE := data/raw
 # Raw events the pipeline reads (dt=YYYY-MM-DD/ folders, raw contract): `make run DATA=path/to/raw`.

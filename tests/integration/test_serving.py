@@ -9,6 +9,7 @@ must give their dataset arrays bit for bit, and evaluate's scores.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -402,6 +403,64 @@ def test_served_model_scores_raw_ids_like_evaluate(world, registered, tmp_path):
             os.killpg(server.pid, 9)
             server.wait(timeout=30)
     assert "Add type hints" not in log.read_text()
+
+
+def test_make_serve_runs_from_a_plain_shell_and_stops_with_make(world, registered, tmp_path):
+    """A user's shell has no venv on PATH: `make serve` must still start, answer, and stop with
+    make on SIGTERM (the server and its verified copy with it)."""
+    from tests.tools import ROOT, user_env
+
+    port, scratch, log = _free_port(), tmp_path / "tmp", tmp_path / "make-serve.log"
+    scratch.mkdir()
+    env = user_env(TMPDIR=str(scratch))
+    assert str(Path(sys.executable).parent) not in env["PATH"]
+    with open(log, "w") as sink:
+        make = subprocess.Popen(
+            [
+                "make",
+                "--no-print-directory",
+                "serve",
+                f"MODEL=models:/{NAME}/1",
+                f"SERVE_PORT={port}",
+                f"MLFLOW_TRACKING_URI={world['uri']}",
+            ],
+            cwd=ROOT,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2):
+                    break
+            except OSError:
+                if make.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"make serve did not start: {log.read_text()[-2000:]}")
+                time.sleep(0.5)
+        request = _requests(world, False).head(3)
+        status, body = _post(port, {"dataframe_records": request.to_dict(orient="records")})
+        assert status == 200 and len(json.loads(body)["predictions"]) == 3, body
+        make.send_signal(15)  # to make alone, as `kill <pid>` does
+        make.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # nothing left answering
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2).close()
+            except OSError:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the server outlived make")
+        assert not any(scratch.iterdir())  # the verified copy removed
+    finally:
+        if make.poll() is None:
+            make.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(make.pid, 9)
+    assert "not found" not in log.read_text()
 
 
 def test_version_links_its_training_and_evaluation_runs(world, registered):
