@@ -36,7 +36,13 @@ _PREPROCESS = ("components.preprocess.__main__", "components.datagen.__main__")
 SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # name: (entry modules, data files or folders)
     "quality": (
-        ("benchmarks.quality", *_PREPROCESS, "components.estimate.__main__", *_TRAINING),
+        (
+            "benchmarks.quality",
+            *_PREPROCESS,
+            "components.estimate.__main__",
+            *_TRAINING,
+            "components.evaluate.__main__",
+        ),
         ("configs", "components/estimate/hardware"),
     ),
     "preprocess": (("benchmarks.preprocess", *_PREPROCESS), ()),
@@ -62,8 +68,8 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     # the scoring server and the model version it serves (built by the benchmark)
     "serving": (("benchmarks.serving", "components.score.serve", "components.score.app"), ()),
-    # the champion gate's interval, checked by simulation
-    "gate": (("benchmarks.gate",), ()),
+    # the champion gate's interval, checked by simulation and on real logs (preprocessed)
+    "gate": (("benchmarks.gate", *_PREPROCESS), ()),
     # every fault-injection, bad-input and security check, and what they exercise
     "reliability": (("tests.reliability.*",), ()),
 }

@@ -23,6 +23,15 @@ registered version carries (``components.register.integrity.PROFILE``):
 * **id drift**: the Jensen-Shannon divergence of the day's item and category mass over the
   window's most frequent ids (the rest as one bucket).
 
+A small day differs from its window by chance alone: 300 rows cannot fill a thousand ids' mass,
+and a day of ten users has ten users' features. So the drift and divergence checks judge what a
+day shows **beyond chance**: the value less the 95th percentile of what a day of as many rows
+(for the features: as many users, items or categories, whose rows share their values) drawn
+from the window itself shows (:func:`chance_js`, :func:`chance_shift`: seeded by the day, so a
+re-run finds the same). A feature is measured in at least ``SCALE_FLOOR`` of its own units: a
+near-constant one (the prior's logit where no user sees an item twice) moves by hundredths as the
+click rate moves, which is no drift however many of its tiny standard deviations that is.
+
 Each check has a threshold (:class:`GuardRule`, a pipeline parameter each); a day over one is a
 finding that names the day, the check, the measured value and the threshold, and the candidate is
 not blessed. Without a champion (or with one registered before profiles existed) the reference is
@@ -39,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +71,16 @@ DRIFT_FEATURES = tuple(
 higher than the window's mean by construction (0.6 sd on a normal day of the make-run world,
 1.5 on a 5-day window); a broken id or category space shows in the new-id shares and the id
 divergence instead."""
+SCALE_FLOOR = 0.25
+"""Smallest spread (in the feature's log or logit units) a feature's shift is measured in."""
+CHANCE_LEVEL = 0.95
+"""Quantile of a chance day's value that a day's drift and divergence are judged beyond."""
+CHANCE_DRAWS = 100
+"""Days drawn from the window to find that quantile."""
+CHANCE_SAMPLE = 5000
+"""Most values one drawn day holds; a larger day's chance level scales as 1/sqrt(size)."""
+_ENTITY = {"user_": "user_key", "item_": "target_item", "category_": "target_cat"}
+"""A feature's entity by its name's prefix: a day's rows of one entity share its value."""
 BITS = 1 << 22
 """Bits of the seen-id bitmaps (512 KiB each): few collisions up to about a million ids."""
 _IDS = {"user": "user_key", "item": "target_item"}
@@ -169,6 +189,13 @@ class DayCheck:
     day: str
     rows: int
     values: dict[str, float | None] = field(default_factory=dict)
+    chance: dict[str, float] = field(default_factory=dict)
+    """Per drift and divergence check: the value a day of this size shows by chance (the
+    ``CHANCE_LEVEL`` quantile); the check judges ``values[name] - chance[name]``."""
+
+    def beyond_chance(self, name: str) -> float | None:
+        value = self.values.get(name)
+        return None if value is None else value - self.chance.get(name, 0.0)
 
 
 def _days(ts: np.ndarray) -> np.ndarray:
@@ -266,12 +293,36 @@ def _levels(values: np.ndarray) -> np.ndarray:
 
 def shift(reference: list[float], spread: float, values: np.ndarray) -> float:
     """Wasserstein-1 distance of ``values`` from the reference quantiles, in units of ``spread``
-    (the mean gap between the two quantile functions); a constant reference feature that stops
-    being constant is infinitely far."""
+    (the mean gap between the two quantile functions) or ``SCALE_FLOOR``, whichever is larger."""
     gap = float(np.mean(np.abs(np.asarray(reference) - _levels(values.astype(np.float64)))))
-    if spread > 0:
-        return gap / spread
-    return 0.0 if gap == 0 else math.inf
+    return gap / max(spread, SCALE_FLOOR)
+
+
+def _rng(day: str, name: str) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(f"{day}/{name}".encode()))
+
+
+def chance_js(mass: list[float], rows: int, rng: np.random.Generator) -> float:
+    """The divergence from ``mass`` that a day of ``rows`` rows drawn from it reaches by chance
+    (the ``CHANCE_LEVEL`` quantile over ``CHANCE_DRAWS`` days)."""
+    p = np.asarray(mass, dtype=np.float64)
+    p = p / p.sum()
+    draws = rng.multinomial(rows, p, size=CHANCE_DRAWS)
+    return float(np.quantile([js_divergence(p, d) for d in draws], CHANCE_LEVEL))
+
+
+def chance_shift(reference: list[float], spread: float, n: int, rng: np.random.Generator) -> float:
+    """The shift from the reference quantiles that ``n`` values drawn from them reach by chance
+    (the ``CHANCE_LEVEL`` quantile over ``CHANCE_DRAWS`` draws; past ``CHANCE_SAMPLE`` values
+    the level is scaled by ``sqrt(CHANCE_SAMPLE / n)``, as a sample's quantiles converge)."""
+    q = np.asarray(reference, dtype=np.float64)
+    m = max(1, min(n, CHANCE_SAMPLE))
+    at = (np.arange(len(q)) + 0.5) / len(q)
+    # values of the reference's quantile function at uniform levels (between its quantiles)
+    drawn = np.interp(rng.uniform(size=(CHANCE_DRAWS, m)), at, q)
+    levels = np.quantile(drawn, (np.arange(QUANTILES) + 0.5) / QUANTILES, axis=1)  # [Q, draws]
+    gaps = np.mean(np.abs(q[:, None] - levels), axis=0) / max(spread, SCALE_FLOOR)
+    return float(np.quantile(gaps, CHANCE_LEVEL)) * math.sqrt(m / max(n, 1))
 
 
 def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
@@ -289,9 +340,11 @@ def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
 
 
 def check_day(reference: WindowProfile, day: str, c: dict[str, np.ndarray]) -> DayCheck:
-    """The measured values of one day's rows ``c`` against ``reference``."""
+    """The measured values of one day's rows ``c`` against ``reference``, with the chance levels
+    of its drift and divergence checks."""
     rows = len(c["label"])
     values: dict[str, float | None] = {"volume": rows / reference.rows_per_day}
+    chance: dict[str, float] = {}
     values["click_rate"] = (
         float(np.mean(c["label"])) / reference.click_rate if rows and reference.click_rate else None
     )
@@ -300,15 +353,20 @@ def check_day(reference: WindowProfile, day: str, c: dict[str, np.ndarray]) -> D
         values[f"new_{kind}s"] = float(unseen.mean()) - reference.new_share[kind] if rows else None
     values["replayed"] = float(np.mean(c["replayed"])) if rows and "replayed" in c else None
     for name in DRIFT_FEATURES:
-        j = DENSE_FEATURES.index(name)
-        values[f"shift:{name}"] = (
-            shift(reference.quantiles[name], reference.spread[name], c["dense"][:, j])
-            if rows
-            else None
-        )
-    for kind, column in (("item", "target_item"), ("category", "target_cat")):
+        key = f"shift:{name}"
         if not rows:
-            values[f"js:{kind}"] = None
+            values[key] = None
+            continue
+        j = DENSE_FEATURES.index(name)
+        q, spread = reference.quantiles[name], reference.spread[name]
+        values[key] = shift(q, spread, c["dense"][:, j])
+        entity = next(col for prefix, col in _ENTITY.items() if name.startswith(prefix))
+        units = len(np.unique(c[entity]))
+        chance[key] = chance_shift(q, spread, units, _rng(day, key))
+    for kind, column in (("item", "target_item"), ("category", "target_cat")):
+        key = f"js:{kind}"
+        if not rows:
+            values[key] = None
             continue
         top = np.asarray(reference.top_ids[kind], dtype=np.int64)
         order = np.argsort(top)
@@ -316,10 +374,11 @@ def check_day(reference: WindowProfile, day: str, c: dict[str, np.ndarray]) -> D
         where = np.minimum(where, len(top) - 1)
         hit = top[order][where] == c[column]
         counts = np.bincount(order[where[hit]], minlength=len(top)) / rows
-        values[f"js:{kind}"] = js_divergence(
+        values[key] = js_divergence(
             reference.id_mass[kind], [*counts, max(0.0, 1.0 - counts.sum())]
         )
-    return DayCheck(day=day, rows=rows, values=values)
+        chance[key] = chance_js(reference.id_mass[kind], rows, _rng(day, key))
+    return DayCheck(day=day, rows=rows, values=values, chance=chance)
 
 
 def findings(check: DayCheck, rule: GuardRule) -> list[str]:
@@ -354,22 +413,22 @@ def findings(check: DayCheck, rule: GuardRule) -> list[str]:
             "{x:.1%} of its rows repeat rows of an earlier day (same user, item, label and second)",
         ),
         *(
-            (f"js:{k}", "max_id_js", f"{k} ids drifted, Jensen-Shannon {{x:.3f}}")
+            (f"js:{k}", "max_id_js", f"{k} ids drifted, Jensen-Shannon {{x:.3f}} beyond chance")
             for k in ("item", "category")
         ),
     ]
     for name, limit, words in limits:
-        x = v.get(name)
+        x = check.beyond_chance(name)
         if x is not None and x > getattr(rule, limit):
             out.append(f"{check.day}: {words.format(x=x)}, over {limit} {getattr(rule, limit):g}")
-    drifts = {k[6:]: x for k, x in v.items() if k.startswith("shift:") and x is not None}
-    over = [k for k, x in drifts.items() if x > rule.max_feature_shift]
+    drifts = {k[6:]: check.beyond_chance(k) for k in v if k.startswith("shift:")}
+    over = [k for k, x in drifts.items() if x is not None and x > rule.max_feature_shift]
     if over:
         worst = max(over, key=drifts.get)
         more = f" (and {len(over) - 1} more)" if len(over) > 1 else ""
         out.append(
-            f"{check.day}: feature {worst} moved {drifts[worst]:.2f} standard deviations, over "
-            f"max_feature_shift {rule.max_feature_shift:g}{more}"
+            f"{check.day}: feature {worst} moved {drifts[worst]:.2f} standard deviations beyond "
+            f"chance, over max_feature_shift {rule.max_feature_shift:g}{more}"
         )
     return out
 

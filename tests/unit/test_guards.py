@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -29,7 +27,44 @@ def test_shift_is_the_wasserstein_distance_in_standard_deviations():
     spread = float(mass.std())
     assert g.shift(g._levels(mass), spread, mass + 0.011) == pytest.approx(0.011 / spread)
     assert g.shift(g._levels(np.zeros(10)), 0.0, np.zeros(5)) == 0.0
-    assert math.isinf(g.shift(g._levels(np.zeros(10)), 0.0, np.ones(5)))
+    # a (near-)constant feature is measured in SCALE_FLOOR units, not its tiny spread: the prior's
+    # logit moving by hundredths is no drift, a jump of a whole unit is
+    assert g.shift(g._levels(np.zeros(10)), 0.0, np.ones(5)) == pytest.approx(1 / g.SCALE_FLOOR)
+    assert g.shift(g._levels(np.full(10, 0.2)), 0.02, np.full(5, 0.25)) == pytest.approx(
+        0.05 / g.SCALE_FLOOR
+    )
+
+
+def test_chance_levels_shrink_with_the_size_of_the_day():
+    rng = np.random.default_rng
+    mass = np.r_[np.full(1000, 0.9 / 1000), 0.1]
+    small, large = (g.chance_js(mass, n, rng(1)) for n in (300, 300_000))
+    # 300 rows cannot fill a thousand ids' mass: most of the divergence is chance
+    assert small > 0.3 and large < 0.01
+    # and a day drawn from the mass itself stays within its chance level, mostly
+    draws = rng(2).multinomial(300, mass / mass.sum(), size=200)
+    within = np.mean([g.js_divergence(mass, d) <= small for d in draws])
+    assert 0.9 <= within <= 0.99
+    levels = g._levels(rng(3).normal(0, 1, 100_000))
+    few, many = (g.chance_shift(levels, 1.0, n, rng(4)) for n in (10, 1_000_000))
+    assert few > 0.2 and many < 0.01
+    # a sample of ten from the reference itself stays within the level about 95% of the time
+    within = np.mean([g.shift(levels, 1.0, rng(5 + i).normal(0, 1, 10)) <= few for i in range(300)])
+    assert 0.9 <= within <= 0.99
+
+
+def test_a_day_is_judged_beyond_chance():
+    check = g.DayCheck(
+        "2026-01-02",
+        300,
+        {"js:item": 0.45, "shift:user_click_logit": 1.9},
+        {"js:item": 0.3, "shift:user_click_logit": 0.3},
+    )
+    assert check.beyond_chance("js:item") == pytest.approx(0.15)
+    assert g.findings(check, g.GuardRule()) == [
+        "2026-01-02: feature user_click_logit moved 1.60 standard deviations beyond chance, over "
+        "max_feature_shift 1.5"
+    ]
 
 
 def test_new_share_counts_rows_of_ids_first_seen_that_day():
