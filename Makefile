@@ -1,10 +1,14 @@
-# dailyrec — `make help` lists the targets (from the `## ` comments).
+# dailyrec — `make help` lists the targets (their `## ` comments) and variables (`#: ` above each).
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
+#: Python (>= 3.11) that creates the venv
 PYTHON ?= python3
 comma := ,
+#: the virtual environment every target installs into and runs from
 VENV ?= .venv
+#: torch build of make install: auto (CPU unless nvidia-smi lists a GPU), cpu or cuda
+TORCH ?= auto
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Recipes run as in an activated venv, from a plain shell too: what they start finds the venv's
@@ -12,54 +16,77 @@ STAMP := $(VENV)/.installed
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 # Sample logs `make run` generates when DATA is left at its default and absent.
 SAMPLE := data/raw
-# Raw events the pipeline reads (dt=YYYY-MM-DD/ folders, raw contract): `make run DATA=path/to/raw`.
+# `#: ` above a variable documents it in `make help`.
+#: raw events the pipeline reads (dt=YYYY-MM-DD/ folders): make run DATA=path/to/raw
 DATA ?= $(SAMPLE)
-# Pipeline parameters of `make run` (configs/*.json): `make run CONFIG=configs/debug.json`.
+#: pipeline parameters of make run (configs/*.json): make run CONFIG=configs/debug.json
 CONFIG ?= configs/local.json
-# Storage root of local runs: datasets/ and runs/ (summary.json, MLflow at runs/mlflow.db).
+#: storage root of local runs: datasets/, runs/ (summary.json; MLflow at runs/mlflow.db)
 ROOT ?= .
-# Where `make run`'s tasks run: subprocess (this venv) or docker (the runtime image of `make images`,
-# REGISTRY/dailyrec-runtime:TAG, with docker or podman: docs/containers.md).
+#: where make run's tasks run: subprocess (this venv) or docker (REGISTRY/dailyrec-runtime:TAG)
 RUNNER ?= subprocess
+#: port of make ui (MLflow UI on 127.0.0.1)
 UI_PORT ?= 5000
-# `make serve`: the registered model and the port on 127.0.0.1 it answers on.
+#: the registered model make serve serves
 MODEL ?= models:/dailyrec@champion
+#: port on 127.0.0.1 make serve answers on
 SERVE_PORT ?= 5001
-# Size of the sample dataset.
+#: days of the sample logs make data generates
 DAYS ?= 14
+#: users of the sample logs
 USERS ?= 20000
+#: items of the sample logs
 ITEMS ?= 50000
+#: events a day of the sample logs
 EVENTS_PER_DAY ?= 100000
+#: seed of the sample logs
 SEED ?= 7
-# Window of `make preprocess` / `make bench` (the pipeline takes it from CONFIG).
+#: window days of make preprocess (make run takes it from CONFIG)
 WINDOW_DAYS ?= 11
+#: look-back days of make preprocess (make run takes it from CONFIG)
 HISTORY_DAYS ?= 3
+#: dataset folder make preprocess writes and make bench-loader/bench-train read
 DATASET ?= data/dataset
+#: search settings of make tune
 TUNE_CONFIG ?= configs/tune.json
+#: extra pytest arguments of the test targets: make test PYTEST_ARGS='-k serve'
 PYTEST_ARGS ?=
-# Modules of `make mutation` (names in benchmarks/mutation.py; empty = all): `make mutation MODULES=decision`.
+#: modules of make mutation (names in benchmarks/mutation.py; empty = all)
 MODULES ?=
-# Cluster deploy: `make deploy ENV=a100 KFP_HOST=https://… REGISTRY=…` (DRY_RUN=1: no cluster needed).
+#: cluster overlay of make compile/deploy (manifests/overlays/: a100, local; none: local launcher)
 ENV ?= a100
+#: Kubeflow Pipelines endpoint of make deploy/trigger (https://…)
 KFP_HOST ?=
+#: image registry of make images/deploy; empty: localhost (DRY_RUN=1: registry.example.com)
 REGISTRY ?=
+#: image tag of make images/deploy; empty: dev
 TAG ?=
+#: make deploy DRY_RUN=1: render and validate into build/deploy/, touch no cluster
 DRY_RUN ?=
+#: make images PUSH=1: push the built images to REGISTRY
 PUSH ?=
+#: make deploy SKIP_IMAGES=1: deploy images already built and pushed
 SKIP_IMAGES ?=
-# Private registry: docker-registry Secret(s) in the namespace, comma-separated (`kubectl create secret docker-registry …`).
+#: docker-registry Secret(s) in the namespace for a private registry, comma-separated
 IMAGE_PULL_SECRETS ?=
 
 .PHONY: help install run data next-day preprocess tune compile ui serve images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-serving bench-gate docs lint format clean clean-data clean-runs
 
-help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
+help: ## list the targets and the variables they read (make run DATA=… CONFIG=…)
+	@echo "targets:"
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-17s %s\n", $$1, $$2}'
+	@echo "variables (make TARGET NAME=value):"
+	@awk -v sample=$(SAMPLE) '/^#: / {doc = substr($$0, 4); next} /^[A-Z_]+ \?=/ && doc != "" {name = $$1; \
+	  sub(/^[^=]*\?= ?/, ""); sub(/\$$\(SAMPLE\)/, sample); printf "  %-18s %s (default: %s)\n", name, doc, ($$0 == "" ? "none" : $$0)} \
+	  {doc = ""}' $(MAKEFILE_LIST)
 
 install: $(STAMP) ## create .venv and install dailyrec (editable) with its test extras; idempotent
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/install-torch.sh
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "dailyrec needs Python >= 3.11"'
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@test -x $(PY) || { echo "creating $(VENV) ($$($(PYTHON) --version))"; $(PYTHON) -m venv $(VENV); }
+	@scripts/install-torch.sh $(PY) "$$($(PYTHON) -c 'import images.lock as l; print(l.torch_pin())')" $(TORCH)
+	@echo "installing dailyrec (editable) and its test tools into $(VENV): a few minutes on a fresh machine"
 	$(PY) -m pip install --quiet -e '.[test]'
 	@touch $@
 

@@ -572,15 +572,28 @@ def deploy(
         out / "upload.json",
         {"pipeline": PIPELINE_NAME, "version": version, "package": str(package)},
     )
-    if not config.dry_run:
-        apply = [
-            kubectl(),
-            "apply",
-            "--server-side",
-            "--field-manager=dailyrec-deploy",
-            "-f",
-            str(manifests),
+    record["checked"] = {
+        "objects": len(objects),
+        "examples": ["TrainJob", "DaskCluster"],
+        "pipeline": str(package),
+        "schedule": config.schedule,
+    }
+    apply = [
+        kubectl(),
+        "apply",
+        "--server-side",
+        "--field-manager=dailyrec-deploy",
+        "-f",
+        str(manifests),
+    ]
+    if config.dry_run:  # what a real deploy would do next, in its order
+        record["plan"] = [
+            {"step": "apply", "command": apply, "planned": True},
+            {"step": "id-key", "secret": ID_KEY_SECRET},
+            {"step": "upload", "pipeline": PIPELINE_NAME, "version": version},
+            {"step": "schedule", "cron": config.schedule},
         ]
+    else:
         if run_command(apply, check=False).returncode != 0:
             raise DeployError(f"kubectl apply failed: {' '.join(apply)}")
         record["steps"].append({"step": "apply", "command": apply})
@@ -788,14 +801,59 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return Exit.FAILED
-    what = "would deploy" if config.dry_run else "deployed"
-    print(
-        f"{what} dailyrec {record['version']} to ENV={config.env}: {len(record['steps'])} steps; "
-        f"files in {config.out}/ (deploy.json lists them)"
-    )
-    if record["validation"]["unchecked"]:
-        print(f"  not validated offline: {', '.join(record['validation']['unchecked'])}")
+    print("\n".join(summary(record, config.out)))
     return Exit.OK
+
+
+def step_text(step: dict) -> str:
+    """One deploy step in words (done, or planned by a dry run)."""
+    name = step["step"]
+    if name == "images":
+        command = " ".join(step["command"])
+        if step.get("skipped"):
+            return f"images: not built by this deploy ({command} builds and pushes them)"
+        return f"built and pushed the images ({command})"
+    if name == "manifests":
+        return f"rendered {step['objects']} objects (manifests.yaml)"
+    if name == "apply":
+        applied = " ".join([Path(step["command"][0]).name, *step["command"][1:]])
+        return f"apply them: {applied}" if "planned" in step else f"applied: {applied}"
+    if name == "id-key":
+        secret = step.get("secret", ID_KEY_SECRET)
+        if "created" in step:
+            return f"Secret {secret}: " + ("created" if step["created"] else "kept as it was")
+        return f"create Secret {secret} (the id hash key) where it is missing, never replace it"
+    if name == "upload":
+        if "pipeline_id" in step:
+            return f"pipeline version {step['version_id']} " + (
+                "uploaded" if step["created"] else "already there"
+            )
+        return f"upload pipeline {step['pipeline']} version {step['version']} (pipeline.yaml)"
+    if name == "schedule":
+        if "recurring_run_id" in step:
+            return f"recurring run {step['recurring_run_id']} at '{step['cron']}' (UTC)"
+        return f"schedule it: a recurring run at '{step['cron']}' (UTC), one run at a time"
+    return name
+
+
+def summary(record: dict, out: str) -> list[str]:
+    """What a deploy (or a dry run) checked and did, or would do, for the console."""
+    dry = record["dry_run"]
+    v, c = record["validation"], record["checked"]
+    kinds = ", ".join(v["crd_schemas"]) if isinstance(v["crd_schemas"], list) else v["crd_schemas"]
+    lines = [
+        f"{'dry run: nothing sent to a cluster' if dry else 'deployed'}: dailyrec "
+        f"{record['version']}, ENV={record['env']}; files in {out}/ (deploy.json lists them)",
+        f"  checked offline: {c['objects']} objects and an example {' and a '.join(c['examples'])} "
+        f"against the Kubernetes schemas and the Trainer CRDs ({kinds}): "
+        f"{len(v['problems']) or 'no'} problems; the pipeline compiled ({c['pipeline']}); the "
+        f"schedule '{c['schedule']}'",
+    ]
+    if v["unchecked"]:
+        lines.append(f"  not validated offline: {', '.join(v['unchecked'])}")
+    lines += [f"  {step_text(s)}" for s in record["steps"]]
+    lines += [f"  would {step_text(s)}" for s in record.get("plan", [])]
+    return lines
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from pipelines.deploy import (
     deploy,
     image_refs,
     recurring_run_request,
+    summary,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +67,55 @@ def test_dry_run_writes_and_validates_everything(dry_run):
         "abc123",
         "--push",
     ]
+
+
+@needs_kubectl
+def test_dry_run_says_what_it_checked_and_what_a_deploy_would_do(dry_run):
+    out, record = dry_run
+    assert [s["step"] for s in record["plan"]] == ["apply", "id-key", "upload", "schedule"]
+    lines = summary(record, str(out))
+    assert lines[0].startswith("dry run: nothing sent to a cluster: dailyrec abc123, ENV=a100")
+    checked = lines[1]
+    objects = len([o for o in yaml.safe_load_all((out / "manifests.yaml").read_text()) if o])
+    assert (
+        f"checked offline: {objects} objects and an example TrainJob and a DaskCluster" in checked
+    )
+    assert "no problems" in checked and "'0 0 2 * * *'" in checked
+    assert (
+        "images: not built by this deploy (images/build.sh reg.example/ml abc123 --push"
+        in (lines[2])
+    )
+    would = [line for line in lines if line.startswith("  would ")]
+    assert [w.split()[1] for w in would] == ["apply", "create", "upload", "schedule"]
+    assert "kubectl apply --server-side" in would[0] and "dailyrec-daily version abc123" in would[2]
+
+
+def test_a_deploys_summary_says_what_it_did():
+    record = {
+        "dry_run": False,
+        "env": "a100",
+        "version": "v1",
+        "validation": {"problems": [], "unchecked": ["Profile"], "crd_schemas": ["TrainJob"]},
+        "checked": {"objects": 3, "examples": ["TrainJob"], "pipeline": "p.yaml", "schedule": "s"},
+        "steps": [
+            {"step": "images", "command": ["images/build.sh", "r", "v1", "--push"]},
+            {"step": "apply", "command": ["/x/kubectl", "apply", "-f", "m.yaml"]},
+            {"step": "id-key", "created": False},
+            {"step": "upload", "pipeline_id": "p", "version_id": "pv", "created": True},
+            {"step": "schedule", "recurring_run_id": "rr", "cron": "0 0 2 * * *"},
+        ],
+    }
+    lines = summary(record, "out")
+    assert lines[0] == "deployed: dailyrec v1, ENV=a100; files in out/ (deploy.json lists them)"
+    assert lines[2] == "  not validated offline: Profile"
+    assert lines[3:] == [
+        "  built and pushed the images (images/build.sh r v1 --push)",
+        "  applied: kubectl apply -f m.yaml",
+        "  Secret dailyrec-id-key: kept as it was",
+        "  pipeline version pv uploaded",
+        "  recurring run rr at '0 0 2 * * *' (UTC)",
+    ]
+    assert not [line for line in lines if "would" in line]
 
 
 @needs_kubectl
