@@ -31,6 +31,12 @@ UI_PORT ?= 5000
 MODEL ?= models:/dailyrec@champion
 #: port on 127.0.0.1 make serve answers on
 SERVE_PORT ?= 5001
+#: port of make monitor's Prometheus on 127.0.0.1
+PROMETHEUS_PORT ?= 9090
+#: port of make monitor's Pushgateway on 127.0.0.1 (a run pushes there with DAILYREC_PUSHGATEWAY)
+PUSHGATEWAY_PORT ?= 9091
+#: port a local training serves its progress on for make monitor (DAILYREC_METRICS_PORT)
+METRICS_PORT ?= 9400
 #: days of the sample logs make data generates
 DAYS ?= 14
 #: users of the sample logs
@@ -70,7 +76,7 @@ SKIP_IMAGES ?=
 #: docker-registry Secret(s) in the namespace for a private registry, comma-separated
 IMAGE_PULL_SECRETS ?=
 
-.PHONY: help install run data next-day preprocess tune compile ui serve images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-serving bench-gate docs lint format clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess tune compile ui serve monitor dashboard images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-serving bench-gate docs lint format clean clean-data clean-runs
 
 help: ## list the targets and the variables they read (make run DATA=… CONFIG=…)
 	@echo "targets:"
@@ -121,6 +127,13 @@ ui: install ## MLflow UI on 127.0.0.1 over the local registry (ROOT/runs/mlflow.
 serve: install ## serve MODEL (verified) with MLflow's scoring app on 127.0.0.1:SERVE_PORT: POST raw-id requests to /invocations
 	$(PY) -m components.score.serve --model $(MODEL) --port $(SERVE_PORT) \
 	  --tracking-uri $(or $(MLFLOW_TRACKING_URI),sqlite:///$(abspath $(ROOT))/runs/mlflow.db)
+
+monitor: install test-tools ## Prometheus with the alert rules and a Pushgateway on 127.0.0.1 (state in ROOT/runs/monitor/): a make run with the variables it prints shows up there
+	$(PY) -m pipelines.monitor serve --root $(ROOT) --prometheus-port $(PROMETHEUS_PORT) \
+	  --pushgateway-port $(PUSHGATEWAY_PORT) --trainer-port $(METRICS_PORT)
+
+dashboard: install ## the monitoring dashboard's key panels as PNGs from ROOT/runs/*/summary.json -> ROOT/runs/dashboard/
+	$(PY) -m pipelines.monitor plots --root $(ROOT)
 
 images: ## build the runtime and trainer images REGISTRY/dailyrec-{runtime,trainer}:TAG with docker or podman (default localhost/…:dev; PUSH=1 pushes; images/build.sh lists BASE, TRAINER, WHEELS, CA_BUNDLE)
 	@test -z "$(PUSH)" -o -n "$(REGISTRY)" || { echo "PUSH=1 needs REGISTRY, e.g. make images REGISTRY=ghcr.io/you TAG=0.1.0 PUSH=1"; exit 2; }

@@ -22,6 +22,8 @@ from components.common.monitoring import (
     TrainingMetrics,
     push_run_outcome,
 )
+from pipelines.monitor import Ports, prometheus_config
+from tests.run_records import decision, summary
 
 MONITORING = Path(__file__).resolve().parents[2] / "manifests" / "monitoring"
 HOUR = 3600.0
@@ -88,20 +90,10 @@ def prometheus(tmp_path, pushgateway):
     binary = need("prometheus")
     port = free_port()
     config = tmp_path / "prometheus.yml"
+    gateway = int(pushgateway.rsplit(":", 1)[1])
+    # what make monitor runs (pipelines/monitor.py), scraping and evaluating every second
     config.write_text(
-        yaml.safe_dump(
-            {
-                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "rule_files": [str(MONITORING / "rules.yaml")],
-                "scrape_configs": [
-                    {
-                        "job_name": "pushgateway",
-                        "honor_labels": True,
-                        "static_configs": [{"targets": [pushgateway.removeprefix("http://")]}],
-                    }
-                ],
-            }
-        )
+        yaml.safe_dump(prometheus_config(Ports(port, gateway, free_port()), interval="1s"))
     )
     proc = start(
         [
@@ -144,38 +136,6 @@ def firing(prometheus: str, expected: set[str], timeout: float = 30.0) -> set[st
             return names
         time.sleep(0.5)
     return names
-
-
-def summary(status="SUCCEEDED", test_auc=0.70, measured=9000.0, run_folder=None) -> dict:
-    return {
-        "run_id": "r1",
-        "status": status,
-        "model_name": "dailyrec",
-        "test_auc": test_auc,
-        "blessed": status == "SUCCEEDED",
-        "champion_version": 3,
-        "total_seconds": 100.0,
-        "stage_seconds": {
-            "preprocess": 10.0,
-            "estimate": 2.0,
-            "train": 80.0,
-            "evaluate": 5.0,
-            "register": 3.0 if status == "SUCCEEDED" else None,
-        },
-        "dataset_rows": {"train": 1000, "val": 200, "test": 200},
-        "plan_vs_actual": {"samples_per_s": {"measured": measured, "predicted": 10000.0}},
-        "run_folder": str(run_folder) if run_folder else None,
-    }
-
-
-def decision(folder: Path, champion_auc: float, tolerance: float = 0.002) -> Path:
-    (folder / "evaluate").mkdir(parents=True, exist_ok=True)
-    (folder / "evaluate" / "decision.json").write_text(
-        json.dumps(
-            {"comparison": {"auc_a": 0.0, "auc_b": champion_auc}, "rule": {"tolerance": tolerance}}
-        )
-    )
-    return folder
 
 
 @pytest.mark.integration

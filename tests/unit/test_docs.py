@@ -300,3 +300,67 @@ def test_the_readme_scores_a_day_the_sample_data_has():
     written = {(first + dt.timedelta(days=i)).isoformat() for i in range(days + 1)}
     dates = re.findall(r"--date (\d{4}-\d{2}-\d{2})", README.read_text())
     assert dates and set(dates) <= written, (dates, min(written), max(written))
+
+
+def _environment_reads() -> dict[str, str]:
+    """Every environment variable the code reads -> a file reading it: names given to
+    ``os.environ[...]``, ``.get``/``.setdefault``/``.pop``, ``os.getenv``, ``NAME in os.environ``,
+    a ``PET_``/``KF_`` name read from an environment mapping, and every module constant ``*_ENV``."""
+    import ast
+
+    found: dict[str, str] = {}
+    for package in ("components", "pipelines", "kube"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                names = []
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                    targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+                    if any(t.endswith("_ENV") for t in targets):
+                        names.append(node.value.value)
+                elif isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith(
+                    "environ"
+                ):
+                    names.append(getattr(node.slice, "value", None))
+                elif isinstance(node, ast.Call) and node.args:
+                    call = ast.unparse(node.func)
+                    reads = call.endswith(("environ.get", "environ.setdefault", "environ.pop"))
+                    reads = reads or call.endswith("getenv")
+                    first = getattr(node.args[0], "value", None)
+                    if reads or (
+                        call.endswith(".get") and isinstance(first, str) and first[:4] in ("PET_",)
+                    ):
+                        names.append(first)
+                elif isinstance(node, ast.Compare) and "environ" in ast.unparse(
+                    node.comparators[0]
+                ):
+                    names.append(getattr(node.left, "value", None))
+                for name in names:
+                    if isinstance(name, str) and re.fullmatch(r"[A-Z][A-Z0-9_]+", name):
+                        found.setdefault(name, rel)
+    return found
+
+
+def test_every_environment_variable_the_code_reads_is_in_one_table():
+    text = (ROOT / "docs" / "pipeline.md").read_text()
+    table = text.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    documented = {n for row in rows for n in re.findall(r"`([A-Z][A-Z0-9_]+)`", row.split("|")[1])}
+    reads = _environment_reads()
+    assert {"DAILYREC_ID_KEY", "KF_PIPELINES_TOKEN", "PET_NODE_RANK", "RANK"} <= set(reads)
+    undocumented = {n: f for n, f in reads.items() if n not in documented}
+    assert not undocumented, f"read but not in docs/pipeline.md's table: {undocumented}"
+    # a row names what the code reads, or what a library reads for it (its "read by" says which)
+    for row in rows:
+        names = re.findall(r"`([A-Z][A-Z0-9_]+)`", row.split("|")[1])
+        by_library = any(
+            lib in row.split("|")[2]
+            for lib in ("MLflow's", "(kfp)", "torchrun", "torch.distributed")
+        )
+        stale = [n for n in names if n not in reads and not by_library]
+        assert not stale, f"docs/pipeline.md's table names what no code reads: {stale}"
+    # one table: no other document keeps a table of them
+    for doc in DOCS:
+        if doc.name != "pipeline.md":
+            assert "| `DAILYREC_" not in doc.read_text(), doc

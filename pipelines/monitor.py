@@ -1,0 +1,320 @@
+"""See locally what a cluster user sees: Prometheus with the project's alert rules and a
+Pushgateway, or the dashboard's key panels drawn from the runs' own summaries.
+
+``python -m pipelines.monitor serve`` (``make monitor``) starts a Pushgateway and Prometheus from
+Debian's packages, both on 127.0.0.1 and both keeping their state under ``ROOT/runs/monitor/``:
+Prometheus scrapes the Pushgateway (``honor_labels``, as ``manifests/monitoring/`` asks) and the
+trainer's progress port, and evaluates ``manifests/monitoring/rules.yaml``. A ``make run`` with
+``DAILYREC_PUSHGATEWAY`` and ``DAILYREC_METRICS_PORT`` set (the line it prints) then shows up in
+it. Ctrl-C or SIGTERM stops both.
+
+``python -m pipelines.monitor plots`` (``make dashboard``) draws the Grafana dashboard's key panels
+as PNGs from ``ROOT/runs/*/summary.json`` (and each run's decision.json), for users without
+Grafana: the values are those the exit handler pushes (:func:`components.common.monitoring.run_outcome`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from components.common.cli import Exit
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = ROOT / "manifests" / "monitoring" / "rules.yaml"
+TOOLS = ("prometheus", "prometheus-pushgateway")
+INSTALL = "apt-get install prometheus prometheus-pushgateway (make test-tools does it as root)"
+PLOTS = ("auc.png", "stages.png", "throughput.png", "runs.png")
+"""The panels ``plots`` draws, in the dashboard's order."""
+
+
+class MonitorError(RuntimeError):
+    """The monitoring stack cannot start (a tool missing, a port taken); the message says which."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    prometheus: int = 9090
+    pushgateway: int = 9091
+    trainer: int = 9400
+    """Where rank 0 of a local training serves its progress (``DAILYREC_METRICS_PORT``)."""
+
+
+def prometheus_config(ports: Ports, rules: Path = RULES, interval: str = "5s") -> dict:
+    """Prometheus' configuration: the Pushgateway and the trainer scraped, the alert rules."""
+    return {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "rule_files": [str(rules)],
+        "scrape_configs": [
+            {
+                "job_name": "pushgateway",
+                "honor_labels": True,  # keep the pushed job="dailyrec" the rules select on
+                "static_configs": [{"targets": [f"127.0.0.1:{ports.pushgateway}"]}],
+            },
+            {
+                "job_name": "dailyrec-training",
+                "static_configs": [{"targets": [f"127.0.0.1:{ports.trainer}"]}],
+            },
+        ],
+    }
+
+
+def commands(state: Path, ports: Ports) -> dict[str, list[str]]:
+    """The two servers' command lines, each keeping its state under ``state``."""
+    found = {tool: shutil.which(tool) for tool in TOOLS}
+    missing = [tool for tool, path in found.items() if path is None]
+    if missing:
+        raise MonitorError(f"{', '.join(missing)} not installed: {INSTALL}")
+    return {
+        "pushgateway": [
+            found["prometheus-pushgateway"],
+            f"--web.listen-address=127.0.0.1:{ports.pushgateway}",
+            f"--persistence.file={state / 'pushgateway.state'}",
+        ],
+        "prometheus": [
+            found["prometheus"],
+            f"--config.file={state / 'prometheus.yml'}",
+            f"--storage.tsdb.path={state / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{ports.prometheus}",
+        ],
+    }
+
+
+def _ready(url: str, proc: subprocess.Popen, log: Path, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text()[-600:].strip().splitlines()
+            raise MonitorError(f"{Path(proc.args[0]).name} exited: {tail[-1] if tail else ''}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise MonitorError(f"{url} did not answer in {seconds:.0f} s (log: {log})")
+
+
+def serve(root: Path, ports: Ports) -> int:
+    """Start the Pushgateway and Prometheus; return when told to stop (or one of them exits)."""
+    import yaml
+
+    state = Path(root) / "runs" / "monitor"
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config(ports)))
+    argv = commands(state, ports)
+    procs: dict[str, subprocess.Popen] = {}
+
+    def stop(*_: object) -> None:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs.values():
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_signal)
+    try:
+        for name, url in (
+            ("pushgateway", f"http://127.0.0.1:{ports.pushgateway}/-/ready"),
+            ("prometheus", f"http://127.0.0.1:{ports.prometheus}/-/ready"),
+        ):
+            log = state / f"{name}.log"
+            with log.open("w") as out:
+                procs[name] = subprocess.Popen(argv[name], stdout=out, stderr=subprocess.STDOUT)
+            _ready(url, procs[name], log)
+        print(
+            f"Prometheus on http://127.0.0.1:{ports.prometheus} (alerts: /alerts, rules: "
+            f"{RULES.relative_to(ROOT)}), Pushgateway on http://127.0.0.1:{ports.pushgateway}; "
+            f"state in {state}",
+            flush=True,
+        )
+        print(
+            "in another shell, a run that shows up here:\n"
+            f"  DAILYREC_PUSHGATEWAY=http://127.0.0.1:{ports.pushgateway} "
+            f"DAILYREC_METRICS_PORT={ports.trainer} make run\n"
+            "Ctrl-C stops both",
+            flush=True,
+        )
+        while all(proc.poll() is None for proc in procs.values()):
+            time.sleep(0.5)
+        gone = next(name for name, proc in procs.items() if proc.poll() is not None)
+        raise MonitorError(f"{gone} exited (log: {state / (gone + '.log')})")
+    finally:
+        stop()
+
+
+# ----------------------------------------------------------------------------- static panels
+
+
+def run_values(summary: dict, decision: dict | None) -> dict:
+    """One run's panel values: what the exit handler pushes for it (``run_outcome``)."""
+    from components.common.monitoring import run_outcome
+    from components.common.runs import STAGES
+
+    registry = run_outcome(summary, decision, now=0.0)
+
+    def value(name: str, **labels: str) -> float | None:
+        found = registry.get_sample_value(name, labels)
+        return None if found is None or found != found else found  # NaN: the run has none
+
+    return {
+        "run_id": summary.get("run_id"),
+        "run_date": summary.get("run_date"),
+        "status": summary.get("status"),
+        "succeeded": value("dailyrec_run_succeeded") == 1,
+        "blessed": value("dailyrec_run_blessed"),
+        "test_auc": value("dailyrec_run_test_auc"),
+        "champion_test_auc": value("dailyrec_run_champion_test_auc"),
+        "tolerance": value("dailyrec_run_auc_tolerance"),
+        "stage_seconds": {s: value("dailyrec_run_stage_seconds", stage=s) for s in STAGES},
+        "samples_per_second": value("dailyrec_run_train_samples_per_second"),
+        "planned_samples_per_second": value("dailyrec_run_planned_samples_per_second"),
+    }
+
+
+def read_runs(root: Path) -> list[dict]:
+    """Every run under ``root/runs`` that wrote a summary, oldest first (by its end time)."""
+    from components.common.runs import DECISION, RunFolder
+
+    found = []
+    for path in sorted((Path(root) / "runs").glob("*/summary.json")):
+        try:
+            summary = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # a summary being written, or damaged: not a run to draw
+        try:
+            decision = json.loads((RunFolder(path.parent).evaluate / DECISION).read_text())
+        except (OSError, ValueError):
+            decision = None
+        found.append((path.stat().st_mtime, run_values(summary, decision)))
+    return [values for _, values in sorted(found, key=lambda pair: pair[0])]
+
+
+def plots(root: Path, out: Path) -> list[Path]:
+    """The dashboard's key panels from the runs' summaries, as PNGs in ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = read_runs(root)
+    if not runs:
+        raise MonitorError(f"no runs/*/summary.json under {root}: make run first")
+    out.mkdir(parents=True, exist_ok=True)
+    labels = [r["run_date"] or r["run_id"] for r in runs]
+    x = list(range(len(runs)))
+    written = []
+
+    def save(fig, name: str) -> None:
+        fig.autofmt_xdate()
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        written.append(out / name)
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.plot(x, [r["test_auc"] for r in runs], "o-", label="candidate")
+    ax.plot(x, [r["champion_test_auc"] for r in runs], "s--", label="champion, same test day")
+    floor = [
+        None
+        if r["champion_test_auc"] is None or r["tolerance"] is None
+        else r["champion_test_auc"] - r["tolerance"]
+        for r in runs
+    ]
+    ax.plot(x, floor, "_", color="grey", markersize=18, label="champion - tolerance (the gate)")
+    for i, r in enumerate(runs):
+        if r["blessed"] == 1:
+            ax.annotate(
+                "blessed",
+                (i, r["test_auc"]),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=8,
+            )
+    ax.set(title="Test AUC: candidate vs champion", ylabel="test AUC", xticks=x, xticklabels=labels)
+    ax.legend()
+    save(fig, PLOTS[0])
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bottom = [0.0] * len(runs)
+    for stage in runs[0]["stage_seconds"]:
+        heights = [r["stage_seconds"].get(stage) or 0.0 for r in runs]
+        ax.bar(x, heights, bottom=bottom, label=stage)
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    ax.set(title="Stage seconds", ylabel="seconds", xticks=x, xticklabels=labels)
+    ax.legend(fontsize=8)
+    save(fig, PLOTS[1])
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.plot(x, [r["samples_per_second"] for r in runs], "o-", label="measured")
+    ax.plot(x, [r["planned_samples_per_second"] for r in runs], "s--", label="planned")
+    ax.set(title="Training throughput vs plan", ylabel="samples / s", xticks=x, xticklabels=labels)
+    ax.legend()
+    save(fig, PLOTS[2])
+
+    fig, ax = plt.subplots(figsize=(8, 2.6))
+    colors = ["tab:green" if r["succeeded"] else "tab:red" for r in runs]
+    ax.bar(x, [1] * len(runs), color=colors)
+    for i, r in enumerate(runs):
+        word = r["status"] or "?"
+        if r["blessed"] == 1:
+            word += "\nblessed"
+        ax.text(i, 0.5, word, ha="center", va="center", fontsize=7, color="white")
+    ax.set(title="Runs (green: succeeded)", yticks=[], xticks=x, xticklabels=labels)
+    save(fig, PLOTS[3])
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m pipelines.monitor", description=__doc__.splitlines()[0]
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser(
+        "serve", help="Prometheus with the alert rules and a Pushgateway on 127.0.0.1"
+    )
+    s.add_argument("--root", default=".", help="storage root: state in ROOT/runs/monitor/")
+    s.add_argument("--prometheus-port", type=int, default=Ports.prometheus)
+    s.add_argument("--pushgateway-port", type=int, default=Ports.pushgateway)
+    s.add_argument(
+        "--trainer-port",
+        type=int,
+        default=Ports.trainer,
+        help="the trainer's progress port Prometheus scrapes (DAILYREC_METRICS_PORT)",
+    )
+    d = sub.add_parser("plots", help="the dashboard's key panels as PNGs from runs/*/summary.json")
+    d.add_argument("--root", default=".", help="storage root holding runs/")
+    d.add_argument("--out", default=None, help="folder of the PNGs (default: ROOT/runs/dashboard)")
+    args = p.parse_args(argv)
+    try:
+        if args.command == "serve":
+            ports = Ports(args.prometheus_port, args.pushgateway_port, args.trainer_port)
+            return serve(Path(args.root), ports)
+        out = Path(args.out) if args.out else Path(args.root) / "runs" / "dashboard"
+        for path in plots(Path(args.root), out):
+            print(path)
+        return Exit.OK
+    except MonitorError as exc:
+        print(f"monitor: error: {exc}", file=sys.stderr)
+        return Exit.USAGE
+    except SystemExit as exc:  # a signal: both servers are stopped by now
+        return int(exc.code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

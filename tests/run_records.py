@@ -1,0 +1,39 @@
+"""A run's records as the exit handler reads them (summary.json, the evaluate stage's
+decision.json), written by hand: for the monitoring tests, which push or draw them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def summary(status="SUCCEEDED", test_auc=0.70, measured=9000.0, run_folder=None) -> dict:
+    return {
+        "run_id": "r1",
+        "status": status,
+        "model_name": "dailyrec",
+        "test_auc": test_auc,
+        "blessed": status == "SUCCEEDED",
+        "champion_version": 3,
+        "total_seconds": 100.0,
+        "stage_seconds": {
+            "preprocess": 10.0,
+            "estimate": 2.0,
+            "train": 80.0,
+            "evaluate": 5.0,
+            "register": 3.0 if status == "SUCCEEDED" else None,
+        },
+        "dataset_rows": {"train": 1000, "val": 200, "test": 200},
+        "plan_vs_actual": {"samples_per_s": {"measured": measured, "predicted": 10000.0}},
+        "run_folder": str(run_folder) if run_folder else None,
+    }
+
+
+def decision(folder: Path, champion_auc: float, tolerance: float = 0.002) -> Path:
+    (folder / "evaluate").mkdir(parents=True, exist_ok=True)
+    (folder / "evaluate" / "decision.json").write_text(
+        json.dumps(
+            {"comparison": {"auc_a": 0.0, "auc_b": champion_auc}, "rule": {"tolerance": tolerance}}
+        )
+    )
+    return folder
