@@ -1,27 +1,27 @@
-"""``make deploy`` / ``make trigger``: dailyrec onto a cluster with Kubeflow Pipelines 2.x and Kubeflow Trainer.
+"""`make deploy` / `make trigger`: dailyrec onto a cluster with Kubeflow Pipelines 2.x and Kubeflow Trainer.
 
-``python -m pipelines.deploy --env a100 --host KFP_HOST --registry REGISTRY [--tag TAG] [--dry-run] [--skip-images]``
+`python -m pipelines.deploy --env a100 --host KFP_HOST --registry REGISTRY [--tag TAG] [--dry-run] [--skip-images]`
 
-1. build and push the two images (``images/build.sh``; ``--skip-images`` to reuse pushed ones);
-2. render ``manifests/overlays/<env>`` with the image references pinned, validate, ``kubectl apply``;
+1. build and push the two images (`images/build.sh`; `--skip-images` to reuse pushed ones);
+2. render `manifests/overlays/<env>` with the image references pinned, validate, `kubectl apply`;
 3. compile the pipeline with the same images and the environment's cluster defaults
-   (TrainJob launcher, ``kube/clusters/<env>.json`` + the overlay's node pool, every image pinned);
-4. upload it as a version of pipeline ``dailyrec-daily`` named by the git commit, or with
-   uncommitted changes by ``<commit>-<digest of the content>`` (compiled package and diff), so
+   (TrainJob launcher, `kube/clusters/<env>.json` + the overlay's node pool, every image pinned);
+4. upload it as a version of pipeline `dailyrec-daily` named by the git commit, or with
+   uncommitted changes by `<commit>-<digest of the content>` (compiled package and diff), so
    an edited tree never reuses an older version of the same name (an existing version of the
    same name is the same content: reused, idempotent);
-5. create or replace the recurring run ``dailyrec-daily`` (cron ``0 0 2 * * *`` UTC,
+5. create or replace the recurring run `dailyrec-daily` (cron `0 0 2 * * *` UTC,
    max concurrency 1, no catch-up).
 
-Authentication (multi-user Kubeflow): ``$KF_PIPELINES_TOKEN`` is sent as a bearer token
-(``kfp.Client(existing_token=...)``); without it, inside a cluster, the projected service-account
-token (``$KF_PIPELINES_SA_TOKEN_PATH``, default ``/var/run/secrets/kubeflow/pipelines/token``;
-``kfp.client.ServiceAccountTokenVolumeCredentials``) is used. ``$KFP_NAMESPACE`` names the
-profile namespace (default ``dailyrec``).
+Authentication (multi-user Kubeflow): `$KF_PIPELINES_TOKEN` is sent as a bearer token
+(`kfp.Client(existing_token=...)`); without it, inside a cluster, the projected service-account
+token (`$KF_PIPELINES_SA_TOKEN_PATH`, default `/var/run/secrets/kubeflow/pipelines/token`;
+`kfp.client.ServiceAccountTokenVolumeCredentials`) is used. `$KFP_NAMESPACE` names the
+profile namespace (default `dailyrec`).
 
-``--dry-run`` needs no cluster: everything that would be applied or sent is written to
-``build/deploy/`` (manifests, pipeline, an example TrainJob, the recurring-run and
-upload requests) and validated offline. ``trigger`` starts one run now, as the UI's
+`--dry-run` needs no cluster: everything that would be applied or sent is written to
+`build/deploy/` (manifests, pipeline, an example TrainJob, the recurring-run and
+upload requests) and validated offline. `trigger` starts one run now, as the UI's
 "Create run" does.
 """
 

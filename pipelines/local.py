@@ -1,20 +1,20 @@
-"""``make run``: the daily pipeline on this machine through KFP's local runner.
+"""`make run`: the daily pipeline on this machine through KFP's local runner.
 
-``python -m pipelines.local [--config configs/local.json] [--data data/raw] [--root .] [--set key=value ...]
-[--runner subprocess|docker [--image IMAGE]]``
+`python -m pipelines.local [--config configs/local.json] [--data data/raw] [--root .] [--set key=value ...]
+[--runner subprocess|docker [--image IMAGE]]`
 
-The same ``dailyrec-daily`` pipeline as on the cluster, run by ``kfp.local``, built without what
-kfp.local cannot use (the schedule-time placeholder, retries: ``pipelines/daily.py``):
+The same `dailyrec-daily` pipeline as on the cluster, run by `kfp.local`, built without what
+kfp.local cannot use (the schedule-time placeholder, retries: `pipelines/daily.py`):
 
-* ``--runner subprocess`` (``make run``): ``SubprocessRunner(use_venv=False)``, every task a
+* `--runner subprocess` (`make run`): `SubprocessRunner(use_venv=False)`, every task a
   subprocess of this environment;
-* ``--runner docker`` (``make run RUNNER=docker``): ``DockerRunner``, every task in the runtime
-  image (``make images``) with docker or podman, as the image's user, the storage root at the
-  cluster's mount path (``/mnt/dailyrec``), no network (``pipelines/task_containers.py``).
+* `--runner docker` (`make run RUNNER=docker`): `DockerRunner`, every task in the runtime
+  image (`make images`) with docker or podman, as the image's user, the storage root at the
+  cluster's mount path (`/mnt/dailyrec`), no network (`pipelines/task_containers.py`).
 
-Storage is a local folder (``--root``): ``datasets/<date>-<key>/``, ``runs/<run id>/`` (and
-``runs/latest/summary.json``), MLflow on SQLite at ``runs/mlflow.db``. KFP's own working folders
-and temp files stay under the run folder (``runs/<run id>/kfp/``).
+Storage is a local folder (`--root`): `datasets/<date>-<key>/`, `runs/<run id>/` (and
+`runs/latest/summary.json`), MLflow on SQLite at `runs/mlflow.db`. KFP's own working folders
+and temp files stay under the run folder (`runs/<run id>/kfp/`).
 """
 
 from __future__ import annotations

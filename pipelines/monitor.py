@@ -15,7 +15,6 @@ Grafana: the values are those the exit handler pushes (:func:`components.common.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import signal
@@ -26,7 +25,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.common.cli import Exit
+from components.common.cli import Exit, HelpFormatter, cli_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "manifests" / "monitoring" / "rules.yaml"
@@ -281,23 +280,36 @@ def plots(root: Path, out: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m pipelines.monitor", description=__doc__.splitlines()[0]
+    p = cli_parser(
+        "python -m pipelines.monitor",
+        "Prometheus with the alert rules and a Pushgateway on this machine (serve), or the "
+        "monitoring dashboard's key panels drawn from the runs' summaries (plots).",
     )
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser(
-        "serve", help="Prometheus with the alert rules and a Pushgateway on 127.0.0.1"
+        "serve",
+        help="Prometheus with the alert rules and a Pushgateway on 127.0.0.1",
+        description="Prometheus with the project's alert rules and a Pushgateway on 127.0.0.1, "
+        "until Ctrl-C or SIGTERM.",
+        formatter_class=HelpFormatter,
     )
     s.add_argument("--root", default=".", help="storage root: state in ROOT/runs/monitor/")
-    s.add_argument("--prometheus-port", type=int, default=Ports.prometheus)
-    s.add_argument("--pushgateway-port", type=int, default=Ports.pushgateway)
+    s.add_argument("--prometheus-port", type=int, default=Ports.prometheus, help="Prometheus' port")
+    s.add_argument(
+        "--pushgateway-port", type=int, default=Ports.pushgateway, help="the Pushgateway's port"
+    )
     s.add_argument(
         "--trainer-port",
         type=int,
         default=Ports.trainer,
         help="the trainer's progress port Prometheus scrapes (DAILYREC_METRICS_PORT)",
     )
-    d = sub.add_parser("plots", help="the dashboard's key panels as PNGs from runs/*/summary.json")
+    d = sub.add_parser(
+        "plots",
+        help="the dashboard's key panels as PNGs from runs/*/summary.json",
+        description="The monitoring dashboard's key panels as PNGs, from ROOT/runs/*/summary.json.",
+        formatter_class=HelpFormatter,
+    )
     d.add_argument("--root", default=".", help="storage root holding runs/")
     d.add_argument("--out", default=None, help="folder of the PNGs (default: ROOT/runs/dashboard)")
     args = p.parse_args(argv)

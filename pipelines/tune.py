@@ -1,15 +1,15 @@
-"""The hyperparameter search pipeline ``dailyrec-tune``, and its run on this machine.
+"""The hyperparameter search pipeline `dailyrec-tune`, and its run on this machine.
 
 resolve window -> preprocess (cacheable; the same tasks as the daily pipeline) -> tune
 (an Optuna study with ASHA/Hyperband pruning, trials one at a time inside the task; see
-components/tune). The result is ``runs/<run id>/tune/tuned.json``, also copied to
-``<storage root>/tuned/latest.json``: give either path as the daily pipeline's
-``model_config`` and the estimate stage plans the tuned architecture with the tuned lr
+components/tune). The result is `runs/<run id>/tune/tuned.json`, also copied to
+`<storage root>/tuned/latest.json`: give either path as the daily pipeline's
+`model_config` and the estimate stage plans the tuned architecture with the tuned lr
 (scaled to its global batch), weight decay and warmup.
 
-``python -m pipelines.tune [--config configs/tune.json] [--data data/raw] [--set key=value ...]``
-runs it through KFP's local runner as ``make run`` does for the daily pipeline (same run
-folders, same MLflow database); ``--compile FILE`` writes the pipeline for Kubeflow. For
+`python -m pipelines.tune [--config configs/tune.json] [--data data/raw] [--set key=value ...]`
+runs it through KFP's local runner as `make run` does for the daily pipeline (same run
+folders, same MLflow database); `--compile FILE` writes the pipeline for Kubeflow. For
 searches that need a GPU per trial and trials in parallel, see kube/katib.py.
 """
 

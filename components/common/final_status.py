@@ -63,7 +63,7 @@ class FinalStatus:
     error: str | None
     """Why it did not succeed (None when it did)."""
     decided_by: str = BACKEND
-    """``backend`` (its state was final) or ``run records`` (it was not: the stages' records)."""
+    """`backend` (its state was final) or `run records` (it was not: the stages' records)."""
     failed_stage: str | None = None
     """The first stage without a done-record, when the records decided a failure."""
 

@@ -72,11 +72,11 @@ class TrainPlan:
     persistent_workers: bool = True
     """Keep loader workers alive between epochs."""
     checkpoint_every_steps: int = 0
-    """Also write the ``last`` checkpoint every N optimizer steps (0 = per epoch only); the
-    estimate sizes it so a preemption loses at most ``max_lost_minutes`` of training."""
+    """Also write the `last` checkpoint every N optimizer steps (0 = per epoch only); the
+    estimate sizes it so a preemption loses at most `max_lost_minutes` of training."""
     max_lost_minutes: float = 10.0
-    """Most minutes of training a preemption may lose: besides ``checkpoint_every_steps``, rank 0
-    writes ``last`` mid-epoch once this long has passed since the previous write (0 = off)."""
+    """Most minutes of training a preemption may lose: besides `checkpoint_every_steps`, rank 0
+    writes `last` mid-epoch once this long has passed since the previous write (0 = off)."""
     progress_seconds: float = 20.0
     """Rank 0 logs a progress line (step/total, samples/s, loss, ETA) this often within an
     epoch (0 = only the per-epoch lines)."""

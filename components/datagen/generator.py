@@ -108,7 +108,7 @@ class DatagenConfig:
     """Output folder (str or Path): replaced atomically; refused if it is a non-empty folder
     without a datagen.json."""
     days: int = 14
-    """Number of consecutive UTC days, starting at ``start_date``."""
+    """Number of consecutive UTC days, starting at `start_date`."""
     users: int = 20_000
     """Distinct users (ids 1..users)."""
     items: int = 50_000

@@ -82,7 +82,7 @@ class EstimateConfig:
     """Dataset folder written by the preprocess stage (its meta.json gives vocab and rows)."""
     model: str = "debug"
     """Named model config (debug | local | prod) or a model config file (.json); a tuned file's
-    ``train`` block overrides base_lr, base_batch and warmup_fraction and sets weight_decay."""
+    `train` block overrides base_lr, base_batch and warmup_fraction and sets weight_decay."""
     hardware: str = "cpu-local"
     """A named hardware profile or the path of a JSON profile (see hardware.py)."""
     global_batch: int = 1024
@@ -103,13 +103,13 @@ class EstimateConfig:
     """Share of the device memory the plan may use, in (0, 1]. 0.88 tolerates a peak 13.6% above the
     memory model's; benchmarks/estimate.py measured -7.9% .. -0.4% against real peak RSS on CPU."""
     base_lr: float = 2e-3
-    """Learning rate at ``base_batch`` (scaled linearly to global_batch)."""
+    """Learning rate at `base_batch` (scaled linearly to global_batch)."""
     base_batch: int = 1024
-    """Global batch of ``base_lr``."""
+    """Global batch of `base_lr`."""
     warmup_fraction: float = 0.05
     """Share of optimizer steps in linear warmup."""
     mfu: float | None = None
-    """Model FLOPs utilization (default: the profile's measured or cited ``mfu``)."""
+    """Model FLOPs utilization (default: the profile's measured or cited `mfu`)."""
     patience: int | None = None
     """Epochs without a validation gain before stopping (default: chosen by
     :func:`choose_patience` so early stopping can act within max_epochs)."""
@@ -511,7 +511,7 @@ class Candidate:
     accum: int
     checkpointing: bool
     breakdown: dict
-    """The memory model's peak per device at ``micro``, term by term."""
+    """The memory model's peak per device at `micro`, term by term."""
     flops: float
     """Training FLOPs of one sample."""
     times: dict = field(default_factory=lambda: {"checkpoint_every_steps": 0})

@@ -142,16 +142,16 @@ class WindowProfile:
     rows: int
     click_rate: float
     new_share: dict[str, float]
-    """``user``/``item``: mean share of a day's rows whose user (item) the window's earlier days
+    """`user`/`item`: mean share of a day's rows whose user (item) the window's earlier days
     never saw (its first day left out)."""
     seen: dict[str, str]
-    """``user``/``item``: base64 bitmap of the hashed ids' residues modulo :data:`BITS`."""
+    """`user`/`item`: base64 bitmap of the hashed ids' residues modulo :data:`BITS`."""
     quantiles: dict[str, list[float]]
-    """Per dense feature: its values at the levels ``(i + 0.5) / QUANTILES``."""
+    """Per dense feature: its values at the levels `(i + 0.5) / QUANTILES`."""
     spread: dict[str, float]
     """Per dense feature: its standard deviation over the window."""
     top_ids: dict[str, list[int]]
-    """``item``/``category``: the most frequent buckets, most frequent first."""
+    """`item`/`category`: the most frequent buckets, most frequent first."""
     id_mass: dict[str, list[float]]
     """Their share of rows, and last the share of every other bucket."""
     version: int = PROFILE_VERSION
@@ -191,7 +191,7 @@ class DayCheck:
     values: dict[str, float | None] = field(default_factory=dict)
     chance: dict[str, float] = field(default_factory=dict)
     """Per drift and divergence check: the value a day of this size shows by chance (the
-    ``CHANCE_LEVEL`` quantile); the check judges ``values[name] - chance[name]``."""
+    `CHANCE_LEVEL` quantile); the check judges `values[name] - chance[name]`."""
 
     def beyond_chance(self, name: str) -> float | None:
         value = self.values.get(name)

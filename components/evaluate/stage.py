@@ -79,7 +79,7 @@ class EvaluateConfig:
     out: str
     """Output folder (replaced atomically)."""
     model_name: str = "dailyrec"
-    """Registered model whose ``@champion`` is the baseline."""
+    """Registered model whose `@champion` is the baseline."""
     tracking_uri: str | None = None
     """MLflow tracking/registry URI; None = no registry, the candidate is judged alone."""
     rule: GateRule = dataclasses.field(default_factory=GateRule)

@@ -41,7 +41,7 @@ class PreprocessConfig:
     """
 
     raw: str
-    """Raw events root (local path or fsspec URI) holding ``dt=YYYY-MM-DD/`` folders."""
+    """Raw events root (local path or fsspec URI) holding `dt=YYYY-MM-DD/` folders."""
     out: str
     """Dataset folder to write (local path or mounted volume: memmaps need a filesystem)."""
     end_date: dt.date | None = None
@@ -80,7 +80,7 @@ class PreprocessConfig:
     workers: int | None = None
     """Threads/processes/workers for local schedulers (default: all cores)."""
     force: bool = False
-    """Recompute even when ``out`` already holds a dataset with the same fingerprint."""
+    """Recompute even when `out` already holds a dataset with the same fingerprint."""
 
     def __post_init__(self) -> None:
         if not self.raw:

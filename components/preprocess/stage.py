@@ -198,7 +198,7 @@ class Resolved:
     fingerprint: str
     """Of the input files (name, size, modification), the config and this code: equal => same output."""
     ignored: tuple = ()
-    """Paths under the raw root not read (``raw.Ignored``: path and reason)."""
+    """Paths under the raw root not read (`raw.Ignored`: path and reason)."""
 
 
 def resolve_inputs(config: PreprocessConfig) -> Resolved:

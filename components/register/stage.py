@@ -90,14 +90,14 @@ class RegisterConfig:
     experiment: str = "dailyrec-register"
     """Experiment of the runs that log the models."""
     register_unblessed: bool = False
-    """Register a not-blessed model too, under the ``challenger`` alias."""
+    """Register a not-blessed model too, under the `challenger` alias."""
     pipeline_run_id: str = ""
     """Recorded as a tag (the KFP run that produced the model)."""
     out: str | None = None
     """Folder for registration.json (default: none)."""
     data: str | None = None
     """The dataset the candidate was trained and evaluated on (its count state and its users'
-    state become the model's snapshot; default: the one named in ``metrics``)."""
+    state become the model's snapshot; default: the one named in `metrics`)."""
     user_state: bool = True
     """Carry the users' state of the window in the model (each user's last clicks and skips and
     its counts, docs/security.md), so a request may send only ids. Off: the model holds no user,

@@ -1,4 +1,4 @@
-"""``python -m components.score``: score one raw-contract day with a registered model (batch).
+"""`python -m components.score`: score one raw-contract day with a registered model (batch).
 
     python -m components.score --raw DIR --date 2026-03-15 \\
         --model models:/dailyrec@champion --out scores.parquet

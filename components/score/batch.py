@@ -41,7 +41,7 @@ class ScoreConfig:
     """Which day to score, with which model, into which file."""
 
     raw: str
-    """Raw events root (local path or fsspec URI) holding ``dt=YYYY-MM-DD/`` folders."""
+    """Raw events root (local path or fsspec URI) holding `dt=YYYY-MM-DD/` folders."""
     date: dt.date
     """The day folder to score, YYYY-MM-DD."""
     out: str

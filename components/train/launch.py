@@ -1,10 +1,10 @@
-"""The local training backend: ``torchrun --standalone`` on this machine, and ``launch()``.
+"""The local training backend: `torchrun --standalone` on this machine, and `launch()`.
 
-Backends implement :class:`components.train.backend.TrainingBackend` (``run(spec) -> summary``;
-errors surface as ``LaunchError`` with each failed rank's own message). The caller passes one
-in; the cluster's is ``kube.client.TrainJobBackend``.
+Backends implement :class:`components.train.backend.TrainingBackend` (`run(spec) -> summary`;
+errors surface as `LaunchError` with each failed rank's own message). The caller passes one
+in; the cluster's is `kube.client.TrainJobBackend`.
 
-CLI: ``python -m components.train.launch --data DIR --plan plan.json --out DIR --nproc N``
+CLI: `python -m components.train.launch --data DIR --plan plan.json --out DIR --nproc N`
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ class TrainState:
     loss_sum: float = 0.0
     """This epoch's summed per-sample training loss so far (a mid-epoch resume continues it)."""
     loss_rows: int = 0
-    """This process's rows behind ``loss_sum``."""
+    """This process's rows behind `loss_sum`."""
     history: list[dict[str, Any]] = field(default_factory=list)
     """One record per finished epoch: losses, validation metrics, speed."""
 

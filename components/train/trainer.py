@@ -847,7 +847,7 @@ class EpochStats:
     """Mean training loss of the epoch (whole epoch, after a mid-epoch resume too)."""
     seconds: float = 0.0
     wait_seconds: float = 0.0
-    """Of ``seconds``, waiting for the loader."""
+    """Of `seconds`, waiting for the loader."""
     samples: int = 0
     """All ranks' rows."""
 

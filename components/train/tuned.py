@@ -38,7 +38,7 @@ class TunedTraining:
     """The training settings a search chose (the file's ``train`` block)."""
 
     lr: float
-    """Peak learning rate at ``global_batch`` (the planner scales it linearly to its own batch)."""
+    """Peak learning rate at `global_batch` (the planner scales it linearly to its own batch)."""
     weight_decay: float
     """AdamW weight decay of the dense weights."""
     warmup_fraction: float

@@ -47,7 +47,7 @@ class TuneConfig:
     """The pruner's reduction factor: about 1 in this many trials moves to the next rung (4, as
     Optuna's and Ray Tune's ASHA defaults; benchmarks/tune.py compares 2, 3 and 4)."""
     sampler: str = field(default="tpe", metadata={"choices": SAMPLERS})
-    """tpe | random (both seeded with ``seed``)."""
+    """tpe | random (both seeded with `seed`)."""
     seed: int = 0
     """Sampler seed (training itself uses the plan's seed)."""
     space: SearchSpace = field(default_factory=SearchSpace)

@@ -71,6 +71,8 @@ def test_every_flag_has_help_and_shows_its_default(module, monkeypatch):
         assert issubclass(each.formatter_class, HelpFormatter), (
             f"{name}: --help would not show defaults"
         )
+        # docstrings become help texts: reStructuredText's double backticks are not for a terminal
+        assert "``" not in each.format_help(), f"{name}: ``…`` in its --help"
         formatter = each._get_formatter()
         for action in each._actions:
             if not action.option_strings or isinstance(action, argparse._HelpAction):
