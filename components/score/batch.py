@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -91,6 +90,16 @@ def score_day(config: ScoreConfig) -> dict:
 
     started = time.perf_counter()
     client, name, version = open_model(config.tracking_uri or default_tracking_uri(), config.model)
+    window_end = trained_until(client, name, version)
+    if window_end is not None and config.date <= window_end:
+        # the snapshot holds each user's state at the window's end: rows of a day before it
+        # would be scored with their own later events
+        raise InputError(
+            f"{config.date} is inside models:/{name}/{version}'s training window (up to "
+            f"{window_end}): a version scores the days after its window; score "
+            f"{window_end + dt.timedelta(days=1)} or later, or a version trained before "
+            f"{config.date}"
+        )
     ignored: list = []
     fs, days = rawio.list_days(config.raw, ignored)
     if config.date not in days:
@@ -168,6 +177,17 @@ def score_day(config: ScoreConfig) -> dict:
     return result
 
 
+def trained_until(client, name: str, version: int) -> dt.date | None:
+    """The last day of the version's training window (its ``dataset_window`` tag), if recorded."""
+    import json
+
+    tag = client.get_model_version(name, str(version)).tags.get("dataset_window")
+    try:
+        return dt.date.fromisoformat(json.loads(tag)["end"])
+    except (TypeError, ValueError, KeyError):
+        return None  # registered without a window (or by hand): nothing to say
+
+
 def _score_piece(
     fs, piece, index: int, scorer, snapshot, layout, config: ScoreConfig, parts: str
 ) -> dict:
@@ -200,25 +220,17 @@ def _score_piece(
             predict_logits(scorer.model, chunks(arrays, len(clean), config.batch))
         ).astype(np.float32)
         kept = table.filter(pa.array(keep))
-
-        def text(column: str) -> list:
-            if column not in kept.column_names:
-                return [None] * kept.num_rows
-            return [None if v is None else str(v) for v in kept.column(column).to_pylist()]
-
-        frame = pd.DataFrame(
+        frame = pa.table(
             {
-                "user_id": text(schema.USER_ID),
-                "item_id": text(schema.ITEM_ID),
-                "category_id": text(schema.CATEGORY_ID),
-                "timestamp": cols["ts"],
-                "label": clean["label"].to_numpy(np.int8),
-                "score": score,
-                "file": piece.file.relpath,
-                "row": np.flatnonzero(keep).astype(np.int64) + piece.row_offset,
+                **{c: _as_read(kept, c) for c in ID_COLUMNS},
+                "timestamp": pa.array(cols["ts"]),
+                "label": pa.array(clean["label"].to_numpy(np.int8)),
+                "score": pa.array(score),
+                "file": pa.array([piece.file.relpath] * len(clean), pa.string()),
+                "row": pa.array(np.flatnonzero(keep).astype(np.int64) + piece.row_offset),
             }
         )
-        frame.to_parquet(Path(parts) / f"part-{index:06d}.parquet", index=False)
+        pq.write_table(frame, Path(parts) / f"part-{index:06d}.parquet")
     return {
         "read": table.num_rows,
         "scored": len(clean),
@@ -227,13 +239,34 @@ def _score_piece(
     }
 
 
+ID_COLUMNS = (schema.USER_ID, schema.ITEM_ID, schema.CATEGORY_ID)
+"""Written as the day's files hold them, so scores join back to the input."""
+
+
+def _as_read(table: pa.Table, column: str) -> pa.Array:
+    """An id column as read (dictionary-encoded ones decoded); text where the file has none."""
+    if column not in table.column_names:
+        return pa.nulls(table.num_rows, pa.string())
+    array = table.column(column).combine_chunks()
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    return array.cast(pa.string()) if pa.types.is_large_string(array.type) else array
+
+
+def _id_type(types: set) -> pa.DataType:
+    """One type for an id column whose files disagree: text (as the ids print), else theirs."""
+    known = {t for t in types if not pa.types.is_null(t)}
+    return known.pop() if len(known) == 1 else pa.string()
+
+
 def _concat(parts: list[Path], out: Path) -> int:
-    """Stream the part files into ``out`` (written beside it, then renamed): one part in memory at a time."""
+    """Stream the part files into ``out`` (written beside it, then renamed): one part in memory at a
+    time. Each id column keeps the type the day's files gave it; files that disagree give text."""
+    read = [pq.read_schema(part) for part in parts]
+    ids = [(c, _id_type({s.field(c).type for s in read})) for c in ID_COLUMNS]
     schema_ = pa.schema(
         [
-            ("user_id", pa.string()),
-            ("item_id", pa.string()),
-            ("category_id", pa.string()),
+            *ids,
             ("timestamp", pa.int64()),
             ("label", pa.int8()),
             ("score", pa.float32()),
@@ -258,6 +291,7 @@ def _concat(parts: list[Path], out: Path) -> int:
 def summary_line(result: dict) -> str:
     rows = result["rows"]
     auc = f"; AUC {result['auc']:.4f}" if "auc" in result else ""
+
     return (
         f"{result['date']}: read {rows['read']:,} rows, scored {rows['scored']:,}, quarantined "
         f"{rows['quarantined_total']:,}{auc} -> {result['out']} ({result['model_uri']}, "

@@ -575,6 +575,50 @@ def test_batch_scoring_of_a_raw_day_matches_the_served_model(world, registered, 
     )
 
 
+def test_batch_scores_keep_the_ids_as_they_came_and_refuse_a_day_trained_on(
+    world, registered, tmp_path, capsys
+):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from components.score.__main__ import main
+
+    raw, out = tmp_path / "raw", tmp_path / "day.parquet"
+    frame = _day5(world)
+    write_day(raw, DAY5, frame)  # int64 ids beyond int32: a user's join key
+
+    def score(day: dt.date) -> int:
+        return main(
+            ["--raw", str(raw), "--date", day.isoformat(), "--model", f"models:/{NAME}@champion"]
+            + ["--tracking-uri", world["uri"], "--out", str(out), "--json"]
+        )
+
+    assert score(DAY5) == 0
+    capsys.readouterr()
+    scores = pq.read_table(out)
+    for column in ("user_id", "item_id", "category_id"):
+        assert scores.schema.field(column).type == pa.int64(), column
+    rows = scores["row"].to_numpy()
+    assert scores["user_id"].to_pylist() == frame["user_id"].iloc[rows].tolist()
+    # a day whose files disagree on an id's type: text, as the ids print
+    write_day(raw, DAY5, frame.astype({"user_id": str}).head(5), name="part-00001")
+    assert score(DAY5) == 0
+    capsys.readouterr()
+    mixed = pq.read_table(out)
+    assert mixed.schema.field("user_id").type == pa.string()
+    assert set(mixed["user_id"].to_pylist()) == {str(u) for u in frame["user_id"]}
+    assert mixed.schema.field("item_id").type == pa.int64()  # those agree: kept
+    # a day of the version's own window: its snapshot already holds that day's later events
+    inside = START + dt.timedelta(days=3)
+    write_day(raw, inside, world["raw"][inside])
+    assert score(inside) == Exit.USAGE
+    assert capsys.readouterr().err.strip() == (
+        f"score: error: {inside} is inside models:/{NAME}/1's training window (up to {inside}): "
+        f"a version scores the days after its window; score {DAY5} or later, or a version "
+        f"trained before {inside}"
+    )
+
+
 def test_a_moved_registry_still_serves_its_models(world, registered, tmp_path):
     import shutil
 
