@@ -94,6 +94,18 @@ def test_make_monitor_shows_a_run_and_stops_with_make(tmp_path):
             os.killpg(make.pid, signal.SIGKILL)
 
 
+def make_dashboard(root) -> subprocess.CompletedProcess:
+    """``make dashboard ROOT=root`` from a plain shell."""
+    return subprocess.run(
+        ["make", "--no-print-directory", "dashboard", f"ROOT={root}"],
+        cwd=ROOT,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def write_run(root, run_id: str, **kwargs) -> None:
     folder = root / "runs" / run_id
     record = summary(run_folder=folder, **kwargs) | {"run_id": run_id, "run_date": run_id[:10]}
@@ -116,14 +128,7 @@ def test_make_dashboard_draws_the_panels_from_the_runs_summaries(tmp_path):
     assert runs[1]["tolerance"] == 0.002 and runs[0]["champion_test_auc"] is None
     assert runs[2]["succeeded"] is False and runs[2]["stage_seconds"]["register"] is None
     assert runs[1]["samples_per_second"] == 7000.0
-    done = subprocess.run(
-        ["make", "--no-print-directory", "dashboard", f"ROOT={tmp_path}"],
-        cwd=ROOT,
-        env=user_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = make_dashboard(tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     out = tmp_path / "runs" / "dashboard"
     for name in PLOTS:
@@ -132,14 +137,7 @@ def test_make_dashboard_draws_the_panels_from_the_runs_summaries(tmp_path):
 
 
 def test_a_dashboard_without_runs_says_what_to_do(tmp_path):
-    done = subprocess.run(
-        ["make", "--no-print-directory", "dashboard", f"ROOT={tmp_path}"],
-        cwd=ROOT,
-        env=user_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = make_dashboard(tmp_path)
     assert done.returncode != 0
     assert f"monitor: error: no runs/*/summary.json under {tmp_path}: make run first" in done.stderr
     assert "Traceback" not in done.stderr
