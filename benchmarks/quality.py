@@ -1,7 +1,8 @@
 """Benchmark: the daily model against what a practitioner would fit instead, same rows, same split.
 
-For each world -- the ``make run`` sample logs, and a second synthetic world
-with another seed and 3x the events per day -- in one run:
+For each world -- the ``make run`` sample logs, a second synthetic world with
+another seed and 3x the events per day, and real public logs (MovieLens-100K,
+``benchmarks.movielens``: four weeks of test, four of validation) -- in one run:
 
 1. the pipeline's preprocess stage (the window of ``configs/local.json``);
 2. **dailyrec**: the pipeline's own plan for the ``local`` config on this
@@ -26,7 +27,9 @@ with another seed and 3x the events per day -- in one run:
      approximation) for any model of these logs; its distance from the oracle is the part
      of the oracle gap that the logs cannot close.
 
-Reported per world: test AUC, GAUC and logloss of each; dailyrec minus the best
+Reported per world: test AUC, GAUC and logloss of each; dailyrec's test AUC as
+served (the evaluate stage scoring the test split with serving's own code) and
+the train-serve skew; dailyrec minus the best
 baseline's AUC with the paired 95% interval, users as the unit; the gap to the oracle; and
 the **headroom** of dailyrec and LightGBM: the test AUC that a logistic
 regression stacked on the model's logit gains (``stacked_gain``) from
