@@ -4,6 +4,8 @@ with write access to the artifact store would."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 import os
 import shutil
@@ -68,6 +70,8 @@ TAMPER = {
 def test_a_tampered_model_is_refused_everywhere_it_is_loaded(
     sealed, what, tmp_path, capsys, fault_report
 ):
+    from components.datagen import generate
+    from components.datagen.generator import extended
     from components.evaluate.decision import GateRule
     from components.evaluate.stage import EvaluateConfig, evaluate
     from components.register.integrity import DIGEST_TAG, IntegrityError, manifest, manifest_digest
@@ -106,12 +110,17 @@ def test_a_tampered_model_is_refused_everywhere_it_is_loaded(
             and not result["decision"]["blessed"]
         )
         assert "IntegrityError" in result["metrics"]["champion"]["reason"]
-        day = json.loads((sealed["data"] / "meta.json").read_text())["window"]["end"]
+        # the day after the version's window (a day of its own is refused before any load)
+        raw = tmp_path / "raw"
+        shutil.copytree(sealed["data"].parent / "raw", raw)
+        config = extended(raw, 1)
+        generate(dataclasses.replace(config, out=raw))
+        day = (config.start_date + dt.timedelta(days=config.days - 1)).isoformat()
         assert (
             score.main(
                 [
                     "--raw",
-                    str(sealed["data"].parent / "raw"),
+                    str(raw),
                     "--date",
                     day,
                     "--out",
