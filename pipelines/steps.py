@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from kfp import dsl, kubernetes
 
-from components.preprocess.component import preprocess_op, resolve_window
+from pipelines.ops.preprocess import preprocess_op, resolve_window
 from kube.tasks import on_cluster
 
 

@@ -223,11 +223,11 @@ def test_a_model_version_refuses_ids_hashed_under_another_key(
 
 def _retried_components() -> dict[str, object]:
     """The component of every task the cluster's retry policy retries, by task name."""
-    from components.estimate.component import estimate_op
-    from components.evaluate.component import evaluate_op
-    from components.preprocess.component import preprocess_op, resolve_window
-    from components.register.component import register_op
-    from components.train.component import train_op
+    from pipelines.ops.estimate import estimate_op
+    from pipelines.ops.evaluate import evaluate_op
+    from pipelines.ops.preprocess import preprocess_op, resolve_window
+    from pipelines.ops.register import register_op
+    from pipelines.ops.train import train_op
     from pipelines.daily import check_parameters, finalize
     from pipelines.steps import TASK_POLICY
 

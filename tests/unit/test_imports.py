@@ -56,3 +56,41 @@ def test_no_module_imports_a_main_module():
         for line, name in main_imports(path.read_text())
     ]
     assert not offenders, "move what these need out of the CLI:\n" + "\n".join(offenders)
+
+
+def imported_modules(source: str) -> list[tuple[int, str]]:
+    """(line, module) of every import in ``source``, function-level ones included."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+    return found
+
+
+LAYERS = {
+    # package: what it may never import (first name of the module)
+    "components": ("kfp", "kube", "pipelines", "benchmarks", "tests"),
+    "kube": ("pipelines", "benchmarks", "tests"),
+    "pipelines": ("benchmarks", "tests"),
+}
+"""The layers, lowest first: the stages know no orchestrator or cluster (their KFP adapters are
+``pipelines/ops/``, their cluster backends are passed in); the cluster package knows no pipeline;
+nothing shipped imports the benchmarks or the tests."""
+
+
+def test_the_layering_scan_sees_function_level_imports():
+    source = "import os\ndef f():\n    from kube.client import x\n    import kfp.dsl\n"
+    assert imported_modules(source) == [(1, "os"), (3, "kube.client"), (4, "kfp.dsl")]
+
+
+def test_layers_run_one_way():
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for package, banned in LAYERS.items()
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for line, module in imported_modules(path.read_text())
+        if module.split(".")[0] in banned
+    ]
+    assert not offenders, "a layer imports one above it:\n" + "\n".join(offenders)

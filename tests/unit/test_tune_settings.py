@@ -10,7 +10,7 @@ import pytest
 
 from components.common.cli import field_docs
 from components.tune.__main__ import build_parser
-from components.tune.component import tune_op
+from pipelines.ops.tune import tune_op
 from components.tune.config import (
     PIPELINE_PARAMETERS,
     TuneConfig,
