@@ -19,11 +19,11 @@ from kfp import dsl
 
 from components.common.images import RUNTIME_IMAGE
 from components.common.retention import DEFAULT_KEEP_DAYS
+from kube.tasks import on_cluster, sized_by
 from pipelines.ops.estimate import estimate_op
 from pipelines.ops.evaluate import evaluate_op
 from pipelines.ops.register import register_op
 from pipelines.ops.train import train_op
-from kube.tasks import on_cluster, sized_by
 from pipelines.steps import (
     CLUSTER,
     RUN_DEADLINE_S,

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 from kfp import dsl, kubernetes
 
-from pipelines.ops.preprocess import preprocess_op, resolve_window
 from kube.tasks import on_cluster
+from pipelines.ops.preprocess import preprocess_op, resolve_window
 
 
 @dataclass(frozen=True)

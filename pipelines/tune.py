@@ -21,10 +21,10 @@ from pathlib import Path
 from kfp import compiler, dsl, kubernetes
 
 from components.common.cli import Exit, cli_parser, exit_for, signal_exit
-from pipelines.ops.tune import tune_op, with_settings_docs
 from components.tune.config import PIPELINE_PARAMETERS, pipeline_defaults
 from kube.tasks import TASK_LABEL, mlflow_client
 from kube.types import MOUNT_PATH, PVC
+from pipelines.ops.tune import tune_op, with_settings_docs
 from pipelines.steps import prepare_data
 
 PIPELINE_NAME = "dailyrec-tune"

@@ -223,12 +223,12 @@ def test_a_model_version_refuses_ids_hashed_under_another_key(
 
 def _retried_components() -> dict[str, object]:
     """The component of every task the cluster's retry policy retries, by task name."""
+    from pipelines.daily import check_parameters, finalize
     from pipelines.ops.estimate import estimate_op
     from pipelines.ops.evaluate import evaluate_op
     from pipelines.ops.preprocess import preprocess_op, resolve_window
     from pipelines.ops.register import register_op
     from pipelines.ops.train import train_op
-    from pipelines.daily import check_parameters, finalize
     from pipelines.steps import TASK_POLICY
 
     ops = (resolve_window, preprocess_op, estimate_op, train_op, evaluate_op, register_op)

@@ -10,7 +10,6 @@ import pytest
 
 from components.common.cli import field_docs
 from components.tune.__main__ import build_parser
-from pipelines.ops.tune import tune_op
 from components.tune.config import (
     PIPELINE_PARAMETERS,
     TuneConfig,
@@ -18,6 +17,7 @@ from components.tune.config import (
     pipeline_defaults,
     pipeline_docs,
 )
+from pipelines.ops.tune import tune_op
 from pipelines.tune import check_parameters, tune_pipeline
 
 FIELDS = {f.name: f for f in dataclasses.fields(TuneConfig)}
