@@ -20,7 +20,7 @@ next event of its user: it sees its user's events strictly before its
 timestamp (never the other rows of the request), and the item and category
 counts of the snapshot (the training window's :class:`CounterState` at its
 end). Given the events a dataset row had before it and the counts at its
-time, the arrays are the dataset's, bit for bit (tests/unit/test_score_features.py).
+time, the arrays are the dataset's, bit for bit (tests/integration/test_served_features.py).
 
 A model version's snapshot of its users (:class:`UserState`, ``user_state.npz``)
 holds only what scoring a user after the window needs, never the window's events:

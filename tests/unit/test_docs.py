@@ -364,3 +364,49 @@ def test_every_environment_variable_the_code_reads_is_in_one_table():
     for doc in DOCS:
         if doc.name != "pipeline.md":
             assert "| `DAILYREC_" not in doc.read_text(), doc
+
+
+CITED = re.compile(
+    r"(?<![\w/.-])((?:components|pipelines|kube|benchmarks|tests|docs|manifests|images|configs"
+    r"|scripts)/[\w./-]*\w)"
+)
+"""A repository path as the code's prose cites it (a placeholder like `<stage>` ends it)."""
+
+
+def _prose(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every docstring and comment of a Python file: where the code cites files."""
+    import ast
+    import io
+    import tokenize
+
+    source = path.read_text()
+    found = [
+        (tok.start[0], tok.string)
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT
+    ]
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list):
+            continue
+        for stmt in body:  # docstrings, and the strings written under a field or constant
+            value = getattr(stmt, "value", None) if isinstance(stmt, ast.Expr) else None
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                found.append((stmt.lineno, value.value))
+    return found
+
+
+def test_the_code_cites_files_that_exist():
+    missing = []
+    for package in ("components", "pipelines", "kube", "benchmarks", "tests"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "scratch" in path.relative_to(ROOT).parts:
+                continue
+            for line, text in _prose(path):
+                for cited in CITED.findall(text):
+                    written = cited.startswith("benchmarks/scratch")  # made at run time
+                    if not written and not (ROOT / cited.rstrip(".")).exists():
+                        missing.append(f"{path.relative_to(ROOT)}:{line} cites {cited}")
+    assert not missing, "docstrings or comments name files that do not exist:\n" + "\n".join(
+        missing
+    )
