@@ -1,7 +1,8 @@
 """``python -m pipelines.compile [--out build/pipeline.yaml] [--env a100|local|none]``.
 
 The pipeline as KFP IR YAML for a cluster environment: ``--env`` (default a100) bakes its
-defaults into the parameters (TrainJob launcher, cluster target with the overlay's node pool);
+settings in (TrainJob launcher, cluster target with the overlay's node pool) and, with the other
+deployment settings (:data:`DEPLOYMENT`), takes them out of the run form as constants;
 ``--env none`` compiles the plain definition (launcher local: torchrun inside the train task's
 pod, as kfp.local runs it). Image references come from ``$DAILYREC_RUNTIME_IMAGE`` /
 ``$DAILYREC_TRAINER_IMAGE`` (components/common/images.py); ``make deploy`` pins the pushed ones.
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kfp import compiler
 
 from components.common.cli import Exit, cli_parser, exit_for
@@ -29,6 +31,54 @@ def cluster_defaults(env: str, images: dict[str, str] | None = None) -> dict[str
     return {"launcher": "trainjob", "cluster_target": cluster_target(env, images)}
 
 
+DEPLOYMENT = (
+    "storage_root",
+    "raw_uri",
+    "tracking_uri",
+    "model_name",
+    "launcher",
+    "max_restarts",
+    "cluster_target",
+    "retention_days",
+)
+"""Parameters that are the deployment's configuration, not a run's choice: the compiled pipeline
+takes them as constants (its defaults, with the environment's baked in), so the Kubeflow UI's run
+form shows only what a person starting a run chooses. kfp.local runs (`make run`) still take them
+as parameters."""
+
+
+class BakeError(ValueError):
+    """The compiled pipeline does not have the shape baking expects (the message says where)."""
+
+
+def bake(spec: dict, names: tuple[str, ...] = DEPLOYMENT) -> dict:
+    """``spec`` (the compiled pipeline's IR) with ``names`` taken out of its parameters and passed
+    to the root tasks as constants: their values are the parameters' defaults."""
+    root = spec["root"]
+    params = root["inputDefinitions"]["parameters"]
+    values = {name: params.pop(name)["defaultValue"] for name in names if name in params}
+    for task in root["dag"]["tasks"].values():
+        for source in task.get("inputs", {}).get("parameters", {}).values():
+            if source.get("componentInputParameter") in values:
+                source["runtimeValue"] = {"constant": values[source.pop("componentInputParameter")]}
+    left = sorted(set(values) & set(_read_parameters(root)))
+    if left:  # a parameter read where a constant cannot replace it
+        raise BakeError(f"pipeline parameters {left} are still read outside the root's tasks")
+    return spec
+
+
+def _read_parameters(node: Any):
+    """Every ``componentInputParameter`` named anywhere under ``node``."""
+    if isinstance(node, dict):
+        if isinstance(node.get("componentInputParameter"), str):
+            yield node["componentInputParameter"]
+        for value in node.values():
+            yield from _read_parameters(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _read_parameters(value)
+
+
 def compile_pipeline(
     out: str | Path = DEFAULT_OUT, parameters: dict[str, Any] | None = None
 ) -> Path:
@@ -38,6 +88,8 @@ def compile_pipeline(
     compiler.Compiler().compile(
         pipeline_func=daily, package_path=str(tmp), pipeline_parameters=parameters
     )
+    spec, *platform = yaml.safe_load_all(tmp.read_text())
+    tmp.write_text(yaml.safe_dump_all([bake(spec), *platform], sort_keys=False))
     tmp.replace(out)  # never a half-written pipeline for `make deploy` to upload
     return out
 
@@ -68,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         f"ENV={args.env}: launcher=trainjob, cluster target of kube/clusters/{args.env}.json"
         if parameters
         else "no environment: launcher=local (torchrun inside the train task's pod)"
-    )
+    ) + f"; {', '.join(DEPLOYMENT)} baked in, not in the run form"
     print(f"compiled {out} ({what})")
     return Exit.OK
 

@@ -762,8 +762,17 @@ def main(argv: list[str] | None = None) -> int:
             bad = [item for item in args.set if "=" not in item]
             if bad:  # dict() of it would say only "dictionary update sequence element #0 ..."
                 raise DeployRequestError(f"--set {bad[0]!r}: expected KEY=VALUE")
+            from pipelines.compile import DEPLOYMENT
             from pipelines.local import LocalRunError, load_config
             from pipelines.params import check_parameters
+
+            baked = [item.split("=", 1)[0] for item in args.set]
+            baked = [name for name in baked if name in DEPLOYMENT]
+            if baked:  # the deployed pipeline takes them as constants: the backend would refuse
+                raise DeployRequestError(
+                    f"--set {baked[0]}: a deployment setting, baked into the deployed pipeline "
+                    f"(not a run parameter): change it with make deploy"
+                )
 
             try:  # typed as the pipeline declares them, and checked before anything is submitted
                 params = check_parameters(

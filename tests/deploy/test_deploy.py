@@ -134,9 +134,11 @@ def test_dry_run_pins_the_pushed_images_everywhere(dry_run):
     assert {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()} == {
         refs["runtime"]
     }
-    params = spec["root"]["inputDefinitions"]["parameters"]
-    assert params["launcher"]["defaultValue"] == "trainjob"
-    target = json.loads(params["cluster_target"]["defaultValue"])
+    # deployment settings are constants of the uploaded pipeline, not run parameters
+    assert not {"launcher", "cluster_target"} & set(spec["root"]["inputDefinitions"]["parameters"])
+    baked = spec["root"]["dag"]["tasks"]["finalize"]["inputs"]["parameters"]
+    assert baked["launcher"]["runtimeValue"]["constant"] == "trainjob"
+    target = json.loads(baked["cluster_target"]["runtimeValue"]["constant"])
     assert (
         target["trainjob"]["image"] == refs["trainer"]
         and target["trainjob"]["accelerator"] == "nvidia.com/gpu"
@@ -177,6 +179,17 @@ def _containers(node):
     elif isinstance(node, list):
         for value in node:
             yield from _containers(value)
+
+
+def test_trigger_refuses_a_deployment_setting_before_it_calls_the_cluster(capsys):
+    from pipelines.deploy import main
+
+    # port 9 answers nothing: the refusal comes first
+    assert main(["trigger", "--host", "http://127.0.0.1:9", "--set", "tracking_uri=x"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "deploy: error: --set tracking_uri: a deployment setting, baked into the deployed "
+        "pipeline (not a run parameter): change it with make deploy"
+    )
 
 
 def test_config_errors_are_clear():

@@ -16,7 +16,7 @@ from components.common.runs import STAGES, summary_text
 from components.common.tracking import sqlite_uri
 from components.datagen import generate
 from components.datagen.generator import extended
-from pipelines.compile import compile_pipeline
+from pipelines.compile import DEPLOYMENT, compile_pipeline
 from pipelines.local import LocalRunError, load_config, run_local
 from tests.small_run import small_world
 
@@ -87,10 +87,21 @@ def test_compiled_pipeline_parameters_and_defaults(spec):
         and defaults["tolerance"] == 0.002
         and defaults["warm_start"] is True
     )
-    assert defaults["model_name"] == "dailyrec" and defaults["tracking_uri"].startswith(
-        "http://mlflow."
-    )
-    assert {"storage_root", "raw_uri", "deadline_hours", "max_epochs", "run_id"} <= set(params)
+    # the run form holds what a person starting a run chooses; the deployment's settings are
+    # constants of the compiled pipeline, passed to both root tasks
+    assert not set(DEPLOYMENT) & set(params)
+    assert {"run_date", "deadline_hours", "max_epochs", "run_id", "dask_workers"} <= set(params)
+    tasks = spec["root"]["dag"]["tasks"]
+    baked = {
+        name: source["runtimeValue"]["constant"]
+        for name, source in tasks["finalize"]["inputs"]["parameters"].items()
+        if name in DEPLOYMENT
+    }
+    assert baked["model_name"] == "dailyrec" and baked["tracking_uri"].startswith("http://mlflow.")
+    assert baked["storage_root"] == "/mnt/dailyrec" and baked["launcher"] == "local"
+    channels = tasks["exit-handler-1"]["inputs"]["parameters"]
+    for name in DEPLOYMENT:
+        assert "runtimeValue" in channels[f"pipelinechannel--{name}"], name
     assert params["deadline_hours"]["parameterType"] == "NUMBER_DOUBLE"
     assert params["warm_start"]["parameterType"] == "BOOLEAN"
     undocumented = [name for name, p in params.items() if len(p.get("description", "")) < 10]

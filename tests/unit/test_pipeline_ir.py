@@ -224,3 +224,32 @@ def test_the_evaluate_pod_grows_with_the_test_day():
     assert int(big[0]) == 5 and int(big[1].removesuffix("Gi")) >= 5
     huge = evaluate_resources({"splits": {"test": {"rows": 200_000_000}}, "arrays": arrays})
     assert huge[0] == "16" and int(huge[1].removesuffix("Gi")) > 20
+
+
+def test_baking_a_parameter_read_outside_the_root_tasks_is_refused():
+    from pipelines.compile import BakeError, bake
+
+    def spec(extra: dict) -> dict:
+        return {
+            "root": {
+                "inputDefinitions": {
+                    "parameters": {"launcher": {"defaultValue": "local"}, "run_date": {}}
+                },
+                "dag": {
+                    "tasks": {
+                        "t": {
+                            "inputs": {"parameters": {"l": {"componentInputParameter": "launcher"}}}
+                        }
+                    },
+                    **extra,
+                },
+            }
+        }
+
+    baked = bake(spec({}), ("launcher",))
+    assert baked["root"]["inputDefinitions"]["parameters"] == {"run_date": {}}
+    assert baked["root"]["dag"]["tasks"]["t"]["inputs"]["parameters"]["l"] == {
+        "runtimeValue": {"constant": "local"}
+    }
+    with pytest.raises(BakeError, match=r"\['launcher'\] are still read outside"):
+        bake(spec({"outputs": {"x": {"componentInputParameter": "launcher"}}}), ("launcher",))
