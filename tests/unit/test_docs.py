@@ -373,7 +373,7 @@ CITED = re.compile(
 """A repository path as the code's prose cites it (a placeholder like `<stage>` ends it)."""
 
 
-def _prose(path: Path) -> list[tuple[int, str]]:
+def _code_prose(path: Path) -> list[tuple[int, str]]:
     """(line, text) of every docstring and comment of a Python file: where the code cites files."""
     import ast
     import io
@@ -402,7 +402,7 @@ def test_the_code_cites_files_that_exist():
         for path in sorted((ROOT / package).rglob("*.py")):
             if "scratch" in path.relative_to(ROOT).parts:
                 continue
-            for line, text in _prose(path):
+            for line, text in _code_prose(path):
                 for cited in CITED.findall(text):
                     written = cited.startswith("benchmarks/scratch")  # made at run time
                     if not written and not (ROOT / cited.rstrip(".")).exists():
