@@ -122,7 +122,9 @@ def test_a_cluster_run_refuses_a_storage_root_off_the_shared_volume(root, fault_
     fault_report("parameters", f"cluster storage_root={root}", str(caught.value)[:160])
 
 
-@pytest.mark.parametrize("setting", ["run_date=2026-02-30", "tracking_uri=http://u:pw@mlflow:5000"])
+@pytest.mark.parametrize(
+    "setting", ["run_date=2026-02-30", "model_config=http://u:pw@models.example/tuned.json"]
+)
 def test_make_trigger_checks_parameters_before_contacting_the_cluster(setting, capsys):
     from pipelines.deploy import main as deploy_main
 
