@@ -6,6 +6,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+SUMMARY_KEYS = {
+    "run_id",
+    "run_date",
+    "dataset_rows",
+    "test_auc",
+    "test_gauc",
+    "oracle_auc",
+    "blessed",
+    "decision_reasons",
+    "model_name",
+    "model_version",
+    "champion_version",
+    "stage_seconds",
+    "plan",
+    "status",
+}
+
 
 def summary(status="SUCCEEDED", test_auc=0.70, measured=9000.0, run_folder=None) -> dict:
     return {

@@ -20,7 +20,7 @@ from components.common.tracking import sqlite_uri
 from components.datagen import generate
 from components.datagen.generator import extended
 from pipelines.task_containers import IMAGE_UID, RUN_LABEL
-from tests.integration.test_pipeline import SUMMARY_KEYS
+from tests.run_records import SUMMARY_KEYS
 from tests.small_run import local_run, small_world
 
 pytestmark = pytest.mark.images

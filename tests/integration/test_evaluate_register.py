@@ -23,11 +23,12 @@ from components.evaluate.decision import GateRule
 from components.evaluate.stage import EvaluateConfig, EvaluateError, evaluate
 from components.register.registry import KEY_TAG
 from components.register.stage import RegisterConfig, register
-from components.train.checkpoint import CheckpointError, save_checkpoint
+from components.train.checkpoint import CheckpointError
 from components.train.data import DatasetError, load_meta
 from components.train.inference import split_rows
-from components.train.model import Vocab, build_model, model_config
+from components.train.model import Vocab
 from components.train.trainer import TrainConfig, train
+from tests.checkpoints import untrained_checkpoint
 
 pytestmark = pytest.mark.integration
 NAME = "ctr"
@@ -45,28 +46,6 @@ def trained(tiny_dataset, tmp_path_factory):
     )
     train(TrainConfig(data=str(tiny_dataset), out=str(root / "out"), plan=str(plan)))
     return root / "out" / "best.pt"
-
-
-def untrained_checkpoint(path, data, seed, vocab=None):
-    """A freshly initialized model saved like the trainer saves one: close to chance level."""
-    import torch
-
-    torch.manual_seed(seed)
-    meta = load_meta(data)
-    vocab = vocab or Vocab.from_meta(meta)
-    model = build_model("debug", vocab)
-    model.set_output_bias(meta["splits"]["train"]["positive_rate"])
-    save_checkpoint(
-        path,
-        {
-            "model": model.state_dict(),
-            "model_config": dataclasses.asdict(model_config("debug")),
-            "vocab": dataclasses.asdict(vocab),
-            "plan": dataclasses.asdict(TrainPlan()),
-            "dataset": {"fingerprint": meta["fingerprint"], "window": meta["window"]},
-        },
-    )
-    return path
 
 
 class Registry:

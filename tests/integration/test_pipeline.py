@@ -18,25 +18,8 @@ from components.datagen import generate
 from components.datagen.generator import extended
 from pipelines.compile import DEPLOYMENT, compile_pipeline
 from pipelines.local import LocalRunError, load_config, run_local
+from tests.run_records import SUMMARY_KEYS
 from tests.small_run import small_world
-
-SUMMARY_KEYS = {
-    "run_id",
-    "run_date",
-    "dataset_rows",
-    "test_auc",
-    "test_gauc",
-    "oracle_auc",
-    "blessed",
-    "decision_reasons",
-    "model_name",
-    "model_version",
-    "champion_version",
-    "stage_seconds",
-    "plan",
-    "status",
-}
-
 
 # ----------------------------------------------------------------------------- compiled pipeline
 

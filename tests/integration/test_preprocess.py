@@ -19,7 +19,7 @@ from components.preprocess.config import GAP_EDGES_SECONDS, PreprocessConfig
 from components.preprocess.errors import InputError
 from components.preprocess.stage import SPLITS, preprocess
 from tests.conftest import START, write_day
-from tests.unit.test_counts import brute_force_features
+from tests.reference import brute_force_features
 
 pytestmark = pytest.mark.integration
 

@@ -251,7 +251,7 @@ def test_champion_moved_by_another_run_is_not_overwritten(tiny_dataset, tmp_path
     from components.evaluate.decision import GateRule
     from components.evaluate.stage import EvaluateConfig, evaluate
     from components.register.stage import ChampionMoved, RegisterConfig, register
-    from tests.integration.test_evaluate_register import untrained_checkpoint
+    from tests.checkpoints import untrained_checkpoint
 
     uri = sqlite_uri(tmp_path / "runs")
     first = untrained_checkpoint(tmp_path / "a.pt", tiny_dataset, seed=1)

@@ -32,7 +32,7 @@ def sealed(tiny_dataset, tmp_path_factory):
     """A registry with one blessed champion (an untrained debug model), and where its files lie."""
     from components.common.tracking import sqlite_uri
     from components.register.stage import RegisterConfig, register
-    from tests.integration.test_evaluate_register import untrained_checkpoint
+    from tests.checkpoints import untrained_checkpoint
 
     root = tmp_path_factory.mktemp("sealed")
     checkpoint = untrained_checkpoint(root / "model.pt", tiny_dataset, seed=1)
@@ -406,7 +406,7 @@ def test_a_signing_key_protects_against_registry_writes_too(
     )
     from components.register.registry import champion_checkpoint
     from components.register.stage import RegisterConfig, register
-    from tests.integration.test_evaluate_register import untrained_checkpoint
+    from tests.checkpoints import untrained_checkpoint
 
     monkeypatch.setenv(SIGNING_KEY_ENV, "k1-from-a-secret")
     checkpoint = untrained_checkpoint(tmp_path / "model.pt", tiny_dataset, seed=1)

@@ -32,7 +32,7 @@ def aliases(uri: str) -> dict[str, int]:
 def two_versions(tiny_dataset, tmp_path):
     """v1 then v2 registered as champion (v1 @previous) in ``<root>/runs/mlflow.db``."""
     from components.register.stage import RegisterConfig, register
-    from tests.integration.test_evaluate_register import untrained_checkpoint
+    from tests.checkpoints import untrained_checkpoint
 
     uri = sqlite_uri(tmp_path / "runs")
     for version, champion in ((1, None), (2, 1)):

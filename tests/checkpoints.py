@@ -1,0 +1,32 @@
+"""Checkpoints made for tests, saved as the trainer saves them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from components.common.plan import TrainPlan
+from components.train.checkpoint import save_checkpoint
+from components.train.data import load_meta
+from components.train.model import Vocab, build_model, model_config
+
+
+def untrained_checkpoint(path, data, seed, vocab=None):
+    """A freshly initialized model saved like the trainer saves one: close to chance level."""
+    import torch
+
+    torch.manual_seed(seed)
+    meta = load_meta(data)
+    vocab = vocab or Vocab.from_meta(meta)
+    model = build_model("debug", vocab)
+    model.set_output_bias(meta["splits"]["train"]["positive_rate"])
+    save_checkpoint(
+        path,
+        {
+            "model": model.state_dict(),
+            "model_config": dataclasses.asdict(model_config("debug")),
+            "vocab": dataclasses.asdict(vocab),
+            "plan": dataclasses.asdict(TrainPlan()),
+            "dataset": {"fingerprint": meta["fingerprint"], "window": meta["window"]},
+        },
+    )
+    return path
