@@ -65,3 +65,19 @@ def user_env(**extra: str) -> dict[str, str]:
         if key in os.environ:
             env[key] = os.environ[key]
     return {**env, **extra}
+
+
+def start_make(target: str, *variables: str, log, env: dict[str, str] | None = None):
+    """``make TARGET VAR=value ...`` started from the repository root as a user's shell runs it
+    (``user_env()`` unless ``env``), in a session of its own, its output in ``log``."""
+    import subprocess
+
+    with open(log, "w") as sink:
+        return subprocess.Popen(
+            ["make", "--no-print-directory", target, *variables],
+            cwd=ROOT,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env or user_env(),
+            start_new_session=True,
+        )

@@ -19,7 +19,7 @@ import pytest
 from components.common.monitoring import push_run_outcome
 from pipelines.monitor import PLOTS, TOOLS, read_runs
 from tests.run_records import decision, summary
-from tests.tools import ROOT, missing, user_env
+from tests.tools import ROOT, missing, start_make, user_env
 
 pytestmark = pytest.mark.integration
 
@@ -44,22 +44,13 @@ def test_make_monitor_shows_a_run_and_stops_with_make(tmp_path):
             missing(tool, "apt-get install prometheus prometheus-pushgateway (make test-tools)")
     prometheus, gateway = free_port(), free_port()
     log = tmp_path / "make-monitor.log"
-    with open(log, "w") as sink:
-        make = subprocess.Popen(
-            [
-                "make",
-                "--no-print-directory",
-                "monitor",
-                f"ROOT={tmp_path}",
-                f"PROMETHEUS_PORT={prometheus}",
-                f"PUSHGATEWAY_PORT={gateway}",
-            ],
-            cwd=ROOT,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env=user_env(),
-            start_new_session=True,
-        )
+    make = start_make(
+        "monitor",
+        f"ROOT={tmp_path}",
+        f"PROMETHEUS_PORT={prometheus}",
+        f"PUSHGATEWAY_PORT={gateway}",
+        log=log,
+    )
     try:
         deadline = time.monotonic() + 120
         while "Ctrl-C stops both" not in log.read_text():

@@ -408,28 +408,20 @@ def test_served_model_scores_raw_ids_like_evaluate(world, registered, tmp_path):
 def test_make_serve_runs_from_a_plain_shell_and_stops_with_make(world, registered, tmp_path):
     """A user's shell has no venv on PATH: `make serve` must still start, answer, and stop with
     make on SIGTERM (the server and its verified copy with it)."""
-    from tests.tools import ROOT, user_env
+    from tests.tools import start_make, user_env
 
     port, scratch, log = _free_port(), tmp_path / "tmp", tmp_path / "make-serve.log"
     scratch.mkdir()
     env = user_env(TMPDIR=str(scratch))
     assert str(Path(sys.executable).parent) not in env["PATH"]
-    with open(log, "w") as sink:
-        make = subprocess.Popen(
-            [
-                "make",
-                "--no-print-directory",
-                "serve",
-                f"MODEL=models:/{NAME}/1",
-                f"SERVE_PORT={port}",
-                f"MLFLOW_TRACKING_URI={world['uri']}",
-            ],
-            cwd=ROOT,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+    make = start_make(
+        "serve",
+        f"MODEL=models:/{NAME}/1",
+        f"SERVE_PORT={port}",
+        f"MLFLOW_TRACKING_URI={world['uri']}",
+        log=log,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + 120
         while True:

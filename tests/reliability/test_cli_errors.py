@@ -65,31 +65,9 @@ def dataset(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def checkpoint(dataset) -> Path:
     """An untrained checkpoint saved as the trainer saves one: evaluate and register accept it."""
-    import dataclasses
+    from tests.checkpoints import untrained_checkpoint
 
-    import torch
-
-    from components.common.plan import TrainPlan
-    from components.train.checkpoint import save_checkpoint
-    from components.train.data import load_meta
-    from components.train.model import Vocab, build_model, model_config
-
-    torch.manual_seed(0)
-    meta = load_meta(dataset)
-    vocab = Vocab.from_meta(meta)
-    model = build_model("debug", vocab)
-    path = dataset.parent / "candidate.pt"
-    save_checkpoint(
-        path,
-        {
-            "model": model.state_dict(),
-            "model_config": dataclasses.asdict(model_config("debug")),
-            "vocab": dataclasses.asdict(vocab),
-            "plan": dataclasses.asdict(TrainPlan()),
-            "dataset": {"fingerprint": meta["fingerprint"], "window": meta["window"]},
-        },
-    )
-    return path
+    return untrained_checkpoint(dataset.parent / "candidate.pt", dataset, seed=0)
 
 
 @pytest.fixture
