@@ -476,7 +476,7 @@ def train_dailyrec(data: Path, work: Path, epochs: int) -> tuple[np.ndarray, dic
 
 def served(data: Path, checkpoint: Path, out: Path) -> dict:
     """The evaluate stage on the checkpoint (no registry): its test AUC as served -- each test
-    row built by serving's own code from the state at the test split's start -- and the
+    row built by serving's own code from the state at the start of its day -- and the
     train-serve skew (dataset features minus served, users as the unit)."""
     # no registry: the candidate is judged alone, whatever the caller's environment names
     run_measured(
@@ -638,9 +638,10 @@ def table(results: list[dict], host: dict) -> str:
     lines += [
         "",
         "dailyrec as served: the evaluate stage builds each test row with serving's own code "
-        "from the state at the test split's start (with each user's earlier events of the "
-        "split sent along, as a caller does; or the snapshot alone); the skew is the test AUC "
-        "on the dataset's features minus the served one (95% CI, users as the unit).",
+        "from the state at the start of the row's day (a split of several days is served one "
+        "day at a time, as the daily pipeline serves it), with each user's earlier events of "
+        "the day sent along, as a caller does, or from the snapshot alone; the skew is the "
+        "test AUC on the dataset's features minus the served one (95% CI, users as the unit).",
         "",
         "| world | source | test AUC | as served | train-serve skew (95% CI) | snapshot alone |",
         "|---|---|---:|---:|---|---:|",

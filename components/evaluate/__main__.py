@@ -15,6 +15,7 @@ import os
 import sys
 
 from components.common.cli import Exit, add_config_flags, cli_parser, exit_for
+from components.common.stop import run_main
 from components.common.tracking import TrackingError
 from components.evaluate.decision import GateRule
 from components.evaluate.guards import GuardRule
@@ -66,4 +67,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main("evaluate", main))

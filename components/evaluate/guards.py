@@ -439,7 +439,8 @@ def split_arrays_of(data: str | Path, meta: dict, splits: tuple[str, ...]) -> li
     return [SplitArrays(data, s, meta).arrays for s in splits if meta["splits"][s]["rows"]]
 
 
-def _window_days(meta: dict, split: str) -> tuple[str, ...]:
+def split_days(meta: dict, split: str) -> tuple[str, ...]:
+    """The UTC days (ISO dates, in order) of a dataset split, from its ``meta.json``."""
     first, _, last = str(meta["splits"][split]["days"]).partition(" .. ")
     start, end = dt.date.fromisoformat(first), dt.date.fromisoformat(last or first)
     return tuple((start + dt.timedelta(days=i)).isoformat() for i in range((end - start).days + 1))
@@ -463,7 +464,7 @@ class WindowRows:
 def training_profile(rows: WindowRows) -> WindowProfile:
     """The profile of a dataset's training split: what a model trained on it has seen."""
     train = {k: a[: rows.train_rows] for k, a in rows.columns.items()}
-    return build_profile([train], _window_days(rows.meta, "train"))
+    return build_profile([train], split_days(rows.meta, "train"))
 
 
 def run_guards(rows: WindowRows, reference: WindowProfile, rule: GuardRule) -> dict[str, Any]:
@@ -476,9 +477,9 @@ def run_guards(rows: WindowRows, reference: WindowProfile, rule: GuardRule) -> d
     epoch_days = _days(c["ts"])
     checked = []
     for day in (
-        *_window_days(meta, "train"),
-        *_window_days(meta, "val"),
-        *_window_days(meta, "test"),
+        *split_days(meta, "train"),
+        *split_days(meta, "val"),
+        *split_days(meta, "test"),
     ):
         if dt.date.fromisoformat(day) <= last:
             continue

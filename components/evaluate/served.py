@@ -5,10 +5,13 @@ counts, each user's last clicks and skips and the user's counts: :mod:`component
 The dataset's rows carry more: counts and histories up to each row, the day's own earlier events
 included. Evaluate therefore scores the test split twice: with the dataset's arrays (what training
 saw) and as served -- each test row built by serving's own code from a snapshot of the days before
-the test day, never from the test day itself. The candidate is served from the dataset's state as
-of the test day's start (the staleness its own snapshot will have on the day it serves); the
-champion from the snapshot it carries (what it serves today, however old). The gate compares
-the two as served; the gap between the candidate's two AUCs is the day's train-serve skew.
+the test day, never from the test day itself. Both models are served from the dataset's state as
+of the test day's start: the staleness a version's snapshot has on the day it serves, since the
+pipeline registers one a day. A test split of several days is served one day at a time
+(:meth:`ServedSplit.days`), each day from the state at its own start, as the daily pipeline serves
+them; scoring four weeks from one snapshot would measure a version kept unretrained for four weeks,
+not the skew of the daily pipeline. The gate compares the two as served; the gap between the
+candidate's two AUCs is the train-serve skew.
 
 The test rows' keys come from the dataset's ``user_events/`` (every kept row's hashed keys),
 matched to the test split's rows by user, time, buckets and label: a row's split follows its day
@@ -17,6 +20,7 @@ folder, not its timestamp, so the match is by content, and a match that is not e
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from components.common.hashing import bucketize
+from components.common.schema import SECONDS_PER_DAY
 from components.score.features import (
     EVENT_KEYS,
     Layout,
@@ -33,6 +38,7 @@ from components.score.features import (
     ranges,
 )
 
+EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 MATCH = ("user_key", "ts", "target_item", "target_cat", "label")
 """The columns a test row is recognised by in ``user_events/``."""
 
@@ -47,15 +53,24 @@ class ServedSplit:
 
     ``keys``: ``EVENT_KEYS`` columns of the test rows, row ``i`` being the split's row ``order[i]``
     in the order :func:`components.train.inference.split_rows` reads it; ``before``: the keys of
-    every other row of the window (the days before the test day, look-back days included)."""
+    every other row of the window (the days before the test day, look-back days included);
+    ``day``: each test row's serving day, 0 for the split's first (:func:`serving_days`)."""
 
     keys: dict[str, np.ndarray]
     order: np.ndarray
     before: dict[str, np.ndarray]
+    day: np.ndarray
 
     @classmethod
-    def read(cls, data: str | Path, rows: dict[str, np.ndarray], layout: Layout) -> ServedSplit:
-        """``rows``: the test split's ``MATCH`` columns in split order."""
+    def read(
+        cls,
+        data: str | Path,
+        rows: dict[str, np.ndarray],
+        layout: Layout,
+        days: tuple[str, ...] = (),
+    ) -> ServedSplit:
+        """``rows``: the test split's ``MATCH`` columns in split order; ``days``: the split's UTC
+        days (ISO dates, in order; none: served as one day)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -85,11 +100,22 @@ class ServedSplit:
         test[event_rows] = True
         by_user = np.lexsort((events["ts"][event_rows], events["user_key"][event_rows]))
         event_rows, split_rows = event_rows[by_user], split_rows[by_user]
+        keys = {k: v[event_rows] for k, v in events.items()}
         return cls(
-            {k: v[event_rows] for k, v in events.items()},
+            keys,
             split_rows,
             {k: v[~test] for k, v in events.items()},
+            serving_days(keys["ts"], days),
         )
+
+    def days(self) -> Iterator[ServedSplit]:
+        """The split one serving day at a time, in order: each day's rows, with every earlier
+        day of the split added to what comes before them (the state at that day's start)."""
+        for day in np.unique(self.day):
+            today, earlier = self.day == day, self.day < day
+            before = {k: np.concatenate([v, self.keys[k][earlier]]) for k, v in self.before.items()}
+            keys = {k: v[today] for k, v in self.keys.items()}
+            yield ServedSplit(keys, self.order[today], before, self.day[today])
 
     def snapshot(self, layout: Layout) -> Snapshot:
         """What a version registered at the test day's start would serve with."""
@@ -141,6 +167,17 @@ class ServedSplit:
             )
             arrays["label"] = k["label"][part].astype(np.uint8)
             yield arrays
+
+
+def serving_days(ts: np.ndarray, days: tuple[str, ...]) -> np.ndarray:
+    """Each row's serving day, an index into ``days`` (the split's UTC days, ISO dates in order):
+    its timestamp's UTC day, clipped into the split, as a row of a day folder may lie a few hours
+    outside its day. A split of one day (or none named) is all 0, whatever the timestamps."""
+    if len(days) <= 1:
+        return np.zeros(len(ts), np.int64)
+    first = dt.date.fromisoformat(days[0]).toordinal() - EPOCH_ORDINAL
+    utc_day = np.asarray(ts, np.int64) // SECONDS_PER_DAY
+    return np.clip(utc_day - first, 0, len(days) - 1)
 
 
 def _match(

@@ -192,6 +192,7 @@ def evaluate(config: EvaluateConfig) -> dict:
         ]
     served = served_scores(
         config,
+        meta,
         {"user_key": groups, "label": y, **{c: np.concatenate(v) for c, v in match.items()}},
         candidate,
         champion_model,
@@ -258,37 +259,36 @@ def evaluate(config: EvaluateConfig) -> dict:
 EXPERIMENT = "dailyrec-evaluate"
 
 
-def served_scores(config: EvaluateConfig, rows: dict, candidate, champion_model) -> dict:
+def served_scores(
+    config: EvaluateConfig, meta: dict, rows: dict, candidate, champion_model
+) -> dict:
     """Probabilities on the test rows (split order) built as serving builds them
     (:mod:`components.evaluate.served`) from the dataset's state at the test day's start: both
     models with each user's earlier events of the day sent along (``candidate``, ``champion``),
     and the candidate from the snapshot alone (``snapshot_only``: callers that send no events)."""
+    from components.evaluate.guards import split_days
     from components.evaluate.served import ServedError, ServedSplit
     from components.score.features import Layout
 
     layout = Layout.of(candidate.vocab, check_key=False)
     try:
-        split = ServedSplit.read(config.data, rows, layout)
+        split = ServedSplit.read(config.data, rows, layout, split_days(meta, "test"))
     except ServedError as exc:
         raise EvaluateError(f"{exc}; preprocess the window again") from None
-    snapshot = split.snapshot(layout)
     runs = {"candidate": (candidate.model, True), "snapshot_only": (candidate.model, False)}
     if champion_model is not None:
         runs["champion"] = (champion_model.model, True)
-    out: dict[str, np.ndarray] = {}
-    for name, (model, day_events) in runs.items():
-        with np.errstate(invalid="ignore"):  # request rows' own columns, replaced by the totals
-            logits = np.concatenate(
-                [
-                    predict_logits(model, [b])
-                    for b in split.batches(snapshot, layout, config.batch, day_events)
-                ]
-            )
-        prob = np.empty(len(logits))
-        prob[split.order] = sigmoid(logits)
+    out = {name: np.full(len(rows["label"]), np.nan) for name in runs}
+    for day in split.days():  # each from the state at its start, as the daily pipeline serves
+        snapshot = day.snapshot(layout)
+        for name, (model, day_events) in runs.items():
+            batches = day.batches(snapshot, layout, config.batch, day_events)
+            with np.errstate(invalid="ignore"):  # request rows' own columns, replaced by totals
+                logits = np.concatenate([predict_logits(model, [b]) for b in batches])
+            out[name][day.order] = sigmoid(logits)
+    for name, prob in out.items():
         if not np.isfinite(prob).all():
             raise EvaluateError(f"the {name} scores served rows NaN or infinite; not evaluated")
-        out[name] = prob
     return out
 
 
@@ -302,17 +302,17 @@ def enumerate_rows(batches):
 
 @contextlib.contextmanager
 def tracked_run(config: EvaluateConfig):
-    """An MLflow run of this evaluation (None without a tracking URI); ends FAILED if the block raises."""
+    """An MLflow run of this evaluation (None without a tracking URI); ends FAILED if the block
+    raises, KILLED if it is stopped."""
     if not config.tracking_uri:
         yield None
         return
-    import mlflow
-
+    from components.common.stop import started_run
     from components.common.tracking import connect, ensure_experiment
 
     client = connect(config.tracking_uri)
     experiment_id = ensure_experiment(client, EXPERIMENT, config.tracking_uri)
-    with mlflow.start_run(
+    with started_run(
         experiment_id=experiment_id,
         run_name=f"evaluate-{Path(config.checkpoint).parent.name}",
         tags={"model_name": config.model_name},

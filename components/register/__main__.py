@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from components.common.cli import Exit, add_config_flags, cli_parser, exit_for
+from components.common.stop import run_main
 from components.common.tracking import TrackingError
 from components.register.integrity import IntegrityError
 from components.register.stage import (
@@ -65,4 +66,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main("register", main))

@@ -35,6 +35,7 @@ from typing import Any
 
 from components.common.progress import get_logger
 from components.common.runs import REGISTRATION
+from components.common.stop import started_run
 from components.common.storage import atomic_write_json
 from components.common.tracking import code_version, connect, ensure_experiment, sqlite_uri
 from components.register.integrity import (
@@ -324,7 +325,7 @@ def _logged_model(
         log.info("register: reusing logged model %s (an earlier attempt logged it)", model.model_id)
         return model.model_uri, model.source_run_id, model.model_id
     data = snapshot_dataset(config, checkpoint, metrics)
-    with mlflow.start_run(experiment_id=experiment_id, run_name=f"register-{key[:8]}") as run:
+    with started_run(experiment_id=experiment_id, run_name=f"register-{key[:8]}") as run:
         mlflow.set_tags(
             {
                 KEY_TAG: key,

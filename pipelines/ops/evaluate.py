@@ -47,6 +47,7 @@ def evaluate_op(
 
     from components.common.attempts import attempt, final_record
     from components.common.dataset import read_pointer
+    from components.common.proctree import stop_tree_on_signals
     from components.common.runs import RunFolder, record_stage
     from components.common.storage import disk_full_as
     from components.evaluate import report as reporting
@@ -57,6 +58,7 @@ def evaluate_op(
     started = time.perf_counter()
     out = RunFolder(Path(run_dir)).evaluate
     with (
+        stop_tree_on_signals(),  # a pod's SIGTERM ends the stage's MLflow run KILLED
         attempt(final_record(run_dir, "evaluate"), "evaluate"),
         disk_full_as("evaluate", out),
     ):

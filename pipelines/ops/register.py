@@ -40,6 +40,7 @@ def register_op(
 
     from components.common.attempts import attempt, final_record
     from components.common.lock import TASK_WAIT_S, root_of, storage_lock
+    from components.common.proctree import stop_tree_on_signals
     from components.common.runs import DECISION, METRICS, RunFolder, record_stage
     from components.common.storage import disk_full_as
     from components.register.stage import RegisterConfig, register, summary_line
@@ -57,6 +58,7 @@ def register_op(
     )
     # alias moves of runs on one storage root are serialized: register's compare-and-set needs it
     with (
+        stop_tree_on_signals(),  # a pod's SIGTERM ends the stage's MLflow run KILLED
         attempt(final_record(run_dir, "register"), "register"),
         storage_lock(root_of(run_dir), run_id, stage="register", wait_s=TASK_WAIT_S),
         disk_full_as("register", run_dir),

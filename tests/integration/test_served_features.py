@@ -1,7 +1,8 @@
 """What is judged is what is served: a day scored the way serving scores it.
 
-One raw log, two datasets: ``before`` (days 1-4) and ``after`` (days 1-5, the test day 5 spread
-over the day, users with several rows in it). Serving builds a day-5 row from the snapshot at
+One raw log, three datasets: ``before`` (days 1-4), ``after`` (days 1-5, the test day 5 spread
+over the day, users with several rows in it) and ``two_days`` (days 1-5, days 4 and 5 the test
+split). Serving builds a day-5 row from the snapshot at
 the end of day 4 plus the events its caller sends since; with the user's earlier events of the
 day sent along, its histories and user counts are the dataset's, and evaluate's served AUC
 equals its AUC on the dataset's features within noise. From the snapshot alone they are not.
@@ -18,15 +19,17 @@ import pytest
 
 from components.common import schema
 from components.common.dataset import DENSE_FEATURES
+from components.common.metrics import roc_auc
 from components.common.plan import TrainPlan, write_plan
 from components.evaluate.decision import GateRule
+from components.evaluate.guards import split_days
 from components.evaluate.served import MATCH, ServedSplit
 from components.evaluate.stage import EvaluateConfig, EvaluateError, evaluate
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.stage import USER_EVENTS, preprocess
 from components.score.features import Layout, Snapshot, request_inputs, write_snapshot
 from components.train.data import load_meta
-from components.train.inference import split_rows
+from components.train.inference import load_scorer, predict_logits, split_rows
 from components.train.model import BATCH_KEYS, Vocab
 from components.train.trainer import TrainConfig, train
 from tests.conftest import START, write_day
@@ -76,6 +79,8 @@ def world(tmp_path_factory):
     before, after = root / "before", root / "after"
     preprocess(PreprocessConfig(out=str(before), days=4, end_date=DAY5 - dt.timedelta(1), **common))
     preprocess(PreprocessConfig(out=str(after), days=5, end_date=DAY5, **common))
+    two_days = root / "two_days"
+    preprocess(PreprocessConfig(out=str(two_days), days=5, end_date=DAY5, test_days=2, **common))
     plan = write_plan(
         root / "plan.json",
         TrainPlan(
@@ -83,7 +88,7 @@ def world(tmp_path_factory):
         ),
     )
     train(TrainConfig(data=str(before), out=str(root / "train"), plan=str(plan)))
-    return {"root": root, "raw": frames, "before": before, "after": after}
+    return {"root": root, "raw": frames, "before": before, "after": after, "two_days": two_days}
 
 
 def _test_rows(data) -> dict:
@@ -91,17 +96,45 @@ def _test_rows(data) -> dict:
     return {k: np.asarray(v) for k, v in batch.items()}
 
 
-def _served(data, day_events: bool) -> dict:
-    layout = Layout.of(Vocab.from_meta(load_meta(data)))
+def _served(data, day_events: bool, daily: bool = True) -> dict:
+    """The test rows as served (split order): one serving day at a time, as evaluate serves
+    them, or (``daily`` False) every day from the snapshot at the split's start."""
+    meta = load_meta(data)
+    layout = Layout.of(Vocab.from_meta(meta))
     rows = _test_rows(data)
-    split = ServedSplit.read(data, {c: rows[c] for c in MATCH}, layout)
-    snapshot = split.snapshot(layout)
-    with np.errstate(invalid="ignore"):
-        parts = list(split.batches(snapshot, layout, 97, day_events))  # batches cut users apart
+    split = ServedSplit.read(
+        data, {c: rows[c] for c in MATCH}, layout, split_days(meta, "test") if daily else ()
+    )
+    parts, order = [], []
+    for day in split.days():
+        snapshot = day.snapshot(layout)
+        with np.errstate(invalid="ignore"):  # batches of 97 cut users apart
+            parts += list(day.batches(snapshot, layout, 97, day_events))
+        order.append(day.order)
     served = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    back = np.empty_like(split.order)
-    back[split.order] = np.arange(len(split.order))
+    order = np.concatenate(order)
+    back = np.empty_like(order)
+    back[order] = np.arange(len(order))
     return {k: v[back] for k, v in served.items()}
+
+
+def test_a_split_of_several_days_is_served_each_day_from_the_state_at_its_start(world):
+    """Day 5 of a two-day test split is served exactly as a split of day 5 alone (the same
+    window before it); from the state at day 4's start, its item counts would lack day 4."""
+    two_days = _test_rows(world["two_days"])
+    day5 = two_days["ts"] >= schema.day_start_epoch(DAY5)
+    assert 0 < day5.sum() < len(day5)
+    daily = _served(world["two_days"], day_events=True)
+    alone = _served(world["after"], day_events=True)
+    key = ("user_key", "ts", "target_item", "label")
+    by_row = np.lexsort([alone[c] for c in key])
+    mine = np.flatnonzero(day5)[np.lexsort([daily[c][day5] for c in key])]
+    for name in (*BATCH_KEYS, *MATCH):
+        assert np.array_equal(daily[name][mine], alone[name][by_row]), name
+    stale = _served(world["two_days"], day_events=True, daily=False)
+    impressions = DENSE_FEATURES.index("item_log_impressions")
+    assert (daily["dense"][day5, impressions] > stale["dense"][day5, impressions]).mean() > 0.5
+    assert np.array_equal(daily["dense"][~day5], stale["dense"][~day5])  # day 4: the same state
 
 
 def test_a_day_served_with_its_events_has_the_datasets_histories_and_user_counts(world):
@@ -168,6 +201,23 @@ def test_evaluate_judges_the_model_as_served(world, tmp_path):
     report = (out / "report.md").read_text()
     assert "Train-serve skew" in report and f"{served['auc']:.4f}" in report
     assert json.loads((out / "metrics.json").read_text())["served"]["auc"] == served["auc"]
+
+
+def test_evaluate_serves_a_split_of_several_days_one_day_at_a_time(world, tmp_path):
+    checkpoint = world["root"] / "train" / "best.pt"
+    result = evaluate(
+        EvaluateConfig(
+            data=str(world["two_days"]), checkpoint=str(checkpoint), out=str(tmp_path / "eval")
+        )
+    )
+    model = load_scorer(checkpoint).model
+    labels = _test_rows(world["two_days"])["label"]
+    auc = {
+        daily: roc_auc(predict_logits(model, [_served(world["two_days"], True, daily)]), labels)
+        for daily in (True, False)
+    }
+    assert auc[True] != pytest.approx(auc[False], abs=1e-6)
+    assert result["metrics"]["served"]["auc"] == pytest.approx(auc[True], abs=1e-9)
 
 
 def test_a_dataset_without_its_users_events_is_refused_by_name(world, tmp_path):

@@ -1,0 +1,54 @@
+"""How a stage that records an MLflow run ends when it is told to stop.
+
+A process killed by a signal it does not handle leaves its MLflow run RUNNING forever (a pod's
+SIGTERM, a cancelled KFP run, ``kill``), and MLflow's own ``with start_run()`` ends every
+exception FAILED. So the stages that record runs (evaluate, register) run their CLI through
+:func:`run_main` (SIGTERM, SIGINT and SIGHUP raise
+:class:`~components.common.proctree.Stopped` once the process's children are stopped) and their
+run through :func:`started_run`, which ends it with :func:`run_status`: FINISHED, FAILED on an
+error, KILLED when stopped. Their KFP adapters wrap the stage the same way
+(:func:`~components.common.proctree.stop_tree_on_signals`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from components.common.cli import signal_exit
+from components.common.proctree import Stopped, stop_tree_on_signals
+
+
+def run_status(exc: BaseException | None) -> str:
+    """The status an MLflow run ends with when its work ended with ``exc`` (None: done)."""
+    if exc is None:
+        return "FINISHED"
+    return "KILLED" if isinstance(exc, Stopped | KeyboardInterrupt | SystemExit) else "FAILED"
+
+
+@contextlib.contextmanager
+def started_run(**start_run: Any) -> Iterator[Any]:
+    """``mlflow.start_run(**start_run)`` for the block; the run ends with :func:`run_status`."""
+    import mlflow
+
+    run = mlflow.start_run(**start_run)
+    try:
+        yield run
+    except BaseException as exc:
+        mlflow.end_run(run_status(exc))
+        raise
+    mlflow.end_run(run_status(None))
+
+
+def run_main(prog: str, main: Callable[[], int]) -> int:
+    """``main()`` with SIGTERM, SIGINT and SIGHUP raising :class:`Stopped` (its children stopped
+    first), so what it has open ends as stopped; then one line and the status 128+N, no
+    traceback."""
+    try:
+        with stop_tree_on_signals():
+            return main()
+    except Stopped as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return signal_exit(exc.signum)
