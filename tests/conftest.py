@@ -13,6 +13,8 @@ import pytest
 
 from components.common import schema
 
+pytest_plugins = ["tests.serving_world"]  # its fixtures (world, registered) for every module
+
 START = dt.date(2026, 3, 1)
 MLFLOW_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
 

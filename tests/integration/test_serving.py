@@ -26,103 +26,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.common import schema
 from components.common.cli import Exit
 from components.common.hashing import hash_ids
-from components.common.plan import TrainPlan, write_plan
 from components.common.tracking import sqlite_uri
-from components.evaluate.decision import GateRule
-from components.evaluate.stage import EvaluateConfig, evaluate
-from components.preprocess.config import PreprocessConfig
-from components.preprocess.stage import preprocess
 from components.register.stage import RegisterConfig, register
 from components.score.features import Layout, RequestError, Snapshot, request_inputs, write_snapshot
 from components.train.data import load_meta
 from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
 from components.train.model import BATCH_KEYS, Vocab
-from components.train.trainer import TrainConfig, train
 from tests.conftest import START, write_day
+from tests.serving_world import AT, DAY5, NAME, day5, requests_of
 
 pytestmark = pytest.mark.integration
-NAME = "served"
-BUCKETS = {"item_buckets": 512, "category_buckets": 32, "user_buckets": 256}
-DAY5 = START + dt.timedelta(days=4)
-AT = schema.day_start_epoch(DAY5) + 3600
-
-
-def _events(rng, day: dt.date, n: int) -> pd.DataFrame:
-    item = rng.integers(0, 150, n)
-    return pd.DataFrame(
-        {
-            "user_id": 10**12 + rng.integers(0, 30, n),  # int64 ids beyond int32
-            "item_id": item,
-            "category_id": item % 13,
-            "timestamp": schema.day_start_epoch(day) + rng.integers(0, 150, n) * 500,
-            "label": (rng.random(n) < 0.3).astype(np.int8),
-        }
-    )
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("serving")
-    rng = np.random.default_rng(11)
-    raw = root / "raw"
-    frames = {}
-    for i in range(5):
-        day = START + dt.timedelta(days=i)
-        frames[day] = _events(rng, day, 400)
-    frames[DAY5]["timestamp"] = AT  # one second: no day-5 row sees another
-    for day, frame in frames.items():
-        write_day(raw, day, frame)
-    common = dict(
-        raw=str(raw), history_days=0, seq_len=6, neg_len=4, rows_per_partition=600, **BUCKETS
-    )
-    before, after = root / "before", root / "after"
-    preprocess(
-        PreprocessConfig(out=str(before), days=4, end_date=START + dt.timedelta(days=3), **common)
-    )
-    preprocess(PreprocessConfig(out=str(after), days=5, end_date=DAY5, **common))
-    plan = write_plan(
-        root / "plan.json",
-        TrainPlan(
-            model="debug", micro_batch=256, num_workers=0, lr=3e-3, eval_batch=4096, max_epochs=1
-        ),
-    )
-    uri = sqlite_uri(root / "mlruns")
-    train(TrainConfig(data=str(before), out=str(root / "train"), plan=str(plan), tracking_uri=uri))
-    return {
-        "root": root,
-        "raw": frames,
-        "before": before,
-        "after": after,
-        "uri": uri,
-        "checkpoint": root / "train" / "best.pt",
-    }
-
-
-def _day5(world) -> pd.DataFrame:
-    """Day 5's distinct raw rows (preprocess drops exact duplicates)."""
-    return world["raw"][DAY5].drop_duplicates().reset_index(drop=True)
-
-
-def _history(world, users) -> pd.DataFrame:
-    frames = [f for day, f in world["raw"].items() if day != DAY5]
-    return pd.concat(frames).drop_duplicates().query("user_id in @users")
-
-
-def _requests(world, with_events: bool) -> pd.DataFrame:
-    rows = _day5(world)
-    out = rows[["user_id", "item_id", "category_id", "timestamp"]].copy()
-    if with_events:
-        history = _history(world, set(rows["user_id"]))
-        by_user = {u: g for u, g in history.groupby("user_id")}
-        empty = history.iloc[:0]
-        for raw_column in ("item_id", "category_id", "timestamp", "label"):
-            out[f"events_{raw_column}"] = [
-                by_user.get(u, empty)[raw_column].tolist() for u in rows["user_id"]
-            ]
-    return out
 
 
 def _dataset_rows(data) -> dict:
@@ -157,8 +72,8 @@ def _layout(data) -> Layout:
 def test_request_arrays_equal_the_dataset_rows_bit_for_bit(world, tmp_path, with_events):
     files = write_snapshot(world["before"], tmp_path)
     snapshot = Snapshot.load(files["count_state"], None if with_events else files["user_state"])
-    arrays = request_inputs(_requests(world, with_events), snapshot, _layout(world["after"]))
-    label = _day5(world)["label"].to_numpy()
+    arrays = request_inputs(requests_of(world, with_events), snapshot, _layout(world["after"]))
+    label = day5(world)["label"].to_numpy()
     ours = _sorted({**arrays, "label": label.astype(np.uint8)}, label, arrays["dense"])
     theirs = _dataset_rows(world["after"])
     theirs = _sorted(theirs, theirs["label"], theirs["dense"])
@@ -175,7 +90,7 @@ def test_bad_requests_are_refused_with_one_line_reasons(world, tmp_path):
     files = write_snapshot(world["before"], tmp_path)
     with_events = Snapshot.load(files["count_state"])
     layout = _layout(world["before"])
-    good = _requests(world, True).head(3)
+    good = requests_of(world, True).head(3)
     cases = [
         (good.drop(columns=["item_id"]), "missing column.*item_id"),
         (good.assign(user=1), "unknown column.*user"),
@@ -237,7 +152,7 @@ def test_a_ranking_call_assembles_its_user_once(world, tmp_path, monkeypatch):
     files = write_snapshot(world["before"], tmp_path)
     snapshot = Snapshot.load(files["count_state"], files["user_state"])
     layout = _layout(world["before"])
-    user = _day5(world)["user_id"].iloc[0]
+    user = day5(world)["user_id"].iloc[0]
     candidates = pd.DataFrame(
         {"user_id": user, "item_id": np.arange(10_000), "timestamp": AT + np.arange(10_000) % 7}
     )
@@ -260,7 +175,7 @@ def test_a_ranking_call_assembles_its_user_once(world, tmp_path, monkeypatch):
 def test_string_and_integer_ids_are_the_same_ids(world, tmp_path):
     files = write_snapshot(world["before"], tmp_path)
     snapshot = Snapshot.load(files["count_state"], files["user_state"])
-    requests = _requests(world, False).head(20)
+    requests = requests_of(world, False).head(20)
     as_text = requests.astype({"user_id": str, "item_id": str, "category_id": str}).assign(
         timestamp=[pd.Timestamp(t, unit="s", tz="UTC").isoformat() for t in requests["timestamp"]]
     )
@@ -268,39 +183,6 @@ def test_string_and_integer_ids_are_the_same_ids(world, tmp_path):
     a, b = request_inputs(requests, snapshot, layout), request_inputs(as_text, snapshot, layout)
     assert all(np.array_equal(a[k], b[k]) for k in BATCH_KEYS)
     assert np.array_equal(a["user_key"], hash_ids(requests["user_id"])[0])
-
-
-@pytest.fixture(scope="module")
-def registered(world):
-    out = world["root"] / "evaluate"
-    result = evaluate(
-        EvaluateConfig(
-            data=str(world["after"]),
-            checkpoint=str(world["checkpoint"]),
-            out=str(out),
-            model_name=NAME,
-            tracking_uri=world["uri"],
-            rule=GateRule(min_auc=0.0),
-        )
-    )
-    assert result["decision"]["blessed"]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        registration = register(
-            RegisterConfig(
-                checkpoint=str(world["checkpoint"]),
-                metrics=str(out / "metrics.json"),
-                decision=str(out / "decision.json"),
-                model_name=NAME,
-                tracking_uri=world["uri"],
-                data=str(world["before"]),
-            )
-        )
-    return {
-        "registration": registration,
-        "metrics": result["metrics"],
-        "warnings": [str(w.message) for w in caught],
-    }
 
 
 def _free_port() -> int:
@@ -359,14 +241,14 @@ def test_served_model_scores_raw_ids_like_evaluate(world, registered, tmp_path):
                 if server.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"server did not start: {log.read_text()[-2000:]}")
                 time.sleep(0.5)
-        requests = _requests(world, False)
+        requests = requests_of(world, False)
         status, body = _post(port, {"dataframe_records": requests.to_dict(orient="records")})
         assert status == 200, body
         served = np.asarray(json.loads(body)["predictions"], np.float64)
         # evaluate's scoring of the same rows (its dataset arrays, the checkpoint's weights)
         batch = _dataset_rows(world["after"])
         expected = sigmoid(predict_logits(load_scorer(world["checkpoint"]).model, [batch]))
-        label = _day5(world)["label"].to_numpy()
+        label = day5(world)["label"].to_numpy()
         arrays = request_inputs(
             requests,
             Snapshot.load(*write_snapshot(world["before"], tmp_path / "s").values()),
@@ -432,7 +314,7 @@ def test_make_serve_runs_from_a_plain_shell_and_stops_with_make(world, registere
                 if make.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"make serve did not start: {log.read_text()[-2000:]}")
                 time.sleep(0.5)
-        request = _requests(world, False).head(3)
+        request = requests_of(world, False).head(3)
         status, body = _post(port, {"dataframe_records": request.to_dict(orient="records")})
         assert status == 200 and len(json.loads(body)["predictions"]) == 3, body
         make.send_signal(15)  # to make alone, as `kill <pid>` does
@@ -489,7 +371,7 @@ def test_version_links_its_training_and_evaluation_runs(world, registered):
         warnings.simplefilter("always")
         model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
     assert not [w for w in caught if "type hints" in str(w.message)]
-    assert model.predict(_requests(world, False).head(4)).shape == (4,)
+    assert model.predict(requests_of(world, False).head(4)).shape == (4,)
 
 
 def test_model_requirements_carry_no_local_versions(world, registered):
@@ -576,7 +458,7 @@ def test_batch_scores_keep_the_ids_as_they_came_and_refuse_a_day_trained_on(
     from components.score.__main__ import main
 
     raw, out = tmp_path / "raw", tmp_path / "day.parquet"
-    frame = _day5(world)
+    frame = day5(world)
     write_day(raw, DAY5, frame)  # int64 ids beyond int32: a user's join key
 
     def score(day: dt.date) -> int:
@@ -629,7 +511,7 @@ def test_a_moved_registry_still_serves_its_models(world, registered, tmp_path):
         experiment = client.get_experiment_by_name("dailyrec-evaluate")
         assert experiment.artifact_location.startswith(moved.as_uri())
         model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
-        assert model.predict(_requests(world, False).head(3)).shape == (3,)
+        assert model.predict(requests_of(world, False).head(3)).shape == (3,)
         run_id = client.get_model_version(NAME, "1").tags["evaluation_run_id"]
         assert {a.path for a in client.list_artifacts(run_id, "evaluation")} >= {
             "evaluation/roc.png"
@@ -665,9 +547,9 @@ def test_a_version_without_user_state_scores_requests_that_send_them(world, regi
     with pytest.raises(
         BadRequest, match="^row 0: no events given, and this model version carries no snapshot"
     ):
-        lean.predict(_requests(world, False).head(2))
+        lean.predict(requests_of(world, False).head(2))
     np.testing.assert_array_equal(
-        lean.predict(_requests(world, True)), full.predict(_requests(world, False))
+        lean.predict(requests_of(world, True)), full.predict(requests_of(world, False))
     )
 
 

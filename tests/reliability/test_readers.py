@@ -17,12 +17,7 @@ from pathlib import Path
 import pytest
 
 from components.common.tracking import sqlite_uri
-from tests.integration.test_serving import (  # noqa: F401  (module fixtures)
-    DAY5,
-    NAME,
-    registered,
-    world,
-)
+from tests.serving_world import DAY5, NAME
 
 pytestmark = pytest.mark.integration
 
@@ -38,8 +33,8 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
 
 
 def test_readers_leave_a_copied_registry_as_it_was(
-    world,  # noqa: F811
-    registered,  # noqa: F811
+    world,
+    registered,
     tmp_path,
     fault_report,
 ):

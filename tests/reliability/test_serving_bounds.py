@@ -15,20 +15,13 @@ import time
 import numpy as np
 import pytest
 
-from tests.integration.test_serving import (  # noqa: F401  (module fixtures)
-    AT,
-    NAME,
-    _day5,
-    _requests,
-    registered,
-    world,
-)
+from tests.serving_world import AT, NAME, day5, requests_of
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def served(world, registered, tmp_path_factory):  # noqa: F811
+def served(world, registered, tmp_path_factory):
     """A client of the scoring app of the verified champion."""
     from fastapi.testclient import TestClient
 
@@ -56,11 +49,11 @@ def _answer(client, body, content_type="application/json"):
 
 
 def test_every_format_is_read_as_sent_and_nothing_unknown_is_dropped(
-    world,  # noqa: F811
+    world,
     served,
     fault_report,
 ):
-    requests = _requests(world, True).head(5)
+    requests = requests_of(world, True).head(5)
     records = json.loads(requests.to_json(orient="records"))
     status, body = _answer(served, {"dataframe_records": records})
     assert status == 200
@@ -119,7 +112,7 @@ def test_every_format_is_read_as_sent_and_nothing_unknown_is_dropped(
 
 
 def test_the_server_bounds_bodies_work_and_time_and_hides_its_failures(
-    world,  # noqa: F811
+    world,
     served,
     monkeypatch,
     fault_report,
@@ -136,7 +129,7 @@ def test_the_server_bounds_bodies_work_and_time_and_hides_its_failures(
         "are bounded with a 400",
     )
     # a ranking call: one user, 10,000 candidates, the user's state assembled once
-    user = int(_day5(world)["user_id"].iloc[0])
+    user = int(day5(world)["user_id"].iloc[0])
     n = 10_000
     ranking = {"user_id": [user] * n, "item_id": list(range(n)), "timestamp": [AT] * n}
     started = time.perf_counter()
@@ -152,7 +145,7 @@ def test_the_server_bounds_bodies_work_and_time_and_hides_its_failures(
         "(docs/performance.md measures requests/s, p50/p99 and memory by request size)",
     )
     # past the deadline scoring stops between batches: no work outlives the 504
-    records = json.loads(_requests(world, False).head(50).to_json(orient="records"))
+    records = json.loads(requests_of(world, False).head(50).to_json(orient="records"))
     scored = []
 
     class Late:
