@@ -74,9 +74,16 @@ def stop_tree_on_signals(
     signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP),
     grace_s: float = GRACE_S,
 ) -> Iterator[None]:
-    """Within the block, a signal in ``signals`` stops every descendant, then raises :class:`Stopped`."""
+    """Within the block, a signal in ``signals`` stops every descendant, then raises :class:`Stopped`.
+    A child forked within the block (a data loader's worker) inherits the handler: there the
+    signal acts as if none were installed."""
+    owner = os.getpid()
 
     def handler(signum, frame):
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         for sig in signals:  # a second signal while stopping must not interrupt the cleanup
             signal.signal(sig, signal.SIG_IGN)
         stop_descendants(grace_s)

@@ -1,13 +1,13 @@
 """How a stage that records an MLflow run ends when it is told to stop.
 
 A process killed by a signal it does not handle leaves its MLflow run RUNNING forever (a pod's
-SIGTERM, a cancelled KFP run, ``kill``), and MLflow's own ``with start_run()`` ends every
-exception FAILED. So the stages that record runs (evaluate, register) run their CLI through
-:func:`run_main` (SIGTERM, SIGINT and SIGHUP raise
-:class:`~components.common.proctree.Stopped` once the process's children are stopped) and their
-run through :func:`started_run`, which ends it with :func:`run_status`: FINISHED, FAILED on an
-error, KILLED when stopped. Their KFP adapters wrap the stage the same way
-(:func:`~components.common.proctree.stop_tree_on_signals`).
+SIGTERM, torchrun stopping its ranks, a cancelled KFP run, ``kill``), and MLflow's own
+``with start_run()`` ends every exception FAILED. So the stages that record runs (train,
+evaluate, register) run their CLI through :func:`run_main` (SIGTERM, SIGINT and SIGHUP raise
+:class:`~components.common.proctree.Stopped` once the process's children are stopped) and end
+their run with :func:`run_status`: FINISHED, FAILED on an error, KILLED when stopped
+(:func:`started_run` for a run that is one block; the trainer closes its own). Their KFP adapters
+wrap the stage the same way (:func:`~components.common.proctree.stop_tree_on_signals`).
 """
 
 from __future__ import annotations

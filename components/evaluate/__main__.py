@@ -17,11 +17,9 @@ import sys
 from components.common.cli import Exit, add_config_flags, cli_parser, exit_for
 from components.common.stop import run_main
 from components.common.tracking import TrackingError
+from components.evaluate.config import EvaluateConfig
 from components.evaluate.decision import GateRule
 from components.evaluate.guards import GuardRule
-from components.evaluate.stage import EvaluateConfig, EvaluateError, evaluate, summary_line
-from components.train.checkpoint import CheckpointError
-from components.train.data import DatasetError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
+    # after parsing: --help and a bad flag answer without importing torch
+    from components.evaluate.stage import EvaluateError, evaluate, summary_line
+    from components.train.checkpoint import CheckpointError
+    from components.train.data import DatasetError
+
     try:
         rule, guards = (
             kind(**{f.name: args.pop(f.name) for f in dataclasses.fields(kind)})

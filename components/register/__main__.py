@@ -18,7 +18,6 @@ from components.register.stage import (
     register,
     summary_line,
 )
-from components.train.checkpoint import CheckpointError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
+    from components.train.checkpoint import CheckpointError  # after parsing: no torch for --help
+
     try:
         config = RegisterConfig(
             **args | {"tracking_uri": args["tracking_uri"] or default_tracking_uri()}

@@ -10,12 +10,8 @@ import os
 import sys
 
 from components.common.cli import Exit, add_config_flags, cli_parser
-from components.train.trainer import (
-    TrainConfig,
-    main_with_errors,
-    read_summary,
-    summary_line,
-)
+from components.common.stop import run_main
+from components.train.config import TrainConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"train: error: {exc}", file=sys.stderr)
         return Exit.USAGE
+    from components.train.trainer import main_with_errors, read_summary, summary_line
+
     code = main_with_errors(config)  # Exit.FAILED, or Exit.NO_SPACE on a full disk
     if code == Exit.OK and int(os.environ.get("RANK", 0)) == 0:
         print(summary_line(read_summary(config.out)))
@@ -47,4 +45,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main("train", main))

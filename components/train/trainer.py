@@ -35,6 +35,7 @@ from components.common.monitoring import TrainingMetrics
 from components.common.plan import TrainPlan, drift_lines, plan_vs_actual, read_plan
 from components.common.progress import PROGRESS, get_logger
 from components.common.runs import TRAIN_SUMMARY
+from components.common.stop import run_status
 from components.common.storage import (
     NO_RETRY_EXIT,
     NoSpaceError,
@@ -51,6 +52,7 @@ from components.train.checkpoint import (
     save_rotating,
     shape_mismatches,
 )
+from components.train.config import TrainConfig
 from components.train.data import (
     BatchDataset,
     ShardedBatchSampler,
@@ -66,35 +68,6 @@ from components.train.state import TrainState
 
 log = get_logger(__name__)
 SUMMARY = TRAIN_SUMMARY
-RESUME_MODES = ("never", "auto")
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Where the data, plan and outputs are, and how to start."""
-
-    data: str
-    """Dataset folder written by the preprocess stage."""
-    out: str
-    """Output folder: checkpoints (best.pt, last.pt), train_summary.json."""
-    plan: str | None = None
-    """plan.json from the estimate stage (default: a small CPU plan, the default TrainPlan)."""
-    init_from: str | None = None
-    """Checkpoint to warm-start the model from (weights only), when shapes match (default: none)."""
-    resume: str = dataclasses.field(default="never", metadata={"choices": RESUME_MODES})
-    """auto: continue from OUT/last.pt when it exists; never: start fresh."""
-    tracking_uri: str | None = None
-    """MLflow tracking URI; rank 0 logs params and per-epoch metrics when given."""
-    experiment: str = "dailyrec-train"
-    """MLflow experiment name."""
-    max_epochs: int | None = None
-    """Override the plan's max_epochs, for quick runs (default: the plan's)."""
-
-    def __post_init__(self) -> None:
-        if self.resume not in RESUME_MODES:
-            raise ValueError(f"resume must be one of {RESUME_MODES}, got {self.resume!r}")
-        if self.max_epochs is not None and self.max_epochs < 1:
-            raise ValueError(f"max_epochs must be >= 1, got {self.max_epochs}")
 
 
 @dataclass(frozen=True)
@@ -403,17 +376,16 @@ class MlflowLogger:
 
     @classmethod
     def close_active(cls, exc: BaseException) -> None:
-        """Training raised: end the open run FAILED (KILLED when interrupted), not MLflow's
+        """Training raised: end the open run FAILED (KILLED when told to stop), not MLflow's
         at-exit FINISHED."""
         if cls.active is not None:
-            cls.active.close(
-                "KILLED" if isinstance(exc, KeyboardInterrupt | SystemExit) else "FAILED"
-            )
+            cls.active.close(run_status(exc))
 
 
 def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = None) -> dict:
     """Train per the plan; write checkpoints and train_summary.json; return the summary.
-    An exception ends the MLflow run FAILED (KILLED when interrupted).
+    An exception ends the MLflow run FAILED (KILLED when told to stop: a signal, through
+    :func:`components.common.stop.run_main`).
 
     ``on_epoch(record)`` (optional, called on rank 0 after each epoch's
     validation with the epoch's record) may return False to stop training

@@ -47,6 +47,7 @@ def train_op(
 
     from components.common.attempts import attempt, final_record
     from components.common.dataset import read_pointer
+    from components.common.proctree import stop_tree_on_signals
     from components.common.runs import RunFolder, record_stage
     from components.common.storage import atomic_write_bytes
     from components.train.launch import LaunchSpec, launch
@@ -91,7 +92,11 @@ def train_op(
     out = RunFolder(Path(run_dir)).train
     # a TrainJob that failed after its JobSet restarts (or torchrun after its own) is final: a KFP
     # retry of this task fails at once instead of launching the GPUs again
-    with attempt(final_record(run_dir, "train"), "train"), final_when_spent(launcher):
+    with (
+        stop_tree_on_signals(),  # a pod's SIGTERM: the ranks end their MLflow run KILLED
+        attempt(final_record(run_dir, "train"), "train"),
+        final_when_spent(launcher),
+    ):
         summary = launch(
             LaunchSpec.of(
                 data=data_dir,

@@ -112,7 +112,57 @@ def test_a_stage_told_to_stop_ends_its_mlflow_run_killed(tmp_path, signum):
 
 
 def test_the_stage_clis_that_record_runs_end_them_when_stopped():
-    """evaluate and register run their CLI through run_main (the test above shows what it does)."""
-    for stage in ("evaluate", "register"):
+    """train, evaluate and register run their CLI through run_main (the test above shows what it
+    does; the next one, on the trainer itself)."""
+    for stage in ("train", "evaluate", "register"):
         source = (ROOT / "components" / stage / "__main__.py").read_text()
         assert f'sys.exit(run_main("{stage}", main))' in source, stage
+
+
+def test_sigterm_to_training_ends_its_mlflow_run_killed(tiny_dataset, tmp_path):
+    """A pod's SIGTERM, or torchrun stopping its ranks, deep in training (its data loader's
+    worker too): one line, status 143, the run KILLED."""
+    import time
+
+    plan = write_plan(
+        tmp_path / "plan.json",
+        TrainPlan(model="debug", micro_batch=64, num_workers=1, max_epochs=500),
+    )
+    uri = sqlite_uri(tmp_path / "mlruns")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "components.train",
+            "--data",
+            str(tiny_dataset),
+            "--plan",
+            str(plan),
+            "--out",
+            str(tmp_path / "out"),
+            "--tracking-uri",
+            uri,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    client = MlflowClient(uri)
+    deadline, experiment = time.monotonic() + 120, None
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (tmp_path / "mlruns" / "mlflow.db").exists():
+            experiment = client.get_experiment_by_name("dailyrec-train")
+            runs = experiment and client.search_runs([experiment.experiment_id])
+            if runs and runs[0].data.metrics:  # an epoch done: deep in training
+                break
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail(f"training logged no epoch: {proc.communicate()[1][-2000:]}")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    stderr = proc.stderr.read()
+    assert "train: stopped by SIGTERM" in stderr and "Traceback" not in stderr, stderr
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "KILLED" and run.info.end_time

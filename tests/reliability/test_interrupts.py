@@ -4,6 +4,7 @@ the trainer's own process (``os.fsync`` answering ENOSPC, as NFS does when the s
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -93,6 +94,7 @@ def test_sigterm_to_make_run_stops_torchrun_and_its_workers(tmp_path, fault_repo
     )
     try:
         workers = wait_for(lambda: trainer_processes(proc.pid), 300, "training workers")
+        wait_for(lambda: running_mlflow_runs(tmp_path / "store"), 120, "the training run in MLflow")
         tree = psutil.Process(proc.pid).children(recursive=True)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 128 + signal.SIGTERM
@@ -106,11 +108,13 @@ def test_sigterm_to_make_run_stops_torchrun_and_its_workers(tmp_path, fault_repo
     assert (
         json.loads((tmp_path / "store" / "runs" / ".lock").read_text() or "{}") == {}
     )  # lock released
+    assert running_mlflow_runs(tmp_path / "store") == []
+    assert mlflow_statuses(tmp_path / "store") == ["KILLED"]  # the training run, ended by its rank
     fault_report(
         "interrupts",
         f"SIGTERM to python -m pipelines.local during training ({len(workers)} ranks)",
         f"runner, task shell, torchrun and ranks all gone {seconds:.1f}s later; summary CANCELED; "
-        "lock released",
+        "lock released; the MLflow training run KILLED",
     )
 
 
@@ -207,16 +211,21 @@ def test_training_on_a_full_disk_is_not_restarted(tiny_dataset, tmp_path, fault_
     )
 
 
-def running_mlflow_runs(store: Path) -> list[str]:
-    """Names of the runs the root's registry has RUNNING (none while it is being created)."""
+def mlflow_statuses(store: Path) -> list[str]:
+    """The status of each run in the root's registry (none while it is being created)."""
     import sqlite3
 
     db = store / "runs" / "mlflow.db"
     try:
         with sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True) as conn:
-            return [n for (n,) in conn.execute("select name from runs where status = 'RUNNING'")]
+            return [s for (s,) in conn.execute("select status from runs order by start_time")]
     except sqlite3.Error:
         return []
+
+
+def running_mlflow_runs(store: Path) -> list[str]:
+    """The runs the root's registry has RUNNING (none while it is being created)."""
+    return [s for s in mlflow_statuses(store) if s == "RUNNING"]
 
 
 @pytest.mark.slow
@@ -230,10 +239,15 @@ def test_the_next_run_closes_what_a_killed_run_left_open(tmp_path, fault_report)
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    try:  # kill -9 while training: no handler runs, the exit handler never starts
+    try:  # kill -9 of the runner and the ranks while training (the OOM killer, a lost node): no
+        # handler runs, the exit handler never starts, no rank ends its MLflow run
         wait_for(lambda: trainer_processes(proc.pid), 300, "training workers")
         wait_for(lambda: running_mlflow_runs(store), 120, "the training run in MLflow")
         tree = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        for rank in trainer_processes(proc.pid):
+            with contextlib.suppress(psutil.Error):
+                if "RANK" in rank.environ():  # not torchrun's agent: the watchdog stops it
+                    rank.kill()
         proc.kill()
         proc.wait(timeout=60)
         assert_all_gone(tree, 30)  # the orphan watchdog stopped the task tree
@@ -260,7 +274,8 @@ def test_the_next_run_closes_what_a_killed_run_left_open(tmp_path, fault_report)
     assert running_mlflow_runs(store) == []
     fault_report(
         "interrupts",
-        "kill -9 of make run during training (no handler, no exit handler), then the next run",
+        "kill -9 of make run and its ranks during training (no handler, no exit handler), "
+        "then the next run",
         "the next run records the dead run FAILED in its stage and ends its MLflow runs KILLED, "
         "saying so",
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +120,25 @@ def test_pipelines_local_help_lists_every_pipeline_parameter_with_its_descriptio
         assert f"  {name} (" in text, name
         assert " ".join(spec.description.split(";")[0].split()) in " ".join(text.split()), name
     assert 'model_config (String, default "prod"; configs/local.json: "local")' in text
+
+
+@pytest.mark.parametrize(
+    "module", ["components.train", "components.evaluate", "components.register", "components.tune"]
+)
+def test_help_answers_without_importing_torch(module):
+    """--help (and a bad flag) must not wait seconds for torch: the stage is imported after
+    parsing."""
+    probe = (
+        "import runpy, sys, io, contextlib\n"
+        f"sys.argv = ['{module}', '--help']\n"
+        "try:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"        runpy.run_module('{module}', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
