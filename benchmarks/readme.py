@@ -8,7 +8,8 @@ never touch the documentation or benchmarks/results/.
 
 ``python -m benchmarks.readme`` (``make docs``) rewrites every block that needs no
 measurement: each benchmark's table from its stored results file (after a change to a
-table's wording) and the picture of the pipeline from the compiled pipeline.
+table's wording), the picture of the pipeline from the compiled pipeline and the table of its
+parameters from their declaration.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ PUBLISHED = (
     "gate",
 )
 """Benchmarks whose module renders its block from its stored results: ``readme_table(result)``."""
+FROM_CODE = ("pipeline-graph", "pipeline-parameters")
+"""Blocks drawn from the code itself: the compiled pipeline's picture, the daily pipeline's
+parameters (:mod:`pipelines.parameters`)."""
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -204,17 +208,21 @@ def main(argv: list[str] | None = None) -> int:
         "names",
         nargs="*",
         metavar="NAME",
-        help=f"blocks to rewrite (default: all): pipeline-graph, {', '.join(PUBLISHED)}",
+        help=f"blocks to rewrite (default: all): {', '.join((*FROM_CODE, *PUBLISHED))}",
     )
     args = p.parse_args(argv)
-    unknown = sorted(set(args.names) - {"pipeline-graph", *PUBLISHED})
+    unknown = sorted(set(args.names) - {*FROM_CODE, *PUBLISHED})
     if unknown:
         p.error(f"unknown block {', '.join(unknown)}")
-    for name in args.names or ("pipeline-graph", *PUBLISHED):
+    for name in args.names or (*FROM_CODE, *PUBLISHED):
         if name == "pipeline-graph":
             from benchmarks.pipeline_graph import compiled_pipeline, mermaid
 
             text = mermaid(compiled_pipeline())
+        elif name == "pipeline-parameters":
+            from pipelines.parameters import markdown_table
+
+            text = markdown_table()
         elif (RESULTS / f"{name}.json").is_file():
             text = table_from_results(name)
         else:

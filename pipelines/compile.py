@@ -2,7 +2,7 @@
 
 The pipeline as KFP IR YAML for a cluster environment: ``--env`` (default a100) bakes its
 settings in (TrainJob launcher, cluster target with the overlay's node pool) and, with the other
-deployment settings (:data:`DEPLOYMENT`), takes them out of the run form as constants;
+deployment settings (:data:`pipelines.parameters.DEPLOYMENT`), takes them out of the run form as constants;
 ``--env none`` compiles the plain definition (launcher local: torchrun inside the train task's
 pod, as kfp.local runs it). Image references come from ``$DAILYREC_RUNTIME_IMAGE`` /
 ``$DAILYREC_TRAINER_IMAGE`` (components/common/images.py); ``make deploy`` pins the pushed ones.
@@ -19,6 +19,7 @@ from kfp import compiler
 
 from components.common.cli import Exit, cli_parser, exit_for
 from pipelines.daily import daily
+from pipelines.parameters import DEPLOYMENT
 
 DEFAULT_OUT = "build/pipeline.yaml"
 
@@ -29,22 +30,6 @@ def cluster_defaults(env: str, images: dict[str, str] | None = None) -> dict[str
     from kube.types import cluster_target
 
     return {"launcher": "trainjob", "cluster_target": cluster_target(env, images)}
-
-
-DEPLOYMENT = (
-    "storage_root",
-    "raw_uri",
-    "tracking_uri",
-    "model_name",
-    "launcher",
-    "max_restarts",
-    "cluster_target",
-    "retention_days",
-)
-"""Parameters that are the deployment's configuration, not a run's choice: the compiled pipeline
-takes them as constants (its defaults, with the environment's baked in), so the Kubeflow UI's run
-form shows only what a person starting a run chooses. kfp.local runs (`make run`) still take them
-as parameters."""
 
 
 class BakeError(ValueError):

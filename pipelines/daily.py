@@ -18,12 +18,12 @@ deterministic there, so its build has neither (:data:`pipelines.steps.LOCAL`).
 from kfp import dsl
 
 from components.common.images import RUNTIME_IMAGE
-from components.common.retention import DEFAULT_KEEP_DAYS
 from kube.tasks import on_cluster, sized_by
 from pipelines.ops.estimate import estimate_op
 from pipelines.ops.evaluate import evaluate_op
 from pipelines.ops.register import register_op
 from pipelines.ops.train import train_op
+from pipelines.parameters import DEFAULTS, parameters_doc
 from pipelines.steps import (
     CLUSTER,
     RUN_DEADLINE_S,
@@ -63,35 +63,8 @@ def _set_doc(doc: str):
     return apply
 
 
-PARAMETERS_DOC = """Args:
-    run_date: last day of the window, YYYY-MM-DD; empty = the day before the run's schedule time
-        (a manual run: its start), or locally the latest day present.
-    window_days: days in the window (train + 1 val + 1 test day).
-    history_days: extra days read only to fill behaviour histories.
-    seq_len: behaviour history length.
-    model_config: named model config (debug | local | prod).
-    hardware_profile: estimate profile (a100-40gb | a100-80gb | h100-80gb | h200-141gb | cpu-local) or a JSON file.
-    global_batch: samples per optimizer step across all processes.
-    deadline_hours: training wall-clock budget the plan must meet; 0 = none.
-    max_epochs: epochs at most (early stopping on validation AUC may end sooner).
-    min_auc: absolute floor on the candidate's test AUC.
-    tolerance: AUC the candidate may lose against the champion at the 95% CI's upper bound.
-    guards_report_only: report the data guards (new days against the champion's training window)
-        without blocking on them: for a day known to be unusual.
-    warm_start: initialize from the champion's weights when their shapes match.
-    storage_root: shared storage for raw data (raw/ unless raw_uri), datasets/ and runs/.
-    raw_uri: raw event logs (dt=YYYY-MM-DD/ folders); empty = storage_root/raw.
-    tracking_uri: MLflow tracking and registry URI.
-    model_name: registered model name.
-    launcher: training backend: local (torchrun in the task's pod) or trainjob (Kubeflow Trainer).
-    max_restarts: local torchrun restarts of failed workers (they resume from the last
-        checkpoint); on a cluster the TrainingRuntime's JobSet failurePolicy restarts the pods.
-    cluster_target: JSON of kube/clusters/<env>.json (TrainJob and Dask placement); set by make deploy.
-    dask_workers: 0 = Dask threads in the preprocess task; N = a DaskCluster of N workers on Kubernetes.
-    retention_days: days of run folders and datasets kept on storage_root (the champion's and
-        previous version's lineage and live runs are always kept); 0 = keep everything.
-    run_id: folder name of this run under storage_root/runs; empty = the KFP run id.
-"""
+PARAMETERS_DOC = parameters_doc()
+"""The pipeline's ``Args:`` (:data:`pipelines.parameters.DAILY`): what the Kubeflow UI shows."""
 
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
@@ -199,29 +172,29 @@ def daily_pipeline(runner: Runner = CLUSTER):
         + PARAMETERS_DOC
     )
     def daily(
-        run_date: str = "",
-        window_days: int = 11,
-        history_days: int = 3,
-        seq_len: int = 20,
-        model_config: str = "prod",
-        hardware_profile: str = "a100-40gb",
-        global_batch: int = 8192,
-        deadline_hours: float = 2.0,
-        max_epochs: int = 3,
-        min_auc: float = 0.55,
-        tolerance: float = 0.002,
-        guards_report_only: bool = False,
-        warm_start: bool = True,
-        storage_root: str = "/mnt/dailyrec",
-        raw_uri: str = "",
-        tracking_uri: str = "http://mlflow.dailyrec.svc.cluster.local:5000",
-        model_name: str = "dailyrec",
-        launcher: str = "local",
-        max_restarts: int = 2,
-        cluster_target: str = "",
-        dask_workers: int = 0,
-        retention_days: int = DEFAULT_KEEP_DAYS,
-        run_id: str = "",
+        run_date: str = DEFAULTS["run_date"],
+        window_days: int = DEFAULTS["window_days"],
+        history_days: int = DEFAULTS["history_days"],
+        seq_len: int = DEFAULTS["seq_len"],
+        model_config: str = DEFAULTS["model_config"],
+        hardware_profile: str = DEFAULTS["hardware_profile"],
+        global_batch: int = DEFAULTS["global_batch"],
+        deadline_hours: float = DEFAULTS["deadline_hours"],
+        max_epochs: int = DEFAULTS["max_epochs"],
+        min_auc: float = DEFAULTS["min_auc"],
+        tolerance: float = DEFAULTS["tolerance"],
+        guards_report_only: bool = DEFAULTS["guards_report_only"],
+        warm_start: bool = DEFAULTS["warm_start"],
+        storage_root: str = DEFAULTS["storage_root"],
+        raw_uri: str = DEFAULTS["raw_uri"],
+        tracking_uri: str = DEFAULTS["tracking_uri"],
+        model_name: str = DEFAULTS["model_name"],
+        launcher: str = DEFAULTS["launcher"],
+        max_restarts: int = DEFAULTS["max_restarts"],
+        cluster_target: str = DEFAULTS["cluster_target"],
+        dask_workers: int = DEFAULTS["dask_workers"],
+        retention_days: int = DEFAULTS["retention_days"],
+        run_id: str = DEFAULTS["run_id"],
     ):
         # first: the parameters exactly as given (locals() holds them, and the enclosing runner)
         parameters = dict(locals())

@@ -762,8 +762,8 @@ def main(argv: list[str] | None = None) -> int:
             bad = [item for item in args.set if "=" not in item]
             if bad:  # dict() of it would say only "dictionary update sequence element #0 ..."
                 raise DeployRequestError(f"--set {bad[0]!r}: expected KEY=VALUE")
-            from pipelines.compile import DEPLOYMENT
             from pipelines.local import LocalRunError, load_config
+            from pipelines.parameters import DEPLOYMENT
             from pipelines.params import check_parameters
 
             baked = [item.split("=", 1)[0] for item in args.set]

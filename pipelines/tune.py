@@ -25,6 +25,7 @@ from components.tune.config import PIPELINE_PARAMETERS, pipeline_defaults
 from kube.tasks import TASK_LABEL, mlflow_client
 from kube.types import MOUNT_PATH, PVC
 from pipelines.ops.tune import tune_op, with_settings_docs
+from pipelines.parameters import MLFLOW_SERVICE_URI
 from pipelines.steps import prepare_data
 
 PIPELINE_NAME = "dailyrec-tune"
@@ -61,10 +62,10 @@ def tune_pipeline(
     search_space: str = TUNE["search_space"],
     enqueue: str = TUNE["enqueue"],
     timeout_hours: float = TUNE["timeout_hours"],
-    storage_root: str = "/mnt/dailyrec",
+    storage_root: str = MOUNT_PATH,
     raw_uri: str = "",
     # the cluster's MLflow (deployed by make deploy) rather than TuneConfig's none
-    tracking_uri: str = "http://mlflow.dailyrec.svc.cluster.local:5000",
+    tracking_uri: str = MLFLOW_SERVICE_URI,
     dask_workers: int = 0,
     cluster_target: str = "",
     run_id: str = "",

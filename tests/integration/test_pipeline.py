@@ -16,8 +16,9 @@ from components.common.runs import STAGES, summary_text
 from components.common.tracking import sqlite_uri
 from components.datagen import generate
 from components.datagen.generator import extended
-from pipelines.compile import DEPLOYMENT, compile_pipeline
+from pipelines.compile import compile_pipeline
 from pipelines.local import LocalRunError, load_config, run_local
+from pipelines.parameters import DEPLOYMENT
 from tests.run_records import SUMMARY_KEYS
 from tests.small_run import small_world
 

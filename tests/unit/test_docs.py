@@ -16,7 +16,7 @@ from benchmarks.pipeline_graph import compiled_pipeline, mermaid, task_names
 ROOT = readme.ROOT
 README = ROOT / "README.md"
 DOCS = readme.doc_files()
-GENERATED = ("pipeline-graph", *readme.PUBLISHED, "reliability")
+GENERATED = (*readme.FROM_CODE, *readme.PUBLISHED, "reliability")
 FIX = "run `make docs` (python -m benchmarks.readme) and commit the result"
 
 
@@ -153,6 +153,12 @@ def test_the_readme_picture_has_the_compiled_pipelines_tasks():
     assert block("pipeline-graph") == mermaid(ir), (
         f"the README's picture of the pipeline is stale: {FIX}"
     )
+
+
+def test_the_parameter_table_is_the_declared_parameters():
+    from pipelines.parameters import markdown_table
+
+    assert block("pipeline-parameters") == markdown_table(), f"the parameter table is stale: {FIX}"
 
 
 def _task(name: str, deps=(), **extra) -> dict:
