@@ -41,9 +41,9 @@ PUBLISHED = (
     "gate",
 )
 """Benchmarks whose module renders its block from its stored results: ``readme_table(result)``."""
-FROM_CODE = ("pipeline-graph", "pipeline-parameters")
+FROM_CODE = ("pipeline-graph", "pipeline-parameters", "exit-statuses")
 """Blocks drawn from the code itself: the compiled pipeline's picture, the daily pipeline's
-parameters (:mod:`pipelines.parameters`)."""
+parameters (:mod:`pipelines.parameters`), the CLIs' exit statuses (:func:`exit_statuses`)."""
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -197,6 +197,29 @@ def table_from_results(name: str, results: Path = RESULTS) -> str:
     return table + "".join(f"\n\n**Measured on older code.** {line}" for line in problems)
 
 
+def _markdown(docstring: str) -> str:
+    """A docstring as one Markdown table cell: one line, single backticks, no final period."""
+    return " ".join(docstring.split()).replace("``", "`").removesuffix(".")
+
+
+def exit_statuses() -> str:
+    """The table of every CLI's exit statuses, from :class:`components.common.cli.Exit`'s member
+    docstrings and :func:`~components.common.cli.signal_exit`'s."""
+    import ast
+    import inspect
+
+    from components.common import cli
+
+    body = ast.parse(inspect.getsource(cli.Exit)).body[0].body
+    lines = ["| status | meaning |", "|---:|---|"]
+    for node, after in zip(body, body[1:], strict=False):
+        if isinstance(node, ast.Assign) and isinstance(after, ast.Expr):
+            member = cli.Exit[node.targets[0].id]
+            lines.append(f"| {int(member)} | {_markdown(after.value.value)} |")
+    lines.append(f"| 128+N | {_markdown(inspect.getdoc(cli.signal_exit).split(chr(10) * 2)[1])} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.readme",
@@ -223,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
             from pipelines.parameters import markdown_table
 
             text = markdown_table()
+        elif name == "exit-statuses":
+            text = exit_statuses()
         elif (RESULTS / f"{name}.json").is_file():
             text = table_from_results(name)
         else:

@@ -16,20 +16,27 @@ class Exit(enum.IntEnum):
     policy) can tell a wrong request from a failed run without reading stderr."""
 
     OK = 0
-    """Done (evaluate: also when the candidate is not blessed; the verdict is in decision.json)."""
+    """Done (evaluate: also when the candidate is not blessed; the verdict is in
+    ``decision.json``)."""
     FAILED = 1
     """The run started and could not finish: a stage or training error, a service (MLflow, the KFP
     API) unreachable, an output not writable, a lock held, a pipeline run that did not succeed."""
     USAGE = 2
     """Bad input or usage, nothing done: an argument, parameter, config or input file is missing,
-    malformed or out of range (argparse's own status for a bad command line)."""
+    malformed, out of range or unknown, or a deadline no plan can meet (argparse's own status for
+    a bad command line)."""
     NO_SPACE = NO_RETRY_EXIT
     """A write failed on a full disk: a restart cannot help (torchrun and the TrainJob's pod failure
     policy do not retry it)."""
 
 
 def signal_exit(signum: int) -> int:
-    """The status of a run stopped by signal ``signum``: 128 + N, as a shell reports it."""
+    """The status of a run stopped by signal ``signum``: 128 + N, as a shell reports it.
+
+    Stopped by signal N: the commands that start processes (``pipelines.local``, the torchrun
+    wrapper, ``serve``) stop them first; the stages that record an MLflow run (train, evaluate,
+    register) end it KILLED (``components/common/stop.py``).
+    """
     return 128 + int(signum)
 
 

@@ -155,6 +155,11 @@ def test_the_readme_picture_has_the_compiled_pipelines_tasks():
     )
 
 
+def test_the_exit_status_table_is_the_codes_statuses():
+    """(tests/unit/test_exit_codes.py checks that it lists every status)"""
+    assert block("exit-statuses") == readme.exit_statuses(), f"the exit statuses are stale: {FIX}"
+
+
 def test_the_parameter_table_is_the_declared_parameters():
     from pipelines.parameters import markdown_table
 
