@@ -138,11 +138,12 @@ def finalize_run(
     summary["failed_stage"] = (
         next((s for s in STAGES if s not in done), None) if outcome.failed else None
     )
+    summary["warm_start"] = (done.get("train") or {}).get("warm_start")
     summary["kfp_state"] = state
     summary["outcome_from"] = outcome.decided_by
     summary["cleanup"] = {"state": "pending"}
     write_summary(folder, summary)
-    print(summary_text(summary), flush=True)
+    print(run_text(summary), flush=True)
     if push is None:
         from components.common.monitoring import push_run_outcome as push
     push(summary)  # to $DAILYREC_PUSHGATEWAY when set; never raises
@@ -199,3 +200,34 @@ def _retention(
 
 def _skipped(why: str) -> dict:
     return {"skipped": why, "errors": [], "line": f"retention skipped this time: {why}"}
+
+
+def warm_start_record(
+    asked: bool, model_name: str, version: str | None, trained: dict | None
+) -> dict:
+    """What a run's training started from, for its summary and console: ``asked`` (the
+    ``warm_start`` parameter), the champion ``version`` found (None: none), and what the trainer
+    says of it (``{"from", "applied", "reason"}``; None: it was given nothing)."""
+    applied = bool(trained and trained.get("applied"))
+    if not asked:
+        line = "off (warm_start=false): trained from scratch"
+    elif version is None:
+        line = f"no champion of {model_name} yet: trained from scratch"
+    elif applied:
+        line = f"from {model_name} v{version}'s weights"
+    else:
+        reason = (trained or {}).get("reason") or "not applied"
+        line = f"{model_name} v{version}'s weights not used ({reason}): trained from scratch"
+    return {"asked": asked, "version": version, "applied": applied, "line": line}
+
+
+def run_text(summary: dict) -> str:
+    """The readable end of a run: :func:`components.common.runs.summary_text`, with where its
+    training started from."""
+    text = summary_text(summary)
+    warm = summary.get("warm_start")
+    if not isinstance(warm, dict) or "line" not in warm:
+        return text
+    lines = text.split("\n")
+    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("  model ")), len(lines))
+    return "\n".join([*lines[:at], f"  warm     {warm['line']}", *lines[at:]])

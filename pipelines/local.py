@@ -36,10 +36,11 @@ from components.common.cli import Exit, cli_parser, exit_for, signal_exit
 from components.common.lock import LockBusy, storage_lock
 from components.common.paths import PathError, inside, safe_name
 from components.common.proctree import Stopped, orphan_watchdog, stop_tree_on_signals
-from components.common.runs import OWNER, SUMMARY, run_dir, summary_text
+from components.common.runs import OWNER, SUMMARY, run_dir
 from components.common.storage import atomic_write_json
 from components.common.tracking import sqlite_uri
 from pipelines.console import RunConsole
+from pipelines.finalize import run_text
 from pipelines.params import check_parameters
 
 DEFAULT_CONFIG = "configs/local.json"
@@ -519,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # e.g. a --root that cannot be created
         print(f"run: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return exit_for(exc)
-    print("\n" + (summary_text(summary) if "stage_seconds" in summary else json.dumps(summary)))
+    print("\n" + (run_text(summary) if "stage_seconds" in summary else json.dumps(summary)))
     print(
         f"  wall     {summary['wall_seconds']:.0f}s  summary: {Path(args.root) / 'runs' / summary['run_id'] / SUMMARY}"
     )

@@ -48,10 +48,12 @@ def train_op(
     from components.common.attempts import attempt, final_record
     from components.common.dataset import read_pointer
     from components.common.proctree import stop_tree_on_signals
+    from components.common.progress import PROGRESS, get_logger
     from components.common.runs import RunFolder, record_stage
     from components.common.storage import atomic_write_bytes
     from components.train.launch import LaunchSpec, launch
     from components.train.trainer import summary_line
+    from pipelines.finalize import warm_start_record
 
     @contextlib.contextmanager
     def final_when_spent(launcher: str):
@@ -71,7 +73,7 @@ def train_op(
     data_dir = read_pointer(dataset.path)
     # the artifact is the plan; the trainer processes (other pods on a cluster) read it from shared storage
     plan_path = atomic_write_bytes(RunFolder(Path(run_dir)).plan, Path(plan.path).read_bytes())
-    init_from = None
+    init_from = champion = None
     if warm_start and tracking_uri:
         from components.common.registry_read import NoRegistry, connect_readonly
         from components.register.registry import champion_checkpoint
@@ -82,8 +84,7 @@ def train_op(
             client = None
         found = client and champion_checkpoint(client, model_name, str(Path(run_dir) / "champion"))
         if found:
-            print(f"warm start: from {model_name} v{found[0]} (applied if the shapes match)")
-            init_from = found[1]
+            champion, init_from = found
     backend = None  # torchrun in this task's pod
     if launcher == "trainjob":
         from kube.client import TrainJobBackend
@@ -120,10 +121,9 @@ def train_op(
     )
     with open(model.path, "w") as fh:  # a pointer: the checkpoint stays on shared storage
         fh.write(checkpoint + "\n")
-    applied = bool(summary.get("warm_start") and summary["warm_start"]["applied"])
-    record_stage(
-        run_dir, "train", time.perf_counter() - started, warm_start=summary.get("warm_start")
-    )
+    warm = warm_start_record(warm_start, model_name, champion, summary.get("warm_start"))
+    get_logger("components.train").log(PROGRESS, "warm start: %s", warm["line"])
+    record_stage(run_dir, "train", time.perf_counter() - started, warm_start=warm)
     return namedtuple("Trained", ["best_val_auc", "warm_started"])(
-        float(summary["best_val_auc"]), applied
+        float(summary["best_val_auc"]), warm["applied"]
     )

@@ -17,6 +17,7 @@ from components.common.tracking import sqlite_uri
 from components.datagen import generate
 from components.datagen.generator import extended
 from pipelines.compile import compile_pipeline
+from pipelines.finalize import run_text
 from pipelines.local import LocalRunError, load_config, run_local
 from pipelines.parameters import DEPLOYMENT
 from tests.run_records import SUMMARY_KEYS
@@ -326,6 +327,12 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     assert len(client.search_model_versions("name = 'dailyrec'")) == 1
     train_record = json.loads((root / "runs" / "day2" / "stages" / "train.json").read_text())
     assert train_record["warm_start"]["applied"] is True  # initialized from champion v1
+    # the summary and its readable end say where training started from
+    assert second["warm_start"] == train_record["warm_start"]
+    assert str(second["warm_start"]["version"]) == "1"
+    assert "  warm     from dailyrec v1's weights" in run_text(second)
+    assert first["warm_start"]["applied"] is False
+    assert "  warm     no champion of dailyrec yet: trained from scratch" in run_text(first)
     assert json.loads((root / "runs" / "latest" / "summary.json").read_text())["run_id"] == "day2"
     # KFP's working folders stayed inside the run folders
     assert (root / "runs" / "day2" / "kfp" / "outputs").is_dir()
