@@ -262,20 +262,46 @@ def ensure_sqlite(db: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+"""The experiment tag MLflow 3's UI reads to choose its view; without it an experiment opens in the
+GenAI view (traces)."""
+EXPERIMENT_KIND = "custom_model_development"
+"""The classic machine-learning view: runs, their metrics and charts, models."""
+
+
 def ensure_experiment(client: Any, name: str, tracking_uri: str) -> str:
-    """The id of experiment ``name``, created (artifacts beside a SQLite DB) when absent."""
+    """The id of experiment ``name``, created (artifacts beside a SQLite DB) when absent, and marked
+    for MLflow's machine-learning view (:data:`EXPERIMENT_KIND`)."""
     found = client.get_experiment_by_name(name)
     if found is not None:
+        if found.tags.get(EXPERIMENT_KIND_TAG) is None:  # one made by an earlier version
+            client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return found.experiment_id
     try:
         return client.create_experiment(
-            name, artifact_location=artifact_location(tracking_uri, name)
+            name,
+            artifact_location=artifact_location(tracking_uri, name),
+            tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
         )
     except Exception:  # created concurrently by another process: use theirs
         found = client.get_experiment_by_name(name)
         if found is None:
             raise
         return found.experiment_id
+
+
+def dataset_input(data: str, meta: dict) -> Any:
+    """A preprocessed dataset as an MLflow dataset (``mlflow.log_input``): named by its folder,
+    with its fingerprint as the digest, so the runs that read the same window show the same
+    dataset."""
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    return MetaDataset(
+        resolve_dataset_source(str(Path(data).resolve())),
+        name=Path(data).name,
+        digest=str(meta.get("fingerprint") or "")[:16] or None,
+    )
 
 
 def code_version() -> str:

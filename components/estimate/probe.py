@@ -37,10 +37,13 @@ import numpy as np
 import torch
 
 from components.common.plan import TrainPlan
+from components.common.progress import PROGRESS, get_logger
 from components.train.model import ModelConfig, Vocab, build_model
 from components.train.trainer import Optimizers, autocast_for
 
 WARM_BATCH = 8
+
+log = get_logger(__name__)
 
 
 def synthetic_batch(
@@ -422,6 +425,13 @@ def probe_launch(
             "--out",
             str(out),
         )
+        log.log(
+            PROGRESS,
+            "speed probe: timing the trainer's steps (micro-batch %d) in %d process(es) launched "
+            "by torchrun; this takes a minute or two",
+            plan.micro_batch,
+            plan.nproc_per_node,
+        )
         launched_at = time.time()
         proc = subprocess.run(
             command,
@@ -441,6 +451,13 @@ def probe_launch(
             raise ValueError(reason)
         result = json.loads(out.read_text())
     startup = (result["ready_at"] - launched_at) + (ended_at - result["done_at"])
+    log.log(
+        PROGRESS,
+        "speed probe: %s samples/s per process, start-up %.0fs (%.0fs in all)",
+        f"{result['samples_per_s']:,.0f}",
+        startup,
+        ended_at - launched_at,
+    )
     return {
         **result,
         "startup_seconds": startup,

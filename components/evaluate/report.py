@@ -11,13 +11,13 @@ from components.evaluate.decision import comparison_defined, undefined_why
 ROC_PNG, CALIBRATION_PNG, REPORT_MD = "roc.png", "calibration.png", "report.md"
 
 
-def _figure():
+def _figure(rows: int = 1, cols: int = 1, size=(4.5, 4.5), **kwargs):
     import matplotlib
 
     matplotlib.use("Agg")  # no display in pipelines and CI
     import matplotlib.pyplot as plt
 
-    return plt, plt.subplots(figsize=(4.5, 4.5), dpi=100)
+    return plt, plt.subplots(rows, cols, figsize=size, dpi=100, **kwargs)
 
 
 def _save(plt, fig, path: Path) -> bytes:
@@ -29,42 +29,77 @@ def _save(plt, fig, path: Path) -> bytes:
     return buffer.getvalue()
 
 
-def plot_roc(curves: dict[str, list[dict]], path: Path) -> bytes:
-    """ROC curves ({label: points}) with the chance diagonal; returns the PNG bytes."""
-    plt, (fig, ax) = _figure()
-    for label, points in curves.items():
-        ax.plot([p["fpr"] for p in points], [p["tpr"] for p in points], label=label)
-    ax.plot([0, 1], [0, 1], linestyle=":", color="grey", label="chance")
-    ax.set(
-        xlabel="false positive rate",
-        ylabel="true positive rate",
-        title="ROC (test split)",
-        xlim=(0, 1),
-        ylim=(0, 1),
-    )
-    ax.legend(loc="lower right")
+ROC_ZOOM_FPR = 0.1
+"""The right panel of the ROC plot: false positive rates up to this, where a feed's top slots are
+decided."""
+
+
+def _labelled(label: str, aucs: dict[str, float] | None) -> str:
+    auc = (aucs or {}).get(label)
+    return label if auc is None or auc != auc else f"{label} (AUC {auc:.4f})"
+
+
+def plot_roc(
+    curves: dict[str, list[dict]], path: Path, aucs: dict[str, float] | None = None
+) -> bytes:
+    """ROC curves ({label: points}, each labelled with its AUC from ``aucs``) with the chance
+    diagonal, whole and zoomed on low false positive rates; returns the PNG bytes."""
+    plt, (fig, axes) = _figure(1, 2, size=(9, 4.5))
+    for ax, top in zip(axes, (1.0, ROC_ZOOM_FPR), strict=True):
+        for label, points in curves.items():
+            fpr = [p["fpr"] for p in points]
+            tpr = [p["tpr"] for p in points]
+            ax.plot(fpr, tpr, label=_labelled(label, aucs))
+        ax.plot([0, top], [0, top], linestyle=":", color="grey", label="chance")
+        ax.set(
+            xlabel="false positive rate",
+            ylabel="true positive rate",
+            xlim=(0, top),
+            ylim=(0, 1 if top == 1 else None),
+        )
+    axes[0].set_title("ROC (test split)")
+    axes[1].set_title(f"low false positive rates (up to {ROC_ZOOM_FPR:g})")
+    axes[1].set_ylim(bottom=0)
+    axes[0].legend(loc="lower right")
     return _save(plt, fig, path)
 
 
-def plot_calibration(curves: dict[str, list[dict]], path: Path) -> bytes:
-    """Reliability diagram ({label: equal-mass bins}); returns the PNG bytes."""
-    plt, (fig, ax) = _figure()
-    top = 0.0
+def plot_calibration(
+    curves: dict[str, list[dict]], path: Path, predictions: dict | None = None
+) -> bytes:
+    """Reliability diagram ({label: equal-mass bins}) on log axes (click rates span decades),
+    with the histogram of each model's predicted probabilities (``predictions``: label -> array)
+    below; returns the PNG bytes."""
+    import numpy as np
+
+    plt, (fig, (ax, hist)) = _figure(
+        2, 1, size=(5, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
+    low, high = 1.0, 0.0
     for label, bins in curves.items():
         xs = [b["mean_prediction"] for b in bins]
         ys = [b["positive_rate"] for b in bins]
-        top = max(top, *xs, *ys)
-        ax.plot(xs, ys, marker="o", markersize=3, label=label)
-    top = min(1.0, top * 1.05 or 1.0)
-    ax.plot([0, top], [0, top], linestyle=":", color="grey", label="perfect")
+        points = [(x, y) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
+        if points:
+            low = min(low, *(min(p) for p in points))
+            high = max(high, *(max(p) for p in points))
+            ax.plot(*zip(*points, strict=True), marker="o", markersize=3, label=label)
+    low, high = (low / 1.5, min(1.0, high * 1.5)) if high > 0 else (1e-3, 1.0)
+    ax.plot([low, high], [low, high], linestyle=":", color="grey", label="perfect")
     ax.set(
-        xlabel="mean predicted probability",
+        xscale="log",
+        yscale="log",
         ylabel="observed click rate",
         title="Calibration (equal-mass bins)",
-        xlim=(0, top),
-        ylim=(0, top),
+        xlim=(low, high),
+        ylim=(low, high),
     )
     ax.legend(loc="upper left")
+    edges = np.geomspace(low, high, 40)
+    for label, values in (predictions or {}).items():
+        values = np.asarray(values, dtype=float)
+        hist.hist(np.clip(values, low, high), bins=edges, histtype="step", label=label)
+    hist.set(xscale="log", xlabel="predicted probability", ylabel="rows")
     return _save(plt, fig, path)
 
 

@@ -141,6 +141,7 @@ def evaluate(config: EvaluateConfig) -> dict:
     auc_interval = clustered_auc(prob, y, groups, config.rule.confidence)
     curves = {"candidate": roc_points(prob, y)}
     bins = {"candidate": calibration(prob, y, config.bins)["bins"]}
+    predictions = {"candidate": prob}
     comparison = None
     if champion_model is not None and not np.isfinite(np.concatenate(champion_probs)).all():
         champion = {**champion, "status": "unusable", "reason": "scores NaN or infinite"}
@@ -153,6 +154,7 @@ def evaluate(config: EvaluateConfig) -> dict:
         bins[f"champion v{champion['version']}"] = calibration(champion_prob, y, config.bins)[
             "bins"
         ]
+        predictions[f"champion v{champion['version']}"] = champion_prob
     served = served_scores(
         config,
         meta,
@@ -210,9 +212,9 @@ def evaluate(config: EvaluateConfig) -> dict:
     }
     metrics["plan_vs_actual"] = training_plan_vs_actual(config.checkpoint)
     metrics["seconds"] = time.perf_counter() - started
-    with tracked_run(config) as run:
+    with tracked_run(config, (meta.get("window") or {}).get("end") or "") as run:
         metrics["mlflow_run_id"] = run.info.run_id if run else None
-        write_outputs(Path(config.out), metrics, decision, curves, bins)
+        write_outputs(Path(config.out), metrics, decision, curves, bins, predictions)
         if run:
             log_evaluation(Path(config.out), metrics, decision)
     log.info("evaluate: %s", summary_line(metrics, decision))
@@ -264,9 +266,10 @@ def enumerate_rows(batches):
 
 
 @contextlib.contextmanager
-def tracked_run(config: EvaluateConfig):
-    """An MLflow run of this evaluation (None without a tracking URI); ends FAILED if the block
-    raises, KILLED if it is stopped."""
+def tracked_run(config: EvaluateConfig, day: str = ""):
+    """An MLflow run of this evaluation (None without a tracking URI), named by the last ``day``
+    of the window it judges (days of runs tell apart); ends FAILED if the block raises, KILLED if
+    it is stopped."""
     if not config.tracking_uri:
         yield None
         return
@@ -277,7 +280,7 @@ def tracked_run(config: EvaluateConfig):
     experiment_id = ensure_experiment(client, EXPERIMENT, config.tracking_uri)
     with started_run(
         experiment_id=experiment_id,
-        run_name=f"evaluate-{Path(config.checkpoint).parent.name}",
+        run_name=f"evaluate-{day or Path(config.checkpoint).parent.name}",
         tags={"model_name": config.model_name},
     ) as run:
         yield run
@@ -309,6 +312,11 @@ def log_evaluation(out: Path, metrics: dict, decision: dict) -> None:
     )
     for name in (METRICS, DECISION, ROC, report.ROC_PNG, report.CALIBRATION_PNG, report.REPORT_MD):
         mlflow.log_artifact(str(out / name), artifact_path="evaluation")
+    dataset = metrics.get("dataset") or {}
+    if dataset.get("path"):
+        from components.common.tracking import dataset_input
+
+        mlflow.log_input(dataset_input(dataset["path"], dataset), context="evaluation")
 
 
 def training_plan_vs_actual(checkpoint: str) -> dict | None:
@@ -400,13 +408,25 @@ def champion_profile(local: Path) -> WindowProfile | None:
         return None
 
 
-def write_outputs(out: Path, metrics: dict, decision: dict, curves: dict, bins: dict) -> None:
+def write_outputs(
+    out: Path,
+    metrics: dict,
+    decision: dict,
+    curves: dict,
+    bins: dict,
+    predictions: dict[str, np.ndarray] | None = None,
+) -> None:
+    """``curves``, ``bins``, ``predictions``: by label (candidate, champion vN)."""
+    champion = metrics.get("champion") or {}
+    aucs = {"candidate": metrics["candidate"]["auc"]}
+    if champion.get("metrics"):
+        aucs[f"champion v{champion['version']}"] = champion["metrics"]["auc"]
     with atomic_dir(out) as tmp:
         atomic_write_json(tmp / METRICS, metrics)
         atomic_write_json(tmp / DECISION, decision)
         atomic_write_json(tmp / ROC, curves)
-        report.plot_roc(curves, tmp / report.ROC_PNG)
-        report.plot_calibration(bins, tmp / report.CALIBRATION_PNG)
+        report.plot_roc(curves, tmp / report.ROC_PNG, aucs)
+        report.plot_calibration(bins, tmp / report.CALIBRATION_PNG, predictions)
         images = {"ROC": report.ROC_PNG, "Calibration": report.CALIBRATION_PNG}
         atomic_write_bytes(
             tmp / report.REPORT_MD, report.markdown(metrics, decision, images).encode()

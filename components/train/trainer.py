@@ -68,6 +68,11 @@ from components.train.state import TrainState
 
 log = get_logger(__name__)
 SUMMARY = TRAIN_SUMMARY
+LOSS_POINTS_PER_EPOCH = 50
+"""Points of the training loss an epoch logs to MLflow (its learning curve)."""
+STEP_LOSS = "train_loss_by_step"
+"""The learning curve's metric: the epoch's running training loss, its step the optimizer step (the
+per-epoch metrics, ``train_loss`` among them, take the epoch as their step)."""
 
 
 @dataclass(frozen=True)
@@ -328,24 +333,36 @@ class MlflowLogger:
     active: MlflowLogger | None = None
     """The logger whose run is open in this process (closed as FAILED if training raises)."""
 
-    def __init__(self, config: TrainConfig, runtime: Runtime, params: dict) -> None:
+    def __init__(self, config: TrainConfig, runtime: Runtime, params: dict, meta: dict) -> None:
         self.mlflow = self.started = None
         self.error: str | None = None
         self.run_id: str | None = None
+        self.loss_every = 1
         if not (config.tracking_uri and runtime.is_main):
             return
         import mlflow
 
-        from components.common.tracking import connect, ensure_experiment
+        from components.common.tracking import connect, dataset_input, ensure_experiment
 
         client = connect(config.tracking_uri)
         experiment_id = ensure_experiment(client, config.experiment, config.tracking_uri)
+        day = (meta.get("window") or {}).get("end") or Path(config.data).name
         self.run_id = mlflow.start_run(
-            experiment_id=experiment_id, log_system_metrics=True
+            experiment_id=experiment_id, run_name=f"train-{day}", log_system_metrics=True
         ).info.run_id
         self.mlflow = self.started = mlflow
         MlflowLogger.active = self
         mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
+        self._call(
+            "log_input",
+            lambda: mlflow.log_input(dataset_input(config.data, meta), context="training"),
+        )
+
+    def train_loss(self, loss: float, step: int) -> None:
+        """The running training loss of the epoch after optimizer ``step`` (the learning curve),
+        every :data:`LOSS_POINTS_PER_EPOCH`-th of an epoch."""
+        if self.mlflow and step % self.loss_every == 0:
+            self._call("log_metric", lambda: self.mlflow.log_metric(STEP_LOSS, loss, step=step))
 
     def _call(self, what: str, fn: Callable[[], Any]) -> None:
         if not self.mlflow:
@@ -571,7 +588,8 @@ class Trainer:
             "dataset": self.meta.get("fingerprint", "")[:16],
             "sparse": self.sparse,
         }
-        self.mlf = MlflowLogger(self.config, runtime, params)
+        self.mlf = MlflowLogger(self.config, runtime, params, self.meta)
+        self.mlf.loss_every = max(1, self.steps_per_epoch // LOSS_POINTS_PER_EPOCH)
         self.gpu = GpuSampler(runtime.device)
         self.monitor = TrainingMetrics.from_env(runtime.is_main)
         if self.monitor:
@@ -583,7 +601,8 @@ class Trainer:
 
     def after_step(self) -> None:
         """Write ``last`` every ``plan.checkpoint_every_steps`` optimizer steps and whenever
-        ``plan.max_lost_minutes`` have passed since the previous write."""
+        ``plan.max_lost_minutes`` have passed since the previous write; the loss to MLflow."""
+        self.mlf.train_loss(self.state.epoch_loss, self.state.global_step)
         plan, now = self.plan, time.perf_counter()
         due = (
             plan.checkpoint_every_steps

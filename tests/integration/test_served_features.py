@@ -234,3 +234,26 @@ def test_a_dataset_without_its_users_events_is_refused_by_name(world, tmp_path):
                 out=str(tmp_path / "eval"),
             )
         )
+
+
+def test_the_evaluation_run_is_named_by_its_day_and_names_its_dataset(world, tmp_path):
+    from mlflow import MlflowClient
+
+    from components.common.tracking import sqlite_uri
+
+    uri = sqlite_uri(tmp_path / "mlruns")
+    result = evaluate(
+        EvaluateConfig(
+            data=str(world["after"]),
+            checkpoint=str(world["root"] / "train" / "best.pt"),
+            out=str(tmp_path / "eval"),
+            tracking_uri=uri,
+            rule=GateRule(min_auc=0.5),
+        )
+    )
+    run = MlflowClient(uri).get_run(result["metrics"]["mlflow_run_id"])
+    assert run.info.run_name == f"evaluate-{DAY5}"
+    (given,) = run.inputs.dataset_inputs
+    assert given.dataset.name == world["after"].name
+    assert given.dataset.digest == load_meta(world["after"])["fingerprint"][:16]
+    assert {t.key: t.value for t in given.tags}["mlflow.data.context"] == "evaluation"

@@ -355,6 +355,8 @@ def test_version_links_its_training_and_evaluation_runs(world, registered):
     assert f"[training run]({version.tags['training_run_link']})" in version.description
     evaluation = client.get_run(version.tags["evaluation_run_id"])
     assert evaluation.data.metrics["test_auc"] == pytest.approx(registered["metrics"]["test_auc"])
+    # named by the day it judged, so that days tell apart in the experiment's run list
+    assert evaluation.info.run_name == f"evaluate-{DAY5}"
     assert evaluation.data.tags["blessed"] == "true"
     logged = {a.path for a in client.list_artifacts(evaluation.info.run_id, "evaluation")}
     assert {

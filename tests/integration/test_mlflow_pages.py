@@ -1,0 +1,57 @@
+"""What a person finds in MLflow: experiments that open in the machine-learning view, runs named by
+stage and day, a learning curve, the dataset each run read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mlflow import MlflowClient
+
+from components.common.plan import TrainPlan, write_plan
+from components.common.tracking import (
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    connect,
+    ensure_experiment,
+    sqlite_uri,
+)
+from components.train.data import load_meta
+from components.train.trainer import LOSS_POINTS_PER_EPOCH, STEP_LOSS, TrainConfig, train
+
+pytestmark = pytest.mark.integration
+
+
+def test_experiments_open_in_mlflows_machine_learning_view(tmp_path):
+    uri = sqlite_uri(tmp_path)
+    client = connect(uri)
+    made = ensure_experiment(client, "new", uri)
+    assert client.get_experiment(made).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
+    older = client.create_experiment("older")  # as an earlier version made them: no kind
+    assert ensure_experiment(client, "older", uri) == older
+    assert client.get_experiment(older).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
+
+
+def test_a_training_run_is_named_by_its_day_with_a_learning_curve_and_its_dataset(
+    tiny_dataset, tmp_path
+):
+    plan = write_plan(
+        tmp_path / "plan.json",
+        TrainPlan(model="debug", micro_batch=64, num_workers=0, max_epochs=2),
+    )
+    uri = sqlite_uri(tmp_path / "mlruns")
+    out = tmp_path / "out"
+    train(TrainConfig(data=str(tiny_dataset), out=str(out), plan=str(plan), tracking_uri=uri))
+    summary = json.loads((out / "train_summary.json").read_text())
+    meta = load_meta(tiny_dataset)
+    client = MlflowClient(uri)
+    run = client.get_run(summary["mlflow_run_id"])
+    assert run.info.run_name == f"train-{meta['window']['end']}"
+    curve = client.get_metric_history(run.info.run_id, STEP_LOSS)
+    steps = sorted(point.step for point in curve)
+    assert len(set(steps)) == len(steps) >= LOSS_POINTS_PER_EPOCH and steps[0] >= 1
+    assert all(point.value > 0 for point in curve)
+    (given,) = run.inputs.dataset_inputs
+    assert given.dataset.name == tiny_dataset.name
+    assert given.dataset.digest == meta["fingerprint"][:16]
+    assert {t.key: t.value for t in given.tags}["mlflow.data.context"] == "training"
