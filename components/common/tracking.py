@@ -294,11 +294,14 @@ def dataset_input(data: str, meta: dict) -> Any:
     """A preprocessed dataset as an MLflow dataset (``mlflow.log_input``): named by its folder,
     with its fingerprint as the digest, so the runs that read the same window show the same
     dataset."""
-    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.dataset_source_registry import get_registered_sources, resolve_dataset_source
     from mlflow.data.meta_dataset import MetaDataset
 
+    # a folder on local or shared storage; MLflow registers that kind of source twice and warns
+    # on every resolution that it "can be interpreted in multiple ways" unless told which
+    local = [s for s in get_registered_sources() if s.__name__ == "LocalArtifactDatasetSource"]
     return MetaDataset(
-        resolve_dataset_source(str(Path(data).resolve())),
+        resolve_dataset_source(str(Path(data).resolve()), candidate_sources=local[:1] or None),
         name=Path(data).name,
         digest=str(meta.get("fingerprint") or "")[:16] or None,
     )

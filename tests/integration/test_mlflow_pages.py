@@ -55,3 +55,16 @@ def test_a_training_run_is_named_by_its_day_with_a_learning_curve_and_its_datase
     assert given.dataset.name == tiny_dataset.name
     assert given.dataset.digest == meta["fingerprint"][:16]
     assert {t.key: t.value for t in given.tags}["mlflow.data.context"] == "training"
+
+
+def test_a_dataset_input_is_made_without_a_warning(tiny_dataset):
+    """Every run logs one: a warning there would reach every run's console."""
+    import warnings
+
+    from components.common.tracking import dataset_input
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        given = dataset_input(str(tiny_dataset), {"fingerprint": "ab" * 20})
+    assert given.source.to_dict() == {"uri": str(tiny_dataset.resolve())}
+    assert given.digest == "ab" * 8
