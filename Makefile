@@ -76,7 +76,7 @@ SKIP_IMAGES ?=
 #: docker-registry Secret(s) in the namespace for a private registry, comma-separated
 IMAGE_PULL_SECRETS ?=
 
-.PHONY: help install run data next-day preprocess tune compile ui serve monitor dashboard images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-serving bench-gate docs lint format clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess tune compile ui screenshots serve monitor dashboard images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-serving bench-gate docs lint format clean clean-data clean-runs
 
 help: ## list the targets and the variables they read (make run DATA=… CONFIG=…)
 	@echo "targets:"
@@ -118,9 +118,12 @@ tune: install data ## hyperparameter search (Optuna ASHA) on DATA -> runs/<id>/t
 compile: install ## compile the pipeline for ENV (default a100: TrainJobs on its node pool; ENV=none: local launcher) to build/pipeline.yaml
 	$(PY) -m pipelines.compile --out build/pipeline.yaml --env $(ENV)
 
+screenshots: install test-tools ## what the MLflow UI shows of the newest runs and version, as PNGs from headless Chromium -> ROOT/runs/screenshots/
+	$(PY) -m pipelines.screenshots --root $(ROOT)
+
 ui: install ## MLflow UI on 127.0.0.1 over the local registry (ROOT/runs/mlflow.db)
 	@$(VENV)/bin/python -m components.common.tracking $(abspath $(ROOT))/runs/mlflow.db
-	@echo "MLflow UI on http://127.0.0.1:$(UI_PORT)  (Ctrl-C stops it)"
+	@echo "MLflow UI on http://127.0.0.1:$(UI_PORT)/#/experiments?workflowType=machine_learning  (Ctrl-C stops it)"
 	MLFLOW_DISABLE_TELEMETRY=true $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(abspath $(ROOT))/runs/mlflow.db \
 	  --host 127.0.0.1 --port $(UI_PORT)
 
@@ -157,17 +160,18 @@ deploy: install ## ENV=a100 KFP_HOST=… REGISTRY=… [TAG=…] [SKIP_IMAGES=1] 
 trigger: install ## start one run of the deployed pipeline now (as the UI's Create run): KFP_HOST=…
 	$(PY) -m pipelines.deploy trigger $(if $(KFP_HOST),--host $(KFP_HOST))
 
-# Debian packages the monitoring tests start (a real Pushgateway and Prometheus, promtool); pip cannot install them.
-MONITORING_TOOLS := prometheus prometheus-pushgateway
+# Debian packages the tests start: a real Pushgateway and Prometheus, promtool (monitoring) and Chromium
+# (the MLflow pages, make screenshots); pip cannot install them.
+TEST_TOOLS := prometheus prometheus-pushgateway chromium
 
-test-tools: ## install Prometheus, the Pushgateway and promtool with apt-get where possible (else their tests skip)
-	@if command -v prometheus >/dev/null && command -v prometheus-pushgateway >/dev/null && command -v promtool >/dev/null; then :; \
+test-tools: ## install Prometheus, the Pushgateway, promtool and Chromium with apt-get where possible (else their tests skip)
+	@if command -v prometheus >/dev/null && command -v prometheus-pushgateway >/dev/null && command -v promtool >/dev/null && command -v chromium >/dev/null; then :; \
 	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-	  echo "installing $(MONITORING_TOOLS) (apt-get) for the monitoring tests"; \
-	  apt-get install -y -qq --no-install-recommends $(MONITORING_TOOLS) >/dev/null \
-	    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends $(MONITORING_TOOLS) >/dev/null; } \
-	    || echo "could not install $(MONITORING_TOOLS): the monitoring tests will be skipped"; \
-	else echo "$(MONITORING_TOOLS) not installed (apt-get install $(MONITORING_TOOLS) as root): the monitoring tests will be skipped"; fi
+	  echo "installing $(TEST_TOOLS) (apt-get) for the monitoring and browser tests"; \
+	  apt-get install -y -qq --no-install-recommends $(TEST_TOOLS) >/dev/null \
+	    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends $(TEST_TOOLS) >/dev/null; } \
+	    || echo "could not install $(TEST_TOOLS): their tests will be skipped"; \
+	else echo "$(TEST_TOOLS) not installed (apt-get install $(TEST_TOOLS) as root): their tests will be skipped"; fi
 
 test: install test-tools ## run the test suite (unit, integration, deploy, fast reliability checks; tiny data; one worker per core)
 	$(PY) -m pytest -q -m "not slow and not images" -n auto --dist loadfile $(PYTEST_ARGS)

@@ -36,6 +36,7 @@ from components.train.inference import load_scorer, predict_logits, sigmoid, spl
 from components.train.model import BATCH_KEYS, Vocab
 from tests.conftest import START, write_day
 from tests.serving_world import AT, DAY5, NAME, day5, requests_of
+from tests.tools import require_tool
 
 pytestmark = pytest.mark.integration
 
@@ -574,3 +575,22 @@ def test_a_model_refuses_to_score_ids_hashed_under_another_key(world, registered
     client = mlflow.MlflowClient(world["uri"])
     version = client.get_model_version_by_alias(NAME, "champion")
     assert version.tags.get("dailyrec_id_key") == trained_under
+
+
+def test_the_mlflow_pages_render_in_a_browser_in_the_model_training_view(
+    world, registered, tmp_path
+):
+    """What a person sees, from headless Chromium: the training run named by its day in MLflow's
+    Model training view (not the GenAI one), and the version with its alias."""
+    from pipelines.screenshots import take
+
+    require_tool("chromium", "apt-get install chromium (make test-tools does as root)")
+    shown = take(world["uri"], tmp_path, NAME, names=("train-run", "version"))
+    assert set(shown) == {"train-run", "version"}
+    for page in shown.values():
+        assert (tmp_path / page["png"]).stat().st_size > 20_000  # a page, not a blank
+    run = shown["train-run"]["text"]
+    assert f"train-{(START + dt.timedelta(days=3)).isoformat()}" in run
+    assert "Model registry" in run and "Sessions" not in run  # Model training's menu, not GenAI's
+    version = shown["version"]["text"]
+    assert "Version 1" in version and "champion" in version
