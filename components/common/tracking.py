@@ -263,8 +263,9 @@ def ensure_sqlite(db: Path) -> None:
 
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-"""The experiment tag MLflow 3's UI reads to choose its view; without it an experiment opens in the
-GenAI view (traces)."""
+"""The experiment tag that says what an experiment holds (MLflow 3 infers GenAI without it). Its
+UI keeps a switch of its own, GenAI or Model training, that starts on GenAI; the link ``make ui``
+prints selects Model training (``?workflowType=machine_learning``)."""
 EXPERIMENT_KIND = "custom_model_development"
 """The classic machine-learning view: runs, their metrics and charts, models."""
 
