@@ -76,7 +76,7 @@ SKIP_IMAGES ?=
 #: docker-registry Secret(s) in the namespace for a private registry, comma-separated
 IMAGE_PULL_SECRETS ?=
 
-.PHONY: help install run data next-day preprocess tune compile ui screenshots serve monitor dashboard images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-serving bench-gate docs lint format clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess tune compile ui screenshots serve monitor dashboard images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-downsampling bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-serving bench-gate docs lint format clean clean-data clean-runs
 
 help: ## list the targets and the variables they read (make run DATA=… CONFIG=…)
 	@echo "targets:"
@@ -102,7 +102,7 @@ run: install data ## the main job: the daily KFP pipeline on this machine (kfp.l
 
 data: install ## generate the synthetic sample logs into data/raw (skipped if present or DATA is yours)
 	@if [ "$(DATA)" != "$(SAMPLE)" ]; then test -d "$(DATA)" || { echo "DATA=$(DATA): no such folder"; exit 2; }; \
-	elif [ -f $(SAMPLE)/datagen.json ]; then echo "$(SAMPLE) exists: keeping it (make clean-data to regenerate)"; \
+	elif [ -f $(SAMPLE)/_datagen.json ] || [ -f $(SAMPLE)/datagen.json ]; then echo "$(SAMPLE) exists: keeping it (make clean-data to regenerate)"; \
 	else $(PY) -m components.datagen --out $(SAMPLE) --days $(DAYS) --users $(USERS) --items $(ITEMS) \
 	  --events-per-day $(EVENTS_PER_DAY) --seed $(SEED); fi
 
@@ -187,10 +187,10 @@ $(VENV)/.mutation: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,mutation]'
 	@touch $@
 
-bench: bench-quality bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-images bench-distributed bench-serving bench-gate test-reliability mutation ## every measurement -> benchmarks/results/ and docs/ (hours on 2 cores; one: make bench-quality, bench-preprocess, bench-loader, bench-train, bench-estimate, bench-tune, bench-gpu, bench-images, bench-distributed, bench-serving, bench-gate)
+bench: bench-quality bench-downsampling bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-images bench-distributed bench-serving bench-gate test-reliability mutation ## every measurement -> benchmarks/results/ and docs/ (hours on 2 cores; one: make bench-quality, bench-downsampling, bench-preprocess, bench-loader, bench-train, bench-estimate, bench-tune, bench-gpu, bench-images, bench-distributed, bench-serving, bench-gate)
 	-$(PY) -m benchmarks.fingerprint
 
-bench-quality bench-preprocess bench-estimate bench-tune: $(VENV)/.bench
+bench-quality bench-downsampling bench-preprocess bench-estimate bench-tune: $(VENV)/.bench
 	$(PY) -m benchmarks.$(@:bench-%=%)
 
 bench-loader bench-train: $(VENV)/.bench data preprocess

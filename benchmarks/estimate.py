@@ -159,7 +159,11 @@ def time_rows(
                         raw["estimate"]["throughput"]["samples_per_s"], 1
                     ),
                     "micro_batch": calibrated["train"].micro_batch,
+                    # the run's cost at the profile's prices: planned (calibrated) and measured
+                    "usd_per_hour": calibrated["estimate"]["cost"]["usd_per_hour"],
                 }
+                row["planned_usd"] = row["usd_per_hour"] * row["calibrated_seconds"] / 3600
+                row["measured_usd"] = row["usd_per_hour"] * seconds / 3600
                 for kind in ("uncalibrated", "calibrated"):
                     row[f"{kind}_error"] = (row[f"{kind}_seconds"] - seconds) / seconds
                 deadline = DEADLINE_FACTOR * seconds / 3600
@@ -243,18 +247,26 @@ def readme_table(result: dict) -> str:
         f"Training wall time of the real launch (torchrun, {result['epochs']} epochs) against the "
         "plan's prediction without the probe (the cpu-local profile's constants) and with it (the "
         "plan's processes launched by the train stage's torchrun command: the launch and real DDP steps "
-        "on rows sampled across the dataset, timed under the machine's load of the moment).",
+        "on rows sampled across the dataset, timed under the machine's load of the moment). Cost: "
+        "the run's hours at the profile's price (cpu-local: a 2-vCPU on-demand machine), as the "
+        "calibrated plan states it and as measured.",
         "",
         "| data | model | processes | train rows | measured | uncalibrated | error | calibrated | error "
-        f"| deadline {DEADLINE_FACTOR:g}x measured |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        f"| cost planned | cost measured | deadline {DEADLINE_FACTOR:g}x measured |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in result["time"]:
         lines.append(
             f"| {r['size']} | {r['model']} | {r['nproc']} | {r['train_rows']:,} | "
             f"{r['measured_seconds']:.1f} s | {r['uncalibrated_seconds']:.1f} s | "
             f"{r['uncalibrated_error']:+.0%} | {r['calibrated_seconds']:.1f} s | "
-            f"{r['calibrated_error']:+.0%} | {'refused' if r['deadline_refused'] else 'accepted'} |"
+            f"{r['calibrated_error']:+.0%} | "
+            + (
+                f"${r['planned_usd']:.5f} | ${r['measured_usd']:.5f} | "
+                if "planned_usd" in r
+                else "— | — | "
+            )
+            + f"{'refused' if r['deadline_refused'] else 'accepted'} |"
         )
     lines += [
         "",

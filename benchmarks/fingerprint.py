@@ -70,6 +70,11 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "serving": (("benchmarks.serving", "components.score.serve", "components.score.app"), ()),
     # the champion gate's interval, checked by simulation and on real logs (preprocessed)
     "gate": (("benchmarks.gate", *_PREPROCESS), ()),
+    # the estimate and the trainer at each share of negatives kept, on the quality worlds
+    "downsampling": (
+        ("benchmarks.downsampling", *_PREPROCESS, "components.estimate.__main__", *_TRAINING),
+        ("configs", "components/estimate/hardware"),
+    ),
     # every fault-injection, bad-input and security check, and what they exercise
     "reliability": (("tests.reliability.*",), ()),
 }

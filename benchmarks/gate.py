@@ -269,10 +269,10 @@ def real_logs(quick: bool, seed: int = 31) -> dict:
       intervals as the gate computes them (half the users, no factor)."""
     from pathlib import Path
 
-    from benchmarks import quality
+    from benchmarks import quality, worlds
 
-    world = next(w for w in quality.WORLDS if w.source != "synthetic")
-    _, data = quality.prepare(world, Path(quality.SCRATCH))
+    world = next(w for w in worlds.WORLDS if w.source != "synthetic")
+    _, data = worlds.prepare(world, Path(worlds.SCRATCH))
     splits = {s: quality.split_arrays(data, s) for s in ("train", "val", "test")}
     xy = {s: (quality.tabular(a)[0], np.asarray(a["label"])) for s, a in splits.items()}
     lightgbm, _ = quality.lightgbm_scores(xy["train"], xy["val"], xy["test"])

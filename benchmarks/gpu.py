@@ -25,7 +25,12 @@ with the device's hardware profile) with the measured one. From the sweep it
 derives the constants the hardware profile's time model needs (``constants``:
 MFU at each size, the step-time floor at the smallest, samples/s), to replace
 the cited ones in ``components/estimate/hardware/<profile>.json`` (each with
-this file as its source). One run takes a few minutes on an H200.
+this file as its source). Last, the step as the trainer's ``compile`` setting runs it
+(``--modes``: eager, ``torch.compile``, and compiled with CUDA graphs,
+``reduce-overhead``) in bf16 at each micro-batch of ``--mode-batches``: the step
+floor and samples/s per mode, the compiled floor the constant the profile's
+``step_latency_seconds`` takes for a compiled plan. One run takes a few minutes on
+an H200.
 
     python -m benchmarks.gpu               # needs CUDA; writes benchmarks/results/gpu.json
     python -m benchmarks.gpu --dry         # CPU, tiny vocab, 2 steps: proves the script runs
@@ -61,7 +66,7 @@ from components.train.model import (
     count_parameters,
     model_config,
 )
-from components.train.trainer import Optimizers, autocast_for
+from components.train.trainer import Optimizers, autocast_for, compiled
 
 NAME = "gpu"
 MODEL = "prod"
@@ -92,6 +97,8 @@ PROFILES: list[tuple[str, str]] = [
     ("A100", "a100-40gb"),
 ]
 BATCHES = "256,1024,4096,16384"
+MODES = "off,default,reduce-overhead"
+MODE_BATCHES = "256,4096,16384"
 SYNTHETIC_BATCHES = 4  # measure() keeps this many batches on the device
 
 
@@ -169,8 +176,10 @@ def measure(
     warmup: int,
     device: torch.device,
     seed: int = 0,
+    mode: str = "off",
 ) -> dict:
-    """samples/s and peak memory of ``steps`` training steps of the prod model in ``precision``."""
+    """samples/s and peak memory of ``steps`` training steps of the prod model in ``precision``,
+    its forward and backward run as the trainer runs them with ``compile`` = ``mode``."""
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.empty_cache()
@@ -178,6 +187,7 @@ def measure(
     torch.manual_seed(seed)
     model = build_model(MODEL, vocab, sparse=False).to(device)
     model.train()
+    stepped = compiled(model, mode)
     plan = TrainPlan(
         model=MODEL, micro_batch=batch, precision=precision, sparse_embeddings="off", seed=seed
     )
@@ -188,7 +198,7 @@ def measure(
 
     def step(b: dict) -> None:
         with autocast_for(precision, device):
-            logits = model(b)
+            logits = stepped(b)
         loss = loss_fn(logits.float(), b["label"]) / batch
         loss.backward()
         torch.nn.utils.clip_grad_norm_(dense, plan.grad_clip)
@@ -216,6 +226,7 @@ def measure(
         peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process_max_rss"
     return {
         "precision": precision,
+        "mode": mode,
         "batch": batch,
         "steps": steps,
         "warmup_steps": warmup,
@@ -295,9 +306,15 @@ def against_estimate(run: dict, vocab: Vocab, profile_name: str | None) -> dict:
     return out
 
 
-def constants(sweep: list[dict], peak: float | None, flops: float) -> dict:
-    """What the hardware profile's time model needs, measured: MFU per size, the step floor."""
+def constants(
+    sweep: list[dict], peak: float | None, flops: float, modes: list[dict] | None = None
+) -> dict:
+    """What the hardware profile's time model needs, measured: MFU per size, the step floor (of
+    the step as GPU plans run it, compiled with CUDA graphs, when ``modes`` measured it)."""
     smallest = min(sweep, key=lambda r: r["batch"])
+    graphed = [r for r in modes or () if r["mode"] == "reduce-overhead"]
+    if graphed:
+        smallest = min(graphed, key=lambda r: (r["batch"], r["step_ms"]))
     best = max(sweep, key=lambda r: r["samples_per_s"])
     return {
         "mfu_by_batch": {
@@ -308,8 +325,10 @@ def constants(sweep: list[dict], peak: float | None, flops: float) -> dict:
         "at_batch": best["batch"],
         "step_latency_seconds": smallest["step_ms"] / 1000,
         "step_latency_batch": smallest["batch"],
+        "step_latency_mode": smallest.get("mode", "off"),
         "note": "mfu and samples_per_s at the fastest micro-batch; step_latency_seconds = the step at the "
-        "smallest (an upper bound on the floor). Put them in the device's hardware profile with "
+        "smallest (an upper bound on the floor), compiled with CUDA graphs as GPU plans run it when "
+        "measured. Put them in the device's hardware profile with "
         "benchmarks/results/gpu.json as their source.",
     }
 
@@ -360,6 +379,18 @@ def readme_table(result: dict) -> str:
             + f"{e['predicted_bytes'] / 2**30:.2f} | "
             + (f"{e['reserved_error']:+.1%} |" if "reserved_error" in e else "— |")
         )
+    if result.get("modes"):
+        lines += [
+            "",
+            "The step as the trainer's `compile` setting runs it (bf16):",
+            "",
+            "| compile | micro-batch | samples/s | step (ms) |",
+            "|---|---:|---:|---:|",
+        ]
+        for r in result["modes"]:
+            lines.append(
+                f"| {r['mode']} | {r['batch']:,} | {r['samples_per_s']:,.0f} | {r['step_ms']:.2f} |"
+            )
     c = result["constants"]
     if c.get("mfu") is not None:
         lines += [
@@ -397,6 +428,16 @@ def main(argv: list[str] | None = None) -> int:
         "--batches",
         default=None,
         help=f"bf16 micro-batch sweep against the estimate (default {BATCHES}; --dry 8,32)",
+    )
+    p.add_argument(
+        "--modes",
+        default=None,
+        help=f"the trainer's compile settings compared (default {MODES}; --dry off)",
+    )
+    p.add_argument(
+        "--mode-batches",
+        default=None,
+        help=f"bf16 micro-batches of the compile comparison (default {MODE_BATCHES}; --dry 8)",
     )
     p.add_argument(
         "--profile",
@@ -471,6 +512,20 @@ def main(argv: list[str] | None = None) -> int:
             f"{e['predicted_bytes'] / 2**30:6.2f} GiB",
             flush=True,
         )
+    by_mode = []
+    modes = [m.strip() for m in (args.modes or ("off" if args.dry else MODES)).split(",") if m]
+    mode_sizes = [
+        int(b) for b in (args.mode_batches or ("8" if args.dry else MODE_BATCHES)).split(",")
+    ]
+    for mode in modes:
+        for size in mode_sizes:
+            r = measure("bf16", vocab, size, steps, warmup, device, mode=mode)
+            by_mode.append(r)
+            print(
+                f"  bf16 {mode:16s} x{size:6d} {r['samples_per_s']:12,.0f} samples/s  "
+                f"{r['step_ms']:8.2f} ms/step",
+                flush=True,
+            )
     by = {r["precision"]: r for r in runs}
     result = {
         "benchmark": NAME,
@@ -498,7 +553,12 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "sweep": sweep,
         "profile": profile_name,
-        "constants": constants(sweep, peak, flops) if sweep else {},
+        "constants": constants(sweep, peak, flops, by_mode) if sweep else {},
+        "modes": by_mode,
+        "step_floor_ms_by_mode": {
+            mode: min(r["step_ms"] for r in by_mode if r["mode"] == mode)
+            for mode in {r["mode"] for r in by_mode}
+        },
         "bf16_speedup": (
             rate(by["bf16"]["samples_per_s"], by["fp32"]["samples_per_s"])
             if "bf16" in by and "fp32" in by

@@ -111,7 +111,7 @@ MODULES = (
     ),
     Module(
         "registry",
-        "components/register/registry.py",
+        "components/common/registry.py",
         ("tests/unit/test_registry.py",),
         what="champion lookup and alias reads",
     ),

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from benchmarks.measure import machine, run_measured
 from benchmarks.readme import NO_README_HELP, ROOT, publish
+from components.common.schema import datagen_summary
 
 DAYS, WINDOW_DAYS, HISTORY_DAYS = 10, 8, 2
 
@@ -25,7 +26,7 @@ DAYS, WINDOW_DAYS, HISTORY_DAYS = 10, 8, 2
 def dataset(work: Path, events: int) -> Path:
     """Synthetic raw logs of ``events`` rows (generated once, then reused)."""
     raw = work / f"raw-{events}"
-    if not (raw / "datagen.json").exists():
+    if not datagen_summary(raw).is_file():
         run_measured(
             [
                 sys.executable,

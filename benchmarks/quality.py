@@ -55,114 +55,36 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import time
-from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 
-from benchmarks import movielens
-from benchmarks.measure import machine, run_measured
-from benchmarks.readme import NO_README_HELP, ROOT, publish
+from benchmarks.measure import machine
+from benchmarks.readme import NO_README_HELP, publish
+from benchmarks.worlds import (
+    CONFIG,
+    QUICK,
+    SCRATCH,
+    WORLDS,
+    World,
+    prepare,
+    train_dailyrec,
+)
 from components.common.dataset import DENSE_FEATURES
 from components.common.schema import ITEM_ID, USER_ID
 from components.datagen.generator import written
 from components.datagen.hidden import HiddenEffects, id_index
 from components.evaluate.metrics import clustered_delong, summarize
+from pipelines.parameters import DEFAULTS
 
 NAME = "quality"
-CONFIG = ROOT / "configs" / "local.json"
-SCRATCH = ROOT / "benchmarks" / "scratch" / "quality"
 MARGIN, ORACLE_GAP = 0.005, 0.02
 BASELINES = ("lightgbm", "logistic", "item_popularity")
 ORACLES = ("oracle_data_limited", "oracle")
-
-
-@dataclass(frozen=True)
-class World(ABC):
-    """Raw logs to judge on and the window trained on (the last ``test_days`` the test split,
-    the ``val_days`` before them validation, ``history_days`` before the window read only for
-    histories)."""
-
-    name: str
-    window_days: int
-    history_days: int
-    val_days: int = 1
-    test_days: int = 1
-
-    source: ClassVar[str]
-    """Where the logs come from (the report's ``source``)."""
-
-    @abstractmethod
-    def write_raw(self, raw: Path) -> None:
-        """Write the world's raw day folders into ``raw`` (kept when already there)."""
-
-    def preprocess_flags(self) -> list[str]:
-        return [
-            "--days",
-            str(self.window_days),
-            "--history-days",
-            str(self.history_days),
-            "--val-days",
-            str(self.val_days),
-            "--test-days",
-            str(self.test_days),
-        ]
-
-
-@dataclass(frozen=True)
-class Synthetic(World):
-    """Logs of ``components.datagen`` (its flags); the generator's truth is known."""
-
-    source: ClassVar[str] = "synthetic"
-
-    days: int = 14
-    users: int = 20_000
-    items: int = 50_000
-    events_per_day: int = 100_000
-    seed: int = 7
-
-    def write_raw(self, raw: Path) -> None:
-        if (raw / "datagen.json").exists():
-            return
-        flags = {
-            "--days": self.days,
-            "--users": self.users,
-            "--items": self.items,
-            "--events-per-day": self.events_per_day,
-            "--seed": self.seed,
-        }
-        argv = [a for flag, value in flags.items() for a in (flag, str(value))]
-        run_measured([sys.executable, "-m", "components.datagen", "--out", str(raw), *argv])
-
-
-@dataclass(frozen=True)
-class MovieLens(World):
-    """Real public logs (``benchmarks.movielens``): a rating is an exposure, 4 or 5 stars a
-    click. Their days hold few users each, so the splits span weeks; no truth is known."""
-
-    source: ClassVar[str] = "MovieLens-100K"
-
-    def write_raw(self, raw: Path) -> None:
-        movielens.fetch(raw)
-
-
-_LOCAL = json.loads(CONFIG.read_text())
-# make run's sample and window (the Makefile's and configs/local.json's defaults); another seed
-# with 3x the events per day (a shorter window keeps its training rows near the first world's);
-# MovieLens-100K's 215 days: four weeks of test (239 users), four of validation, two weeks of
-# look-back, the rest training.
-WORLDS = (
-    Synthetic("make-run", _LOCAL["window_days"], _LOCAL["history_days"]),
-    Synthetic("seed-8-3x", 6, 2, days=8, events_per_day=300_000, seed=8),
-    MovieLens("movielens-100k", 201, 14, val_days=28, test_days=28),
-)
-QUICK = Synthetic("quick", 6, 1, days=8, users=2_000, items=3_000, events_per_day=6_000, seed=5)
 
 
 # ----------------------------------------------------------------------------- features
@@ -415,112 +337,7 @@ def known_effects(truth: pd.DataFrame, dense: np.ndarray, hidden: HiddenEffects)
 # ----------------------------------------------------------------------------- dailyrec
 
 
-def train_dailyrec(data: Path, work: Path, epochs: int) -> tuple[np.ndarray, dict]:
-    """The pipeline's plan, launcher and trainer; the best checkpoint scores the test split."""
-    from components.train.data import load_meta
-    from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
-
-    config = json.loads(CONFIG.read_text())
-    plan = work / "plan.json"
-    run_measured(
-        [
-            sys.executable,
-            "-m",
-            "components.estimate",
-            "--data",
-            str(data),
-            "--model",
-            config["model_config"],
-            "--hardware",
-            config["hardware_profile"],
-            "--global-batch",
-            str(config["global_batch"]),
-            "--max-epochs",
-            str(epochs),
-            "--out",
-            str(plan),
-        ]
-    )
-    out = work / "train"
-    shutil.rmtree(out, ignore_errors=True)
-    started = time.perf_counter()
-    # restarts resume from the last checkpoint, as the pipeline's own launch does after a crash
-    run_measured(
-        [
-            sys.executable,
-            "-m",
-            "components.train.launch",
-            "--data",
-            str(data),
-            "--plan",
-            str(plan),
-            "--out",
-            str(out),
-            "--max-restarts",
-            "2",
-        ]
-    )
-    seconds = time.perf_counter() - started
-    summary = json.loads((out / "train_summary.json").read_text())
-    scorer = load_scorer(out / "best.pt")
-    meta = load_meta(data)
-    logits = predict_logits(scorer.model, split_rows(data, "test", meta, 8192))
-    return sigmoid(logits), {
-        "train_seconds": round(seconds, 1),
-        "epochs_run": summary["epochs_run"],
-        "best_epoch": summary["best_epoch"],
-        "best_val_auc": summary["best_val_auc"],
-        "served": served(data, out / "best.pt", work / "evaluate"),
-    }
-
-
-def served(data: Path, checkpoint: Path, out: Path) -> dict:
-    """The evaluate stage on the checkpoint (no registry): its test AUC as served -- each test
-    row built by serving's own code from the state at the start of its day -- and the
-    train-serve skew (dataset features minus served, users as the unit)."""
-    # no registry: the candidate is judged alone, whatever the caller's environment names
-    run_measured(
-        [
-            sys.executable,
-            "-m",
-            "components.evaluate",
-            "--data",
-            str(data),
-            "--checkpoint",
-            str(checkpoint),
-            "--out",
-            str(out),
-        ],
-        env={"MLFLOW_TRACKING_URI": ""},
-    )
-    metrics = json.loads((out / "metrics.json").read_text())["served"]
-    skew = metrics["skew"]
-    return {
-        "auc": metrics["auc"],
-        "snapshot_only_auc": metrics["snapshot_only_auc"]["auc"],
-        "skew": {k: skew[k] for k in ("delta", "ci_low", "ci_high", "users")},
-    }
-
-
 # ----------------------------------------------------------------------------- run
-
-
-def prepare(world: World, root: Path) -> tuple[Path, Path]:
-    raw, data = root / world.name / "raw", root / world.name / "dataset"
-    world.write_raw(raw)
-    run_measured(
-        [
-            sys.executable,
-            "-m",
-            "components.preprocess",
-            "--raw",
-            str(raw),
-            "--out",
-            str(data),
-            *world.preprocess_flags(),
-        ]
-    )
-    return raw, data
 
 
 def measure_world(world: World, root: Path, epochs: int) -> dict:
@@ -537,7 +354,10 @@ def measure_world(world: World, root: Path, epochs: int) -> dict:
     scores["logistic"], extra["logistic"] = logistic_scores(xy["train"], xy["val"], xy["test"])
     column = DENSE_FEATURES.index("item_click_logit")
     scores["item_popularity"] = 1 / (1 + np.exp(-np.asarray(test["dense"][:, column], np.float64)))
-    scores["dailyrec"], extra["dailyrec"] = train_dailyrec(data, root / world.name, epochs)
+    # as the daily pipeline trains: its share of the negatives
+    scores["dailyrec"], extra["dailyrec"] = train_dailyrec(
+        data, root / world.name, epochs, DEFAULTS["negative_keep"]
+    )
     truth = truth_rows(raw, data, test)
     if truth is not None:
         scores["oracle"] = truth["p"].to_numpy()

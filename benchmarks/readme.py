@@ -39,6 +39,7 @@ PUBLISHED = (
     "distributed",
     "serving",
     "gate",
+    "downsampling",
 )
 """Benchmarks whose module renders its block from its stored results: ``readme_table(result)``."""
 FROM_CODE = ("pipeline-graph", "pipeline-parameters", "exit-statuses")

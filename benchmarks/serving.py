@@ -52,6 +52,7 @@ CANDIDATES = 1_000
 def build(work: Path) -> tuple[str, Path]:
     """A registered version of the ``local`` model, made afresh under ``work`` (the version carries
     a copy of the code); returns the tracking URI and its verified folder."""
+    from components.common.integrity import verified_download
     from components.common.plan import TrainPlan, write_plan
     from components.common.tracking import connect, sqlite_uri
     from components.datagen import DatagenConfig, generate
@@ -59,8 +60,8 @@ def build(work: Path) -> tuple[str, Path]:
     from components.evaluate.stage import EvaluateConfig, evaluate
     from components.preprocess.config import PreprocessConfig
     from components.preprocess.stage import preprocess
-    from components.register.integrity import verified_download
-    from components.register.stage import RegisterConfig, register
+    from components.register.config import RegisterConfig
+    from components.register.stage import register
     from components.train.trainer import TrainConfig, train
 
     raw, data, train_out = work / "raw", work / "data", work / "train"

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from benchmarks.measure import machine
 from benchmarks.readme import ROOT, publish
+from components.common.schema import datagen_summary
 from components.tune.space import SearchSpace, suggest
 from components.tune.study import (
     SUMMARY_FILE,
@@ -100,7 +101,7 @@ def make_data(work: Path, size: dict) -> Path:
     tag = "-".join(f"{k}{size[k]}" for k in ("days", "events_per_day", "users", "items", "seq_len"))
     raw, data = work / f"raw-{tag}", work / f"data-{tag}"
     if not (data / "meta.json").exists():
-        if not (raw / "datagen.json").exists():
+        if not datagen_summary(raw).is_file():
             generate(
                 DatagenConfig(
                     out=raw,

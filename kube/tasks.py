@@ -9,8 +9,8 @@ from __future__ import annotations
 from kfp import kubernetes
 
 from components.common.attempts import RUN_ID_ENV
+from components.common.integrity import SIGNING_KEY_ENV
 from components.common.monitoring import PUSHGATEWAY_ENV
-from components.register.integrity import SIGNING_KEY_ENV
 from kube.types import ID_KEY_ENV, ID_KEY_SECRET, MOUNT_PATH, PVC
 
 KEY_ENV = ID_KEY_ENV["name"]

@@ -61,8 +61,8 @@ def champion_version(tracking_uri: str, model_name: str) -> int | None:
     """The registry's ``@champion`` version, for a run whose own files do not say it (it failed
     before evaluate, or registered nothing); None when there is none or the registry does not
     answer (the summary must not fail with it)."""
+    from components.common.registry import CHAMPION, alias_version
     from components.common.registry_read import connect_readonly
-    from components.register.registry import CHAMPION, alias_version
 
     try:
         client = connect_readonly(tracking_uri, attempts=2)
@@ -75,8 +75,8 @@ def champion_version(tracking_uri: str, model_name: str) -> int | None:
 def protected_runs(tracking_uri: str, model_name: str) -> set[str]:
     """Run ids (``pipeline_run_id`` tags: their run folders) of the versions holding the registry's
     ``@champion`` and ``@previous``: retention keeps them and their datasets whatever their age."""
+    from components.common.registry import CHAMPION, PREVIOUS, alias_version
     from components.common.registry_read import NoRegistry, connect_readonly
-    from components.register.registry import CHAMPION, PREVIOUS, alias_version
 
     try:
         client = connect_readonly(tracking_uri, attempts=2)

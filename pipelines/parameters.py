@@ -17,14 +17,17 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
+from components.common.registry_read import MODEL_NAME
 from components.common.retention import DEFAULT_KEEP_DAYS
 from kube.types import MOUNT_PATH
 
+NEGATIVE_KEEP = 1.0
+"""The daily run's share of the training negatives: the smallest that trained models of the same
+quality as every row on each world of benchmarks/downsampling.py (its ``chosen``; a test holds
+the two equal; docs/performance.md)."""
 MLFLOW_SERVICE_URI = "http://mlflow.dailyrec.svc.cluster.local:5000"
 """The MLflow service ``make deploy`` runs beside the pipelines (manifests/base): the tracking URI
 of a run on the cluster."""
-MODEL_NAME = "dailyrec"
-"""The registered model a pipeline run trains, judges and registers, unless told otherwise."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,13 @@ DAILY: tuple[Parameter, ...] = (
     ),
     Parameter(
         "max_epochs", int, 3, "epochs at most (early stopping on validation AUC may end sooner)"
+    ),
+    Parameter(
+        "negative_keep",
+        float,
+        NEGATIVE_KEEP,
+        "share of the training negatives trained on, in (0, 1] (all positives kept; scores stay "
+        "calibrated: docs/stages.md)",
     ),
     Parameter("min_auc", float, 0.55, "floor on the candidate's served test AUC"),
     Parameter(

@@ -67,15 +67,19 @@ def _run_id(value: str) -> None:
             )
 
 
-def _within(low: float, high: float, high_open: bool = False) -> Callable[[Any], None]:
+def _within(
+    low: float, high: float, high_open: bool = False, low_open: bool = False
+) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if not (
             isinstance(value, int | float)
             and math.isfinite(value)
-            and low <= value
+            and (low < value if low_open else low <= value)
             and (value < high if high_open else value <= high)
         ):
-            raise ValueError(f"must be in [{low}, {high}{')' if high_open else ']'}")
+            raise ValueError(
+                f"must be in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+            )
 
     return check
 
@@ -171,6 +175,7 @@ RULES: dict[str, Callable[[Any], None]] = {
     "seq_len": _within(1, 1024),
     "global_batch": _within(1, 1 << 20),
     "max_epochs": _within(1, 1000),
+    "negative_keep": _within(0, 1, low_open=True),
     "max_restarts": _within(0, 100),
     "dask_workers": _within(0, 1000),
     "retention_days": _within(0, 3650),

@@ -23,10 +23,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from components.common.cli import Exit, cli_parser
-from components.common.tracking import sqlite_uri
+from components.common.registry_read import MODEL_NAME
+from components.common.tracking import UI_VIEW, sqlite_uri
+from components.evaluate.report import REPORT_HTML
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-VIEW = "workflowType=machine_learning"
 """MLflow 3's UI keeps one switch, GenAI or Model training, that starts on GenAI whatever an
 experiment's kind; this query selects Model training."""
 WINDOW = "1400,1000"
@@ -134,7 +135,8 @@ def pages(tracking_uri: str, model_name: str) -> dict[str, str]:
     client = MlflowClient(tracking_uri, registry_uri=tracking_uri)
     experiments = client.search_experiments()
     found: dict[str, str] = {}
-    for stage, tab in (("train", "model-metrics"), ("evaluate", "artifacts")):
+    # the evaluation's tab opens on its report page (the artifact view shows HTML)
+    for stage, tab in (("train", "model-metrics"), ("evaluate", f"artifactPath/{REPORT_HTML}")):
         ids = [e.experiment_id for e in experiments if e.name.endswith(f"-{stage}")]
         runs = ids and client.search_runs(
             ids, order_by=["attributes.start_time DESC"], max_results=1
@@ -153,7 +155,7 @@ def pages(tracking_uri: str, model_name: str) -> dict[str, str]:
 def take(
     tracking_uri: str,
     out: Path,
-    model_name: str = "dailyrec",
+    model_name: str = MODEL_NAME,
     names: tuple[str, ...] | None = None,
 ) -> dict[str, dict]:
     """Screenshots and rendered text of :func:`pages` (those in ``names``; None: all), written to
@@ -168,7 +170,7 @@ def take(
     shown: dict[str, dict] = {}
     with mlflow_ui(tracking_uri) as base:
         for name, route in routes.items():
-            url = f"{base}/#{route}?{VIEW}"
+            url = f"{base}/#{route}?{UI_VIEW}"
             shot = screenshot(url, out / f"{name}.png")
             shown[name] = {"route": route, "png": shot.name, "text": rendered_text(url)}
     (out / "pages.json").write_text(json.dumps(shown, indent=2))
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         "Screenshots of a registry's MLflow pages, taken by headless Chromium.",
     )
     p.add_argument("--root", default=".", help="storage root whose runs/mlflow.db is shown")
-    p.add_argument("--model-name", default="dailyrec", help="registered model (and experiments)")
+    p.add_argument("--model-name", default=MODEL_NAME, help="registered model (and experiments)")
     p.add_argument(
         "--out", default=None, help="folder of the PNGs (default: ROOT/runs/screenshots)"
     )

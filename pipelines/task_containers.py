@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from components.common.attempts import RUN_ID_ENV
+from components.common.integrity import SIGNING_KEY_ENV
 from components.common.lock import TOKEN_ENV
 from components.common.monitoring import PUSHGATEWAY_ENV
-from components.register.integrity import SIGNING_KEY_ENV
 from kube.types import ID_KEY_ENV, MOUNT_PATH
 
 IMAGE_UID = 10001

@@ -25,7 +25,8 @@ from components.evaluate.decision import GateRule
 from components.evaluate.stage import EvaluateConfig, evaluate
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.stage import preprocess
-from components.register.stage import RegisterConfig, register
+from components.register.config import RegisterConfig
+from components.register.stage import register
 from components.train.trainer import TrainConfig, train
 from tests.conftest import START, write_day
 

@@ -19,6 +19,7 @@ from components.common.storage import atomic_write_json
 PLAN_FORMAT = "dailyrec.plan/v1"
 PRECISIONS = ("fp32", "bf16", "fp16")
 SPARSE_MODES = ("auto", "on", "off")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 MEMORY_FRACTION = 0.88
 """Share of the device memory a plan may use by default (the estimate stage, the tuner's
 architecture filter, Katib trials). It tolerates a peak 13.6% above the memory model's;
@@ -45,6 +46,11 @@ class TrainPlan:
     """Recompute encoder activations in backward to save memory."""
     sparse_embeddings: str = "auto"
     """auto (sparse with gloo, dense with NCCL) | on | off."""
+    compile: str = "off"
+    """torch.compile of the training step's model: off (eager) | default (Inductor's fused
+    kernels) | reduce-overhead (also CUDA graphs: a step replays as one launch, for the small
+    steps a GPU is launch-bound on) | max-autotune. Needs dense embeddings (sparse gradients do
+    not compile). The estimate chooses reduce-overhead on GPUs, off on CPU (no gain measured)."""
     lr: float = 1e-3
     """Peak learning rate (already scaled for the global batch)."""
     weight_decay: float = 0.01
@@ -57,6 +63,12 @@ class TrainPlan:
     rows outside the batch. 0 = off. The default's evidence: docs/quality.md."""
     grad_clip: float = 1.0
     """Max global gradient norm of dense parameters (0 = off)."""
+    negative_keep: float = 1.0
+    """Share of the training split's negatives trained on, in (0, 1]; every positive is kept.
+    A negative is kept when a seeded hash of its row (user, time, item) falls below it, so
+    re-runs and DDP ranks keep the same rows; validation and test are never sampled. The model
+    adds ``log(negative_keep)`` to its logits (``ModelConfig.logit_shift``): what it serves and
+    what evaluate scores are probabilities calibrated to all rows. 1 = every row."""
     max_epochs: int = 10
     """Upper bound on epochs; early stopping usually ends sooner."""
     patience: int = 3
@@ -121,12 +133,20 @@ class TrainPlan:
             raise ValueError(
                 f"plan.train.precision must be one of {PRECISIONS}, got {self.precision!r}"
             )
+        if self.compile not in COMPILE_MODES:
+            raise ValueError(
+                f"plan.train.compile must be one of {COMPILE_MODES}, got {self.compile!r}"
+            )
         if self.sparse_embeddings not in SPARSE_MODES:
             raise ValueError(
                 f"plan.train.sparse_embeddings must be one of {SPARSE_MODES}, got {self.sparse_embeddings!r}"
             )
         if not 0 < self.lr < 1:
             raise ValueError(f"plan.train.lr must be in (0, 1), got {self.lr!r}")
+        if not 0 < self.negative_keep <= 1:
+            raise ValueError(
+                f"plan.train.negative_keep must be in (0, 1], got {self.negative_keep!r}"
+            )
         if not 0 <= self.warmup_fraction < 1:
             raise ValueError(
                 f"plan.train.warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}"
@@ -150,6 +170,12 @@ class TrainPlan:
     def global_batch(self) -> int:
         """Samples per optimizer step across all processes."""
         return self.micro_batch * self.grad_accum * self.world_size
+
+    @property
+    def logit_shift(self) -> float:
+        """What the model adds to its logits to undo the negatives' sampling: ``log(negative_keep)``
+        (the odds of a click are 1 / negative_keep times higher among the rows trained on)."""
+        return math.log(self.negative_keep)
 
     def replace(self, **changes: Any) -> TrainPlan:
         return dataclasses.replace(self, **changes)
@@ -230,6 +256,8 @@ def plan_vs_actual(
       really ran: early stopping is not an error of the estimate) against the training
       process's lifetime (``process_seconds``); not compared after a resume.
     * ``samples_per_s``: the plan's training rate against the epochs' measured rate.
+    * ``cost_usd``: the run's hours at the plan's prices, as planned and as measured (None
+      without prices or a seconds comparison).
     * ``peak_memory_bytes``: the plan's resident peak per process (with the mapped dataset
       pages) against rank 0's peak RSS (CPU), or its peak less the CUDA context (which the
       allocator does not see) against ``max_memory_reserved`` (CUDA).
@@ -265,6 +293,15 @@ def plan_vs_actual(
     out["drift"] = [
         k for k in ("seconds", "samples_per_s", "peak_memory_bytes") if (out[k] or {}).get("drift")
     ]
+    # dollars: the same hours at the plan's prices (its drift is the seconds' drift)
+    rate = ((estimate or {}).get("cost") or {}).get("usd_per_hour")
+    out["cost_usd"] = (
+        None
+        if not rate or not out["seconds"]
+        else _compare(
+            rate * out["seconds"]["predicted"] / 3600, rate * out["seconds"]["measured"] / 3600
+        )
+    )
     return out
 
 
@@ -273,12 +310,12 @@ def drift_lines(pva: dict[str, Any] | None) -> list[str]:
     if not pva:
         return []
 
-    def show(key: str, fmt) -> str | None:
+    def show(key: str, fmt, label: str | None = None) -> str | None:
         c = pva.get(key)
         return (
             None
             if not c
-            else f"{key.replace('_', ' ')} {fmt(c['measured'])} measured vs "
+            else f"{label or key.replace('_', ' ')} {fmt(c['measured'])} measured vs "
             f"{fmt(c['predicted'])} planned (x{c['ratio']:.2f})"
         )
 
@@ -286,6 +323,7 @@ def drift_lines(pva: dict[str, Any] | None) -> list[str]:
         show("seconds", lambda v: f"{v:,.0f}"),
         show("samples_per_s", lambda v: f"{v:,.0f}"),
         show("peak_memory_bytes", lambda v: f"{v / 2**30:.2f} GiB"),
+        show("cost_usd", lambda v: f"${v:,.4f}" if v < 1 else f"${v:,.2f}", "cost"),
     ]
     lines = [f"plan vs actual ({pva['epochs_run']} epoch(s)): " + "; ".join(p for p in parts if p)]
     if pva["drift"]:

@@ -19,12 +19,31 @@ nothing on connecting).
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlparse
 from urllib.request import url2pathname
 
 from components.common.tracking import TrackingError, sqlite_path, sqlite_problem
+
+MODEL_NAME = "dailyrec"
+"""The registered model every stage writes and reads unless told another name."""
+CHAMPION_URI = f"models:/{MODEL_NAME}@champion"
+"""What serving and batch scoring load by default: the registered model's ``@champion``."""
+WINDOW_TAG = "window"
+"""A version's tag naming its training window, ``start..end`` (ISO days)."""
+
+
+def window_end(tags: dict) -> str | None:
+    """The last day of a version's training window from its tags (None if not recorded)."""
+    window = tags.get(WINDOW_TAG) or ""
+    if ".." in window:
+        return window.split("..")[-1]
+    try:  # versions registered before the window had a tag of its own
+        return json.loads(tags.get("dataset_window") or "null")["end"]
+    except (TypeError, ValueError, KeyError):
+        return None
 
 
 class NoRegistry(TrackingError):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.common import schema
 from components.common.dataset import folder_name
 from components.common.plan import drift_lines
 from components.common.storage import atomic_write_bytes, atomic_write_json
@@ -263,8 +264,9 @@ def build_summary(
 
 
 def oracle_auc(raw_uri: str, test_days: str | None) -> float | None:
-    """Mean Bayes-optimal AUC of the test days when the raw data is synthetic (datagen.json)."""
-    doc = _read(Path(raw_uri) / "datagen.json") if raw_uri and "://" not in raw_uri else None
+    """Mean Bayes-optimal AUC of the test days when the raw data is generated (its description,
+    :func:`components.common.schema.datagen_summary`, says)."""
+    doc = _read(schema.datagen_summary(raw_uri)) if raw_uri and "://" not in raw_uri else None
     if not doc or not test_days:
         return None
     first, _, last = test_days.partition(" .. ")

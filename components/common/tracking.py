@@ -80,6 +80,11 @@ def sqlite_uri(folder: str | Path) -> str:
     return f"sqlite:///{(Path(folder).resolve() / 'mlflow.db').as_posix()}"
 
 
+def default_tracking_uri() -> str:
+    """$MLFLOW_TRACKING_URI, else a SQLite registry under ./runs (where `make run` keeps it)."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri("runs")
+
+
 def sqlite_path(tracking_uri: str) -> Path | None:
     """The database file of a ``sqlite:///`` URI; None for any other URI."""
     if not tracking_uri.startswith("sqlite:///"):
@@ -268,6 +273,13 @@ UI keeps a switch of its own, GenAI or Model training, that starts on GenAI; the
 prints selects Model training (``?workflowType=machine_learning``)."""
 EXPERIMENT_KIND = "custom_model_development"
 """The classic machine-learning view: runs, their metrics and charts, models."""
+UI_VIEW = "workflowType=machine_learning"
+"""The query that opens a page of MLflow's UI in its Model training view."""
+
+
+def run_link(experiment_id: str, run_id: str) -> str:
+    """The MLflow UI's page of a run (relative to the UI's address), in the Model training view."""
+    return f"#/experiments/{experiment_id}/runs/{run_id}?{UI_VIEW}"
 
 
 def ensure_experiment(client: Any, name: str, tracking_uri: str) -> str:

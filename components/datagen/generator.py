@@ -22,7 +22,7 @@ history is updated from the slice's clicks.  The per-slice logit intercept is
 calibrated (Newton steps) so the click rate follows ``click_rate``.
 
 Output (see ``generate``): raw-contract day folders, a ``_truth`` sidecar with
-each row's true probability ``p``, and ``datagen.json`` with per-day AUCs of
+each row's true probability ``p``, and ``_datagen.json`` with per-day AUCs of
 the true ``p`` (the ceiling any model can reach) and of item appeal alone (the
 best a history-blind popularity model can do).
 """
@@ -53,7 +53,6 @@ log = get_logger(__name__)
 
 TRUTH_DIR = "_truth"
 TRUTH_COLUMN = "p"
-SUMMARY_FILE = "datagen.json"
 ROW_GROUP_ROWS = 262_144
 ID_FORMATS = ("int", "str")
 ID_PREFIXES = {schema.USER_ID: "u", schema.ITEM_ID: "i", schema.CATEGORY_ID: "c"}
@@ -61,7 +60,7 @@ PARQUET_COMPRESSION = "zstd"
 
 # --- the simulated world -------------------------------------------------------
 # Tuned so that at the CLI defaults the oracle AUC is ~0.78-0.80 and item appeal
-# alone (~0.64) is well below it; datagen.json records these under "model".
+# alone (~0.64) is well below it; _datagen.json records these under "model".
 ITEM_ZIPF_EXPONENT = 1.0
 CATEGORY_SIZE_EXPONENT = 0.9  # category size weight ~ 1 / rank**0.9
 FAVOURITE_CATEGORY_EXPONENT = 0.6  # flattens category popularity for favourites
@@ -106,7 +105,7 @@ class DatagenConfig:
 
     out: Path
     """Output folder (str or Path): replaced atomically; refused if it is a non-empty folder
-    without a datagen.json."""
+    without a _datagen.json."""
     days: int = 14
     """Number of consecutive UTC days, starting at `start_date`."""
     users: int = 20_000
@@ -639,8 +638,8 @@ def extended(out: str | Path, days: int = 1) -> DatagenConfig:
 
 
 def written(out: str | Path) -> DatagenConfig:
-    """The config the dataset in ``out`` was generated with (its ``datagen.json``)."""
-    path = Path(out) / SUMMARY_FILE
+    """The config the dataset in ``out`` was generated with (its ``_datagen.json``)."""
+    path = schema.datagen_summary(out)
     try:
         params = json.loads(path.read_text())["parameters"]
     except (OSError, ValueError, KeyError) as exc:
@@ -652,15 +651,16 @@ def _check_replaceable(out: Path) -> None:
     """Refuse to replace a folder that does not look like our own output."""
     if out.exists() and not out.is_dir():
         raise ValueError(f"out {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / SUMMARY_FILE).is_file():
+    summary = schema.datagen_summary(out)
+    if out.is_dir() and any(out.iterdir()) and not summary.is_file():
         raise ValueError(
-            f"out {out} is a non-empty folder without {SUMMARY_FILE}; refusing to replace it"
+            f"out {out} is a non-empty folder without {summary.name}; refusing to replace it"
         )
-    if out.is_dir() and (out / SUMMARY_FILE).is_file():
+    if out.is_dir() and summary.is_file():
         foreign = _not_written(out)
         if foreign:  # replacing the folder would delete them without a word
             raise ValueError(
-                f"{foreign[0]}: not written by datagen (its {SUMMARY_FILE} does not record it"
+                f"{foreign[0]}: not written by datagen (its {summary.name} does not record it"
                 f"{f', nor {len(foreign) - 1} more' if len(foreign) > 1 else ''}); replacing "
                 f"{out} would delete it: move it out, or generate into another --out; nothing "
                 "was changed"
@@ -668,9 +668,9 @@ def _check_replaceable(out: Path) -> None:
 
 
 def _not_written(out: Path) -> list[Path]:
-    """Paths under ``out`` that the dataset's datagen.json does not account for."""
+    """Paths under ``out`` that the dataset's _datagen.json does not account for."""
     try:
-        parts = json.loads((out / SUMMARY_FILE).read_text())["parts_per_day"]
+        parts = json.loads(schema.datagen_summary(out).read_text())["parts_per_day"]
         expected = {
             schema.day_folder_name(dt.date.fromisoformat(day)): {
                 f"part-{i:05d}.parquet" for i in range(int(n))
@@ -678,11 +678,13 @@ def _not_written(out: Path) -> list[Path]:
             for day, n in parts.items()
         }
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{out / SUMMARY_FILE}: cannot read which days it wrote ({exc})") from None
+        raise ValueError(
+            f"{schema.datagen_summary(out)}: cannot read which days it wrote ({exc})"
+        ) from None
     foreign = []
     for root in (out, out / TRUTH_DIR):
         for entry in sorted(root.iterdir()) if root.is_dir() else ():
-            if root == out and entry.name in (SUMMARY_FILE, TRUTH_DIR):
+            if root == out and entry.name in (schema.datagen_summary(out).name, TRUTH_DIR):
                 continue
             if not entry.is_dir() or entry.name not in expected:
                 foreign.append(entry)
@@ -737,12 +739,12 @@ def _rounded(value: float) -> float | None:
 
 
 def generate(config: DatagenConfig) -> dict[str, Any]:
-    """Write the dataset described by ``config`` atomically; return datagen.json's content.
+    """Write the dataset described by ``config`` atomically; return _datagen.json's content.
 
     Layout under ``config.out``: ``dt=YYYY-MM-DD/part-NNNNN.parquet`` (raw contract
     columns, rows sorted by timestamp), ``_truth/dt=YYYY-MM-DD/part-NNNNN.parquet``
     (float32 ``p``, row-aligned with the raw part of the same name) and
-    ``datagen.json``.  Parquet bytes depend only on the config (and pyarrow).
+    ``_datagen.json``.  Parquet bytes depend only on the config (and pyarrow).
     """
     out = config.out
     _check_replaceable(out)
@@ -795,5 +797,5 @@ def generate(config: DatagenConfig) -> dict[str, Any]:
         summary["seconds"] = round(seconds, 3)
         summary["rows_per_second"] = round(rows_total / max(seconds, 1e-9), 1)
         summary["phase_seconds"] = timer.seconds
-        atomic_write_json(tmp / SUMMARY_FILE, summary)
+        atomic_write_json(tmp / schema.DATAGEN_SUMMARY, summary)
     return summary

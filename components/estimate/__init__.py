@@ -8,15 +8,20 @@ The same in Python: ``estimate(EstimateConfig(...)) -> plan document``;
 memory model), probe.py (measurements) and hardware.py (profiles).
 """
 
+from components.estimate.config import EstimateConfig, EstimateError, InfeasibleError
 from components.estimate.hardware import HardwareError, HardwareProfile, load_profile
-from components.estimate.planner import (
-    EstimateConfig,
-    EstimateError,
-    InfeasibleError,
-    estimate,
-    estimate_and_write,
-    plan_table,
-)
+
+_PLANNER = ("estimate", "estimate_and_write", "plan_table")
+
+
+def __getattr__(name: str):
+    # the planner imports torch: loaded when first used, not by `--help`
+    if name in _PLANNER:
+        from components.estimate import planner
+
+        return getattr(planner, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "EstimateConfig",

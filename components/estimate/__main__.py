@@ -7,14 +7,8 @@ import argparse
 import sys
 
 from components.common.cli import Exit, add_config_flags, cli_parser, exit_for
+from components.estimate.config import EstimateConfig, EstimateError
 from components.estimate.hardware import HardwareError, available_profiles
-from components.estimate.planner import (
-    EstimateConfig,
-    EstimateError,
-    estimate_and_write,
-    plan_table,
-)
-from components.train.data import DatasetError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
     out = args.pop("out")
+    from components.estimate.planner import estimate_and_write, plan_table  # torch: after parsing
+    from components.train.data import DatasetError
+
     try:
         config = EstimateConfig(**args)
         path, doc = estimate_and_write(config, out)

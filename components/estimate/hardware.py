@@ -72,6 +72,17 @@ TIME_FIELDS = (
     "process_baseline_bytes",
 )
 """The calibrated constants: each needs an entry in ``sources``."""
+PRICE_FIELDS: dict[str, str] = {
+    "price_per_device_hour": "what one device (GPU; a training process's core on CPU) costs per "
+    "hour, in US dollars",
+    "price_per_node_hour": "what a node costs per hour beyond its devices (a CPU pool's whole "
+    "machine), in US dollars",
+    "price_source": "where the prices come from (the offer and region)",
+    "price_date": "when the prices were read (YYYY-MM)",
+}
+"""Optional: what a run costs (the plan states it, the run summary measures it, a deadline's
+plan is the cheapest that meets it). User-set: the shipped figures are public on-demand list
+prices of the date given; a reserved, spot or on-premises price is the user's to set."""
 FRACTIONS = ("mfu", "memory_efficiency", "parallel_efficiency")
 NON_NEGATIVE = (
     "step_latency_seconds",
@@ -128,6 +139,10 @@ class HardwareProfile:
     process_baseline_bytes: int = 0
     sources: dict[str, str] = dataclasses.field(default_factory=dict)
     """Where each of :data:`TIME_FIELDS` comes from."""
+    price_per_device_hour: float = 0.0
+    price_per_node_hour: float = 0.0
+    price_source: str = ""
+    price_date: str = ""
     description: str = ""
     source: str = ""
     """The file it was read from."""
@@ -141,6 +156,10 @@ class HardwareProfile:
     @property
     def max_world(self) -> int:
         return self.gpus_per_node * self.max_nodes
+
+    def usd_per_hour(self, nproc: int, nnodes: int) -> float:
+        """What ``nproc`` devices on each of ``nnodes`` nodes cost per hour (:data:`PRICE_FIELDS`)."""
+        return nproc * nnodes * self.price_per_device_hour + nnodes * self.price_per_node_hour
 
     def as_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -187,7 +206,7 @@ def validate_profile(doc: Any, source: str) -> HardwareProfile:
     missing = [f for f in FIELDS if f not in doc]
     if missing:
         raise HardwareError(f"{source}: missing field {missing[0]!r} ({FIELDS[missing[0]]})")
-    unknown = sorted(set(doc) - set(FIELDS) - {"description"})
+    unknown = sorted(set(doc) - set(FIELDS) - set(PRICE_FIELDS) - {"description"})
     if unknown:
         raise HardwareError(f"{source}: unknown field {unknown[0]!r}; known: {', '.join(FIELDS)}")
     if doc["kind"] not in KINDS:
@@ -221,6 +240,16 @@ def validate_profile(doc: Any, source: str) -> HardwareProfile:
             f"{source}: field 'sources' does not say where {unsourced[0]!r} comes from "
             f"(a measurement or a publication)"
         )
+    prices = {name: doc.get(name, 0.0) for name in ("price_per_device_hour", "price_per_node_hour")}
+    for name, value in prices.items():
+        if not number(value) or value < 0:
+            raise HardwareError(f"{source}: field {name!r} must be a number >= 0, got {value!r}")
+    if any(prices.values()):
+        for name in ("price_source", "price_date"):
+            if not isinstance(doc.get(name), str) or not doc[name].strip():
+                raise HardwareError(
+                    f"{source}: field {name!r} must say {PRICE_FIELDS[name]} when a price is set"
+                )
     for name in INTEGERS:
         value = doc[name]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -248,6 +277,9 @@ def validate_profile(doc: Any, source: str) -> HardwareProfile:
         **{name: float(doc[name]) for name in TIME_FIELDS if name != "process_baseline_bytes"},
         process_baseline_bytes=int(doc["process_baseline_bytes"]),
         sources=dict(sources),
+        **{name: float(value) for name, value in prices.items()},
+        price_source=str(doc.get("price_source", "")),
+        price_date=str(doc.get("price_date", "")),
         description=str(doc.get("description", "")),
         source=source,
         detected=detected,

@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.common.plan import MEMORY_FRACTION, TrainPlan, write_plan
+from components.common.plan import TrainPlan, write_plan
+from components.estimate.config import EstimateConfig, EstimateError, InfeasibleError
 from components.estimate.hardware import TIME_FIELDS, HardwareProfile, load_profile
 from components.estimate.memory import (
     FP32,
@@ -54,7 +55,6 @@ from components.estimate.memory import (
 )
 from components.train.data import load_meta
 from components.train.model import DENSE_FREQUENCIES, ModelConfig, Vocab, head_width, model_config
-from components.train.tuned import TunedTraining, tuned_training
 
 OPTIMIZER_BYTES_PER_PARAM = 28  # AdamW: read param, grad, m, v; write param, m, v (fp32)
 SPARSE_ROW_PASSES = (
@@ -64,109 +64,6 @@ DENSE_ROW_PASSES = 2  # gather, gradient scatter (the table's optimizer is in th
 CHECKPOINT_BYTES_PER_PARAM = 12  # fp32 weight + AdamW/SparseAdam's two fp32 moments
 MAX_MICRO_BATCH = 1 << 16
 MAX_PATIENCE = 3
-
-
-class EstimateError(ValueError):
-    """A request the estimator cannot plan: bad input, or an infeasible one (subclass)."""
-
-
-class InfeasibleError(EstimateError):
-    """The model does not fit or the deadline cannot be met; the message gives the numbers."""
-
-
-@dataclass(frozen=True)
-class EstimateConfig:
-    """What to plan for. Every field is validated on construction."""
-
-    data: str
-    """Dataset folder written by the preprocess stage (its meta.json gives vocab and rows)."""
-    model: str = "debug"
-    """Named model config (debug | local | prod) or a model config file (.json); a tuned file's
-    `train` block overrides base_lr, base_batch and warmup_fraction and sets weight_decay."""
-    hardware: str = "cpu-local"
-    """A named hardware profile or the path of a JSON profile (see hardware.py)."""
-    global_batch: int = 1024
-    """Samples per optimizer step across all processes (= micro × accum × world)."""
-    deadline_hours: float | None = None
-    """Wall-clock hours the training may take, start-up included (default: no deadline, the fewest
-    devices)."""
-    deadline_margin: float = 0.15
-    """Headroom a plan keeps for the time model's error: it meets the deadline only when its predicted
-    time x (1 + margin) fits. benchmarks/estimate.py measured the calibrated error at -3% .. +14% on
-    CPU; a plan predicted to end just at the deadline would miss it about half the time."""
-    probe: bool | None = None
-    """Time real training steps on this machine's slice of the data and measure memory (default:
-    where the profile's hardware is present: cpu-local; a GPU profile with CUDA)."""
-    max_epochs: int = 3
-    """Epochs the plan allows and the time estimate assumes (early stopping may end sooner)."""
-    memory_fraction: float = MEMORY_FRACTION
-    """Share of the device memory the plan may use, in (0, 1]. 0.88 tolerates a peak 13.6% above the
-    memory model's; benchmarks/estimate.py measured -7.9% .. -0.4% against real peak RSS on CPU."""
-    base_lr: float = 2e-3
-    """Learning rate at `base_batch` (scaled linearly to global_batch)."""
-    base_batch: int = 1024
-    """Global batch of `base_lr`."""
-    warmup_fraction: float = 0.05
-    """Share of optimizer steps in linear warmup."""
-    mfu: float | None = None
-    """Model FLOPs utilization (default: the profile's measured or cited `mfu`)."""
-    patience: int | None = None
-    """Epochs without a validation gain before stopping (default: chosen by
-    :func:`choose_patience` so early stopping can act within max_epochs)."""
-    max_lost_minutes: float = 10.0
-    """Most minutes of training a preemption may lose (sizes checkpoint_every_steps)."""
-
-    def __post_init__(self) -> None:
-        for name in ("global_batch", "max_epochs", "base_batch"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise EstimateError(f"{name} must be an integer >= 1, got {value!r}")
-        if self.deadline_hours is not None and not (
-            isinstance(self.deadline_hours, int | float) and self.deadline_hours > 0
-        ):
-            raise EstimateError(f"deadline_hours must be > 0, got {self.deadline_hours!r}")
-        if not (isinstance(self.deadline_margin, int | float) and 0 <= self.deadline_margin < 1):
-            raise EstimateError(f"deadline_margin must be in [0, 1), got {self.deadline_margin!r}")
-        if not 0 < self.memory_fraction <= 1:
-            raise EstimateError(f"memory_fraction must be in (0, 1], got {self.memory_fraction!r}")
-        if not 0 < self.base_lr < 1:
-            raise EstimateError(f"base_lr must be in (0, 1), got {self.base_lr!r}")
-        if not 0 <= self.warmup_fraction < 1:
-            raise EstimateError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
-        if self.mfu is not None and not 0 < self.mfu <= 1:
-            raise EstimateError(f"mfu must be in (0, 1], got {self.mfu!r}")
-        if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 0):
-            raise EstimateError(f"patience must be an integer >= 0, got {self.patience!r}")
-        if not (isinstance(self.max_lost_minutes, int | float) and self.max_lost_minutes > 0):
-            raise EstimateError(f"max_lost_minutes must be > 0, got {self.max_lost_minutes!r}")
-        try:
-            model_config(self.model)
-            tuned = tuned_training(self.model)
-        except ValueError as exc:
-            raise EstimateError(str(exc)) from None
-        base_lr, base_batch = (
-            (tuned.lr, tuned.global_batch) if tuned else (self.base_lr, self.base_batch)
-        )
-        lr = base_lr * self.global_batch / base_batch
-        if not lr < 1:
-            raise EstimateError(
-                f"the scaled lr {lr:g} (base_lr {base_lr:g} x {self.global_batch}"
-                f"/{base_batch}) must be < 1; lower base_lr or global_batch"
-            )
-
-    def training(self) -> tuple[TunedTraining, bool]:
-        """(lr at a batch, weight decay, warmup) this plan scales from, and whether a tuned file
-        gave them; otherwise base_lr, base_batch, warmup_fraction and TrainPlan's weight decay."""
-        tuned = tuned_training(self.model)
-        if tuned:
-            return tuned, True
-        defaults = TunedTraining(
-            lr=self.base_lr,
-            weight_decay=TrainPlan.weight_decay,
-            warmup_fraction=self.warmup_fraction,
-            global_batch=self.base_batch,
-        )
-        return defaults, False
 
 
 # ----------------------------------------------------------------------------- throughput
@@ -489,6 +386,13 @@ def run_speed_probe(data: str, plan: TrainPlan, profile: HardwareProfile) -> dic
         raise EstimateError(f"--probe: {exc}") from None
 
 
+def trained_rows(split: dict, negative_keep: float) -> int:
+    """Rows an epoch trains on: every positive and the kept share of the negatives (expected)."""
+    rows = int(split["rows"])
+    positives = round(rows * float(split.get("positive_rate") or 0.0))
+    return positives + round((rows - positives) * negative_keep)
+
+
 def mapped_train_bytes(meta: dict) -> int:
     """Bytes of the train split's memory-mapped arrays (an epoch reads them all)."""
     import numpy as np
@@ -525,6 +429,10 @@ class Candidate:
     def total_seconds(self) -> float:
         return self.times["total_seconds"]
 
+    def usd(self, profile: HardwareProfile) -> float:
+        """What the run costs at ``profile``'s prices: its predicted hours, start-up included."""
+        return self.total_seconds / 3600 * profile.usd_per_hour(self.nproc, self.nnodes)
+
 
 class Planner:
     """What every candidate of one estimate shares (config, hardware profile, dataset, model,
@@ -536,7 +444,7 @@ class Planner:
         self.meta = load_meta(config.data)
         self.vocab = Vocab.from_meta(self.meta)
         self.mconf = model_config(config.model)
-        self.train_rows = int(self.meta["splits"]["train"]["rows"])
+        self.train_rows = trained_rows(self.meta["splits"]["train"], config.negative_keep)
         self.val_rows = int(self.meta["splits"]["val"]["rows"])
         self.params = parameter_split(self.mconf, self.vocab)
         self.precision = "bf16" if profile.bf16 else "fp32"
@@ -560,6 +468,9 @@ class Planner:
         """The launched speed probe's measurement (one for every candidate of a CPU profile)."""
         self.unprobed = None if hardware_present(profile) else "no such device here"
         self.tried: list[str] = []
+        self.priced = bool(profile.usd_per_hour(1, 1))
+        self.next_cheaper: Candidate | None = None
+        """The dearest plan cheaper than the chosen one (each misses the deadline), if any."""
 
     def plan(self, c: Candidate) -> TrainPlan:
         config, training = self.config, self.training
@@ -572,6 +483,8 @@ class Planner:
             precision=self.precision,
             activation_checkpointing=c.checkpointing,
             sparse_embeddings="auto",
+            # GPU steps are launch-bound (benchmarks/results/gpu.json); on CPU no gain measured
+            compile="reduce-overhead" if self.gpu else "off",
             lr=training.lr * config.global_batch / training.global_batch,
             warmup_fraction=training.warmup_fraction,
             weight_decay=training.weight_decay,
@@ -584,6 +497,7 @@ class Planner:
             cpu_threads=1,
             checkpoint_every_steps=c.times["checkpoint_every_steps"],
             max_lost_minutes=config.max_lost_minutes,
+            negative_keep=config.negative_keep,
         )
 
     def fit(self, nproc: int, nnodes: int) -> Candidate | None:
@@ -674,29 +588,41 @@ class Planner:
             mfu=self.mfu,
             measured=self.speed,
         )
-        self.tried.append(f"{c.world} x {self.profile.name}: {c.total_seconds / 3600:.2f} h")
+        self.tried.append(
+            f"{c.world} x {self.profile.name}: {c.total_seconds / 3600:.2f} h"
+            + (f", ${c.usd(self.profile):,.2f}" if self.priced else "")
+        )
         return c
 
     def search(self) -> Candidate:
-        """World sizes in order until one meets the deadline (CPU: the first, the fastest); the chosen
-        candidate, or InfeasibleError with the fastest one's numbers."""
-        chosen = fastest = None
+        """The plan to run: on CPU the first world size that fits (one process per core: the
+        fastest); on GPUs, of every world size that fits, the cheapest that meets the deadline
+        (without one, the cheapest; equal prices: the fewest devices). InfeasibleError with the
+        fastest one's numbers when none meets it."""
+        timed: list[Candidate] = []
         for nproc, nnodes in world_candidates(self.profile):
-            candidate = self.fit(nproc, nnodes)
+            try:
+                candidate = self.fit(nproc, nnodes)
+            except InfeasibleError:
+                if not timed:  # the smallest layout does not fit: nothing will
+                    raise
+                # more devices add buffers (DDP) a device at the limit has no room for
+                self.tried.append(f"{nproc * nnodes} x {self.profile.name}: does not fit")
+                continue
             if candidate is None:
                 continue
             self.measure(candidate)
-            chosen = self.timed(candidate)
-            if fastest is None or chosen.total_seconds < fastest.total_seconds:
-                fastest = chosen
-            if self.deadline_s is None or self.meets_deadline(chosen) or not self.gpu:
+            timed.append(self.timed(candidate))
+            if not self.gpu:
                 break
-        if fastest is None:  # pragma: no cover - CPU candidates end at 1 process, GPUs at 1 device
+        if not timed:  # pragma: no cover - CPU candidates end at 1 process, GPUs at 1 device
             raise InfeasibleError(
                 f"no world size of {self.profile.name} divides global batch "
                 f"{self.config.global_batch}: {'; '.join(self.tried)}"
             )
-        if self.deadline_s is not None and not self.meets_deadline(fastest):
+        meeting = [c for c in timed if self.deadline_s is None or self.meets_deadline(c)]
+        if not meeting:
+            fastest = min(timed, key=lambda c: c.total_seconds)
             config, t = self.config, fastest.times
             raise InfeasibleError(
                 f"deadline {config.deadline_hours:g} h ({self.deadline_s:.3g} s) cannot be met on "
@@ -706,7 +632,56 @@ class Planner:
                 f"start-up {t['startup_seconds']:,.0f} s + {config.max_epochs} x {t['epoch_seconds']:,.1f} s per "
                 f"epoch, {config.deadline_margin:.0%} headroom for the estimate's error; tried {'; '.join(self.tried)}"
             )
+        chosen = min(meeting, key=lambda c: (c.usd(self.profile), c.world, c.total_seconds))
+        cheaper = [c for c in timed if c.usd(self.profile) < chosen.usd(self.profile)]
+        # what the deadline costs: the dearest of the cheaper plans, all of which miss it
+        self.next_cheaper = max(cheaper, key=lambda c: c.usd(self.profile), default=None)
         return chosen
+
+    def cost(self, c: Candidate) -> dict[str, Any]:
+        """The plan's cost block: predicted dollars and device-hours (start-up included), the
+        prices and where they come from, and what the next cheaper plan would have missed by."""
+        profile, hours = self.profile, c.total_seconds / 3600
+        cheaper = self.next_cheaper
+        return {
+            "usd": c.usd(profile),
+            "usd_per_hour": profile.usd_per_hour(c.nproc, c.nnodes),
+            "device_hours": hours * c.world,
+            "node_hours": hours * c.nnodes,
+            "price_per_device_hour": profile.price_per_device_hour,
+            "price_per_node_hour": profile.price_per_node_hour,
+            "price_source": profile.price_source,
+            "price_date": profile.price_date,
+            "next_cheaper": cheaper
+            and {
+                "nproc_per_node": cheaper.nproc,
+                "nnodes": cheaper.nnodes,
+                "usd": cheaper.usd(profile),
+                "seconds": cheaper.total_seconds,
+                # with the headroom the deadline is judged by
+                "misses_deadline_by_seconds": cheaper.total_seconds * self.headroom
+                - self.deadline_s,
+            },
+        }
+
+    def cost_note(self, c: Candidate) -> str:
+        cost = self.cost(c)
+        if not self.priced:
+            return f"not priced: {self.profile.name} sets no price (hardware.py: PRICE_FIELDS)"
+        note = (
+            f"${cost['usd']:,.2f}: {cost['device_hours']:,.2f} device-hours at "
+            f"${cost['usd_per_hour']:,.2f}/h ({self.profile.price_source}, {self.profile.price_date})"
+        )
+        if self.gpu and self.deadline_s is not None:
+            cheaper = cost["next_cheaper"]
+            note += "; the cheapest plan that meets the deadline" + (
+                f": the next cheaper, {cheaper['nproc_per_node']} per node x {cheaper['nnodes']} "
+                f"(${cheaper['usd']:,.2f}), would miss it by "
+                f"{cheaper['misses_deadline_by_seconds'] / 60:,.1f} min"
+                if cheaper
+                else ""
+            )
+        return note
 
     def meets_deadline(self, c: Candidate) -> bool:
         return c.total_seconds * self.headroom <= self.deadline_s
@@ -779,6 +754,14 @@ class Planner:
                 else ""
             ),
             "max_epochs": f"{config.max_epochs} epochs at most; the time estimate assumes all of them",
+            "negative_keep": (
+                "1: every training row"
+                if config.negative_keep >= 1
+                else f"{config.negative_keep:g}: each epoch trains on every positive and that share "
+                f"of the negatives ({self.train_rows:,} of {int(self.meta['splits']['train']['rows']):,} "
+                f"rows); the model adds log({config.negative_keep:g}) = "
+                f"{math.log(config.negative_keep):+.3f} to its logits to stay calibrated"
+            ),
             "patience": (
                 f"{patience}: "
                 + (
@@ -807,7 +790,14 @@ class Planner:
                 else "0 loader workers: on CPU the cores train (docs/tuning.md)"
             ),
             "cpu_threads": "1 intra-op thread per process: CPU training scales with processes (docs/tuning.md)",
+            "compile": (
+                "reduce-overhead: torch.compile's fused kernels and CUDA graphs, a step replayed as "
+                "one launch (eager GPU steps are launch-bound: benchmarks/results/gpu.json)"
+                if gpu
+                else "off: compiling the CPU step measured no gain (docs/performance.md)"
+            ),
             "throughput": self.rate_note(c),
+            "cost": self.cost_note(c),
             "time": (
                 f"start-up {t['startup_seconds']:,.0f} s + {config.max_epochs} x ({t['steps_per_epoch']:,} "
                 f"steps x {t['step_seconds']:.3g} s + validation {t['validation_seconds']:,.1f} s + "
@@ -852,6 +842,7 @@ class Planner:
                 "max_lost_minutes": config.max_lost_minutes,
                 "sources": {k: profile.sources.get(k) for k in TIME_FIELDS},
             },
+            "cost": self.cost(c),
             "candidates": self.tried,
             "probe": self.probed,
             "speed_probe": speed,
@@ -900,6 +891,7 @@ def plan_table(doc: dict[str, Any]) -> str:
         ("precision", plan.precision),
         ("activation ckpt", str(plan.activation_checkpointing)),
         ("sparse_embeddings", plan.sparse_embeddings),
+        ("compile", plan.compile),
         ("lr / warmup", f"{plan.lr:g} / {plan.warmup_fraction:.0%}"),
         ("loader workers", str(plan.num_workers)),
         ("max_epochs / patience", f"{plan.max_epochs} / {plan.patience}"),
@@ -929,6 +921,15 @@ def plan_table(doc: dict[str, Any]) -> str:
         ("start-up", duration(t["startup_seconds"])),
         (f"{t['epochs_assumed']} epochs", duration(t["total_seconds"])),
     ]
+    cost = est.get("cost") or {}
+    if cost.get("usd_per_hour"):
+        rows.append(
+            (
+                "cost",
+                f"${cost['usd']:,.2f} ({cost['device_hours']:,.2f} device-hours at "
+                f"${cost['usd_per_hour']:,.2f}/h, prices of {cost['price_date']})",
+            )
+        )
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
     lines += ["", "rationale:"] + [f"  {k}: {v}" for k, v in doc["rationale"].items()]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from components.common.registry_read import MODEL_NAME
 from components.evaluate.decision import GateRule
 from components.evaluate.guards import GuardRule
 
@@ -23,7 +24,7 @@ class EvaluateConfig:
     """The candidate's checkpoint (the train stage's best.pt)."""
     out: str
     """Output folder (replaced atomically)."""
-    model_name: str = "dailyrec"
+    model_name: str = MODEL_NAME
     """Registered model whose `@champion` is the baseline."""
     tracking_uri: str | None = None
     """MLflow tracking/registry URI; None = no registry, the candidate is judged alone."""

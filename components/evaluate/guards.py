@@ -5,7 +5,7 @@ upstream change, a day delivered twice, a feature whose distribution jumped -- c
 model that clears ``min_auc`` and is "not significantly worse" on the broken day itself. So
 before a candidate may be blessed, every day of its dataset that the champion never trained on is
 compared with the champion's training window, summarised in a :class:`WindowProfile` that each
-registered version carries (``components.register.integrity.PROFILE``):
+registered version carries (``components.common.integrity.PROFILE``):
 
 * **volume**: the day's rows over the window's mean rows per day;
 * **click rate**: the day's click rate over the window's;

@@ -1,4 +1,5 @@
-"""The human-readable side of evaluation: ROC and calibration plots, a Markdown report."""
+"""The human-readable side of evaluation: ROC, calibration and by-day plots, a Markdown report
+and the same report as a page with its plots inline (what MLflow's artifact view shows)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from pathlib import Path
 
 from components.evaluate.decision import comparison_defined, undefined_why
 
-ROC_PNG, CALIBRATION_PNG, REPORT_MD = "roc.png", "calibration.png", "report.md"
+ROC_PNG, CALIBRATION_PNG, HISTORY_PNG = "roc.png", "calibration.png", "history.png"
+REPORT_MD, REPORT_HTML = "report.md", "report.html"
+PLOTS = {"ROC": ROC_PNG, "Calibration": CALIBRATION_PNG, "By day": HISTORY_PNG}
+"""The report's plots: title -> file."""
 
 
 def _figure(rows: int = 1, cols: int = 1, size=(4.5, 4.5), **kwargs):
@@ -100,6 +104,48 @@ def plot_calibration(
         values = np.asarray(values, dtype=float)
         hist.hist(np.clip(values, low, high), bins=edges, histtype="step", label=label)
     hist.set(xscale="log", xlabel="predicted probability", ylabel="rows")
+    return _save(plt, fig, path)
+
+
+PLAN_BAND = 0.1
+"""The shaded band of the plan-vs-actual panel: the plan's measured accuracy (docs/performance.md)."""
+
+
+def plot_history(days: list[dict], path: Path) -> bytes:
+    """By test day (``days``: oldest first, each ``{"day", "test_auc", "champion_auc",
+    "blessed", "time_ratio", "memory_ratio"}``, None where unknown): the candidate's test AUC
+    against the champion's on the same rows (blessed days ringed), and the training's measured
+    time and peak memory over what its plan predicted; returns the PNG bytes."""
+    import datetime as dt
+
+    plt, (fig, (auc, plan)) = _figure(1, 2, size=(10, 4))
+    x = [dt.date.fromisoformat(d["day"]) for d in days]
+
+    def series(key: str) -> list[float]:
+        return [float("nan") if d.get(key) is None else float(d[key]) for d in days]
+
+    auc.plot(x, series("test_auc"), marker="o", label="candidate")
+    auc.plot(x, series("champion_auc"), marker="s", linestyle="--", label="champion")
+    ringed = [(x[i], d["test_auc"]) for i, d in enumerate(days) if d.get("blessed")]
+    if ringed:
+        auc.scatter(*zip(*ringed, strict=True), s=140, facecolors="none", edgecolors="green")
+        auc.plot([], [], "o", mfc="none", mec="green", label="blessed")
+    auc.set(title="test AUC by day", ylabel="AUC")
+    auc.legend(loc="best")
+    for key, label in (("time_ratio", "training time"), ("memory_ratio", "peak memory")):
+        plan.plot(x, series(key), marker="o", label=label)
+    plan.axhline(1.0, linestyle=":", color="grey")
+    plan.axhspan(1 - PLAN_BAND, 1 + PLAN_BAND, color="grey", alpha=0.15, label=f"±{PLAN_BAND:.0%}")
+    plan.set(title="training: measured / planned", ylabel="ratio")
+    plan.legend(loc="best")
+    import matplotlib.dates as mdates
+
+    for ax in (auc, plan):  # days, not a calendar: a lone day keeps a day either side
+        if x:
+            ax.set_xlim(min(x) - dt.timedelta(days=1), max(x) + dt.timedelta(days=1))
+        ax.xaxis.set_major_locator(mdates.AutoDateLocator(minticks=2, maxticks=8))
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
+    fig.autofmt_xdate()
     return _save(plt, fig, path)
 
 
@@ -276,6 +322,61 @@ def guard_lines(guards: dict | None) -> list[str]:
         "",
     ]
     return lines
+
+
+def html(markdown_text: str, title: str) -> str:
+    """The report as a page: the subset of Markdown :func:`markdown` writes (headings, bullets,
+    tables, images, bold and code spans), every text escaped; images keep their sources (pass
+    data URIs to have them inline)."""
+    import html as escape
+    import re
+
+    def inline(text: str) -> str:
+        text = escape.escape(text, quote=False)
+        text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
+        return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+
+    def cells(row: str, tag: str) -> str:
+        return "".join(f"<{tag}>{inline(c.strip())}</{tag}>" for c in row.strip("|").split("|"))
+
+    body, lines, i = [], markdown_text.splitlines(), 0
+    while i < len(lines):
+        line = lines[i]
+        block = [line]
+        if line.startswith(("- ", "|")):  # a list or a table: its consecutive lines
+            while i + 1 < len(lines) and lines[i + 1].startswith(line[0]):
+                i += 1
+                block.append(lines[i])
+        i += 1
+        if heading := re.match(r"(#{1,3}) (.*)", line):
+            level = len(heading.group(1))
+            body.append(f"<h{level}>{inline(heading.group(2))}</h{level}>")
+        elif image := re.fullmatch(r"!\[(.*?)\]\((.*?)\)", line):
+            alt, src = escape.escape(image.group(1)), escape.escape(image.group(2))
+            body.append(
+                f'<figure><img alt="{alt}" src="{src}"><figcaption>{alt}</figcaption></figure>'
+            )
+        elif line.startswith("- "):
+            body.append("<ul>" + "".join(f"<li>{inline(b[2:])}</li>" for b in block) + "</ul>")
+        elif line.startswith("|"):
+            rows = [f"<tr>{cells(block[0], 'th')}</tr>"] + [
+                f"<tr>{cells(b, 'td')}</tr>" for b in block[2:]
+            ]
+            body.append("<table>" + "".join(rows) + "</table>")
+        elif line.strip():
+            body.append(f"<p>{inline(line)}</p>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{escape.escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body>" + "\n".join(body) + "</body></html>\n"
+    )
+
+
+_STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:1.5em;max-width:72em;line-height:1.45}"
+    "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .6em;"
+    "text-align:right}td:first-child,th:first-child{text-align:left}img{max-width:100%}"
+    "figure{margin:1em 0}code{background:#f3f3f3;padding:0 .2em}"
+)
 
 
 def data_uri(png: bytes) -> str:

@@ -71,7 +71,7 @@ def evaluate(config: EvaluateConfig) -> dict:
     started = time.perf_counter()
     import torch
 
-    from components.register.integrity import PROFILE
+    from components.common.integrity import PROFILE
 
     torch.set_num_threads(config.threads)
     meta = load_meta(config.data)
@@ -212,9 +212,11 @@ def evaluate(config: EvaluateConfig) -> dict:
     }
     metrics["plan_vs_actual"] = training_plan_vs_actual(config.checkpoint)
     metrics["seconds"] = time.perf_counter() - started
-    with tracked_run(config, (meta.get("window") or {}).get("end") or "") as run:
+    day = (meta.get("window") or {}).get("end") or ""
+    with tracked_run(config, day) as run:
         metrics["mlflow_run_id"] = run.info.run_id if run else None
-        write_outputs(Path(config.out), metrics, decision, curves, bins, predictions)
+        history = by_day(run, config.model_name, day, evaluation_numbers(metrics, decision))
+        write_outputs(Path(config.out), metrics, decision, curves, bins, predictions, history)
         if run:
             log_evaluation(Path(config.out), metrics, decision)
     log.info("evaluate: %s", summary_line(metrics, decision))
@@ -281,15 +283,62 @@ def tracked_run(config: EvaluateConfig, day: str = ""):
     with started_run(
         experiment_id=experiment_id,
         run_name=f"evaluate-{day or Path(config.checkpoint).parent.name}",
-        tags={"model_name": config.model_name},
+        tags={"model_name": config.model_name, DAY_TAG: day},
     ) as run:
         yield run
 
 
-def log_evaluation(out: Path, metrics: dict, decision: dict) -> None:
-    """The evaluation's metrics, verdict, plots and report in the active MLflow run."""
-    import mlflow
+DAY_TAG = "dailyrec.day"
+"""The test day an evaluation run judged (the last day of its window)."""
+HISTORY_DAYS = 60
+"""Days the by-day plot shows, the newest last."""
 
+
+def by_day(run: Any, model_name: str, day: str, today: dict[str, float]) -> list[dict]:
+    """The by-day plot's rows, oldest first: the latest finished evaluation of each earlier day in
+    ``run``'s experiment (none without a run) and ``today`` (:func:`evaluation_numbers`) for
+    ``day``; days that are not dates (an evaluation outside the daily pipeline) are left out."""
+    import datetime as dt
+
+    numbers: dict[str, dict[str, float]] = {}
+    if run is not None:
+        import mlflow
+
+        found = mlflow.MlflowClient().search_runs(
+            [run.info.experiment_id],
+            filter_string=f"attributes.status = 'FINISHED' and tags.model_name = "
+            f"'{model_name.replace(chr(39), chr(92) + chr(39))}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=4 * HISTORY_DAYS,
+        )
+        for earlier in found:  # newest first: the first of a day is its latest
+            day_of = earlier.data.tags.get(DAY_TAG) or earlier.info.run_name.removeprefix(
+                "evaluate-"
+            )
+            numbers.setdefault(day_of, earlier.data.metrics)
+    numbers[day] = today
+    rows = []
+    for when, values in numbers.items():
+        try:
+            dt.date.fromisoformat(when)
+        except ValueError:
+            continue
+        rows.append(
+            {
+                "day": when,
+                "test_auc": values.get("test_auc"),
+                "champion_auc": values.get("champion_auc"),
+                "blessed": bool(values.get("blessed")),
+                "time_ratio": values.get("train_time_ratio"),
+                "memory_ratio": values.get("train_memory_ratio"),
+            }
+        )
+    return sorted(rows, key=lambda r: r["day"])[-HISTORY_DAYS:]
+
+
+def evaluation_numbers(metrics: dict, decision: dict) -> dict[str, float]:
+    """The run's metrics: the candidate's and the champion's on the test split, the verdict, and
+    the training's measured time and peak memory over its plan's (finite values only)."""
     numbers = {k: float(metrics[k]) for k in ("test_auc", "test_gauc", "test_logloss", "test_ece")}
     champion = (metrics.get("champion") or {}).get("metrics") or {}
     numbers.update(
@@ -302,7 +351,18 @@ def log_evaluation(out: Path, metrics: dict, decision: dict) -> None:
     if metrics.get("comparison"):
         numbers["auc_delta_vs_champion"] = float(metrics["comparison"]["delta"])
     numbers["blessed"] = float(bool(decision["blessed"]))
-    mlflow.log_metrics({k: v for k, v in numbers.items() if np.isfinite(v)})
+    pva = metrics.get("plan_vs_actual") or {}
+    for key, name in (("seconds", "train_time_ratio"), ("peak_memory_bytes", "train_memory_ratio")):
+        if (pva.get(key) or {}).get("ratio") is not None:
+            numbers[name] = float(pva[key]["ratio"])
+    return {k: v for k, v in numbers.items() if np.isfinite(v)}
+
+
+def log_evaluation(out: Path, metrics: dict, decision: dict) -> None:
+    """The evaluation's metrics, verdict, plots and report in the active MLflow run."""
+    import mlflow
+
+    mlflow.log_metrics(evaluation_numbers(metrics, decision))
     mlflow.set_tags(
         {
             "blessed": str(bool(decision["blessed"])).lower(),
@@ -310,8 +370,10 @@ def log_evaluation(out: Path, metrics: dict, decision: dict) -> None:
             "dataset_fingerprint": str((metrics.get("dataset") or {}).get("fingerprint") or ""),
         }
     )
-    for name in (METRICS, DECISION, ROC, report.ROC_PNG, report.CALIBRATION_PNG, report.REPORT_MD):
+    for name in (METRICS, DECISION, ROC, *report.PLOTS.values(), report.REPORT_MD):
         mlflow.log_artifact(str(out / name), artifact_path="evaluation")
+    # at the top: the page a person opens first (MLflow shows HTML; Markdown as plain text)
+    mlflow.log_artifact(str(out / report.REPORT_HTML))
     dataset = metrics.get("dataset") or {}
     if dataset.get("path"):
         from components.common.tracking import dataset_input
@@ -344,9 +406,9 @@ def find_champion(config: EvaluateConfig, vocab: Vocab, workdir: str | Path) -> 
     """
     if not config.tracking_uri:
         return {"status": "none", "version": None, "reason": "no tracking URI given"}, None
+    from components.common.integrity import WEIGHTS, verified_download
+    from components.common.registry import CHAMPION, alias_version
     from components.common.registry_read import NoRegistry, connect_readonly
-    from components.register.integrity import WEIGHTS, verified_download
-    from components.register.registry import CHAMPION, alias_version
 
     try:
         client = connect_readonly(config.tracking_uri)
@@ -394,7 +456,7 @@ def champion_profile(local: Path) -> WindowProfile | None:
     with the candidate's own window, and the log says why)."""
     import json
 
-    from components.register.integrity import PROFILE
+    from components.common.integrity import PROFILE
 
     path = local / PROFILE
     if not path.is_file():
@@ -415,8 +477,10 @@ def write_outputs(
     curves: dict,
     bins: dict,
     predictions: dict[str, np.ndarray] | None = None,
+    history: list[dict] | None = None,
 ) -> None:
-    """``curves``, ``bins``, ``predictions``: by label (candidate, champion vN)."""
+    """``curves``, ``bins``, ``predictions``: by label (candidate, champion vN); ``history``: the
+    by-day plot's rows (:func:`by_day`)."""
     champion = metrics.get("champion") or {}
     aucs = {"candidate": metrics["candidate"]["auc"]}
     if champion.get("metrics"):
@@ -427,10 +491,13 @@ def write_outputs(
         atomic_write_json(tmp / ROC, curves)
         report.plot_roc(curves, tmp / report.ROC_PNG, aucs)
         report.plot_calibration(bins, tmp / report.CALIBRATION_PNG, predictions)
-        images = {"ROC": report.ROC_PNG, "Calibration": report.CALIBRATION_PNG}
+        report.plot_history(history or [], tmp / report.HISTORY_PNG)
         atomic_write_bytes(
-            tmp / report.REPORT_MD, report.markdown(metrics, decision, images).encode()
+            tmp / report.REPORT_MD, report.markdown(metrics, decision, report.PLOTS).encode()
         )
+        inline = {t: report.data_uri((tmp / name).read_bytes()) for t, name in report.PLOTS.items()}
+        page = report.html(report.markdown(metrics, decision, inline), f"{metrics['model_name']}")
+        atomic_write_bytes(tmp / report.REPORT_HTML, page.encode())
 
 
 def summary_line(metrics: dict, decision: dict) -> str:

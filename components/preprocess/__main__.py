@@ -10,7 +10,6 @@ from pathlib import Path
 from components.common.cli import Exit, add_config_flags, cli_parser, exit_for
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.errors import InputError
-from components.preprocess.stage import format_summary, preprocess
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from components.preprocess.stage import format_summary, preprocess  # Dask: not for --help
+
     try:
         meta = preprocess(PreprocessConfig(**vars(args)))
     except (InputError, ValueError) as exc:

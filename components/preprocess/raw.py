@@ -75,6 +75,12 @@ class Ignored:
     reason: str
     day_numbers: tuple[int, int, int] | None = None  # what a misnamed day folder seems to mean
 
+    @property
+    def marker(self) -> bool:
+        """A hidden or marker entry (``_SUCCESS``, ``.crc``, a sample's ``_truth/``): by the
+        convention a reader passes over it; recorded, not warned about."""
+        return self.path.rstrip("/").rsplit("/", 1)[-1].startswith(HIDDEN)
+
 
 @dataclass(frozen=True)
 class Piece:

@@ -230,12 +230,16 @@ def resolve_inputs(config: PreprocessConfig) -> Resolved:
             f"(expected in {schema.day_folder_name(window.end)!r}"
             f"{'' if window.end in day_paths else ', which does not exist'})"
         )
-    for item in ignored[:20]:
+    unexpected = [item for item in ignored if not item.marker]
+    for item in unexpected[:20]:
         log.warning("not read: %r (%s)", item.path, item.reason)
-    if len(ignored) > 20:
+    if len(unexpected) > 20:
         log.warning(
-            "not read: %d more paths (listed in meta.json inputs.ignored)", len(ignored) - 20
+            "not read: %d more paths (listed in meta.json inputs.ignored)", len(unexpected) - 20
         )
+    for item in ignored:
+        if item.marker:
+            log.info("passed over: %r (%s)", item.path, item.reason)
     return Resolved(
         fs,
         day_paths,
@@ -723,11 +727,17 @@ def format_summary(meta: dict) -> str:
         lines.append(
             "  exact duplicates by day: " + ", ".join(f"{d} {n:,}" for d, n in duplicated.items())
         )
-    ignored = meta["inputs"].get("ignored", [])
-    if ignored:
+    ignored = [rawio.Ignored(i["path"], i["reason"]) for i in meta["inputs"].get("ignored", [])]
+    unexpected = [i for i in ignored if not i.marker]
+    if unexpected:
         lines.append(
-            f"  not read: {len(ignored)} paths (meta.json inputs.ignored), e.g. "
-            f"{ignored[0]['path']!r} ({ignored[0]['reason']})"
+            f"  not read: {len(unexpected)} paths (meta.json inputs.ignored), e.g. "
+            f"{unexpected[0].path!r} ({unexpected[0].reason})"
+        )
+    if len(ignored) > len(unexpected):
+        lines.append(
+            f"  passed over: {len(ignored) - len(unexpected)} hidden or marker paths "
+            "(names starting with '.' or '_'; meta.json inputs.ignored)"
         )
     lines.append("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in meta["seconds"].items()))
     return "\n".join(lines)

@@ -8,16 +8,11 @@ import argparse
 import sys
 
 from components.common.cli import Exit, add_config_flags, cli_parser, exit_for
+from components.common.integrity import IntegrityError
 from components.common.stop import run_main
-from components.common.tracking import TrackingError
-from components.register.integrity import IntegrityError
-from components.register.stage import (
-    ChampionMoved,
-    RegisterConfig,
-    default_tracking_uri,
-    register,
-    summary_line,
-)
+from components.common.tracking import TrackingError, default_tracking_uri
+from components.register.config import RegisterConfig
+from components.register.stage import ChampionMoved, register, summary_line
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,26 +23,8 @@ from typing import Any
 import mlflow.pyfunc
 import numpy as np
 import pandas as pd
-from mlflow.exceptions import MlflowException
-from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
-
-class BadRequest(MlflowException):
-    """A request the model cannot score. MLflow's server answers it with HTTP 400 and this one-line
-    reason: the server prefixes the message with the whole request (many lines) by assigning
-    ``message``, which this class keeps to the reason."""
-
-    def __init__(self, reason: str) -> None:
-        self._reason = " ".join(str(reason).split())
-        super().__init__(self._reason, error_code=INVALID_PARAMETER_VALUE)
-
-    @property
-    def message(self) -> str:
-        return self._reason
-
-    @message.setter
-    def message(self, value: str) -> None:
-        pass  # keep the reason (see the class docstring)
+from components.score.protocol import BadRequest, Overdue
 
 
 class DailyrecModel(mlflow.pyfunc.PythonModel):
@@ -93,10 +75,6 @@ class DailyrecModel(mlflow.pyfunc.PythonModel):
             self.scorer.model, batches if deadline is None else _until(deadline, batches)
         )
         return sigmoid(logits).astype(np.float32)
-
-
-class Overdue(TimeoutError):
-    """Scoring passed its deadline: the server has answered 504 and stops the work."""
 
 
 def _until(deadline: float, batches):

@@ -25,11 +25,12 @@ import tempfile
 from pathlib import Path
 
 from components.common.cli import Exit, cli_parser, exit_for
+from components.common.integrity import IntegrityError, verified_download
 from components.common.lock import LockBusy, storage_lock
-from components.common.tracking import TrackingError, connect, sqlite_path
-from components.register.integrity import IntegrityError, verified_download
-from components.register.registry import CHAMPION, PREVIOUS, alias_version
-from components.register.stage import ChampionMoved, default_tracking_uri
+from components.common.registry import CHAMPION, PREVIOUS, alias_version
+from components.common.registry_read import MODEL_NAME
+from components.common.tracking import TrackingError, connect, default_tracking_uri, sqlite_path
+from components.register.stage import ChampionMoved
 
 
 def lock_root(tracking_uri: str, storage_root: str | None) -> Path | None:
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         "python -m components.register.rollback", "Put an earlier model version back as champion."
     )
     p.add_argument(
-        "--model-name", default="dailyrec", help="registered model whose @champion moves back"
+        "--model-name", default=MODEL_NAME, help="registered model whose @champion moves back"
     )
     p.add_argument(
         "--to-version",

@@ -10,7 +10,7 @@ point ends in the same state as an uninterrupted run):
    pip requirements) in a new run; then create the version with its tags;
 3. the logged files are checked against what was meant to be logged and
    sealed: their manifest's SHA-256 goes into the version's tags (see
-   :mod:`components.register.integrity`: loaders verify it);
+   :mod:`components.common.integrity`: loaders verify it);
 4. aliases: blessed -> ``previous`` on the old champion, ``champion`` on
    this version; not blessed and ``register_unblessed`` -> ``challenger``.
    A compare-and-set: ``@champion`` must still be the version evaluate compared
@@ -24,21 +24,13 @@ A not-blessed model is not registered at all unless asked.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.common.progress import get_logger
-from components.common.runs import REGISTRATION
-from components.common.stop import started_run
-from components.common.storage import atomic_write_json
-from components.common.tracking import code_version, connect, ensure_experiment, sqlite_uri
-from components.register.integrity import (
+from components.common.integrity import (
     DIGEST_TAG,
     MANIFEST_ARTIFACT,
     PROFILE,
@@ -47,8 +39,9 @@ from components.register.integrity import (
     check_logged,
     seal,
 )
-from components.register.integrity import sha256_file as file_sha256
-from components.register.registry import (
+from components.common.integrity import sha256_file as file_sha256
+from components.common.progress import get_logger
+from components.common.registry import (
     CHALLENGER,
     CHAMPION,
     KEY_TAG,
@@ -56,6 +49,12 @@ from components.register.registry import (
     alias_version,
     model_uri,
 )
+from components.common.registry_read import WINDOW_TAG
+from components.common.runs import REGISTRATION
+from components.common.stop import started_run
+from components.common.storage import atomic_write_json
+from components.common.tracking import code_version, connect, ensure_experiment, run_link
+from components.register.config import RegisterConfig
 
 log = get_logger(__name__)
 TAG_LIMIT = 4000  # MLflow caps tag values at 5000 characters
@@ -67,56 +66,6 @@ ID_KEY_TAG = "dailyrec_id_key"
 
 class ChampionMoved(RuntimeError):
     """``@champion`` is no longer the version the candidate was compared with."""
-
-
-def default_tracking_uri() -> str:
-    """$MLFLOW_TRACKING_URI, else a SQLite registry under ./runs (where `make run` keeps it)."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri("runs")
-
-
-@dataclass(frozen=True)
-class RegisterConfig:
-    """What to register, where, and under which name."""
-
-    checkpoint: str
-    """The candidate checkpoint that was evaluated."""
-    metrics: str
-    """The evaluate stage's metrics.json."""
-    decision: str
-    """The evaluate stage's decision.json."""
-    model_name: str = "dailyrec"
-    """Registered model name."""
-    tracking_uri: str = dataclasses.field(default_factory=default_tracking_uri)
-    """MLflow tracking + registry URI."""
-    experiment: str = "dailyrec-register"
-    """Experiment of the runs that log the models."""
-    register_unblessed: bool = False
-    """Register a not-blessed model too, under the `challenger` alias."""
-    pipeline_run_id: str = ""
-    """Recorded as a tag (the KFP run that produced the model)."""
-    out: str | None = None
-    """Folder for registration.json (default: none)."""
-    data: str | None = None
-    """The dataset the candidate was trained and evaluated on (its count state and its users'
-    state become the model's snapshot; default: the one named in `metrics`)."""
-    user_state: bool = True
-    """Carry the users' state of the window in the model (each user's last clicks and skips and
-    its counts, docs/security.md), so a request may send only ids. Off: the model holds no user,
-    and requests must send each user's events."""
-
-    def __post_init__(self) -> None:
-        for name in (
-            "checkpoint",
-            "metrics",
-            "decision",
-            "model_name",
-            "tracking_uri",
-            "experiment",
-        ):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise ValueError(f"{name} must be a non-empty string")
-        if self.data is not None and (not isinstance(self.data, str) or not self.data):
-            raise ValueError("data must be a non-empty string or None")
 
 
 def register(config: RegisterConfig) -> dict:
@@ -160,9 +109,8 @@ def register(config: RegisterConfig) -> dict:
             run_id=run_id,
             model_id=model_id,
             tags={
-                **version_tags(key, metrics, decision, checkpoint, config.pipeline_run_id),
+                **version_tags(key, metrics, decision, checkpoint, config.pipeline_run_id, lineage),
                 **sealed,
-                **{k: v for k, v in lineage.items() if v},
             },
             description=f"test AUC {metrics.get('test_auc', float('nan')):.4f}; "
             f"{'blessed' if blessed else 'not blessed'}" + describe_links(lineage),
@@ -307,15 +255,23 @@ def _ensure_registered_model(client: Any, name: str) -> None:
 def _logged_model(
     client: Any, config: RegisterConfig, checkpoint: dict, metrics: dict, decision: dict, key: str
 ) -> tuple[str, str | None, str | None]:
-    """``(source URI, run id, model id)`` of the logged model for ``key``: found or logged now."""
+    """``(source URI, run id, model id)`` of the logged model for ``key``: found or logged now.
+
+    The model is logged on its training run (its source run, listed among the run's models, in
+    the training experiment) and by a registering run that holds the evaluation it was judged
+    by; without a training run (a checkpoint trained elsewhere) it lives in the registering
+    run's experiment alone."""
     import mlflow
+    from mlflow.entities import LoggedModelOutput
 
     experiment_id = ensure_experiment(client, config.experiment, config.tracking_uri)
+    training = training_run(client, run_links(client, config.checkpoint, metrics))
+    home = training.info.experiment_id if training else experiment_id
     snapshot = str(
         config.user_state
     ).lower()  # a model logged with another snapshot is another model
     previous = mlflow.search_logged_models(
-        experiment_ids=[experiment_id],
+        experiment_ids=sorted({home, experiment_id}),
         output_format="list",
         filter_string=f"tags.{KEY_TAG} = '{key}' and tags.{USER_STATE_TAG} = '{snapshot}'",
     )
@@ -323,7 +279,7 @@ def _logged_model(
     if ready:
         model = ready[0]
         log.info("register: reusing logged model %s (an earlier attempt logged it)", model.model_id)
-        return model.model_uri, model.source_run_id, model.model_id
+        return model.model_uri, _registering_run(client, model), model.model_id
     data = snapshot_dataset(config, checkpoint, metrics)
     with started_run(experiment_id=experiment_id, run_name=f"register-{key[:8]}") as run:
         mlflow.set_tags(
@@ -342,17 +298,37 @@ def _logged_model(
         )
         mlflow.log_dict(metrics, "evaluation/metrics.json")
         mlflow.log_dict(decision, "evaluation/decision.json")
+        logged = mlflow.initialize_logged_model(
+            name="model",
+            source_run_id=training.info.run_id if training else run.info.run_id,
+            tags={KEY_TAG: key, USER_STATE_TAG: snapshot, REGISTERING_RUN_TAG: run.info.run_id},
+            experiment_id=home,
+        )
         info = log_pyfunc(
             checkpoint,
             data,
-            tags={
-                KEY_TAG: key,
-                USER_STATE_TAG: snapshot,
-            },
             user_state=config.user_state,
             profile=metrics.get(Path(PROFILE).stem),
+            model_id=logged.model_id,
         )
+        if training:  # listed on the training run's page, as a model it produced
+            client.log_outputs(training.info.run_id, [LoggedModelOutput(logged.model_id, step=0)])
     return info.model_uri, run.info.run_id, info.model_id
+
+
+REGISTERING_RUN_TAG = "dailyrec_registering_run"
+"""A logged model's tag naming the run that logged it (and holds its evaluation and manifest)."""
+
+
+def training_run(client: Any, lineage: dict[str, str]) -> Any | None:
+    """The checkpoint's training run, when this tracking server holds it."""
+    if not lineage.get("training_run"):  # no id, or a run this server does not know
+        return None
+    return client.get_run(lineage["training_run_id"])
+
+
+def _registering_run(client: Any, model: Any) -> str | None:
+    return (model.tags or {}).get(REGISTERING_RUN_TAG) or model.source_run_id
 
 
 def snapshot_dataset(config: RegisterConfig, checkpoint: dict, metrics: dict) -> str:
@@ -377,9 +353,9 @@ def snapshot_dataset(config: RegisterConfig, checkpoint: dict, metrics: dict) ->
 def log_pyfunc(
     checkpoint: dict,
     data: str,
-    tags: dict[str, str] | None = None,
     user_state: bool = True,
     profile: dict | None = None,
+    model_id: str | None = None,
 ) -> Any:
     """Log the model as an MLflow pyfunc (in the active run), with the snapshot of dataset ``data``
     (without its users' state unless ``user_state``) and the profile of its training window
@@ -415,7 +391,7 @@ def log_pyfunc(
             signature=request_signature(),
             input_example=input_example(EXAMPLE_ROWS),
             pip_requirements=pip_requirements(),
-            tags=tags,
+            model_id=model_id,
         )
 
 
@@ -469,8 +445,9 @@ def pip_requirements() -> list[str]:
 
 
 def run_links(client: Any, checkpoint: str, metrics: dict) -> dict[str, str]:
-    """Tags linking a model to the MLflow runs of its training and its evaluation (run ids, and
-    links the MLflow UI opens: ``#/experiments/E/runs/R``); empty values where a run is unknown."""
+    """The MLflow runs of a model's training and its evaluation: their ids
+    (``training_run_id``, ``evaluation_run_id``) and their pages in the MLflow UI
+    (``training_run``, ``evaluation_run``: :func:`run_link`); empty values where a run is unknown."""
     from components.train.trainer import SUMMARY
 
     try:
@@ -478,51 +455,78 @@ def run_links(client: Any, checkpoint: str, metrics: dict) -> dict[str, str]:
     except (OSError, ValueError):
         training = None
     runs = {"training": training, "evaluation": metrics.get("mlflow_run_id")}
-    tags = {}
+    links = {}
     for what, run_id in runs.items():
-        tags[f"{what}_run_id"] = run_id or ""
-        tags[f"{what}_run_link"] = ""
+        links[f"{what}_run_id"] = run_id or ""
+        links[f"{what}_run"] = ""
         if run_id:
             try:
                 experiment = client.get_run(run_id).info.experiment_id
             except Exception:  # a run in another tracking server, or deleted: the id alone
                 continue
-            tags[f"{what}_run_link"] = f"#/experiments/{experiment}/runs/{run_id}"
-    return tags
+            links[f"{what}_run"] = run_link(experiment, run_id)
+    return links
 
 
 def describe_links(lineage: dict[str, str]) -> str:
     """Markdown links (the MLflow UI renders version descriptions) to the training and evaluation runs."""
     parts = [
-        f"[{what} run]({lineage[f'{what}_run_link']})"
+        f"[{what} run]({lineage[f'{what}_run']})"
         for what in ("training", "evaluation")
-        if lineage.get(f"{what}_run_link")
+        if lineage.get(f"{what}_run")
     ]
     return ("; " + ", ".join(parts)) if parts else ""
 
 
+DECISION_CHARS = 160
+"""The ``decision`` tag's length: a line a person reads in the version list (all reasons are in
+the model card)."""
+
+
 def version_tags(
-    key: str, metrics: dict, decision: dict, checkpoint: dict, run_id: str
+    key: str, metrics: dict, decision: dict, checkpoint: dict, run_id: str, lineage: dict
 ) -> dict[str, str]:
-    """Lineage of a model version: data, code, plan, metrics, decision, pipeline run."""
+    """Lineage of a model version as tags a person scans (one short value each, no JSON): the
+    verdict and why, test AUC and GAUC, the window, model, plan, dataset and code, and the runs
+    that made it. Everything else (all reasons, every metric, the whole plan) is in the model
+    card (:mod:`components.register.card`); tags starting ``dailyrec_`` are read by code."""
     dataset = checkpoint.get("dataset") or {}
+    window = dataset.get("window") or {}
+    reasons = "; ".join(decision.get("reasons") or [])
     tags = {
         KEY_TAG: key,
-        "blessed": str(bool(decision.get("blessed"))).lower(),
-        "decision_reasons": json.dumps(decision.get("reasons", [])),
-        "champion_compared": str(decision.get("champion_version") or ""),
-        "dataset_fingerprint": str(dataset.get("fingerprint") or ""),
-        "dataset_window": json.dumps(dataset.get("window")),
         ID_KEY_TAG: str((checkpoint.get("vocab") or {}).get("id_key", "")),
-        "model_config": str((checkpoint.get("model_config") or {}).get("name", "")),
-        "plan": json.dumps(checkpoint.get("plan"), sort_keys=True),
-        "code_version": code_version(),
-        "pipeline_run_id": run_id,
+        "blessed": str(bool(decision.get("blessed"))).lower(),
+        "decision": reasons
+        if len(reasons) <= DECISION_CHARS
+        else reasons[: DECISION_CHARS - 1] + "…",
+        "compared_with": f"v{decision['champion_version']}"
+        if decision.get("champion_version")
+        else "no champion",
+        WINDOW_TAG: f"{window['start']}..{window['end']}" if window.get("end") else "",
+        "model": str((checkpoint.get("model_config") or {}).get("name", "")),
+        "plan": plan_line(checkpoint.get("plan") or {}),
+        "dataset": str(dataset.get("fingerprint") or "")[:12],
+        "code": code_version(),
+        "pipeline_run": run_id,
+        **{k: lineage[k] for k in ("training_run", "evaluation_run") if lineage.get(k)},
     }
-    for k in ("test_auc", "test_gauc", "test_logloss", "test_ece"):
+    for k in ("test_auc", "test_gauc"):
         if isinstance(metrics.get(k), int | float):
-            tags[k] = f"{metrics[k]:.6f}"
-    return {k: v[:TAG_LIMIT] for k, v in tags.items()}
+            tags[k] = f"{metrics[k]:.4f}"
+    return {k: v[:TAG_LIMIT] for k, v in tags.items() if v}
+
+
+def plan_line(plan: dict) -> str:
+    """The training plan in a few words: ``2 processes x 1 node, fp32, micro-batch 512, 3 epochs``."""
+    if not plan:
+        return ""
+    nodes, procs = plan.get("nnodes", 1), plan.get("nproc_per_node", 1)
+    return (
+        f"{procs} process{'es' if procs != 1 else ''} x {nodes} node{'s' if nodes != 1 else ''}, "
+        f"{plan.get('precision', '?')}, micro-batch {plan.get('micro_batch', '?')}, "
+        f"{plan.get('max_epochs', '?')} epochs"
+    )
 
 
 def _quote(value: str) -> str:

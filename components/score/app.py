@@ -48,10 +48,11 @@ def create_app(model_dir: str, timeout: int = DEFAULT_TIMEOUT):
     from fastapi.responses import Response
     from mlflow.pyfunc import scoring_server
 
-    from components.register.pyfunc import BadRequest, Overdue
     from components.score.protocol import (
         JSON,
         MAX_BYTES,
+        BadRequest,
+        Overdue,
         ProtocolError,
         parse_body,
         too_large,

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from components.common import schema
 from components.common.progress import get_logger
+from components.common.registry_read import CHAMPION_URI
 
 log = get_logger(__name__)
 
@@ -45,7 +46,7 @@ class ScoreConfig:
     """The day folder to score, YYYY-MM-DD."""
     out: str
     """Parquet file to write (replaced atomically)."""
-    model: str = "models:/dailyrec@champion"
+    model: str = CHAMPION_URI
     """Registered model: models:/NAME@ALIAS or models:/NAME/VERSION."""
     tracking_uri: str | None = None
     """MLflow registry (default: $MLFLOW_TRACKING_URI, else sqlite under ./runs)."""
@@ -80,11 +81,11 @@ def score_day(config: ScoreConfig) -> dict:
     """Score every valid row of the day; write ``out``; return the accounting."""
     import dask
 
+    from components.common.integrity import WEIGHTS, open_model, verified_download
+    from components.common.tracking import default_tracking_uri
     from components.preprocess import raw as rawio
     from components.preprocess.errors import InputError
     from components.preprocess.stage import _compute
-    from components.register.integrity import WEIGHTS, open_model, verified_download
-    from components.register.stage import default_tracking_uri
     from components.score.features import COUNT_STATE, USER_STATE, Layout, Snapshot
     from components.train.inference import load_scorer
 
@@ -178,14 +179,14 @@ def score_day(config: ScoreConfig) -> dict:
 
 
 def trained_until(client, name: str, version: int) -> dt.date | None:
-    """The last day of the version's training window (its ``dataset_window`` tag), if recorded."""
-    import json
+    """The last day of the version's training window (its ``window`` tag), if recorded."""
+    from components.common.registry_read import window_end
 
-    tag = client.get_model_version(name, str(version)).tags.get("dataset_window")
+    end = window_end(client.get_model_version(name, str(version)).tags)
     try:
-        return dt.date.fromisoformat(json.loads(tag)["end"])
-    except (TypeError, ValueError, KeyError):
-        return None  # registered without a window (or by hand): nothing to say
+        return dt.date.fromisoformat(end) if end else None
+    except ValueError:
+        return None  # registered by hand with a tag of its own: nothing to say
 
 
 def _score_piece(

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
 JSON, CSV, PARQUET = "application/json", "text/csv", "application/x-parquet"
 CONTENT_TYPES = (JSON, CSV, PARQUET)
@@ -272,3 +274,25 @@ def _kind(value) -> str:
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+class BadRequest(MlflowException):
+    """A request the model cannot score. MLflow's server answers it with HTTP 400 and this one-line
+    reason: the server prefixes the message with the whole request (many lines) by assigning
+    ``message``, which this class keeps to the reason."""
+
+    def __init__(self, reason: str) -> None:
+        self._reason = " ".join(str(reason).split())
+        super().__init__(self._reason, error_code=INVALID_PARAMETER_VALUE)
+
+    @property
+    def message(self) -> str:
+        return self._reason
+
+    @message.setter
+    def message(self, value: str) -> None:
+        pass  # keep the reason (see the class docstring)
+
+
+class Overdue(TimeoutError):
+    """Scoring passed its deadline: the server has answered 504 and stops the work."""

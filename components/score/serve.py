@@ -2,7 +2,7 @@
 
 ``python -m components.score.serve --model models:/dailyrec@champion [--port 5001]``
 downloads the version, refuses it unless its files match the digest recorded
-at registration (:mod:`components.register.integrity`), then serves MLflow's
+at registration (:mod:`components.common.integrity`), then serves MLflow's
 scoring app for it on 127.0.0.1 under uvicorn, in this process, with a strict
 ``/invocations`` (:mod:`components.score.app`: bodies bounded, values typed as
 sent, unknown fields refused). POST raw-id requests in any of MLflow's formats
@@ -23,6 +23,7 @@ import sys
 import tempfile
 
 from components.common.cli import Exit, cli_parser, exit_for, signal_exit
+from components.common.registry_read import CHAMPION_URI
 
 HOST = "127.0.0.1"
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--model",
-        default="models:/dailyrec@champion",
+        default=CHAMPION_URI,
         help="models:/NAME@ALIAS or models:/NAME/VERSION",
     )
     p.add_argument("--port", type=int, default=5001, help="port on 127.0.0.1")
@@ -91,9 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return Exit.USAGE
-    from components.common.tracking import TrackingError, redact
-    from components.register.integrity import IntegrityError, open_model, verified_download
-    from components.register.stage import default_tracking_uri
+    from components.common.integrity import IntegrityError, open_model, verified_download
+    from components.common.tracking import TrackingError, default_tracking_uri, redact
 
     uri = args.tracking_uri or default_tracking_uri()
     with tempfile.TemporaryDirectory(prefix="dailyrec-serve-") as tmp:

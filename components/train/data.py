@@ -287,6 +287,45 @@ class BatchDataset(Dataset):
         return self.arrays.gather(indices, keys)
 
 
+# ----------------------------------------------------------------------------- negative sampling
+
+SAMPLING_CHUNK = 1 << 20
+"""Rows hashed at a time when choosing the negatives to keep (bounded memory on any split)."""
+_GOLDEN, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+
+def row_uniform(user_key: np.ndarray, ts: np.ndarray, item: np.ndarray, seed: int) -> np.ndarray:
+    """A uniform number in [0, 1) per row, a function of the row (user, time, item) and ``seed``
+    only: SplitMix64's finalizer over the three mixed, so every process, rank and re-run draws
+    the same number for the same row, whatever the order or the sharding."""
+    with np.errstate(over="ignore"):
+        h = (
+            np.asarray(user_key).astype(np.uint64) * np.uint64(_GOLDEN)
+            ^ np.asarray(ts).astype(np.uint64) * np.uint64(_MIX1)
+            ^ np.asarray(item).astype(np.uint64) * np.uint64(_MIX2)
+            ^ np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * np.uint64(_GOLDEN ^ _MIX1)
+        )
+        h = (h ^ (h >> np.uint64(30))) * np.uint64(_MIX1)
+        h = (h ^ (h >> np.uint64(27))) * np.uint64(_MIX2)
+        h ^= h >> np.uint64(31)
+    return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def kept_rows(split: BatchDataset, negative_keep: float, seed: int) -> np.ndarray | None:
+    """The rows of ``split`` trained on when each negative is kept with probability
+    ``negative_keep`` (every positive kept; :func:`row_uniform` decides), sorted; None when
+    every row is kept."""
+    if negative_keep >= 1:
+        return None
+    kept = []
+    for start in range(0, len(split), SAMPLING_CHUNK):
+        index = np.arange(start, min(start + SAMPLING_CHUNK, len(split)), dtype=np.int64)
+        rows = split.gather(index, ("label", "user_key", "ts", "target_item"))
+        draw = row_uniform(rows["user_key"], rows["ts"], rows["target_item"], seed)
+        kept.append(index[(rows["label"] > 0) | (draw < negative_keep)])
+    return np.concatenate(kept) if kept else np.zeros(0, np.int64)
+
+
 # ----------------------------------------------------------------------------- samplers
 
 
@@ -296,8 +335,8 @@ class ShardedBatchSampler(Sampler[np.ndarray]):
     Each epoch permutes all rows with ``np.random.default_rng([seed, epoch])``
     (``arange`` without shuffle), cuts the permutation into *global* micro-batches
     of ``micro_batch * world_size`` rows (the last may be smaller), and gives rank
-    ``r`` the rows ``global[r::world_size]``, sorted. So every row is seen exactly
-    once per epoch across ranks, and every rank yields the same number of
+    ``r`` the rows ``global[r::world_size]``, sorted (with ``rows``, a sample of the split's
+    rows, the permutation is of those). So every row is seen exactly once per epoch across ranks, and every rank yields the same number of
     micro-batches (a rank's last one may be smaller, or empty when the last global
     micro-batch has fewer rows than ranks).
     """
@@ -310,7 +349,10 @@ class ShardedBatchSampler(Sampler[np.ndarray]):
         rank: int = 0,
         seed: int = 0,
         shuffle: bool = True,
+        rows: np.ndarray | None = None,
     ) -> None:
+        if rows is not None and len(rows) != n_rows:
+            raise ValueError(f"rows holds {len(rows)} indices, n_rows says {n_rows}")
         if n_rows < 0:
             raise ValueError(f"n_rows must be >= 0, got {n_rows}")
         if micro_batch < 1 or world_size < 1:
@@ -325,6 +367,7 @@ class ShardedBatchSampler(Sampler[np.ndarray]):
         self.rank = int(rank)
         self.seed = int(seed)
         self.shuffle = shuffle
+        self.rows = rows  # the split's rows trained on (a sample of them); None: all
         self.epoch = 0
         self.skip = 0
 
@@ -368,7 +411,7 @@ class ShardedBatchSampler(Sampler[np.ndarray]):
         step = self.global_batch
         for start in range(self.skip * step, self.n_rows, step):
             mine = order[start : start + step][self.rank :: self.world_size]
-            yield np.sort(mine)
+            yield np.sort(mine if self.rows is None else self.rows[mine])
 
 
 class ChunkSampler(Sampler[np.ndarray]):

@@ -134,6 +134,10 @@ class ModelConfig:
     match_dim: int = 4
     """Width of each recency-weighted match feature (target item / category found among the
     clicks / skipped exposures, weighted by a learned function of their time gap); 0 = none."""
+    logit_shift: float = 0.0
+    """Added to every logit: ``log r`` for a model trained on its negatives kept with probability
+    ``r`` (``TrainPlan.negative_keep``), so that its probabilities are calibrated to all rows
+    whoever scores them; 0 = trained on every row. Set by the trainer, not by a named config."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -164,6 +168,13 @@ class ModelConfig:
         object.__setattr__(self, "mlp", mlp)
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if (
+            not isinstance(self.logit_shift, int | float)
+            or isinstance(self.logit_shift, bool)
+            or not math.isfinite(self.logit_shift)
+            or self.logit_shift > 0
+        ):
+            raise ValueError(f"logit_shift must be a finite number <= 0, got {self.logit_shift!r}")
 
     @property
     def user_width(self) -> int:
@@ -503,6 +514,8 @@ class BSTModel(nn.Module):
     def init_from_meta(self, meta: dict) -> None:
         """Start from a dataset's statistics: the base rate and the dense features' mean/std."""
         self.set_output_bias(meta["splits"]["train"]["positive_rate"])
+        with torch.no_grad():  # the output (bias + shift) starts at the base rate
+            self.head[-1].bias.sub_(self.config.logit_shift)
         if self.vocab.dense:
             stats = meta["dense_features"]
             self.set_dense_stats(stats["mean"], stats["std"])
@@ -627,7 +640,8 @@ class BSTModel(nn.Module):
         if self.vocab.dense:
             parts.append(self._dense(batch["dense"]))
         features = torch.cat([part.to(target_out.dtype) for part in parts], dim=1)
-        return self.head(features).squeeze(-1).float()
+        logits = self.head(features).squeeze(-1).float()
+        return logits + self.config.logit_shift if self.config.logit_shift else logits
 
 
 def _resolve(name_or_config: str | ModelConfig) -> ModelConfig:

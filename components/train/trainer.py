@@ -57,12 +57,13 @@ from components.train.data import (
     BatchDataset,
     ShardedBatchSampler,
     eval_indices,
+    kept_rows,
     load_meta,
     make_eval_loader,
     make_loader,
     require_both_labels,
 )
-from components.train.model import BSTModel, Vocab, build_model, model_config
+from components.train.model import BSTModel, ModelConfig, Vocab, build_model, model_config
 from components.train.schedule import EarlyStopping, warmup_cosine
 from components.train.state import TrainState
 
@@ -132,6 +133,11 @@ def check_plan_for_device(plan: TrainPlan, runtime: Runtime) -> TrainPlan:
         raise ValueError(
             "plan.train.sparse_embeddings on: NCCL does not reduce sparse gradients (use auto)"
         )
+    if plan.compile != "off" and use_sparse(plan, runtime):
+        raise ValueError(
+            f"plan.train.compile {plan.compile}: sparse embedding gradients do not compile; "
+            "set sparse_embeddings off (on NCCL, auto is dense) or compile off"
+        )
     if plan.world_size != runtime.world_size:
         log.warning(
             "plan is for %d processes, running with %d: global batch becomes %d",
@@ -140,6 +146,15 @@ def check_plan_for_device(plan: TrainPlan, runtime: Runtime) -> TrainPlan:
             plan.micro_batch * plan.grad_accum * runtime.world_size,
         )
     return plan
+
+
+def compiled(module: torch.nn.Module, mode: str) -> torch.nn.Module:
+    """``module`` as the training step runs it: eager (``off``) or ``torch.compile``d in
+    ``mode`` (:data:`components.common.plan.COMPILE_MODES`) with static shapes, so that CUDA
+    graphs can capture the step (a short last batch compiles once more)."""
+    if mode == "off":
+        return module
+    return torch.compile(module, mode=None if mode == "default" else mode, dynamic=False)
 
 
 def use_sparse(plan: TrainPlan, runtime: Runtime) -> bool:
@@ -435,8 +450,15 @@ class Trainer:
         self.plan = plan = check_plan_for_device(plan, runtime)
         self._open_data()
         self._build_model()
+        # the rows trained on: every row, or the positives and a seeded sample of the negatives
+        self.rows = kept_rows(self.train_set, plan.negative_keep, plan.seed)
         self.sampler = ShardedBatchSampler(
-            len(self.train_set), plan.micro_batch, runtime.world_size, runtime.rank, seed=plan.seed
+            len(self.train_set) if self.rows is None else len(self.rows),
+            plan.micro_batch,
+            runtime.world_size,
+            runtime.rank,
+            seed=plan.seed,
+            rows=self.rows,
         )
         self.steps_per_epoch = math.ceil(len(self.sampler) / plan.grad_accum)
         self.optim = Optimizers(self.model, plan, self.steps_per_epoch * plan.max_epochs)
@@ -444,7 +466,7 @@ class Trainer:
         self.state = TrainState(EarlyStopping(plan.patience, plan.min_delta))
         self.resumed_from: str | None = None
         self.checkpoint_meta = {
-            "model_config": dataclasses.asdict(model_config(plan.model)),
+            "model_config": dataclasses.asdict(trained_config(plan)),
             "vocab": dataclasses.asdict(self.vocab),
             "plan": dataclasses.asdict(plan),
             "dataset": {
@@ -474,7 +496,7 @@ class Trainer:
         torch.manual_seed(plan.seed)
         self.sparse = use_sparse(plan, runtime)
         self.model = model = build_model(
-            plan.model,
+            trained_config(plan),
             self.vocab,
             sparse=self.sparse,
             activation_checkpointing=plan.activation_checkpointing,
@@ -483,10 +505,11 @@ class Trainer:
         model.init_from_meta(self.meta)
         init_from = self.config.init_from
         self.warm_start = warm_start_from(model, init_from, runtime.is_main) if init_from else None
-        self.wrapped = (
+        self.wrapped = compiled(
             DDP(model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None)
             if runtime.distributed
-            else model
+            else model,
+            plan.compile,
         )
 
     def train(self) -> dict:
@@ -556,7 +579,9 @@ class Trainer:
         plan, model = self.plan, self.model
         self.loader = make_loader(self.train_set, self.sampler, plan, self.runtime.device.type)
         penalty = (
-            IdPenalty(model, self.train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
+            IdPenalty(model, self.train_set, plan.embedding_l2, self.rows)
+            if plan.embedding_l2 > 0
+            else None
         )
         self.steps = StepRunner(
             self.wrapped, model, self.optim, self.scaler, plan, self.runtime, penalty
@@ -569,7 +594,7 @@ class Trainer:
             log.log(
                 PROGRESS,
                 "training %s (%s params) on %d x %s, %s, micro-batch %d x accum %d x world %d = %d, "
-                "%d steps/epoch, sparse embeddings %s",
+                "%d steps/epoch, sparse embeddings %s%s",
                 plan.model,
                 f"{sum(p.numel() for p in self.model.parameters()):,}",
                 runtime.world_size,
@@ -581,6 +606,10 @@ class Trainer:
                 plan.micro_batch * plan.grad_accum * runtime.world_size,
                 self.steps_per_epoch,
                 "on" if self.sparse else "off",
+                ""
+                if self.rows is None
+                else f", {len(self.rows):,} of {len(self.train_set):,} rows (negatives kept "
+                f"with p={plan.negative_keep:g}; logits shifted by {plan.logit_shift:+.3f})",
             )
         params = {
             **dataclasses.asdict(plan),
@@ -716,6 +745,8 @@ class Trainer:
             "samples_per_s": totals.samples / max(totals.seconds, 1e-9),
             "data_wait_fraction": totals.wait_seconds / max(totals.seconds, 1e-9),
             "world_size": runtime.world_size,
+            "rows_trained": len(self.train_set) if self.rows is None else len(self.rows),
+            "negative_keep": self.plan.negative_keep,
             "precision": self.plan.precision,
             "seconds": time.perf_counter() - self.started,
             "device": runtime.device.type,
@@ -933,7 +964,8 @@ class StepRunner:
         with contextlib.nullcontext() if sync else self.wrapped.no_sync():
             with autocast_for(self.plan.precision, runtime.device):
                 logits = self.wrapped(batch)
-            loss_total = self.loss_fn(logits.float(), batch["label"])
+            # the loss of the rows trained on: without the shift that calibrates to all rows
+            loss_total = self.loss_fn(logits.float() - self.plan.logit_shift, batch["label"])
             loss = micro_loss(loss_total, int(step_rows), runtime.world_size)
             if self.penalty is not None and rows:
                 loss = loss + self.penalty(batch) * (rows * runtime.world_size / float(step_rows))
@@ -954,9 +986,16 @@ class IdPenalty:
     """DIN's mini-batch-aware L2: sum over the distinct item/user ids of a batch of
     ||e_id||^2 / (training frequency of id), so each id is penalized about once per epoch."""
 
-    def __init__(self, model: BSTModel, train_set: BatchDataset, weight: float) -> None:
+    def __init__(
+        self,
+        model: BSTModel,
+        train_set: BatchDataset,
+        weight: float,
+        rows: np.ndarray | None = None,
+    ) -> None:
         self.model, self.weight = model, weight
-        arrays = train_set.gather(np.arange(len(train_set)), ["target_item", "user"])
+        rows = np.arange(len(train_set)) if rows is None else rows  # the rows trained on
+        arrays = train_set.gather(rows, ["target_item", "user"])
         device = model.item_emb.weight.device
 
         def inverse_frequency(ids: np.ndarray, size: int) -> torch.Tensor:
@@ -990,6 +1029,11 @@ def micro_loss(loss_sum: torch.Tensor, step_rows: int, world_size: int) -> torch
     return loss_sum * (world_size / float(step_rows))
 
 
+def trained_config(plan: TrainPlan) -> ModelConfig:
+    """The plan's model config as trained: its logits shifted back by the negatives' sampling."""
+    return dataclasses.replace(model_config(plan.model), logit_shift=plan.logit_shift)
+
+
 def warm_start_from(model: BSTModel, path: str, verbose: bool = True) -> dict:
     """Load weights from an earlier model when every shape matches; say clearly (once) when not."""
     ckpt = load_checkpoint(path)
@@ -1004,6 +1048,9 @@ def warm_start_from(model: BSTModel, path: str, verbose: bool = True) -> dict:
             )
         return {"from": path, "applied": False, "reason": "; ".join(problems[:5])}
     model.load_state_dict(ckpt["model"])
+    earlier = float((ckpt.get("model_config") or {}).get("logit_shift", 0.0))
+    with torch.no_grad():  # the same output as the earlier model, whatever each one's shift
+        model.head[-1].bias.add_(earlier - model.config.logit_shift)
     if verbose:
         log.info("warm start: model initialized from %s", path)
     return {"from": path, "applied": True, "reason": None}

@@ -16,6 +16,7 @@ def estimate_op(
     global_batch: int,
     deadline_hours: float,
     max_epochs: int,
+    negative_keep: float,
     preprocess_seconds: float,
     plan: dsl.Output[dsl.Artifact],
 ) -> NamedTuple(
@@ -32,6 +33,7 @@ def estimate_op(
         global_batch: samples per optimizer step across all processes.
         deadline_hours: training wall-clock budget the plan must meet; 0 = none.
         max_epochs: epochs at most.
+        negative_keep: share of the training negatives trained on (every positive kept).
         preprocess_seconds: wall-clock seconds of the preprocess task (recorded with the stage timings).
 
     Returns:
@@ -68,6 +70,7 @@ def estimate_op(
                 global_batch=global_batch,
                 deadline_hours=deadline_hours or None,
                 max_epochs=max_epochs,
+                negative_keep=negative_keep,
             ),
             RunFolder(Path(run_dir)).plan,
         )
@@ -86,6 +89,7 @@ def estimate_op(
                 "precision",
                 "lr",
                 "max_epochs",
+                "negative_keep",
             )
         }
     )

@@ -89,7 +89,7 @@ def evaluate_op(
     )
     images = {
         title: reporting.data_uri((out / name).read_bytes())
-        for title, name in (("ROC", reporting.ROC_PNG), ("Calibration", reporting.CALIBRATION_PNG))
+        for title, name in reporting.PLOTS.items()
     }
     Path(report.path).write_text(reporting.markdown(m, decision, images))
     record_stage(run_dir, "evaluate", time.perf_counter() - started, blessed=decision["blessed"])

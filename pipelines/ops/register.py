@@ -43,7 +43,8 @@ def register_op(
     from components.common.proctree import stop_tree_on_signals
     from components.common.runs import DECISION, METRICS, RunFolder, record_stage
     from components.common.storage import disk_full_as
-    from components.register.stage import RegisterConfig, register, summary_line
+    from components.register.config import RegisterConfig
+    from components.register.stage import register, summary_line
 
     started = time.perf_counter()
     evaluated = RunFolder(Path(run_dir)).evaluate

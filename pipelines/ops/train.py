@@ -75,8 +75,8 @@ def train_op(
     plan_path = atomic_write_bytes(RunFolder(Path(run_dir)).plan, Path(plan.path).read_bytes())
     init_from = champion = None
     if warm_start and tracking_uri:
+        from components.common.registry import champion_checkpoint
         from components.common.registry_read import NoRegistry, connect_readonly
-        from components.register.registry import champion_checkpoint
 
         try:  # a reader: the registry is opened read-only
             client = connect_readonly(tracking_uri)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from components.common.schema import datagen_summary
 from components.datagen import DatagenConfig, generate
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.stage import preprocess
@@ -12,7 +13,7 @@ TINY_BUCKETS = {"item_buckets": 2048, "category_buckets": 128, "user_buckets": 1
 def make_dataset(root, seed: int = 5, name: str = "data", **bucket_overrides):
     """The tiny world's logs (``root/raw``, generated once) preprocessed into ``root/name``."""
     raw = root / "raw"
-    if not (raw / "datagen.json").is_file():
+    if not datagen_summary(raw).is_file():
         generate(
             DatagenConfig(
                 out=raw, days=5, users=400, items=600, categories=30, events_per_day=2500, seed=seed

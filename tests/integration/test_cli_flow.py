@@ -57,8 +57,12 @@ def test_datagen_then_preprocess(tmp_path):
         cwd=tmp_path,
     )
     assert pre.returncode == 0, pre.stderr
-    info = json.loads((tmp_path / "raw" / "datagen.json").read_text())
+    info = json.loads((tmp_path / "raw" / "_datagen.json").read_text())
     meta = json.loads((tmp_path / "ds" / "meta.json").read_text())
+    # the sample's own marker files are passed over without a warning, and still accounted for
+    warned = [line for line in pre.stderr.splitlines() if "WARNING" in line]
+    assert not [w for w in warned if "_truth" in w or "_datagen" in w], pre.stderr
+    assert {i["path"] for i in meta["inputs"]["ignored"]} == {"_truth", "_datagen.json"}
     assert meta["rows"]["read"] == info["rows_total"] == 15_000
     assert meta["rows"]["quarantined_total"] == 0
     # the summary reaches the user on stdout: one line per split, with the window days
@@ -68,7 +72,7 @@ def test_datagen_then_preprocess(tmp_path):
         labels = np.load(tmp_path / "ds" / split / "label.npy", mmap_mode="r")
         assert (
             abs(labels.mean() - info["click_rate"][day]) < 1e-6
-        )  # datagen.json rounds to 6 places
+        )  # _datagen.json rounds to 6 places
     # generated sessions give clicks to build on: most test rows have a history
     hist_len = np.load(tmp_path / "ds" / "test" / "hist_len.npy")
     assert (hist_len > 0).mean() > 0.5

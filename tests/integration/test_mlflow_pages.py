@@ -68,3 +68,39 @@ def test_a_dataset_input_is_made_without_a_warning(tiny_dataset):
         given = dataset_input(str(tiny_dataset), {"fingerprint": "ab" * 20})
     assert given.source.to_dict() == {"uri": str(tiny_dataset.resolve())}
     assert given.digest == "ab" * 8
+
+
+def test_the_by_day_plot_reads_each_days_latest_finished_evaluation(tmp_path):
+    import mlflow
+
+    from components.evaluate.stage import DAY_TAG, by_day
+
+    uri = sqlite_uri(tmp_path)
+    client = connect(uri)
+    experiment = ensure_experiment(client, "evaluate", uri)
+    mlflow.set_tracking_uri(uri)
+
+    def evaluation(day, auc, status="FINISHED", model="dailyrec"):
+        run = client.create_run(experiment, tags={DAY_TAG: day, "model_name": model})
+        client.log_metric(run.info.run_id, "test_auc", auc)
+        client.log_metric(run.info.run_id, "champion_auc", auc - 0.01)
+        client.log_metric(run.info.run_id, "train_time_ratio", 1.05)
+        client.set_terminated(run.info.run_id, status)
+        return run
+
+    evaluation("2026-01-05", 0.70)
+    evaluation("2026-01-06", 0.60)  # re-run of the day below: the later one counts
+    evaluation("2026-01-06", 0.71)
+    evaluation("2026-01-07", 0.50, status="FAILED")  # never finished: not a day's result
+    evaluation("2026-01-07", 0.50, model="other")  # another model's
+    evaluation("not-a-day", 0.50)  # evaluated outside the daily pipeline
+    current = client.create_run(experiment, tags={DAY_TAG: "2026-01-08", "model_name": "dailyrec"})
+    rows = by_day(current, "dailyrec", "2026-01-08", {"test_auc": 0.72, "blessed": 1.0})
+    assert [(r["day"], r["test_auc"]) for r in rows] == [
+        ("2026-01-05", 0.70),
+        ("2026-01-06", 0.71),
+        ("2026-01-08", 0.72),
+    ]
+    assert rows[0]["champion_auc"] == pytest.approx(0.69) and rows[0]["time_ratio"] == 1.05
+    assert rows[-1]["blessed"] and not rows[0]["blessed"] and rows[-1]["champion_auc"] is None
+    assert by_day(None, "dailyrec", "2026-01-08", {"test_auc": 0.72})[0]["day"] == "2026-01-08"

@@ -9,13 +9,13 @@ import shutil
 import numpy as np
 import pytest
 
-from benchmarks import movielens, quality
+from benchmarks import movielens, quality, worlds
 from components.common.metrics import roc_auc
 from tests.tools import missing
 
 pytestmark = pytest.mark.integration
 
-WORLD = next(w for w in quality.WORLDS if w.source == "MovieLens-100K")
+WORLD = next(w for w in worlds.WORLDS if w.source == "MovieLens-100K")
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +36,10 @@ def test_the_real_logs_are_the_published_ratings(raw):
 
 def test_dailyrec_learns_real_logs_beyond_the_item_prior(raw, tmp_path):
     shutil.copytree(raw, tmp_path / WORLD.name / "raw")  # kept: no second download
-    _, data = quality.prepare(WORLD, tmp_path)
+    _, data = worlds.prepare(WORLD, tmp_path)
     meta = json.loads((data / "meta.json").read_text())
     assert meta["splits"]["test"]["rows"] > 10_000  # four weeks of a few hundred users
-    scores, extra = quality.train_dailyrec(data, tmp_path / WORLD.name, epochs=1)
+    scores, extra = worlds.train_dailyrec(data, tmp_path / WORLD.name, epochs=1)
     test = quality.split_arrays(data, "test")
     labels = np.asarray(test["label"])
     column = quality.DENSE_FEATURES.index("item_click_logit")

@@ -29,7 +29,8 @@ import pytest
 from components.common.cli import Exit
 from components.common.hashing import hash_ids
 from components.common.tracking import sqlite_uri
-from components.register.stage import RegisterConfig, register
+from components.register.config import RegisterConfig
+from components.register.stage import register
 from components.score.features import Layout, RequestError, Snapshot, request_inputs, write_snapshot
 from components.train.data import load_meta
 from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
@@ -338,7 +339,12 @@ def test_make_serve_runs_from_a_plain_shell_and_stops_with_make(world, registere
     assert "not found" not in log.read_text()
 
 
-def test_version_links_its_training_and_evaluation_runs(world, registered):
+def linked_run(link: str) -> str:
+    """The run id of a version's link to a run page (``#/experiments/E/runs/R?view``)."""
+    return link.split("/runs/")[1].split("?")[0]
+
+
+def test_version_links_its_training_and_evaluation_runs(world, registered, tmp_path):
     from mlflow import MlflowClient
 
     client = MlflowClient(world["uri"], registry_uri=world["uri"])
@@ -346,15 +352,24 @@ def test_version_links_its_training_and_evaluation_runs(world, registered):
     training = json.loads((world["checkpoint"].parent / "train_summary.json").read_text())[
         "mlflow_run_id"
     ]
-    assert version.tags["training_run_id"] == training and training
     run = client.get_run(training)
     assert run.info.status == "FINISHED" and "val_auc" in run.data.metrics
-    assert (
-        version.tags["training_run_link"]
-        == f"#/experiments/{run.info.experiment_id}/runs/{training}"
+    link = f"#/experiments/{run.info.experiment_id}/runs/{training}?workflowType=machine_learning"
+    assert training and version.tags["training_run"] == link
+    assert f"[training run]({link})" in version.description
+    # the version's model is the one its training run lists among its models
+    assert [f"models:/{m.model_id}" for m in run.outputs.model_outputs] == [version.source]
+    model = client.get_logged_model(run.outputs.model_outputs[0].model_id)
+    assert model.source_run_id == training and model.experiment_id == run.info.experiment_id
+    # tags a person scans: one short line each, no JSON
+    assert {"blessed", "decision", "test_auc", "window", "plan", "training_run"} <= set(
+        version.tags
     )
-    assert f"[training run]({version.tags['training_run_link']})" in version.description
-    evaluation = client.get_run(version.tags["evaluation_run_id"])
+    assert not [k for k, v in version.tags.items() if len(v) > 160 or v[:1] in "[{"]
+    assert version.tags["window"] == "{start}..{end}".format(
+        **json.loads((world["before"] / "meta.json").read_text())["window"]
+    )
+    evaluation = client.get_run(linked_run(version.tags["evaluation_run"]))
     assert evaluation.data.metrics["test_auc"] == pytest.approx(registered["metrics"]["test_auc"])
     # named by the day it judged, so that days tell apart in the experiment's run list
     assert evaluation.info.run_name == f"evaluate-{DAY5}"
@@ -364,8 +379,13 @@ def test_version_links_its_training_and_evaluation_runs(world, registered):
         "evaluation/roc.png",
         "evaluation/calibration.png",
         "evaluation/report.md",
+        "evaluation/history.png",
         "evaluation/metrics.json",
     } <= logged
+    # the report MLflow shows as a page, its plots inline
+    page = client.download_artifacts(evaluation.info.run_id, "report.html", str(tmp_path))
+    page = Path(page).read_text()
+    assert page.count('src="data:image/png;base64,') == 3 and "<table>" in page
     # predict has type hints: MLflow's advice to add some reaches nobody
     assert not [w for w in registered["warnings"] if "type hints" in w]
     import mlflow.pyfunc
@@ -515,7 +535,7 @@ def test_a_moved_registry_still_serves_its_models(world, registered, tmp_path):
         assert experiment.artifact_location.startswith(moved.as_uri())
         model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
         assert model.predict(requests_of(world, False).head(3)).shape == (3,)
-        run_id = client.get_model_version(NAME, "1").tags["evaluation_run_id"]
+        run_id = linked_run(client.get_model_version(NAME, "1").tags["evaluation_run"])
         assert {a.path for a in client.list_artifacts(run_id, "evaluation")} >= {
             "evaluation/roc.png"
         }
@@ -526,7 +546,7 @@ def test_a_moved_registry_still_serves_its_models(world, registered, tmp_path):
 def test_a_version_without_user_state_scores_requests_that_send_them(world, registered):
     import mlflow.pyfunc
 
-    from components.register.pyfunc import BadRequest
+    from components.score.protocol import BadRequest
 
     out = world["root"] / "evaluate"
     register(

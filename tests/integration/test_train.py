@@ -279,3 +279,52 @@ def test_epoch_callback_can_stop_training(tiny_dataset, tmp_path):
     assert len(seen) == 2 and summary["epochs_run"] == 2
     assert summary["stopped_by_callback"] and summary["early_stopped"]
     assert summary["history"][-1]["val_auc"] == seen[-1]
+
+
+def test_a_sample_of_the_negatives_trains_a_model_calibrated_to_all_rows(tiny_dataset, tmp_path):
+    from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
+
+    summary, out = run(tiny_dataset, tmp_path, "sampled", max_epochs=2, negative_keep=0.2)
+    meta = load_meta(tiny_dataset)
+    rows, rate = meta["splits"]["train"]["rows"], meta["splits"]["train"]["positive_rate"]
+    expected = rows * rate + rows * (1 - rate) * 0.2
+    assert abs(summary["rows_trained"] - expected) < 0.05 * expected
+    assert summary["negative_keep"] == 0.2
+    scorer = load_scorer(out / "best.pt")
+    assert scorer.model.config.logit_shift == pytest.approx(np.log(0.2))
+    (batch,) = split_rows(tiny_dataset, "val", meta, 10**6)
+    logits = predict_logits(scorer.model, [batch])
+    clicks = batch["label"].mean()
+    # calibrated to every row: the shift brings the mean prediction to the click rate; without
+    # it the model would predict the sample's (about 1 / 0.2 times the odds)
+    assert abs(sigmoid(logits).mean() - clicks) < 0.3 * clicks
+    assert sigmoid(logits - np.log(0.2)).mean() > 2 * clicks
+    # warm start across shifts keeps the earlier model's output
+    config = TrainConfig(
+        data=str(tiny_dataset),
+        out=str(tmp_path / "full"),
+        plan=plan_file(tmp_path / "full.json", max_epochs=1),
+        init_from=str(out / "best.pt"),
+    )
+    from components.train.trainer import Trainer
+
+    trainer = Trainer(config)
+    assert trainer.model.config.logit_shift == 0 and trainer.warm_start["applied"]
+    with torch.no_grad():
+        assert np.allclose(predict_logits(trainer.model.eval(), [batch]), logits, atol=1e-4)
+
+
+def test_a_compiled_step_follows_the_eager_loss_trajectory(tiny_dataset, tmp_path, monkeypatch):
+    """torch.compile (the GPU plans' setting, here on CPU): the same run, the same losses."""
+    import torch._inductor.config
+
+    # dropout draws from eager's generator, so that both runs drop the same units
+    monkeypatch.setattr(torch._inductor.config, "fallback_random", True)
+    same = {"max_epochs": 2, "patience": 5, "micro_batch": 500, "sparse_embeddings": "off"}
+    eager, _ = run(tiny_dataset, tmp_path, "eager", **same)
+    fused, _ = run(tiny_dataset, tmp_path, "compiled", compile="default", **same)
+    for a, b in zip(eager["history"], fused["history"], strict=True):
+        assert b["train_loss"] == pytest.approx(a["train_loss"], abs=2e-4)
+        assert b["val_auc"] == pytest.approx(a["val_auc"], abs=2e-3)
+    with pytest.raises(ValueError, match="sparse embedding gradients do not compile"):
+        run(tiny_dataset, tmp_path, "sparse", compile="default", sparse_embeddings="on")

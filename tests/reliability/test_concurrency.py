@@ -250,7 +250,8 @@ def test_champion_moved_by_another_run_is_not_overwritten(tiny_dataset, tmp_path
 
     from components.evaluate.decision import GateRule
     from components.evaluate.stage import EvaluateConfig, evaluate
-    from components.register.stage import ChampionMoved, RegisterConfig, register
+    from components.register.config import RegisterConfig
+    from components.register.stage import ChampionMoved, register
     from tests.checkpoints import untrained_checkpoint
 
     uri = sqlite_uri(tmp_path / "runs")

@@ -252,7 +252,8 @@ def test_tracking_server_dying_mid_training_and_before_registration(
     from mlflow import MlflowClient
 
     from components.evaluate.stage import EvaluateConfig, evaluate
-    from components.register.stage import RegisterConfig, register
+    from components.register.config import RegisterConfig
+    from components.register.stage import register
 
     uri, store, server = mlflow_server
     plan = plan_file(tmp_path / "p.json", micro_batch=512, max_epochs=3)
@@ -320,7 +321,8 @@ def test_registration_interrupted_between_logging_and_aliasing(
     from mlflow import MlflowClient
 
     from components.evaluate.stage import EvaluateConfig, evaluate
-    from components.register.stage import RegisterConfig, register
+    from components.register.config import RegisterConfig
+    from components.register.stage import register
 
     train(
         TrainConfig(

@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def sealed(tiny_dataset, tmp_path_factory):
     """A registry with one blessed champion (an untrained debug model), and where its files lie."""
     from components.common.tracking import sqlite_uri
-    from components.register.stage import RegisterConfig, register
+    from components.register.config import RegisterConfig
+    from components.register.stage import register
     from tests.checkpoints import untrained_checkpoint
 
     root = tmp_path_factory.mktemp("sealed")
@@ -70,12 +71,12 @@ TAMPER = {
 def test_a_tampered_model_is_refused_everywhere_it_is_loaded(
     sealed, what, tmp_path, capsys, fault_report
 ):
+    from components.common.integrity import DIGEST_TAG, IntegrityError, manifest, manifest_digest
+    from components.common.registry import champion_checkpoint
     from components.datagen import generate
     from components.datagen.generator import extended
     from components.evaluate.decision import GateRule
     from components.evaluate.stage import EvaluateConfig, evaluate
-    from components.register.integrity import DIGEST_TAG, IntegrityError, manifest, manifest_digest
-    from components.register.registry import champion_checkpoint
     from components.score import __main__ as score
 
     registration = json.loads((sealed["root"] / "registration.json").read_text())
@@ -395,8 +396,7 @@ def test_a_signing_key_protects_against_registry_writes_too(
 ):
     from mlflow import MlflowClient
 
-    from components.common.tracking import sqlite_uri
-    from components.register.integrity import (
+    from components.common.integrity import (
         DIGEST_TAG,
         SIGNATURE_TAG,
         SIGNING_KEY_ENV,
@@ -404,8 +404,10 @@ def test_a_signing_key_protects_against_registry_writes_too(
         manifest,
         manifest_digest,
     )
-    from components.register.registry import champion_checkpoint
-    from components.register.stage import RegisterConfig, register
+    from components.common.registry import champion_checkpoint
+    from components.common.tracking import sqlite_uri
+    from components.register.config import RegisterConfig
+    from components.register.stage import register
     from tests.checkpoints import untrained_checkpoint
 
     monkeypatch.setenv(SIGNING_KEY_ENV, "k1-from-a-secret")

@@ -40,8 +40,8 @@ def test_readers_leave_a_copied_registry_as_it_was(
 ):
     from mlflow.exceptions import MlflowException
 
+    from components.common.registry import champion_checkpoint
     from components.common.registry_read import NoRegistry, connect_readonly
-    from components.register.registry import champion_checkpoint
     from pipelines.finalize import champion_version, protected_runs
     from tests.conftest import write_day
 
@@ -55,7 +55,7 @@ def test_readers_leave_a_copied_registry_as_it_was(
     try:
         uri = sqlite_uri(copy)
         verified = _run(
-            "components.register.integrity",
+            "components.common.integrity",
             "--model",
             f"models:/{NAME}@champion",
             "--dst",

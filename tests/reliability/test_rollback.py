@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from components.common.integrity import DIGEST_TAG, manifest, manifest_digest
 from components.common.lock import TOKEN_ENV, storage_lock
+from components.common.registry import CHAMPION, PREVIOUS, alias_version
 from components.common.tracking import connect, sqlite_uri
 from components.register import rollback as R
-from components.register.integrity import DIGEST_TAG, manifest, manifest_digest
-from components.register.registry import CHAMPION, PREVIOUS, alias_version
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -31,7 +31,8 @@ def aliases(uri: str) -> dict[str, int]:
 @pytest.fixture
 def two_versions(tiny_dataset, tmp_path):
     """v1 then v2 registered as champion (v1 @previous) in ``<root>/runs/mlflow.db``."""
-    from components.register.stage import RegisterConfig, register
+    from components.register.config import RegisterConfig
+    from components.register.stage import register
     from tests.checkpoints import untrained_checkpoint
 
     uri = sqlite_uri(tmp_path / "runs")

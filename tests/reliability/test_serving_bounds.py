@@ -25,8 +25,8 @@ def served(world, registered, tmp_path_factory):
     """A client of the scoring app of the verified champion."""
     from fastapi.testclient import TestClient
 
+    from components.common.integrity import verified_download
     from components.common.tracking import connect
-    from components.register.integrity import verified_download
     from components.score.app import create_app
 
     local = verified_download(connect(world["uri"]), NAME, 1, tmp_path_factory.mktemp("verified"))

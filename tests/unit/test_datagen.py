@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from components.common import schema
 from components.common.metrics import roc_auc
+from components.common.schema import datagen_summary
 from components.datagen import generator
 from components.datagen.__main__ import main
 from components.datagen.generator import DatagenConfig, generate
@@ -142,12 +143,12 @@ def test_row_groups_are_bounded(tmp_path, monkeypatch):
         assert meta.num_rows <= 1000
 
 
-# --- datagen.json ------------------------------------------------------------------
+# --- _datagen.json ------------------------------------------------------------------
 
 
 def test_summary_matches_files(small):
     out, summary = small
-    assert json.loads((out / "datagen.json").read_text()) == summary
+    assert json.loads((out / "_datagen.json").read_text()) == summary
     assert summary["parameters"]["seed"] == SMALL["seed"]
     assert summary["parameters"]["start_date"] == "2026-03-01"
     assert summary["rows_total"] == sum(summary["rows_per_day"].values())
@@ -408,7 +409,7 @@ def test_cli_writes_dataset_and_prints_summary(tmp_path, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert "1,600 rows" in printed and "rows/s" in printed and "oracle AUC" in printed
-    summary = json.loads((out / "datagen.json").read_text())
+    summary = json.loads(datagen_summary(out).read_text())
     assert summary["parameters"]["id_format"] == "str"
     assert summary["parts_per_day"] == {"2026-02-01": 2, "2026-02-02": 2}
 
@@ -523,6 +524,6 @@ def test_append_days_keeps_existing_days_byte_identical(tmp_path):
     assert all(after[path] == data for path, data in before.items())
     new_days = {path.parts[-2] for path in set(after) - set(before)}
     assert new_days == {"dt=2026-01-03"}
-    assert json.loads((out / "datagen.json").read_text())["parameters"]["days"] == 3
-    with pytest.raises(ValueError, match="datagen.json"):
+    assert json.loads(datagen_summary(out).read_text())["parameters"]["days"] == 3
+    with pytest.raises(ValueError, match="_datagen.json"):
         generator.extended(tmp_path / "nothing", 1)

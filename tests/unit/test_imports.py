@@ -94,3 +94,39 @@ def test_layers_run_one_way():
         if module.split(".")[0] in banned
     ]
     assert not offenders, "a layer imports one above it:\n" + "\n".join(offenders)
+
+
+STAGES = {
+    # stage: the other parts of components/ it may import (common is below every stage)
+    "common": (),
+    "datagen": ("common",),
+    "preprocess": ("common",),
+    "train": ("common",),
+    "estimate": ("common", "train"),
+    "tune": ("common", "estimate", "train"),
+    "score": ("common", "preprocess", "train"),
+    "evaluate": ("common", "preprocess", "score", "train"),
+    "register": ("common", "score", "train"),
+}
+"""Inside components/: the stages in the order they build on each other. The registry access that
+evaluate, register and serving share (champion lookup, verified downloads) is in common/, so a
+registered model's reader never imports its writer (score never imports register)."""
+
+
+def test_the_stages_build_on_each_other_one_way():
+    offenders = []
+    for path in sorted((ROOT / "components").rglob("*.py")):
+        parts = path.relative_to(ROOT / "components").parts
+        if len(parts) < 2:
+            continue
+        stage = parts[0]
+        assert stage in STAGES, f"components/{stage}/ is in no layer of STAGES: give it one"
+        for line, module in imported_modules(path.read_text()):
+            names = module.split(".")
+            if (
+                names[0] == "components"
+                and len(names) > 1
+                and names[1] not in (stage, *STAGES[stage])
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert not offenders, "a stage imports one it may not:\n" + "\n".join(offenders)

@@ -53,3 +53,13 @@ def test_a_default_of_another_type_is_refused():
         Parameter("x", int, "3", "a number")
     with pytest.raises(TypeError, match="parameter y: default True is not"):
         Parameter("y", int, True, "a count, not a flag")
+
+
+def test_the_share_of_negatives_is_the_one_the_benchmark_chose():
+    """The daily default `negative_keep` is what benchmarks/downsampling.py measured as the smallest
+    share of the same quality as every row on each world (docs/performance.md)."""
+    import json
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "downsampling.json"
+    assert DEFAULTS["negative_keep"] == json.loads(results.read_text())["chosen"]

@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks.quality import data_limited_oracle
 from components.common.dataset import DENSE_FEATURES
+from components.common.schema import datagen_summary
 from components.datagen import generator
 from components.datagen.hidden import HiddenEffects, id_index
 
@@ -94,7 +95,7 @@ def test_id_index_reads_int_and_prefixed_string_ids():
 
 def test_the_world_rebuilt_from_datagen_json_is_the_one_that_wrote_the_logs(tmp_path):
     """Ids read back from the raw files (string ids here) index the rebuilt world: its item
-    appeal scores each day's labels exactly as the generator recorded (datagen.json)."""
+    appeal scores each day's labels exactly as the generator recorded (_datagen.json)."""
     import json
 
     import pyarrow.parquet as pq
@@ -114,7 +115,7 @@ def test_the_world_rebuilt_from_datagen_json_is_the_one_that_wrote_the_logs(tmp_
             id_format="str",
         )
     )
-    summary = json.loads((raw / generator.SUMMARY_FILE).read_text())
+    summary = json.loads(datagen_summary(raw).read_text())
     config = generator.written(raw)
     world = generator._World(config, np.random.default_rng(config.seed))
     hidden = HiddenEffects.of(config)

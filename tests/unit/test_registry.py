@@ -14,8 +14,7 @@ from mlflow.protos.databricks_pb2 import (
     TEMPORARILY_UNAVAILABLE,
 )
 
-from components.common.tracking import TrackingError, connect, sqlite_uri
-from components.register.registry import (
+from components.common.registry import (
     CHALLENGER,
     CHAMPION,
     KEY_TAG,
@@ -24,6 +23,7 @@ from components.register.registry import (
     champion_checkpoint,
     model_uri,
 )
+from components.common.tracking import TrackingError, connect, sqlite_uri
 
 NAME = "ctr"
 
@@ -131,7 +131,7 @@ def test_champion_checkpoint_is_none_without_champion_and_refused_without_a_dige
 ):
     """No champion: None. A champion registered without dailyrec's digest tags is never loaded
     (the verified download itself is tested in tests/reliability/test_integrity_and_credentials.py)."""
-    from components.register.integrity import IntegrityError
+    from components.common.integrity import IntegrityError
 
     registry.client.create_registered_model("fresh")
     assert champion_checkpoint(registry.client, "fresh", str(tmp_path / "none")) is None
@@ -152,7 +152,7 @@ def test_champion_checkpoint_is_the_champions_verified_weights(registry, tmp_pat
     """The champion's version number and the path of its downloaded, digest-checked weights."""
     from pathlib import Path
 
-    from components.register.integrity import WEIGHTS, seal
+    from components.common.integrity import WEIGHTS, seal
 
     registry.client.create_registered_model("sealed")
     for n in (1, 2):

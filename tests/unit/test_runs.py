@@ -13,7 +13,7 @@ from components.common.storage import atomic_write_json
 def test_summary_of_a_run_that_failed_in_training(tmp_path):
     raw, data, run = tmp_path / "raw", tmp_path / "data", tmp_path / "run"
     atomic_write_json(
-        raw / "datagen.json", {"oracle_auc": {"2026-01-04": 0.70, "2026-01-05": 0.80}}
+        raw / "_datagen.json", {"oracle_auc": {"2026-01-04": 0.70, "2026-01-05": 0.80}}
     )
     atomic_write_json(
         data / "meta.json",

@@ -46,7 +46,7 @@ def champion_checkpoint(client: Any, name: str, dest: str) -> tuple[int, str] | 
     The registered model keeps its weights-only checkpoint as the pyfunc
     artifact ``checkpoint``; the trainer warm-starts from it.
     """
-    from components.register.integrity import WEIGHTS, verified_download
+    from components.common.integrity import WEIGHTS, verified_download
 
     found = alias_version(client, name, CHAMPION)
     if found is None:

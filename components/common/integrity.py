@@ -26,7 +26,7 @@ in the tags. The pipeline's own stages (evaluate, the warm start) then read
 only the weights, with ``torch.load(weights_only=True)``; they never execute
 the pyfunc's code. Clients that want the pyfunc (scoring, ``mlflow models
 serve``) load it from the verified folder:
-``python -m components.register.integrity --model models:/NAME@champion --dst DIR``.
+``python -m components.common.integrity --model models:/NAME@champion --dst DIR``.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common.cli import Exit, cli_parser, exit_for
+from components.common.registry_read import CHAMPION_URI
 
 DIGEST_TAG = "dailyrec_model_sha256"
 SIGNATURE_TAG = "dailyrec_model_signature"
@@ -244,13 +245,13 @@ def resolve_model_uri(client: Any, model_uri: str) -> tuple[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     p = cli_parser(
-        "python -m components.register.integrity",
+        "python -m components.common.integrity",
         "Download a registered model and check it against the digest "
         "recorded at registration (then serve or load that folder).",
     )
     p.add_argument(
         "--model",
-        default="models:/dailyrec@champion",
+        default=CHAMPION_URI,
         help="models:/NAME/VERSION or models:/NAME@ALIAS",
     )
     p.add_argument("--dst", required=True, help="folder to download into")
@@ -260,8 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         help="default $MLFLOW_TRACKING_URI, else sqlite:///runs/mlflow.db",
     )
     args = p.parse_args(argv)
-    from components.common.tracking import TrackingError
-    from components.register.stage import default_tracking_uri
+    from components.common.tracking import TrackingError, default_tracking_uri
 
     try:
         client, name, version = open_model(args.tracking_uri or default_tracking_uri(), args.model)
