@@ -170,7 +170,8 @@ def test_champion_lifecycle(registry, trained, tiny_dataset, tmp_path):
     tags = {int(mv.version): mv.tags for mv in registry.versions()}
     assert tags[2]["blessed"] == "true" and len(tags[2]["dataset"]) == 12
     assert float(tags[2]["test_auc"]) == pytest.approx(
-        registry_auc(registry.root / "eval-2"), abs=5e-5  # four decimals: a tag to read
+        registry_auc(registry.root / "eval-2"),
+        abs=5e-5,  # four decimals: a tag to read
     )
     assert tags[2]["plan"].endswith("epochs") and tags[2]["model"] == "debug" and tags[2]["code"]
     # 5. rolling back puts the previous champion back; rolling back again undoes it
