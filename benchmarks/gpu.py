@@ -3,7 +3,7 @@
 Synthetic random batches made on the device (no dataset, no loader: this is
 the model's own speed), the ``prod`` config at its reference vocab
 (``REFERENCE_VOCAB["prod"]``), dense embedding tables (what the trainer uses
-with NCCL) and fused AdamW (``components.train.trainer.Optimizers``), gradient
+with NCCL) and fused AdamW (``components.train.optim.Optimizers``), gradient
 clipping as the trainer does. For each precision: ``--warmup`` untimed steps,
 then ``--steps`` timed ones between CUDA events; peak memory is
 ``torch.cuda.max_memory_allocated`` of that precision's run (model, optimizer
@@ -52,7 +52,7 @@ from benchmarks.readme import NO_README_HELP, publish, rate
 from components.common.plan import TrainPlan
 from components.estimate.hardware import HardwareError, load_profile
 from components.estimate.memory import MemorySetup, batch_bytes_per_sample, memory_breakdown
-from components.estimate.planner import (
+from components.estimate.timemodel import (
     OPTIMIZER_BYTES_PER_PARAM,
     embedding_bytes_per_sample,
     flops_per_sample,
@@ -66,7 +66,8 @@ from components.train.model import (
     count_parameters,
     model_config,
 )
-from components.train.trainer import Optimizers, autocast_for, compiled
+from components.train.optim import Optimizers
+from components.train.runtime import autocast_for, compiled
 
 NAME = "gpu"
 MODEL = "prod"

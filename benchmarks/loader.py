@@ -9,7 +9,7 @@ Measures, on one dataset and in one run:
 * the model's consumption rate: forward + backward + optimizer step of the
   ``local`` config at micro-batch 1024 on one intra-op thread, with sparse
   item/user tables (SparseAdam) and fused AdamW, gradient clipping as the
-  trainer does (``components.train.trainer.Optimizers``), on real batches
+  trainer does (``components.train.optim.Optimizers``), on real batches
   gathered beforehand (so no loading inside the timing).
 
 The ratio loader batches/s / model steps/s says how far ahead of the model the
@@ -36,7 +36,7 @@ from benchmarks.readme import dataset_benchmark_parser, publish, rate, require_d
 from components.common.plan import TrainPlan
 from components.train.data import BatchDataset, ShardedBatchSampler, load_meta, make_loader
 from components.train.model import Vocab, build_model
-from components.train.trainer import Optimizers
+from components.train.optim import Optimizers
 
 NAME = "loader"
 MICRO_BATCH = 1024

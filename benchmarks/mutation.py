@@ -123,7 +123,7 @@ MODULES = (
     ),
     Module(
         "timemodel",
-        "components/estimate/planner.py",
+        "components/estimate/timemodel.py",
         ("tests/unit/test_time_terms.py",),
         functions=(
             "flops_per_sample",

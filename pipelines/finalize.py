@@ -18,7 +18,6 @@ then written again, and never hides the outcome.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from components.common.final_status import final_status, stage_records
 from components.common.lock import LockBusy, storage_lock
 from components.common.paths import PathError, inside, safe_name
 from components.common.progress import get_logger
+from components.common.run_record import RunRecord, RunRecordError
 from components.common.runs import (
     STAGES,
     RunFolder,
@@ -111,9 +111,11 @@ def finalize_run(
     folder, rid, refused = locate(storage_root, run_id, kfp_run_id)
     run = RunFolder(folder)
     try:
-        record = json.loads((folder / "run.json").read_text())
-    except (OSError, ValueError):
-        record = {"data_dir": "", "raw_uri": ""}  # failed before the window was resolved
+        record = RunRecord.read(folder)
+        data_dir, raw_uri = record.data_dir, record.raw_uri
+    except RunRecordError as exc:  # failed before the window was resolved (or lost its record)
+        print(f"finalize: {exc}; the summary has no dataset", flush=True)
+        data_dir = raw_uri = ""
     for leftover in run.outputs():
         remove_stale_temps(leftover)
     done = stage_records(folder, STAGES)
@@ -123,8 +125,8 @@ def finalize_run(
         error = f"{refused}; {error or ''}".rstrip("; ")
     summary = build_summary(
         folder,
-        record.get("data_dir", ""),
-        record.get("raw_uri", ""),
+        data_dir,
+        raw_uri,
         model_name,
         rid,
         status=outcome.status,

@@ -266,12 +266,13 @@ def close_dead_runs(root: Path, run_id: str, tracking_uri: str) -> list[str]:
     by SIGKILL or with the machine) is ended KILLED. A registry on a server is left alone: other
     roots' live runs may use it."""
     from components.common.final_status import stage_records
+    from components.common.run_record import RUN_RECORD
     from components.common.runs import STAGES, write_summary
 
     said = []
     runs = root / "runs"
     for folder in sorted(runs.iterdir()) if runs.is_dir() else []:
-        if folder.name == run_id or folder.is_symlink() or not (folder / "run.json").is_file():
+        if folder.name == run_id or folder.is_symlink() or not (folder / RUN_RECORD).is_file():
             continue
         if (folder / SUMMARY).exists():
             continue

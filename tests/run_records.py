@@ -54,3 +54,24 @@ def decision(folder: Path, champion_auc: float, tolerance: float = 0.002) -> Pat
         )
     )
     return folder
+
+
+def run_record(folder: Path, run_id: str = "r1", data_dir: str = "", **fields) -> Path:
+    """``folder/run.json`` as the window task writes it (``fields`` override the rest)."""
+    from components.common.run_record import RunRecord
+
+    values = {
+        "run_id": run_id,
+        "raw_uri": "",
+        "data_dir": data_dir,
+        "end_date": "2026-01-01",
+        "run_date": "",
+        "schedule_time": "",
+        "window_days": 11,
+        "history_days": 3,
+        "seq_len": 20,
+        "input_fingerprint": "0" * 64,
+        "files": 1,
+        **fields,
+    }
+    return RunRecord(**values).write(folder)

@@ -35,6 +35,20 @@ WINDOW_TAG = "window"
 """A version's tag naming its training window, ``start..end`` (ISO days)."""
 
 
+def filter_literal(value: str) -> str:
+    """``value`` as a string of an MLflow search filter (``name = ...``). MLflow takes a string
+    between single or double quotes as it is, with no escapes, so a value holding one kind of quote
+    is written between the other; one holding both cannot be searched for (a ValueError)."""
+    value = str(value)
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    raise ValueError(
+        f"model_name {value!r}: a name holding both kinds of quote cannot be searched for in MLflow"
+    )
+
+
 def window_end(tags: dict) -> str | None:
     """The last day of a version's training window from its tags (None if not recorded)."""
     window = tags.get(WINDOW_TAG) or ""

@@ -26,7 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from components.common.records import claimed_at, read_record
+from components.common.records import claimed_at
+from components.common.run_record import RUN_RECORD, RunRecord
 from components.common.runs import LATEST
 from components.common.storage import TMP_MARKER
 
@@ -101,7 +102,7 @@ def _written(parent: Path, *markers: str) -> list[Path]:
 
 def run_folders(root: Path) -> list[Path]:
     """Folders under ``runs/`` the pipeline wrote (``run.json`` or ``owner.json`` inside)."""
-    return _written(root / "runs", "run.json", "owner.json")
+    return _written(root / "runs", RUN_RECORD, "owner.json")
 
 
 def dataset_folders(root: Path) -> list[Path]:
@@ -118,10 +119,10 @@ def finished_at(folder: Path) -> float | None:
 
 
 def _dataset_of(folder: Path, root: Path) -> Path | None:
-    data = read_record(folder / "run.json").get("data_dir")
-    if not data:
+    record = RunRecord.find(folder)
+    if record is None or not record.data_dir:
         return None
-    path = Path(data)
+    path = Path(record.data_dir)
     # a dataset named by another mount of the same volume: the same folder name under this root
     return root / "datasets" / path.name
 

@@ -4,14 +4,15 @@
         [--global-batch B] [--deadline-hours H] [--probe] --out plan.json
 
 The same in Python: ``estimate(EstimateConfig(...)) -> plan document``;
-``estimate_and_write(config, path)`` writes it. See planner.py (choices), memory.py (the
-memory model), probe.py (measurements) and hardware.py (profiles).
+``estimate_and_write(config, path)`` writes it. See planner.py (choices), timemodel.py (the
+time model), memory.py (the memory model), probe.py (measurements), hardware.py (profiles) and
+table.py (the plan as a table).
 """
 
 from components.estimate.config import EstimateConfig, EstimateError, InfeasibleError
 from components.estimate.hardware import HardwareError, HardwareProfile, load_profile
 
-_PLANNER = ("estimate", "estimate_and_write", "plan_table")
+_PLANNER = ("estimate", "estimate_and_write")
 
 
 def __getattr__(name: str):
@@ -20,6 +21,10 @@ def __getattr__(name: str):
         from components.estimate import planner
 
         return getattr(planner, name)
+    if name == "plan_table":
+        from components.estimate.table import plan_table
+
+        return plan_table
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -5,7 +5,7 @@ adds them up and reports each separated into an ``embedding`` part (the
 embedding tables, their gradients and optimizer state, the index tensors the
 lookups save) and a ``dense`` part (encoder layers, final norm, MLP head).
 
-What is modelled (what the trainer does, components/train/trainer.py):
+What is modelled (what the trainer does, components/train/trainer.py and steps.py):
 
 * weights: every parameter in fp32. Under bf16/fp16 autocast the fp32
   parameters ARE the master weights (autocast casts on the fly); the extra is

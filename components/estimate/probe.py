@@ -16,7 +16,7 @@ Batches are synthetic full histories (hist_len = L, no padding), the worst case
 for the sparse gradients (padding rows are dropped from them).
 
 Speed (:func:`probe_speed`) is measured differently: the trainer's own epoch
-loop (components/train/trainer.py ``StepRunner.run_epoch``: its loader, loss, L2 penalty,
+loop (components/train/steps.py ``StepRunner.run_epoch``: its loader, loss, L2 penalty,
 optimizers) times real micro-batches of the plan's size on rows of
 the dataset's train split (sampled across it), and its ``evaluate`` times
 validation on sampled rows of the val split, so the measured rate includes
@@ -39,7 +39,8 @@ import torch
 from components.common.plan import TrainPlan
 from components.common.progress import PROGRESS, get_logger
 from components.train.model import ModelConfig, Vocab, build_model
-from components.train.trainer import Optimizers, autocast_for
+from components.train.optim import Optimizers
+from components.train.runtime import autocast_for
 
 WARM_BATCH = 8
 
@@ -319,10 +320,13 @@ def probe_speed(
 
     from components.train import trainer
     from components.train.data import BatchDataset, ShardedBatchSampler, load_meta, make_loader
+    from components.train.optim import IdPenalty
+    from components.train.runtime import Runtime, use_sparse
     from components.train.state import TrainState
+    from components.train.steps import EpochStats, StepRunner
 
     torch_device = torch.device(device)
-    runtime = runtime or trainer.Runtime(
+    runtime = runtime or Runtime(
         0, 1, 0, torch_device, "nccl" if torch_device.type == "cuda" else "gloo"
     )
     world = runtime.world_size
@@ -337,7 +341,7 @@ def probe_speed(
         )
     plan = plan.replace(grad_accum=1, checkpoint_every_steps=0, max_epochs=1, progress_seconds=0)
     torch.manual_seed(plan.seed)
-    sparse = trainer.use_sparse(plan, runtime)
+    sparse = use_sparse(plan, runtime)
     model = build_model(
         plan.model, vocab, sparse=sparse, activation_checkpointing=plan.activation_checkpointing
     ).to(runtime.device)
@@ -347,16 +351,14 @@ def probe_speed(
         else model
     )
     start = time.perf_counter()
-    penalty = (
-        trainer.IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
-    )
+    penalty = IdPenalty(model, train_set, plan.embedding_l2) if plan.embedding_l2 > 0 else None
     setup = time.perf_counter() - start
-    optim = trainer.Optimizers(model, plan, total_steps=warmup + steps)
+    optim = Optimizers(model, plan, total_steps=warmup + steps)
     scaler = torch.amp.GradScaler("cuda") if plan.precision == "fp16" else None
-    runner = trainer.StepRunner(wrapped, model, optim, scaler, plan, runtime, penalty)
+    runner = StepRunner(wrapped, model, optim, scaler, plan, runtime, penalty)
     ready_at = time.time()
 
-    def epoch(n_rows: int, index: int) -> trainer.EpochStats:
+    def epoch(n_rows: int, index: int) -> EpochStats:
         subset = Rows(train_set, sample_rows(len(train_set), n_rows, plan.seed + index))
         sampler = ShardedBatchSampler(
             len(subset), plan.micro_batch, world, runtime.rank, seed=plan.seed
@@ -471,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from components.common.cli import Exit, cli_parser, exit_for
-    from components.train import trainer
+    from components.train.runtime import init_runtime
 
     parser = cli_parser(
         "python -m components.estimate.probe", "One process of the estimate's launched speed probe."
@@ -483,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="where rank 0 writes the measurement (JSON)")
     args = parser.parse_args(argv)
     doc = json.loads(Path(args.plan).read_text())
-    runtime = trainer.init_runtime()
+    runtime = init_runtime()
     torch.set_num_threads(doc["plan"].get("cpu_threads") or 1)
     try:
         result = probe_speed(args.data, TrainPlan(**doc["plan"]), runtime=runtime, **doc["options"])

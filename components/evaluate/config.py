@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from components.common.registry_read import MODEL_NAME
+from components.common.registry_read import MODEL_NAME, filter_literal
 from components.evaluate.decision import GateRule
 from components.evaluate.guards import GuardRule
 
@@ -43,6 +43,7 @@ class EvaluateConfig:
         for name in ("data", "checkpoint", "out", "model_name"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty string")
+        filter_literal(self.model_name)  # a name the registry can be searched for
         for name in ("batch", "bins", "threads"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

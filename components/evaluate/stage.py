@@ -304,10 +304,12 @@ def by_day(run: Any, model_name: str, day: str, today: dict[str, float]) -> list
     if run is not None:
         import mlflow
 
+        from components.common.registry_read import filter_literal
+
         found = mlflow.MlflowClient().search_runs(
             [run.info.experiment_id],
-            filter_string=f"attributes.status = 'FINISHED' and tags.model_name = "
-            f"'{model_name.replace(chr(39), chr(92) + chr(39))}'",
+            filter_string="attributes.status = 'FINISHED' and tags.model_name = "
+            + filter_literal(model_name),
             order_by=["attributes.start_time DESC"],
             max_results=4 * HISTORY_DAYS,
         )

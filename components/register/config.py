@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from components.common.registry_read import MODEL_NAME
+from components.common.registry_read import MODEL_NAME, filter_literal
 from components.common.tracking import default_tracking_uri
 
 
@@ -50,5 +50,6 @@ class RegisterConfig:
         ):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty string")
+        filter_literal(self.model_name)  # a name the registry can be searched for
         if self.data is not None and (not isinstance(self.data, str) or not self.data):
             raise ValueError("data must be a non-empty string or None")

@@ -49,7 +49,7 @@ from components.common.registry import (
     alias_version,
     model_uri,
 )
-from components.common.registry_read import WINDOW_TAG
+from components.common.registry_read import WINDOW_TAG, filter_literal
 from components.common.runs import REGISTRATION
 from components.common.stop import started_run
 from components.common.storage import atomic_write_json
@@ -236,7 +236,9 @@ def seal_logged(
 
 def find_version(client: Any, name: str, key: str) -> Any | None:
     """The model version of ``name`` tagged with ``key``, if one exists."""
-    found = client.search_model_versions(f"name = '{_quote(name)}' and tags.{KEY_TAG} = '{key}'")
+    found = client.search_model_versions(
+        f"name = {filter_literal(name)} and tags.{KEY_TAG} = {filter_literal(key)}"
+    )
     return min(found, key=lambda mv: int(mv.version)) if found else None
 
 
@@ -273,7 +275,8 @@ def _logged_model(
     previous = mlflow.search_logged_models(
         experiment_ids=sorted({home, experiment_id}),
         output_format="list",
-        filter_string=f"tags.{KEY_TAG} = '{key}' and tags.{USER_STATE_TAG} = '{snapshot}'",
+        filter_string=f"tags.{KEY_TAG} = {filter_literal(key)} "
+        f"and tags.{USER_STATE_TAG} = {filter_literal(snapshot)}",
     )
     ready = [m for m in previous if str(m.status).endswith("READY")]
     if ready:
@@ -527,10 +530,6 @@ def plan_line(plan: dict) -> str:
         f"{plan.get('precision', '?')}, micro-batch {plan.get('micro_batch', '?')}, "
         f"{plan.get('max_epochs', '?')} epochs"
     )
-
-
-def _quote(value: str) -> str:
-    return value.replace("'", "\\'")
 
 
 def _read_json(path: str) -> dict:

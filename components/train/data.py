@@ -311,19 +311,65 @@ def row_uniform(user_key: np.ndarray, ts: np.ndarray, item: np.ndarray, seed: in
     return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
-def kept_rows(split: BatchDataset, negative_keep: float, seed: int) -> np.ndarray | None:
-    """The rows of ``split`` trained on when each negative is kept with probability
-    ``negative_keep`` (every positive kept; :func:`row_uniform` decides), sorted; None when
-    every row is kept."""
+def kept_rows(
+    split: BatchDataset, negative_keep: float, seed: int, epoch: int = 0
+) -> np.ndarray | None:
+    """The rows of ``split`` epoch ``epoch`` trains on: every positive and ``round(negative_keep
+    x negatives)`` of the negatives, those with the smallest :func:`row_uniform` draws under
+    (``seed``, ``epoch``); sorted. None when every row is kept.
+
+    Each epoch draws its negatives anew, so over epochs the model sees more of them than one fixed
+    sample holds, while every epoch has the same number of rows (the sampler's steps, the learning
+    rate schedule and a resume stay as they are)."""
     if negative_keep >= 1:
         return None
-    kept = []
+    positives, negatives, draws = [], [], []
     for start in range(0, len(split), SAMPLING_CHUNK):
         index = np.arange(start, min(start + SAMPLING_CHUNK, len(split)), dtype=np.int64)
         rows = split.gather(index, ("label", "user_key", "ts", "target_item"))
-        draw = row_uniform(rows["user_key"], rows["ts"], rows["target_item"], seed)
-        kept.append(index[(rows["label"] > 0) | (draw < negative_keep)])
-    return np.concatenate(kept) if kept else np.zeros(0, np.int64)
+        clicked = rows["label"] > 0
+        positives.append(index[clicked])
+        negatives.append(index[~clicked])
+        draw = row_uniform(
+            rows["user_key"], rows["ts"], rows["target_item"], _epoch_seed(seed, epoch)
+        )
+        draws.append(draw[~clicked].astype(np.float32))  # 4 bytes a negative while choosing
+    if not positives:
+        return np.zeros(0, np.int64)
+    negative, draw = np.concatenate(negatives), np.concatenate(draws)
+    keep = int(round(negative_keep * len(negative)))
+    chosen = (
+        negative[np.argpartition(draw, keep - 1)[:keep]]
+        if 0 < keep < len(negative)
+        else (negative if keep else negative[:0])
+    )
+    return np.sort(np.concatenate([np.concatenate(positives), chosen]))
+
+
+def _epoch_seed(seed: int, epoch: int) -> int:
+    """Epoch 0 draws with ``seed`` itself; each later epoch with its own seed."""
+    return seed if epoch == 0 else seed ^ ((epoch * _GOLDEN) & 0xFFFFFFFFFFFFFFFF)
+
+
+class EpochRows:
+    """The training rows of each epoch under a share of negatives kept (:func:`kept_rows`), the
+    current epoch's kept so that a step of it never recomputes them."""
+
+    def __init__(self, split: BatchDataset, negative_keep: float, seed: int) -> None:
+        self.split, self.negative_keep, self.seed = split, negative_keep, seed
+        self._epoch, self._rows = 0, kept_rows(split, negative_keep, seed, 0)
+        if self._rows is None:
+            raise ValueError("EpochRows is for a share of negatives below 1")
+
+    def __len__(self) -> int:
+        """Rows per epoch (the same in every epoch)."""
+        return len(self._rows)
+
+    def __call__(self, epoch: int) -> np.ndarray:
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._rows = kept_rows(self.split, self.negative_keep, self.seed, epoch)
+        return self._rows
 
 
 # ----------------------------------------------------------------------------- samplers
@@ -336,7 +382,7 @@ class ShardedBatchSampler(Sampler[np.ndarray]):
     (``arange`` without shuffle), cuts the permutation into *global* micro-batches
     of ``micro_batch * world_size`` rows (the last may be smaller), and gives rank
     ``r`` the rows ``global[r::world_size]``, sorted (with ``rows``, a sample of the split's
-    rows, the permutation is of those). So every row is seen exactly once per epoch across ranks, and every rank yields the same number of
+    rows, or an :class:`EpochRows` giving each epoch's, the permutation is of those). So every row is seen exactly once per epoch across ranks, and every rank yields the same number of
     micro-batches (a rank's last one may be smaller, or empty when the last global
     micro-batch has fewer rows than ranks).
     """
@@ -349,7 +395,7 @@ class ShardedBatchSampler(Sampler[np.ndarray]):
         rank: int = 0,
         seed: int = 0,
         shuffle: bool = True,
-        rows: np.ndarray | None = None,
+        rows: np.ndarray | EpochRows | None = None,
     ) -> None:
         if rows is not None and len(rows) != n_rows:
             raise ValueError(f"rows holds {len(rows)} indices, n_rows says {n_rows}")
@@ -367,7 +413,8 @@ class ShardedBatchSampler(Sampler[np.ndarray]):
         self.rank = int(rank)
         self.seed = int(seed)
         self.shuffle = shuffle
-        self.rows = rows  # the split's rows trained on (a sample of them); None: all
+        # the split's rows trained on (a sample of them, or each epoch's sample); None: all
+        self.rows = rows
         self.epoch = 0
         self.skip = 0
 
@@ -408,10 +455,11 @@ class ShardedBatchSampler(Sampler[np.ndarray]):
 
     def __iter__(self) -> Iterator[np.ndarray]:
         order = self.order(self.epoch)
+        rows = self.rows(self.epoch) if isinstance(self.rows, EpochRows) else self.rows
         step = self.global_batch
         for start in range(self.skip * step, self.n_rows, step):
             mine = order[start : start + step][self.rank :: self.world_size]
-            yield np.sort(mine if self.rows is None else self.rows[mine])
+            yield np.sort(mine if rows is None else rows[mine])
 
 
 class ChunkSampler(Sampler[np.ndarray]):

@@ -53,7 +53,8 @@ def estimate_op(
     from components.common.dataset import read_pointer
     from components.common.runs import RunFolder, record_stage
     from components.common.storage import disk_full_as
-    from components.estimate.planner import EstimateConfig, estimate_and_write, plan_table
+    from components.estimate.planner import EstimateConfig, estimate_and_write
+    from components.estimate.table import plan_table
 
     started = time.perf_counter()
     data_dir = read_pointer(dataset.path)

@@ -59,8 +59,8 @@ def resolve_window(
 
     from components.common.attempts import attempt, final_record
     from components.common.paths import inside, safe_name
+    from components.common.run_record import RunRecord
     from components.common.runs import claim_run_dir, dataset_dir, run_dir
-    from components.common.storage import atomic_write_json
     from components.preprocess.config import PreprocessConfig
     from components.preprocess.logical_date import logical_end_date
     from components.preprocess.stage import resolve_inputs
@@ -87,22 +87,19 @@ def resolve_window(
         data = inside(
             storage_root, dataset_dir(storage_root, end_date, found.fingerprint), "dataset folder"
         )
-        atomic_write_json(
-            folder / "run.json",
-            {
-                "run_id": rid,
-                "raw_uri": raw,
-                "data_dir": str(data),
-                "end_date": end_date,
-                "run_date": run_date,
-                "schedule_time": schedule_time,
-                "window_days": window_days,
-                "history_days": history_days,
-                "seq_len": seq_len,
-                "input_fingerprint": found.fingerprint,
-                "files": len(found.files),
-            },
-        )
+        RunRecord(
+            run_id=rid,
+            raw_uri=raw,
+            data_dir=str(data),
+            end_date=end_date,
+            run_date=run_date,
+            schedule_time=schedule_time,
+            window_days=window_days,
+            history_days=history_days,
+            seq_len=seq_len,
+            input_fingerprint=found.fingerprint,
+            files=len(found.files),
+        ).write(folder)
         how = "run_date" if run_date else "schedule time" if end else "latest day present"
         print(
             f"run {rid}: window ending {end_date} ({how}; {len(found.files)} raw files), dataset {data}"

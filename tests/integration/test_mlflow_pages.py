@@ -17,7 +17,8 @@ from components.common.tracking import (
     sqlite_uri,
 )
 from components.train.data import load_meta
-from components.train.trainer import LOSS_POINTS_PER_EPOCH, STEP_LOSS, TrainConfig, train
+from components.train.mlflow_run import LOSS_POINTS_PER_EPOCH, STEP_LOSS
+from components.train.trainer import TrainConfig, train
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,8 @@ from components.train.checkpoint import CheckpointError, load_checkpoint
 from components.train.data import BatchDataset, DatasetError, load_meta
 from components.train.launch import LaunchError, LaunchSpec, launch, torchrun
 from components.train.model import Vocab, build_model
-from components.train.trainer import Optimizers, TrainConfig, train
+from components.train.optim import Optimizers
+from components.train.trainer import TrainConfig, train
 from tests.integration.conftest import make_dataset
 
 pytestmark = pytest.mark.integration

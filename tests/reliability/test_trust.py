@@ -89,7 +89,8 @@ def test_a_split_without_clicks_is_refused_before_any_training(raw_days, tmp_pat
 def test_a_non_finite_loss_stops_training_at_its_step_and_is_never_retried(
     tiny_dataset, tmp_path, fault_report
 ):
-    from components.train.trainer import Diverged, main_with_errors
+    from components.train.steps import Diverged
+    from components.train.trainer import main_with_errors
 
     broken = tmp_path / "nan"
     shutil.copytree(tiny_dataset, broken)

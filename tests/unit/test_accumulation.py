@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from components.train.model import Vocab, build_model
-from components.train.trainer import micro_loss
+from components.train.steps import micro_loss
 
 VOCAB = Vocab(item=64, category=8, user=32, gap=16, seq_len=5)
 

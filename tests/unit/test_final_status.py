@@ -11,6 +11,7 @@ from components.common.runs import STAGES, claim_run_dir, record_stage
 from kube.trainjob import trainjob_name
 from pipelines.daily import finalize
 from tests.conftest import call_exit_handler
+from tests.run_records import run_record
 
 FINAL = [
     ("SUCCEEDED", None, "SUCCEEDED"),  # kfp.local
@@ -214,7 +215,7 @@ def finished_long_ago(root, rid: str):
     import os
 
     folder = claim_run_dir(root / "runs" / rid, f"kfp-{rid}")
-    (folder / "run.json").write_text(json.dumps({"data_dir": ""}))
+    run_record(folder, rid)
     (folder / "summary.json").write_text("{}")
     os.utime(folder / "summary.json", (OLD, OLD))
     return folder
@@ -265,3 +266,26 @@ def test_retention_is_skipped_when_the_registry_cannot_say_what_the_champion_nee
     summary = finalize_with_retention(tmp_path, "http://127.0.0.1:9")
     assert "registry is unreachable" in summary["cleanup"]["retention"]["skipped"]
     assert folder.is_dir()
+
+
+@pytest.mark.parametrize("record", ["absent", "broken", "written"])
+def test_finalize_reads_the_run_record_and_says_when_it_cannot(tmp_path, capsys, record):
+    """The summary names the run's dataset from its run record; a run that failed before the
+    window was resolved (or lost the record) still gets a summary, and a line says why it has
+    no dataset."""
+    from pipelines.finalize import finalize_run
+
+    folder = claim_run_dir(tmp_path / "runs" / "r1", "kfp-1")
+    if record == "broken":
+        (folder / "run.json").write_text('{"data_dir": ')
+    elif record == "written":
+        run_record(folder, "r1", str(tmp_path / "datasets" / "d1"), raw_uri="/raw")
+    summary = finalize_run("FAILED", "boom", str(tmp_path), "r1", "kfp-1", "m", push=lambda s: None)
+    said = capsys.readouterr().out
+    if record == "written":
+        assert summary["dataset"] == str(tmp_path / "datasets" / "d1")
+        assert "run.json" not in said
+    else:
+        assert summary["dataset"] == "" and summary["status"] == "FAILED"
+        reason = "no run record" if record == "absent" else "unreadable"
+        assert f"finalize: {folder / 'run.json'}: {reason}" in said

@@ -6,7 +6,7 @@ import torch
 
 from components.common.plan import TrainPlan
 from components.train.model import Vocab, build_model
-from components.train.trainer import IdPenalty
+from components.train.optim import IdPenalty
 
 VOCAB = Vocab(item=16, category=4, user=8, gap=16, seq_len=3)
 

@@ -12,6 +12,7 @@ import torch
 from components.common.plan import TrainPlan
 from components.train.data import (
     BatchDataset,
+    EpochRows,
     ShardedBatchSampler,
     kept_rows,
     row_uniform,
@@ -55,13 +56,51 @@ def test_every_positive_and_the_share_of_negatives_are_kept(tiny_dataset, keep, 
     labels = split.gather(np.arange(len(split)), ["label"])["label"]
     positives, negatives = np.flatnonzero(labels > 0), np.flatnonzero(labels == 0)
     assert np.isin(positives, rows).all()
-    kept = np.isin(negatives, rows).mean()
-    assert abs(kept - keep) < 4 * math.sqrt(keep * (1 - keep) / len(negatives))
+    kept = np.isin(negatives, rows)
+    assert kept.sum() == round(keep * len(negatives))  # the same count in every epoch
+    # a uniform sample: each half of the split keeps its share of negatives
+    half = len(negatives) // 2
+    for part in (kept[:half], kept[half:]):
+        assert abs(part.mean() - keep) < 4 * math.sqrt(keep * (1 - keep) / len(part))
     assert np.array_equal(rows, np.unique(rows))  # sorted, each once
     monkeypatch.setattr("components.train.data.SAMPLING_CHUNK", 1 << 20)
     assert np.array_equal(kept_rows(split, keep, seed=0), rows)
     assert not np.array_equal(kept_rows(split, keep, seed=1), rows)
     assert kept_rows(split, 1.0, seed=0) is None
+
+
+def test_each_epoch_draws_its_negatives_anew_keeping_their_number(tiny_dataset):
+    split = BatchDataset(tiny_dataset, "train")
+    labels = split.gather(np.arange(len(split)), ["label"])["label"]
+    negatives = np.flatnonzero(labels == 0)
+    epochs = [kept_rows(split, 0.3, seed=7, epoch=e) for e in range(4)]
+    assert np.array_equal(epochs[0], kept_rows(split, 0.3, seed=7))  # epoch 0: the seed itself
+    assert len({len(rows) for rows in epochs}) == 1
+    assert np.array_equal(kept_rows(split, 0.3, seed=7, epoch=2), epochs[2])  # re-runs agree
+    kept = [set(np.intersect1d(rows, negatives)) for rows in epochs]
+    # independent draws: two epochs share about keep x keep of the negatives, not all of them
+    shared = len(kept[0] & kept[1]) / len(negatives)
+    assert abs(shared - 0.09) < 4 * math.sqrt(0.09 * 0.91 / len(negatives))
+    assert len(set().union(*kept)) > 2 * len(kept[0])  # four epochs see over twice one sample
+    # EpochRows serves each epoch's rows, the same for the same epoch
+    rows = EpochRows(split, 0.3, seed=7)
+    assert len(rows) == len(epochs[0])
+    for e in (0, 3, 1, 1):
+        assert np.array_equal(rows(e), epochs[e])
+    with pytest.raises(ValueError, match="below 1"):
+        EpochRows(split, 1.0, seed=7)
+
+
+def test_the_sampler_walks_each_epochs_own_rows_once_across_ranks(tiny_dataset):
+    split = BatchDataset(tiny_dataset, "train")
+    rows = EpochRows(split, 0.5, seed=2)
+    for epoch in (0, 1):
+        seen = []
+        for rank in range(2):
+            sampler = ShardedBatchSampler(len(rows), 8, 2, rank, seed=5, rows=rows)
+            sampler.set_epoch(epoch)
+            seen += list(sampler)
+        assert np.array_equal(np.sort(np.concatenate(seen)), kept_rows(split, 0.5, 2, epoch))
 
 
 def test_the_sampler_walks_each_kept_row_once_per_epoch_across_ranks():

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from components.common.retention import DAY_S, apply_retention, tree_bytes
+from components.common.run_record import RunRecord
 from components.common.runs import claim_run_dir, point_latest, write_summary
+from tests.run_records import run_record
 
 START = 1_800_000_000.0
 RUN_BYTES, DATASET_BYTES = 200_000, 1_000_000
@@ -27,7 +29,7 @@ def day_of_runs(root, day: int, finished: bool = True) -> str:
     folder = claim_run_dir(root / "runs" / rid, f"kfp-{day}")
     owner = json.loads((folder / "owner.json").read_text())
     (folder / "owner.json").write_text(json.dumps({**owner, "claimed_at": when}))
-    (folder / "run.json").write_text(json.dumps({"run_id": rid, "data_dir": str(data)}))
+    run_record(folder, rid, str(data))
     (folder / "train").mkdir()
     torch.save({"w": torch.zeros(RUN_BYTES // 4)}, folder / "train" / "best.pt")
     point_latest(data)
@@ -66,7 +68,7 @@ def test_thirty_days_stay_bounded_and_the_champions_lineage_stays_loadable(tmp_p
     for rid in (champion, previous):
         folder = root / "runs" / rid
         assert torch.load(folder / "train" / "best.pt", weights_only=True)["w"].numel() > 0
-        data = json.loads((folder / "run.json").read_text())["data_dir"]
+        data = RunRecord.read(folder).data_dir
         assert (root / "datasets" / os.path.basename(data) / "meta.json").is_file()
     assert (root / "runs" / "mlflow.db").read_bytes() == b"registry"
     assert (root / "runs" / "artifacts" / "1" / "model.bin").is_file()

@@ -117,7 +117,7 @@ def test_shape_mismatches_are_listed():
 
 
 def test_diagnosis_flags_starvation_low_utilization_and_memory():
-    from components.train.trainer import diagnose
+    from components.train.resources import diagnose
 
     assert diagnose(0.02, 95.0, 10, 100) == []
     flags = {f["flag"]: f for f in diagnose(0.25, 40.0, 95, 100)}

@@ -22,11 +22,13 @@ from components.estimate import (
     estimate,
     load_profile,
 )
-from components.estimate.planner import checkpoint_interval, choose_patience, time_model
 from components.estimate.probe import probe_speed
+from components.estimate.timemodel import checkpoint_interval, choose_patience, time_model
 from components.evaluate.report import markdown
 from components.train import trainer
-from components.train.trainer import Progress, Runtime, TrainConfig, train
+from components.train.progress import Progress
+from components.train.runtime import Runtime
+from components.train.trainer import TrainConfig, train
 from tests.unit.test_estimate import fake_dataset, profile_file
 
 # round numbers so every term can be computed by hand
@@ -277,7 +279,7 @@ def test_progress_line_format_and_eta():
     plan = trainer.TrainPlan(max_epochs=3, progress_seconds=10)
     progress = Progress(plan, Runtime(0, 1, 0, torch.device("cpu"), "gloo"), clock=lambda: now[0])
     handler = Lines()
-    trainer.log.addHandler(handler)
+    logging.getLogger("components.train").addHandler(handler)
     try:
         progress.validation_seconds = 5.0
         progress.start(0)
@@ -288,7 +290,7 @@ def test_progress_line_format_and_eta():
         now[0] = 21.0
         progress.step(0, 110, 200, 21000, 0.25)  # 1 s after the last line: silent
     finally:
-        trainer.log.removeHandler(handler)
+        logging.getLogger("components.train").removeHandler(handler)
     # 100 steps in 20 s: 20 s left in this epoch; run: 20 + 5 (validation) + 2 x (40 + 5) = 115 s
     assert handler.messages == [
         "epoch 1/3  step 100/200 (50%)  1,000 samples/s  loss 0.2512  ETA epoch 20s, run <= 1m55s"
@@ -323,13 +325,13 @@ def test_long_epoch_logs_progress_checkpoints_mid_epoch_and_reports_plan_vs_actu
         lambda out, snap: (saved_at.append(snap["micro_step"]), real(out, snap))[1],
     )
     handler = Lines()
-    trainer.log.addHandler(handler)
+    logging.getLogger("components.train").addHandler(handler)
     try:
         summary = train(
             TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "out"), plan=str(path))
         )
     finally:
-        trainer.log.removeHandler(handler)
+        logging.getLogger("components.train").removeHandler(handler)
     steps = -(-doc["estimate"]["dataset"]["train_rows"] // 16)
     progress = [m for m in handler.messages if m.startswith("epoch 1/1  step ")]
     assert len(progress) >= 3, handler.messages

@@ -13,7 +13,7 @@ import pytest
 
 from components.estimate import load_profile
 from components.estimate.memory import parameter_split
-from components.estimate.planner import (
+from components.estimate.timemodel import (
     allreduce_seconds,
     checkpoint_buffer_bytes,
     checkpoint_interval,
