@@ -11,8 +11,14 @@ included) and rows trained on, each against ``r = 1`` (every row) of the same wo
 
 It names the smallest ``r`` whose test AUC stays within ``AUC_MARGIN`` and ECE within
 ``ECE_MARGIN`` of ``r = 1`` on every world: the daily pipeline's default ``negative_keep``
-(``pipelines/parameters.py``; a test holds the two equal). Writes benchmarks/results/downsampling.json and the block
-between ``<!-- bench:downsampling:start/end -->`` (docs/performance.md).
+(``pipelines/parameters.py``). A share that suits a log where clicks are rare loses on one where
+they are common, so it also names the smallest whole number of negatives per positive that
+keeps, on every world, at least the smallest same-quality ``r`` measured there: the default
+``negatives_per_positive`` (``components/estimate/config.py``; tests hold both equal). Then it
+trains each world with both defaults together (a run of its own where they sample) and reports
+that run against ``r = 1``, with the time target on make run's world. Writes
+benchmarks/results/downsampling.json and the block between
+``<!-- bench:downsampling:start/end -->`` (docs/performance.md).
 
     python -m benchmarks.downsampling                     # every world, r in 1, 0.5, 0.25, 0.1
     python -m benchmarks.downsampling --quick --no-readme  # a small world: a smoke test
@@ -21,6 +27,7 @@ between ``<!-- bench:downsampling:start/end -->`` (docs/performance.md).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -39,60 +46,140 @@ TIME_TARGET = 0.4
 """The training stage's time at the shipped default over full-data training's, on make run's world."""
 
 
-def measure(world, root: Path, keeps: tuple[float, ...], epochs: int) -> dict:
-    """One world: a training per ``r`` in ``keeps`` (the first must be 1), each scored on the test
-    split, with its ratios to the first."""
-    _, data = prepare(world, root)
-    labels = np.load(data / "test" / "label.npy").astype(np.float64)
-    users = np.load(data / "test" / "user_key.npy")
-    runs = []
-    for keep in keeps:
-        prob, info = train_dailyrec(data, root / world.name / f"keep-{keep:g}", epochs, keep, False)
-        test = summarize(prob, labels, users)
-        runs.append(
-            {
-                "negative_keep": keep,
-                **{k: test[k] for k in ("auc", "gauc", "logloss", "ece")},
-                "train_seconds": info["train_seconds"],
-                "rows_trained": info["rows_trained"],
-                "epochs_run": info["epochs_run"],
-            }
+def _run(data: Path, work: Path, labels, users, epochs: int, keep: float, ratio: float) -> dict:
+    """One training at share ``keep`` and at most ``ratio`` negatives per positive (0: no limit),
+    scored on the whole test split."""
+    prob, info = train_dailyrec(data, work, epochs, keep, False, negatives_per_positive=ratio)
+    test = summarize(prob, labels, users)
+    return {
+        "negative_keep": info["negative_keep"],
+        **{k: test[k] for k in ("auc", "gauc", "logloss", "ece")},
+        "train_seconds": info["train_seconds"],
+        "rows_trained": info["rows_trained"],
+        "epochs_run": info["epochs_run"],
+    }
+
+
+def _versus(run: dict, full: dict) -> dict:
+    """``run`` with its differences from full-data training and whether it is the same quality."""
+    run["vs_full"] = {
+        **{k: run[k] - full[k] for k in ("auc", "gauc", "logloss", "ece")},
+        "time_ratio": run["train_seconds"] / full["train_seconds"],
+    }
+    run["same_quality"] = bool(
+        run["vs_full"]["auc"] >= -AUC_MARGIN and run["vs_full"]["ece"] <= ECE_MARGIN
+    )
+    return run
+
+
+def _print(world: str, run: dict) -> None:
+    print(
+        f"  {world:<16} r={run['negative_keep']:<6g} AUC {run['auc']:.4f}  ECE {run['ece']:.4f}  "
+        f"{run['train_seconds']:7.1f} s  {run['rows_trained']:,} rows",
+        flush=True,
+    )
+
+
+class WorldRuns:
+    """One world's dataset and its trainings, each against full-data training (the first)."""
+
+    def __init__(self, world, root: Path, epochs: int) -> None:
+        from components.train.data import load_meta
+
+        self.world, self.root, self.epochs = world, root, epochs
+        _, self.data = prepare(world, root)
+        self.labels = np.load(self.data / "test" / "label.npy").astype(np.float64)
+        self.users = np.load(self.data / "test" / "user_key.npy")
+        self.train_split = load_meta(self.data)["splits"]["train"]
+        rows = int(self.train_split["rows"])
+        self.positives = round(rows * float(self.train_split["positive_rate"]))
+        self.negatives = rows - self.positives
+        self.runs: list[dict] = []
+        self.default: dict | None = None
+
+    def train(self, keep: float, ratio: float, name: str) -> dict:
+        run = _run(
+            self.data,
+            self.root / self.world.name / name,
+            self.labels,
+            self.users,
+            self.epochs,
+            keep,
+            ratio,
         )
-        print(
-            f"  {world.name:<16} r={keep:<5g} AUC {test['auc']:.4f}  ECE {test['ece']:.4f}  "
-            f"{info['train_seconds']:7.1f} s  {info['rows_trained']:,} rows",
-            flush=True,
-        )
-    full = runs[0]
-    for run in runs:
-        run["vs_full"] = {
-            "auc": run["auc"] - full["auc"],
-            "gauc": run["gauc"] - full["gauc"],
-            "logloss": run["logloss"] - full["logloss"],
-            "ece": run["ece"] - full["ece"],
-            "time_ratio": run["train_seconds"] / full["train_seconds"],
+        run = _versus(run, self.runs[0] if self.runs else run)
+        _print(self.world.name, run)
+        return run
+
+    def grid(self, keeps: tuple[float, ...]) -> None:
+        """A training per share in ``keeps`` (the first must be 1), with no ratio limit."""
+        for keep in keeps:
+            self.runs.append(self.train(keep, 0, f"keep-{keep:g}"))
+
+    def smallest_same(self) -> float:
+        """The smallest share of the same quality, with every larger share measured also so."""
+        ordered = sorted(self.runs, key=lambda run: -run["negative_keep"])
+        smallest = ordered[0]["negative_keep"]
+        for run in ordered:
+            if not run["same_quality"]:
+                break
+            smallest = run["negative_keep"]
+        return smallest
+
+    def needed_ratio(self) -> float:
+        """Negatives per positive that the smallest same-quality share keeps on this world."""
+        return self.smallest_same() * self.negatives / self.positives
+
+    def measure_default(self, keep: float, ratio: float) -> None:
+        """The daily defaults' training on this world: a run of its own where they sample."""
+        from components.estimate.rows import negative_share
+
+        share = negative_share(self.train_split, keep, ratio)
+        same = next((r for r in self.runs if r["negative_keep"] == share), None)
+        self.default = same or self.train(keep, ratio, f"ratio-{ratio:g}")
+        self.default = {**self.default, "negatives_per_positive": ratio}
+
+    def result(self) -> dict:
+        return {
+            "world": self.world.name,
+            "source": self.world.source,
+            "train_positives": self.positives,
+            "train_negatives": self.negatives,
+            "runs": self.runs,
+            "default": self.default,
         }
-        run["same_quality"] = bool(
-            run["vs_full"]["auc"] >= -AUC_MARGIN and run["vs_full"]["ece"] <= ECE_MARGIN
-        )
-    return {"world": world.name, "source": world.source, "runs": runs}
 
 
-def choose(worlds: list[dict]) -> float:
-    """The smallest ``r`` of the same quality as full-data training on every world."""
-    keeps = [run["negative_keep"] for run in worlds[0]["runs"]]
-    same = [
+def choose(worlds: list[WorldRuns]) -> tuple[float, float]:
+    """The smallest share of the same quality as full-data training on every world, and the
+    smallest whole number of negatives per positive that keeps, on each world, at least the
+    smallest same-quality share measured there."""
+    keeps = [run["negative_keep"] for run in worlds[0].runs]
+    share = min(
         keep
         for keep in keeps
         if all(
-            next(r for r in w["runs"] if r["negative_keep"] == keep)["same_quality"] for w in worlds
+            next(r for r in w.runs if r["negative_keep"] == keep)["same_quality"] for w in worlds
         )
-    ]
-    return min(same)
+    )
+    ratio = float(math.ceil(max(w.needed_ratio() for w in worlds) - 1e-9))
+    return share, ratio
+
+
+def _row(world: str, label: str, run: dict) -> str:
+    d = run["vs_full"]
+    return (
+        f"| {world} | {label} | {run['rows_trained']:,} | "
+        f"{run['auc']:.4f} ({d['auc']:+.4f}) | {run['gauc']:.4f} ({d['gauc']:+.4f}) | "
+        f"{run['logloss']:.4f} ({d['logloss']:+.4f}) | {run['ece']:.4f} ({d['ece']:+.4f}) | "
+        f"{run['train_seconds']:,.0f} (×{d['time_ratio']:.2f}) | "
+        f"{'yes' if run['same_quality'] else 'no'} |"
+    )
 
 
 def readme_table(result: dict) -> str:
     host = result["machine"]
+    ratio = result["chosen_ratio"]
     lines = [
         f"Measured on {host.get('cpu_model', '?')} ({host.get('cpus', '?')} cores); each world's "
         f"trainings in one run, its test split never sampled. Same quality = test AUC within "
@@ -104,18 +191,27 @@ def readme_table(result: dict) -> str:
     ]
     for world in result["worlds"]:
         for run in world["runs"]:
-            d = run["vs_full"]
-            lines.append(
-                f"| {world['world']} | {run['negative_keep']:g} | {run['rows_trained']:,} | "
-                f"{run['auc']:.4f} ({d['auc']:+.4f}) | {run['gauc']:.4f} ({d['gauc']:+.4f}) | "
-                f"{run['logloss']:.4f} ({d['logloss']:+.4f}) | {run['ece']:.4f} ({d['ece']:+.4f}) | "
-                f"{run['train_seconds']:,.0f} (×{d['time_ratio']:.2f}) | "
-                f"{'yes' if run['same_quality'] else 'no'} |"
+            lines.append(_row(world["world"], f"{run['negative_keep']:g}", run))
+        default = world["default"]
+        lines.append(
+            _row(
+                world["world"],
+                f"**{default['negative_keep']:g}** (≤ {ratio:g} per positive; "
+                f"{world['train_negatives'] / world['train_positives']:.1f} in the data)",
+                default,
             )
+        )
+    first = result["worlds"][0]
+    time_ratio = first["default"]["vs_full"]["time_ratio"]
     lines += [
         "",
         f"Smallest r of the same quality on every world: **{result['chosen']:g}**, the daily "
-        "pipeline's default `negative_keep`.",
+        f"pipeline's default `negative_keep`. Smallest whole number of negatives per positive "
+        f"that keeps at least that world's smallest same-quality r on each: **{ratio:g}**, the "
+        f"default `negatives_per_positive` (rows in bold: the defaults together). On "
+        f"{first['world']} the defaults train in ×{time_ratio:.2f} of full-data training's "
+        f"time (target ≤ ×{result['time_target']:g}: "
+        f"{'met' if time_ratio <= result['time_target'] else 'not met'}).",
     ]
     return "\n".join(lines)
 
@@ -139,7 +235,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--keeps must start with 1 (every row): the others are compared with it")
     epochs = args.epochs or json.loads(CONFIG.read_text())["max_epochs"]
     worlds = [QUICK] if args.quick else [w for w in WORLDS if w.name in args.worlds.split(",")]
-    measured = [measure(w, Path(args.scratch), keeps, epochs) for w in worlds]
+    measured = [WorldRuns(w, Path(args.scratch), epochs) for w in worlds]
+    for world in measured:
+        world.grid(keeps)
+    share, ratio = choose(measured)
+    for world in measured:
+        world.measure_default(share, ratio)
     result = {
         "benchmark": NAME,
         "machine": machine(),
@@ -147,8 +248,10 @@ def main(argv: list[str] | None = None) -> int:
         "epochs": epochs,
         "auc_margin": AUC_MARGIN,
         "ece_margin": ECE_MARGIN,
-        "worlds": measured,
-        "chosen": choose(measured),
+        "time_target": TIME_TARGET,
+        "worlds": [w.result() for w in measured],
+        "chosen": share,
+        "chosen_ratio": ratio,
     }
     publish(
         NAME,

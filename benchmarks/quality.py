@@ -354,9 +354,13 @@ def measure_world(world: World, root: Path, epochs: int) -> dict:
     scores["logistic"], extra["logistic"] = logistic_scores(xy["train"], xy["val"], xy["test"])
     column = DENSE_FEATURES.index("item_click_logit")
     scores["item_popularity"] = 1 / (1 + np.exp(-np.asarray(test["dense"][:, column], np.float64)))
-    # as the daily pipeline trains: its share of the negatives
+    # as the daily pipeline trains: its sampling of the negatives
     scores["dailyrec"], extra["dailyrec"] = train_dailyrec(
-        data, root / world.name, epochs, DEFAULTS["negative_keep"]
+        data,
+        root / world.name,
+        epochs,
+        DEFAULTS["negative_keep"],
+        negatives_per_positive=DEFAULTS["negatives_per_positive"],
     )
     truth = truth_rows(raw, data, test)
     if truth is not None:

@@ -111,10 +111,16 @@ QUICK = Synthetic("quick", 6, 1, days=8, users=2_000, items=3_000, events_per_da
 
 
 def train_dailyrec(
-    data: Path, work: Path, epochs: int, negative_keep: float | None = None, serve: bool = True
+    data: Path,
+    work: Path,
+    epochs: int,
+    negative_keep: float | None = None,
+    serve: bool = True,
+    negatives_per_positive: float | None = None,
 ) -> tuple[np.ndarray, dict]:
-    """The pipeline's plan (``negative_keep``: the estimate's default unless given), launcher and
-    trainer; the best checkpoint scores the test split (also as served, with ``serve``)."""
+    """The pipeline's plan (``negative_keep``, ``negatives_per_positive``: the estimate's defaults
+    unless given), launcher and trainer; the best checkpoint scores the test split (also as
+    served, with ``serve``)."""
     from components.train.data import load_meta
     from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
 
@@ -136,6 +142,11 @@ def train_dailyrec(
             "--max-epochs",
             str(epochs),
             *(["--negative-keep", str(negative_keep)] if negative_keep is not None else []),
+            *(
+                ["--negatives-per-positive", str(negatives_per_positive)]
+                if negatives_per_positive is not None
+                else []
+            ),
             "--out",
             str(plan),
         ]
@@ -170,6 +181,7 @@ def train_dailyrec(
         "best_epoch": summary["best_epoch"],
         "best_val_auc": summary["best_val_auc"],
         "rows_trained": summary["rows_trained"],
+        "negative_keep": summary["negative_keep"],
         **({"served": served(data, out / "best.pt", work / "evaluate")} if serve else {}),
     }
 

@@ -25,6 +25,11 @@ NEGATIVE_KEEP = 1.0
 """The daily run's share of the training negatives: the smallest that trained models of the same
 quality as every row on each world of benchmarks/downsampling.py (its ``chosen``; a test holds
 the two equal; docs/performance.md)."""
+NEGATIVES_PER_POSITIVE = 3.0
+"""The daily run's most training negatives per positive: the smallest whole number that keeps, on
+each world of benchmarks/downsampling.py, at least the smallest share of the same quality as every
+row measured there (its ``chosen_ratio``; a test holds the two equal; docs/performance.md). Where
+negatives are fewer than this many per positive, every row is trained on."""
 MLFLOW_SERVICE_URI = "http://mlflow.dailyrec.svc.cluster.local:5000"
 """The MLflow service ``make deploy`` runs beside the pipelines (manifests/base): the tracking URI
 of a run on the cluster."""
@@ -92,6 +97,13 @@ DAILY: tuple[Parameter, ...] = (
         NEGATIVE_KEEP,
         "share of the training negatives trained on, in (0, 1] (all positives kept; scores stay "
         "calibrated: docs/stages.md)",
+    ),
+    Parameter(
+        "negatives_per_positive",
+        float,
+        NEGATIVES_PER_POSITIVE,
+        "train on at most this many negatives per positive, lowering `negative_keep` where "
+        "negatives outnumber positives by more; 0 = no limit",
     ),
     Parameter("min_auc", float, 0.55, "floor on the candidate's served test AUC"),
     Parameter(

@@ -176,6 +176,7 @@ RULES: dict[str, Callable[[Any], None]] = {
     "global_batch": _within(1, 1 << 20),
     "max_epochs": _within(1, 1000),
     "negative_keep": _within(0, 1, low_open=True),
+    "negatives_per_positive": _within(0, 1e6),
     "max_restarts": _within(0, 100),
     "dask_workers": _within(0, 1000),
     "retention_days": _within(0, 3650),

@@ -40,3 +40,62 @@ def brute_force_features(df: pd.DataFrame) -> np.ndarray:
                 out[i, col] = np.log1p(seconds)
                 col += 1
     return out
+
+
+def _rotl(x, b):
+    return ((x << b) | (x >> (64 - b))) & 0xFFFFFFFFFFFFFFFF
+
+
+def siphash24(key: bytes, data: bytes) -> int:
+    """Plain-Python SipHash-2-4 (the reference the vectorized id hash must equal;
+    tests/unit/test_hashing.py checks it against the published test vector)."""
+    mask = 0xFFFFFFFFFFFFFFFF
+    k0 = int.from_bytes(key[:8], "little")
+    k1 = int.from_bytes(key[8:], "little")
+    v = [
+        k0 ^ 0x736F6D6570736575,
+        k1 ^ 0x646F72616E646F6D,
+        k0 ^ 0x6C7967656E657261,
+        k1 ^ 0x7465646279746573,
+    ]
+
+    def rounds(n):
+        for _ in range(n):
+            v[0] = (v[0] + v[1]) & mask
+            v[1] = _rotl(v[1], 13)
+            v[1] ^= v[0]
+            v[0] = _rotl(v[0], 32)  # noqa: E702
+            v[2] = (v[2] + v[3]) & mask
+            v[3] = _rotl(v[3], 16)
+            v[3] ^= v[2]  # noqa: E702
+            v[0] = (v[0] + v[3]) & mask
+            v[3] = _rotl(v[3], 21)
+            v[3] ^= v[0]  # noqa: E702
+            v[2] = (v[2] + v[1]) & mask
+            v[1] = _rotl(v[1], 17)
+            v[1] ^= v[2]
+            v[2] = _rotl(v[2], 32)  # noqa: E702
+
+    tail_len = len(data) % 8
+    for i in range(0, len(data) - tail_len, 8):
+        m = int.from_bytes(data[i : i + 8], "little")
+        v[3] ^= m
+        rounds(2)
+        v[0] ^= m
+    last = (len(data) & 0xFF) << 56 | int.from_bytes(data[len(data) - tail_len :], "little")
+    v[3] ^= last
+    rounds(2)
+    v[0] ^= last
+    v[2] ^= 0xFF
+    rounds(4)
+    return v[0] ^ v[1] ^ v[2] ^ v[3]
+
+
+def splitmix64_finalizer(x: int) -> int:
+    """SplitMix64's finalizer, the mixing step after SipHash in the id hash."""
+    mask = 0xFFFFFFFFFFFFFFFF
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & mask
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & mask
+    return x ^ (x >> 31)

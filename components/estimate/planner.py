@@ -53,7 +53,9 @@ from components.estimate.memory import (
     memory_breakdown,
     parameter_split,
 )
-from components.estimate.table import duration, gb
+from components.estimate.rationale import rate_note, rationale
+from components.estimate.rows import negative_share, trained_rows
+from components.estimate.table import gb
 from components.estimate.timemodel import (
     CHECKPOINT_BYTES_PER_PARAM,
     checkpoint_buffer_bytes,
@@ -205,13 +207,6 @@ def run_speed_probe(data: str, plan: TrainPlan, profile: HardwareProfile) -> dic
         raise EstimateError(f"--probe: {exc}") from None
 
 
-def trained_rows(split: dict, negative_keep: float) -> int:
-    """Rows an epoch trains on: every positive and the kept share of the negatives (expected)."""
-    rows = int(split["rows"])
-    positives = round(rows * float(split.get("positive_rate") or 0.0))
-    return positives + round((rows - positives) * negative_keep)
-
-
 def mapped_train_bytes(meta: dict) -> int:
     """Bytes of the train split's memory-mapped arrays (an epoch reads them all)."""
     import numpy as np
@@ -263,7 +258,11 @@ class Planner:
         self.meta = load_meta(config.data)
         self.vocab = Vocab.from_meta(self.meta)
         self.mconf = model_config(config.model)
-        self.train_rows = trained_rows(self.meta["splits"]["train"], config.negative_keep)
+        train = self.meta["splits"]["train"]
+        self.negative_keep = negative_share(
+            train, config.negative_keep, config.negatives_per_positive
+        )
+        self.train_rows = trained_rows(train, self.negative_keep)
         self.val_rows = int(self.meta["splits"]["val"]["rows"])
         self.params = parameter_split(self.mconf, self.vocab)
         self.precision = "bf16" if profile.bf16 else "fp32"
@@ -316,7 +315,7 @@ class Planner:
             cpu_threads=1,
             checkpoint_every_steps=c.times["checkpoint_every_steps"],
             max_lost_minutes=config.max_lost_minutes,
-            negative_keep=config.negative_keep,
+            negative_keep=self.negative_keep,
         )
 
     def fit(self, nproc: int, nnodes: int) -> Candidate | None:
@@ -483,147 +482,8 @@ class Planner:
             },
         }
 
-    def cost_note(self, c: Candidate) -> str:
-        cost = self.cost(c)
-        if not self.priced:
-            return f"not priced: {self.profile.name} sets no price (hardware.py: PRICE_FIELDS)"
-        note = (
-            f"${cost['usd']:,.2f}: {cost['device_hours']:,.2f} device-hours at "
-            f"${cost['usd_per_hour']:,.2f}/h ({self.profile.price_source}, {self.profile.price_date})"
-        )
-        if self.gpu and self.deadline_s is not None:
-            cheaper = cost["next_cheaper"]
-            note += "; the cheapest plan that meets the deadline" + (
-                f": the next cheaper, {cheaper['nproc_per_node']} per node x {cheaper['nnodes']} "
-                f"(${cheaper['usd']:,.2f}), would miss it by "
-                f"{cheaper['misses_deadline_by_seconds'] / 60:,.1f} min"
-                if cheaper
-                else ""
-            )
-        return note
-
     def meets_deadline(self, c: Candidate) -> bool:
         return c.total_seconds * self.headroom <= self.deadline_s
-
-    def rate_note(self, c: Candidate) -> str:
-        speed, t, profile = self.speed, c.times, self.profile
-        if speed:
-            return (
-                f"probe-measured on this machine: {speed['samples_per_s']:,.0f} samples/s per process "
-                f"(micro-batch {speed['micro_batch']}, real rows), validation "
-                f"{speed['eval_samples_per_s']:,.0f} rows/s"
-            )
-        return (
-            f"modelled: micro-step bound by {t['bound']} ({c.flops / 1e6:.2f} MFLOP/sample at MFU "
-            f"{self.mfu:.3g} of {profile.bf16_flops / 1e12:g} TFLOP/s; latency floor "
-            f"{profile.step_latency_seconds * 1e3:g} ms)"
-            + (f"; not probed: {self.unprobed}" if self.unprobed else "")
-        )
-
-    def rationale(self, c: Candidate) -> dict[str, str]:
-        """Why each setting of the plan is what it is, one line each."""
-        config, profile, params, t, training = (
-            self.config,
-            self.profile,
-            self.params,
-            c.times,
-            self.training,
-        )
-        gpu, patience, num_workers = self.gpu, self.patience, self.num_workers
-        return {
-            "model": f"{config.model}: {params['total']:,} parameters ({params['embedding']:,} embedding, "
-            f"{params['dense']:,} dense) at the dataset's vocab",
-            "micro_batch": f"largest power of two that divides the per-process batch and fits: peak "
-            f"{gb(c.breakdown['total']['total'])} <= cap {gb(self.cap)} ({config.memory_fraction:.0%} "
-            f"of {gb(profile.memory_bytes)})",
-            "grad_accum": f"{config.global_batch} global = {c.micro} micro x {c.accum} accum x {c.world} processes",
-            "nproc_per_node": (
-                f"fewest devices finishing {config.max_epochs} epochs in "
-                f"{config.deadline_hours:g} h"
-                if self.deadline_s and gpu
-                else "one GPU (no deadline given)"
-                if gpu
-                else "one process per core, 1 intra-op thread each (docs/tuning.md: one intra-op "
-                "thread per CPU process)"
-                if c.nproc == profile.gpus_per_node
-                else f"{c.nproc} processes: the largest count <= {profile.gpus_per_node} cores "
-                f"that divides global batch {config.global_batch}"
-            ),
-            "nnodes": f"{c.nnodes} of at most {profile.max_nodes} in the {profile.name} pool",
-            "precision": (
-                "bf16 autocast: the profile supports it"
-                if self.precision == "bf16"
-                else "fp32: no bf16 training on this device"
-            ),
-            "activation_checkpointing": (
-                "on: micro-batch 1 does not fit without it"
-                if c.checkpointing
-                else "off: the model fits without recomputation"
-            ),
-            "sparse_embeddings": (
-                "auto: dense tables with NCCL (it cannot reduce sparse gradients)"
-                if gpu
-                else "auto: sparse item/user tables with gloo (SparseAdam)"
-            ),
-            "lr": f"{training.lr:g} x {config.global_batch}/{training.global_batch} (linear scaling), "
-            f"{training.warmup_fraction:.0%} warmup"
-            + (
-                f", weight decay {training.weight_decay:g}: tuned settings of {config.model}"
-                if self.from_file
-                else ""
-            ),
-            "max_epochs": f"{config.max_epochs} epochs at most; the time estimate assumes all of them",
-            "negative_keep": (
-                "1: every training row"
-                if config.negative_keep >= 1
-                else f"{config.negative_keep:g}: each epoch trains on every positive and that share "
-                f"of the negatives ({self.train_rows:,} of {int(self.meta['splits']['train']['rows']):,} "
-                f"rows); the model adds log({config.negative_keep:g}) = "
-                f"{math.log(config.negative_keep):+.3f} to its logits to stay calibrated"
-            ),
-            "patience": (
-                f"{patience}: "
-                + (
-                    f"early stopping can end the run after epoch {patience + 1} of "
-                    f"{config.max_epochs} when the first epoch stays the best"
-                    if 0 < patience <= config.max_epochs - 2
-                    else "early stopping cannot end this run before max_epochs"
-                )
-                + (
-                    " (given)"
-                    if config.patience is not None
-                    else " (1 for short schedules: click models tend to peak after one or two epochs)"
-                )
-            ),
-            "checkpoint_every_steps": (
-                f"{t['checkpoint_every_steps']}: at most {config.max_lost_minutes:g} min of training lost to a "
-                f"preemption ({t['step_seconds']:.3g} s per step; each write ~{t['checkpoint_write_seconds']:.2g} s)"
-                if t["checkpoint_every_steps"]
-                else f"0: an epoch's training ({t['steps_per_epoch'] * t['step_seconds']:,.0f} s) is under "
-                f"{config.max_lost_minutes:g} min, the per-epoch checkpoint bounds the loss"
-            ),
-            "num_workers": (
-                f"{num_workers} loader workers: {profile.cpu_cores_per_gpu} CPU cores per GPU, "
-                f"one left for the training process"
-                if gpu
-                else "0 loader workers: on CPU the cores train (docs/tuning.md)"
-            ),
-            "cpu_threads": "1 intra-op thread per process: CPU training scales with processes (docs/tuning.md)",
-            "compile": (
-                "reduce-overhead: torch.compile's fused kernels and CUDA graphs, a step replayed as "
-                "one launch (eager GPU steps are launch-bound: benchmarks/results/gpu.json)"
-                if gpu
-                else "off: compiling the CPU step measured no gain (docs/performance.md)"
-            ),
-            "throughput": self.rate_note(c),
-            "cost": self.cost_note(c),
-            "time": (
-                f"start-up {t['startup_seconds']:,.0f} s + {config.max_epochs} x ({t['steps_per_epoch']:,} "
-                f"steps x {t['step_seconds']:.3g} s + validation {t['validation_seconds']:,.1f} s + "
-                f"checkpoints {t['checkpoint_seconds']:,.1f} s) = {duration(t['total_seconds'])}; constants "
-                f"from {profile.source}"
-            ),
-        }
 
     def document(self, c: Candidate) -> dict[str, Any]:
         """The plan's ``estimate`` block: every input and every predicted number behind it."""
@@ -651,7 +511,7 @@ class Planner:
                 "device_flops": profile.bf16_flops,
                 "measured_samples_per_s": speed["samples_per_s"] if speed else None,
                 "source": "probe" if speed else "modelled",
-                "note": self.rate_note(c),
+                "note": rate_note(self, c),
                 "samples_per_s": config.global_batch / c.times["step_seconds"],
             },
             "times": {
@@ -676,7 +536,7 @@ def estimate(config: EstimateConfig) -> dict[str, Any]:
     chosen = planner.search()
     return {
         "train": planner.plan(chosen),
-        "rationale": planner.rationale(chosen),
+        "rationale": rationale(planner, chosen),
         "estimate": planner.document(chosen),
     }
 

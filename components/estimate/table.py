@@ -40,6 +40,10 @@ def plan_table(doc: dict[str, Any]) -> str:
         ("loader workers", str(plan.num_workers)),
         ("max_epochs / patience", f"{plan.max_epochs} / {plan.patience}"),
         (
+            "negatives kept",
+            f"{plan.negative_keep:g} ({est['dataset']['train_rows']:,} rows an epoch)",
+        ),
+        (
             "checkpoint every",
             f"{plan.checkpoint_every_steps} steps" if plan.checkpoint_every_steps else "epoch",
         ),

@@ -17,6 +17,7 @@ def estimate_op(
     deadline_hours: float,
     max_epochs: int,
     negative_keep: float,
+    negatives_per_positive: float,
     preprocess_seconds: float,
     plan: dsl.Output[dsl.Artifact],
 ) -> NamedTuple(
@@ -34,6 +35,7 @@ def estimate_op(
         deadline_hours: training wall-clock budget the plan must meet; 0 = none.
         max_epochs: epochs at most.
         negative_keep: share of the training negatives trained on (every positive kept).
+        negatives_per_positive: at most this many training negatives per positive; 0 = no limit.
         preprocess_seconds: wall-clock seconds of the preprocess task (recorded with the stage timings).
 
     Returns:
@@ -72,6 +74,7 @@ def estimate_op(
                 deadline_hours=deadline_hours or None,
                 max_epochs=max_epochs,
                 negative_keep=negative_keep,
+                negatives_per_positive=negatives_per_positive,
             ),
             RunFolder(Path(run_dir)).plan,
         )

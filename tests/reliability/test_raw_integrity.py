@@ -31,7 +31,7 @@ from components.preprocess.config import PreprocessConfig
 from components.preprocess.errors import InputError
 from components.preprocess.stage import format_summary, preprocess
 from tests.conftest import START, random_events, write_day
-from tests.unit.test_hashing import siphash24, splitmix64_finalizer
+from tests.reference import siphash24, splitmix64_finalizer
 
 pytestmark = pytest.mark.integration
 CATEGORY = "raw-input integrity"

@@ -11,6 +11,7 @@ import pytest
 from components.common.plan import plan_vs_actual
 from components.estimate.hardware import HardwareError, available_profiles, load_profile
 from components.estimate.planner import EstimateConfig, InfeasibleError, Planner
+from components.estimate.rationale import cost_note
 
 ROWS = 200_000_000  # a production day
 GLOBAL_BATCH = 65_536  # steps long enough that more devices shorten them (not launch-bound)
@@ -68,7 +69,7 @@ def test_the_cheapest_plan_meeting_the_deadline_is_chosen_not_the_fastest(tiny_d
     cheaper = cost["next_cheaper"]
     assert cheaper["nproc_per_node"] == 1 and cheaper["usd"] < cost["usd"]
     assert cheaper["misses_deadline_by_seconds"] > 0
-    assert "the next cheaper, 1 per node x 1" in p.cost_note(chosen)
+    assert "the next cheaper, 1 per node x 1" in cost_note(p, chosen)
     with pytest.raises(InfeasibleError, match="cannot be met"):
         planner(tiny_dataset, deadline=fastest.total_seconds / 3600 / 2).search()
 

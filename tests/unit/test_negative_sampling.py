@@ -174,7 +174,8 @@ def test_a_shift_is_a_finite_number_at_most_zero():
 
 
 def test_the_plan_carries_the_share_and_its_time_counts_the_rows_kept(tiny_dataset):
-    from components.estimate.planner import EstimateConfig, estimate, trained_rows
+    from components.estimate.planner import EstimateConfig, estimate
+    from components.estimate.rows import trained_rows
 
     def plan(keep):
         return estimate(
@@ -184,6 +185,7 @@ def test_the_plan_carries_the_share_and_its_time_counts_the_rows_kept(tiny_datas
                 global_batch=256,
                 probe=False,
                 negative_keep=keep,
+                negatives_per_positive=0,
             )
         )
 
@@ -200,6 +202,39 @@ def test_the_plan_carries_the_share_and_its_time_counts_the_rows_kept(tiny_datas
     steps = [d["estimate"]["times"]["steps_per_epoch"] for d in (full, sampled)]
     assert steps[1] == math.ceil(rows / 256) < steps[0]
     assert "log(0.25)" in sampled["rationale"]["negative_keep"]
+
+
+def test_at_most_so_many_negatives_per_positive_are_kept(tiny_dataset):
+    """The ratio lowers the share where negatives outnumber positives by more, never raises it,
+    and leaves a split where clicks are common whole."""
+    from components.estimate.planner import EstimateConfig, EstimateError, estimate
+    from components.estimate.rows import negative_share
+
+    rare = {"rows": 10_000, "positive_rate": 0.08}  # 800 positives, 9,200 negatives
+    assert negative_share(rare, 1.0, 3) == pytest.approx(2_400 / 9_200, rel=1e-3)
+    assert negative_share(rare, 0.1, 3) == 0.1  # the lower of the two
+    assert negative_share(rare, 0.5, 0) == 0.5  # 0: no limit
+    assert negative_share({"rows": 1_000, "positive_rate": 0.55}, 1.0, 3) == 1.0
+    assert negative_share({"rows": 1_000, "positive_rate": 0.2}, 1.0, 3) == pytest.approx(0.75)
+
+    train = load_meta_train(tiny_dataset)
+
+    def plan(**limit):
+        config = EstimateConfig(
+            data=str(tiny_dataset), model="debug", global_batch=256, probe=False, **limit
+        )
+        return estimate(config)
+
+    assert plan()["train"].negative_keep == 1.0  # the stage's own default: no limit
+    doc = plan(negatives_per_positive=3)
+    expected = negative_share(train, 1.0, 3)
+    assert expected < 1, "the tiny dataset has more than three negatives per positive"
+    assert doc["train"].negative_keep == expected
+    assert "at most 3 negatives per positive" in doc["rationale"]["negative_keep"]
+    assert doc["estimate"]["dataset"]["train_rows"] < plan()["estimate"]["dataset"]["train_rows"]
+    for bad in (-1, True, "3"):
+        with pytest.raises(EstimateError, match="negatives_per_positive must be >= 0"):
+            EstimateConfig(data=str(tiny_dataset), negatives_per_positive=bad)
 
 
 def load_meta_train(data):
