@@ -540,7 +540,7 @@ def check_error(message: str, raw: Raw, expect: Expect) -> str:
     whole_split = (
         re.search(
             r"split .* has no usable rows|every row in the window was quarantined"
-            r"|split .* has \d+ rows and no clicks",  # what is left of a damaged day may be too little
+            r"|split .* has \d+ rows and (no|only) clicks",  # what is left of a damaged day may be too little
             message,
         )
         and str(raw.root) in message
