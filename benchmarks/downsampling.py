@@ -14,7 +14,7 @@ It names the smallest ``r`` whose test AUC stays within ``AUC_MARGIN`` and ECE w
 (``pipelines/parameters.py``). A share that suits a log where clicks are rare loses on one where
 they are common, so it also names the smallest whole number of negatives per positive that
 keeps, on every world, at least the smallest same-quality ``r`` measured there: the default
-``negatives_per_positive`` (``components/estimate/config.py``; tests hold both equal). Then it
+``negatives_per_positive`` (``pipelines/parameters.py``; tests hold both equal). Then it
 trains each world with both defaults together (a run of its own where they sample) and reports
 that run against ``r = 1``, with the time target on make run's world. Writes
 benchmarks/results/downsampling.json and the block between
