@@ -81,8 +81,10 @@ def preprocess_on(engine: str, image: str, root: Path, workers: int, attempt: in
         logs = cluster.close()
     if code != 0:
         raise SystemExit(f"distributed: preprocess on {workers} worker(s) failed:\n{logs}")
-    meta = json.loads((root / "datasets" / f"w{workers}-{attempt}" / "meta.json").read_text())
-    return {"workers": workers, "seconds": round(seconds, 1), "fingerprint": meta["fingerprint"]}
+    from components.common.dataset_meta import DatasetMeta
+
+    meta = DatasetMeta.read(root / "datasets" / f"w{workers}-{attempt}", splits=())
+    return {"workers": workers, "seconds": round(seconds, 1), "fingerprint": meta.fingerprint}
 
 
 def train_on(engine: str, image: str, root: Path, nnodes: int, nproc: int) -> dict:

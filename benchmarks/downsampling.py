@@ -84,16 +84,14 @@ class WorldRuns:
     """One world's dataset and its trainings, each against full-data training (the first)."""
 
     def __init__(self, world, root: Path, epochs: int) -> None:
-        from components.train.data import load_meta
+        from components.common.dataset_meta import DatasetMeta
 
         self.world, self.root, self.epochs = world, root, epochs
         _, self.data = prepare(world, root)
         self.labels = np.load(self.data / "test" / "label.npy").astype(np.float64)
         self.users = np.load(self.data / "test" / "user_key.npy")
-        self.train_split = load_meta(self.data)["splits"]["train"]
-        rows = int(self.train_split["rows"])
-        self.positives = round(rows * float(self.train_split["positive_rate"]))
-        self.negatives = rows - self.positives
+        self.train_split = DatasetMeta.read(self.data).split("train")
+        self.positives, self.negatives = self.train_split.label_counts
         self.runs: list[dict] = []
         self.default: dict | None = None
 

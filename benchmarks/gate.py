@@ -174,12 +174,12 @@ def guards(quick: bool, seed: int = 21) -> dict:
     import tempfile
     from pathlib import Path
 
+    from components.common.dataset_meta import DatasetMeta
     from components.datagen import DatagenConfig, generate
     from components.datagen.breakage import BREAKAGES, break_day
     from components.evaluate.guards import GuardRule, WindowRows, run_guards, training_profile
     from components.preprocess.config import PreprocessConfig
     from components.preprocess.stage import preprocess
-    from components.train.data import load_meta
 
     window, history = 11, 3  # the daily pipeline's defaults
     normal_days = 4 if quick else 24
@@ -198,7 +198,7 @@ def guards(quick: bool, seed: int = 21) -> dict:
                     raw=str(source), out=str(out), end_date=end, days=window, history_days=history
                 )
             )
-            return out, load_meta(out)
+            return out, DatasetMeta.read(out)
 
         last = first + dt.timedelta(days=total - 1)
         ends = [last - dt.timedelta(days=i) for i in range(normal_days, -1, -1)]
@@ -329,10 +329,10 @@ def real_guards(data) -> dict:
     import re
     from collections import Counter
 
+    from components.common.dataset_meta import DatasetMeta
     from components.evaluate.guards import GuardRule, WindowRows, run_guards, training_profile
-    from components.train.data import load_meta
 
-    rows = WindowRows.read(data, load_meta(data))
+    rows = WindowRows.read(data, DatasetMeta.read(data))
     result = run_guards(rows, training_profile(rows), GuardRule())
 
     def check(line: str) -> str:

@@ -33,8 +33,9 @@ import torch
 
 from benchmarks.measure import machine
 from benchmarks.readme import dataset_benchmark_parser, publish, rate, require_dataset
+from components.common.dataset_meta import DatasetMeta
 from components.common.plan import TrainPlan
-from components.train.data import BatchDataset, ShardedBatchSampler, load_meta, make_loader
+from components.train.data import BatchDataset, ShardedBatchSampler, make_loader
 from components.train.model import Vocab, build_model
 from components.train.optim import Optimizers
 
@@ -56,7 +57,7 @@ def measure_loader(
     data: Path, workers: int, micro_batch: int, batches: int, warmup: int, seed: int = 0
 ) -> dict:
     """Batches/s of the trainer's loader at ``workers`` worker processes, epochs back to back."""
-    meta = load_meta(data, splits=("train",))
+    meta = DatasetMeta.read(data, splits=("train",))
     dataset = BatchDataset(data, "train", meta)
     sampler = ShardedBatchSampler(len(dataset), micro_batch, seed=seed)
     plan = TrainPlan(micro_batch=micro_batch, num_workers=workers, seed=seed)
@@ -96,7 +97,7 @@ def measure_model(
 ) -> dict:
     """Optimizer steps/s of the model on pre-gathered batches: what the trainer's step costs."""
     torch.set_num_threads(threads)
-    meta = load_meta(data, splits=("train",))
+    meta = DatasetMeta.read(data, splits=("train",))
     dataset = BatchDataset(data, "train", meta)
     rng = np.random.default_rng(seed)
     rows = min(micro_batch, len(dataset))
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     loader_warmup, model_warmup = (2, 1) if args.quick else (20, 5)
     workers = [int(w) for w in args.workers.split(",") if w.strip()]
 
-    meta = load_meta(data, splits=("train",))
+    meta = DatasetMeta.read(data, splits=("train",))
     model = measure_model(data, args.model, args.micro_batch, steps, model_warmup)
     print(
         f"  model step   {model['steps_per_s']:8.2f} steps/s  {model['samples_per_s']:10,.0f} samples/s",
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "quick": args.quick,
         "data": str(data),
-        "train_rows": int(meta["splits"]["train"]["rows"]),
+        "train_rows": meta.split("train").rows,
         "micro_batch": args.micro_batch,
         "model_step": model,
         "loaders": loaders,

@@ -75,6 +75,7 @@ from benchmarks.worlds import (
     train_dailyrec,
 )
 from components.common.dataset import DENSE_FEATURES
+from components.common.dataset_meta import DatasetMeta
 from components.common.schema import ITEM_ID, USER_ID
 from components.datagen.generator import written
 from components.datagen.hidden import HiddenEffects, id_index
@@ -177,8 +178,7 @@ def truth_rows(raw: Path, data: Path, test: dict[str, np.ndarray]) -> pd.DataFra
     joined on user, time and label; None where the world has no ``_truth`` sidecar."""
     from components.common.hashing import hash_ids
 
-    meta = json.loads((data / "meta.json").read_text())
-    day = meta["window"]["end"]
+    day = DatasetMeta.read(data, splits=()).window.end
     truth_files = sorted((raw / "_truth" / f"dt={day}").glob("*.parquet"))
     if not truth_files:
         return None

@@ -30,7 +30,6 @@ benchmarks/results/train.json and the block between
 
 from __future__ import annotations
 
-import copy
 import math
 import sys
 import tempfile
@@ -44,9 +43,9 @@ from torch.utils.data import DataLoader, Dataset
 from benchmarks.measure import machine
 from benchmarks.readme import dataset_benchmark_parser, publish, rate, require_dataset
 from components.common.dataset import FILES_KEY, SPLITS, record_files
+from components.common.dataset_meta import META_FILE, DatasetMeta
 from components.common.plan import TrainPlan, write_plan
-from components.common.storage import atomic_write_json
-from components.train.data import BATCH_SPEC, load_meta
+from components.train.data import BATCH_SPEC
 from components.train.launch import LaunchSpec, launch
 from components.train.model import Vocab, build_model
 
@@ -66,12 +65,12 @@ def subset_dataset(src: Path, dst: Path, rows: int, eval_rows: int) -> dict:
     A split taken whole is symlinked; a cut one is copied. meta.json's row counts
     and positive rates are those of the cut; ``benchmark_subset`` records the cut.
     """
-    meta = load_meta(src)
-    new = copy.deepcopy(meta)
+    meta = DatasetMeta.read(src)
+    new = meta.to_document()
     dst.mkdir(parents=True, exist_ok=True)
     taken = {}
     for split in SPLITS:
-        total = int(meta["splits"][split]["rows"])
+        total = meta.split(split).rows
         want = rows if split == "train" else eval_rows
         n = total if want <= 0 else min(want, total)
         taken[split] = n
@@ -79,7 +78,7 @@ def subset_dataset(src: Path, dst: Path, rows: int, eval_rows: int) -> dict:
             (dst / split).symlink_to((src / split).resolve(), target_is_directory=True)
             continue
         (dst / split).mkdir()
-        for name in meta["arrays"]:
+        for name in meta.arrays:
             array = np.load(src / split / f"{name}.npy", mmap_mode="r")
             np.save(dst / split / f"{name}.npy", np.ascontiguousarray(array[:n]))
         positives = int(np.load(dst / split / "label.npy").sum())
@@ -88,8 +87,9 @@ def subset_dataset(src: Path, dst: Path, rows: int, eval_rows: int) -> dict:
         )
     new["benchmark_subset"] = {"source": str(src), "rows": taken, "how": "first rows of each split"}
     new[FILES_KEY] = record_files(dst)
-    atomic_write_json(dst / "meta.json", new)
-    return new
+    written = DatasetMeta.from_document(new, dst / META_FILE)
+    written.write(dst)
+    return written
 
 
 class PerSampleDataset(Dataset):
@@ -117,7 +117,7 @@ class PerSampleDataset(Dataset):
 
 def run_naive(data: Path, steps: int, warmup: int, max_seconds: float, seed: int = 0) -> dict:
     """The naive loop: per-sample dataset, default collate, dense tables, AdamW, default threads."""
-    meta = load_meta(data)
+    meta = DatasetMeta.read(data)
     torch.manual_seed(seed)
     model = build_model(MODEL, Vocab.from_meta(meta), sparse=False)
     model.train()
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         meta = subset_dataset(src, work / "data", rows, eval_rows)
         data = work / "data"
-        taken = meta["benchmark_subset"]["rows"]
+        taken = meta.document["benchmark_subset"]["rows"]
         print(
             f"  {taken['train']:,} training rows ({math.ceil(taken['train'] / GLOBAL_BATCH)} steps of "
             f"{GLOBAL_BATCH}) from {src}",

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from benchmarks.measure import machine
 from benchmarks.readme import ROOT, publish
+from components.common.dataset_meta import DatasetMeta
 from components.common.schema import datagen_summary
 from components.tune.space import SearchSpace, suggest
 from components.tune.study import (
@@ -442,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     data = make_data(Path(args.work), size)
-    meta = json.loads((data / "meta.json").read_text())
+    meta = DatasetMeta.read(data, splits=())
     config = TuneConfig(
         data=str(data),
         out=str(work / "sample"),
@@ -469,9 +470,9 @@ def main(argv: list[str] | None = None) -> int:
         "base_model": BASE_MODEL,
         "seed": SEED,
         "dataset": {
-            "train_rows": meta["splits"]["train"]["rows"],
-            "val_rows": meta["splits"]["val"]["rows"],
-            "fingerprint": meta.get("fingerprint"),
+            "train_rows": meta.split("train").rows,
+            "val_rows": meta.split("val").rows,
+            "fingerprint": meta.fingerprint,
         },
         "arms": {arm: {k: v for k, v in a.items() if k != "settings"} for arm, a in arms.items()},
         "summary": summary,

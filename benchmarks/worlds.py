@@ -121,7 +121,7 @@ def train_dailyrec(
     """The pipeline's plan (``negative_keep``, ``negatives_per_positive``: the estimate's defaults
     unless given), launcher and trainer; the best checkpoint scores the test split (also as
     served, with ``serve``)."""
-    from components.train.data import load_meta
+    from components.common.dataset_meta import DatasetMeta
     from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
 
     config = json.loads(CONFIG.read_text())
@@ -173,7 +173,7 @@ def train_dailyrec(
     seconds = time.perf_counter() - started
     summary = json.loads((out / "train_summary.json").read_text())
     scorer = load_scorer(out / "best.pt")
-    meta = load_meta(data)
+    meta = DatasetMeta.read(data)
     logits = predict_logits(scorer.model, split_rows(data, "test", meta, 8192))
     return sigmoid(logits), {
         "train_seconds": round(seconds, 1),

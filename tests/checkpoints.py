@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from components.common.dataset_meta import DatasetMeta
 from components.common.plan import TrainPlan
 from components.train.checkpoint import save_checkpoint
-from components.train.data import load_meta
 from components.train.model import Vocab, build_model, model_config
 
 
@@ -15,10 +15,10 @@ def untrained_checkpoint(path, data, seed, vocab=None):
     import torch
 
     torch.manual_seed(seed)
-    meta = load_meta(data)
+    meta = DatasetMeta.read(data)
     vocab = vocab or Vocab.from_meta(meta)
     model = build_model("debug", vocab)
-    model.set_output_bias(meta["splits"]["train"]["positive_rate"])
+    model.set_output_bias(meta.splits["train"].positive_rate)
     save_checkpoint(
         path,
         {
@@ -26,7 +26,7 @@ def untrained_checkpoint(path, data, seed, vocab=None):
             "model_config": dataclasses.asdict(model_config("debug")),
             "vocab": dataclasses.asdict(vocab),
             "plan": dataclasses.asdict(TrainPlan()),
-            "dataset": {"fingerprint": meta["fingerprint"], "window": meta["window"]},
+            "dataset": {"fingerprint": meta.fingerprint, "window": dataclasses.asdict(meta.window)},
         },
     )
     return path

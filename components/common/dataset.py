@@ -14,6 +14,11 @@ SCHEMA_VERSION = 2
 """2: dense count features (``dense``) and the recent skipped exposures (``neg_*``)."""
 SPLITS = ("train", "val", "test")
 
+
+class DatasetError(ValueError):
+    """A dataset folder that does not match the Dataset contract; the message names the file."""
+
+
 GLOBAL_ENTITIES = ("item", "category")
 """Entities counted across all users (in time order, with state carried between partitions)."""
 USER_ENTITIES = ("user", "user_category", "user_item")
@@ -149,18 +154,6 @@ def check_fingerprint(data_dir: str | Path, expected: str) -> dict:
         )
     verify_files(data_dir, meta)
     return meta
-
-
-def write_pointer(path: str | Path, meta: dict, uri: str) -> dict:
-    """Write the small file a KFP Dataset artifact holds: where the dataset is and what it is (the arrays
-    stay on shared storage); returns the artifact's metadata (uri, fingerprint, rows per split)."""
-    pointer = {"uri": uri, "fingerprint": meta["fingerprint"], "splits": meta["splits"]}
-    Path(path).write_text(json.dumps(pointer))
-    return {
-        "uri": uri,
-        "fingerprint": meta["fingerprint"],
-        **{f"{split}_rows": meta["splits"][split]["rows"] for split in SPLITS},
-    }
 
 
 def read_pointer(path: str | Path) -> str:

@@ -14,6 +14,7 @@ Layout under a storage root (a local folder or a mounted volume)::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -23,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from components.common import schema
-from components.common.dataset import folder_name
+from components.common.dataset import SPLITS, DatasetError, folder_name
+from components.common.dataset_meta import DatasetMeta
 from components.common.plan import drift_lines
 from components.common.storage import atomic_write_bytes, atomic_write_json
 
@@ -193,7 +195,7 @@ def build_summary(
 ) -> dict:
     """The run's summary from what its stages left in ``folder``; stages that did not run are null."""
     run = RunFolder(Path(folder))
-    meta = _read(Path(data_dir) / "meta.json") or {}
+    meta = _dataset_meta(data_dir)
     plan_doc = _read(run.plan) or {}
     train = _read(run.train / TRAIN_SUMMARY) or {}
     metrics = _read(run.evaluate / METRICS) or {}
@@ -203,7 +205,7 @@ def build_summary(
     for stage in STAGES:
         record = _read(run.stage_record(stage))
         stages[stage] = record["seconds"] if record else None
-    window = meta.get("window") or {}
+    window = dataclasses.asdict(meta.window) if meta and meta.window else {}
     plan = plan_doc.get("train") or {}
     champion = (
         registration.get("champion_version") if registration else decision.get("champion_version")
@@ -221,9 +223,9 @@ def build_summary(
         "run_date": window.get("end"),
         "window": window,
         "dataset": str(data_dir),
-        "dataset_fingerprint": meta.get("fingerprint"),
+        "dataset_fingerprint": meta.fingerprint if meta else None,
         "dataset_rows": {
-            s: (meta.get("splits") or {}).get(s, {}).get("rows") for s in ("train", "val", "test")
+            s: meta.splits[s].rows if meta and s in meta.splits else None for s in SPLITS
         },
         "best_val_auc": _number(train.get("best_val_auc")),
         "epochs_run": train.get("epochs_run"),
@@ -261,6 +263,14 @@ def build_summary(
         "plan_vs_actual": train.get("plan_vs_actual"),
         "run_folder": str(run.path),
     }
+
+
+def _dataset_meta(data_dir: str | Path) -> DatasetMeta | None:
+    """The dataset's meta.json, or None where preprocess left none (or one no stage could read)."""
+    try:
+        return DatasetMeta.read(data_dir, splits=()) if str(data_dir) else None
+    except DatasetError:
+        return None
 
 
 def oracle_auc(raw_uri: str, test_days: str | None) -> float | None:

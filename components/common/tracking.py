@@ -27,7 +27,10 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from components.common.dataset_meta import DatasetMeta
 
 import components
 from components.common.progress import get_logger
@@ -303,7 +306,7 @@ def ensure_experiment(client: Any, name: str, tracking_uri: str) -> str:
         return found.experiment_id
 
 
-def dataset_input(data: str, meta: dict) -> Any:
+def dataset_input(data: str, meta: DatasetMeta) -> Any:
     """A preprocessed dataset as an MLflow dataset (``mlflow.log_input``): named by its folder,
     with its fingerprint as the digest, so the runs that read the same window show the same
     dataset."""
@@ -316,7 +319,7 @@ def dataset_input(data: str, meta: dict) -> Any:
     return MetaDataset(
         resolve_dataset_source(str(Path(data).resolve()), candidate_sources=local[:1] or None),
         name=Path(data).name,
-        digest=str(meta.get("fingerprint") or "")[:16] or None,
+        digest=(meta.fingerprint or "")[:16] or None,
     )
 
 

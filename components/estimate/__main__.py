@@ -30,9 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
     out = args.pop("out")
+    from components.common.dataset import DatasetError
     from components.estimate.planner import estimate_and_write
     from components.estimate.table import plan_table
-    from components.train.data import DatasetError
 
     try:
         config = EstimateConfig(**args)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.common.dataset_meta import DatasetMeta
 from components.common.plan import TrainPlan, write_plan
 from components.estimate.config import EstimateConfig, EstimateError, InfeasibleError
 from components.estimate.hardware import TIME_FIELDS, HardwareProfile, load_profile
@@ -65,7 +66,6 @@ from components.estimate.timemodel import (
     time_model,
     world_candidates,
 )
-from components.train.data import load_meta
 from components.train.model import ModelConfig, Vocab, model_config
 
 MAX_MICRO_BATCH = 1 << 16
@@ -207,18 +207,6 @@ def run_speed_probe(data: str, plan: TrainPlan, profile: HardwareProfile) -> dic
         raise EstimateError(f"--probe: {exc}") from None
 
 
-def mapped_train_bytes(meta: dict) -> int:
-    """Bytes of the train split's memory-mapped arrays (an epoch reads them all)."""
-    import numpy as np
-
-    rows = int(meta["splits"]["train"]["rows"])
-    total = 0
-    for spec in (meta.get("arrays") or {}).values():
-        width = int(np.prod(spec.get("row_shape") or [1]))
-        total += rows * width * np.dtype(spec["dtype"]).itemsize
-    return total
-
-
 @dataclass
 class Candidate:
     """One world size's plan shape (what fits in memory) and, once timed, its predicted seconds."""
@@ -255,15 +243,15 @@ class Planner:
     def __init__(self, config: EstimateConfig) -> None:
         self.config = config
         self.profile = profile = load_profile(config.hardware)
-        self.meta = load_meta(config.data)
+        self.meta = DatasetMeta.read(config.data)
         self.vocab = Vocab.from_meta(self.meta)
         self.mconf = model_config(config.model)
-        train = self.meta["splits"]["train"]
+        train = self.meta.split("train")
         self.negative_keep = negative_share(
             train, config.negative_keep, config.negatives_per_positive
         )
         self.train_rows = trained_rows(train, self.negative_keep)
-        self.val_rows = int(self.meta["splits"]["val"]["rows"])
+        self.val_rows = self.meta.split("val").rows
         self.params = parameter_split(self.mconf, self.vocab)
         self.precision = "bf16" if profile.bf16 else "fp32"
         self.gpu = profile.is_gpu
@@ -275,7 +263,7 @@ class Planner:
         self.probed = (
             run_probe(self.mconf, self.vocab, profile, self.precision) if config.probe else None
         )
-        self.mapped = mapped_train_bytes(self.meta)
+        self.mapped = train.rows * self.meta.row_bytes  # an epoch reads every train array
         self.deadline_s = config.deadline_hours * 3600 if config.deadline_hours else None
         self.headroom = 1 + config.deadline_margin
         self.training, self.from_file = config.training()
@@ -494,7 +482,7 @@ class Planner:
                 "path": str(config.data),
                 "train_rows": self.train_rows,
                 "val_rows": self.val_rows,
-                "fingerprint": self.meta.get("fingerprint"),
+                "fingerprint": self.meta.fingerprint,
                 "vocab": dataclasses.asdict(self.vocab),
                 "mapped_train_bytes": self.mapped,
             },

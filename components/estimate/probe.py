@@ -318,8 +318,9 @@ def probe_speed(
     """
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    from components.common.dataset_meta import DatasetMeta
     from components.train import trainer
-    from components.train.data import BatchDataset, ShardedBatchSampler, load_meta, make_loader
+    from components.train.data import BatchDataset, ShardedBatchSampler, make_loader
     from components.train.optim import IdPenalty
     from components.train.runtime import Runtime, use_sparse
     from components.train.state import TrainState
@@ -330,7 +331,7 @@ def probe_speed(
         0, 1, 0, torch_device, "nccl" if torch_device.type == "cuda" else "gloo"
     )
     world = runtime.world_size
-    meta = load_meta(data)
+    meta = DatasetMeta.read(data)
     vocab = Vocab.from_meta(meta)
     train_set, val_set = BatchDataset(data, "train", meta), BatchDataset(data, "val", meta)
     rows = min(len(train_set), (warmup + steps) * plan.micro_batch * world)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from components.estimate.rows import split_labels
 from components.estimate.table import duration, gb
 
 if TYPE_CHECKING:
@@ -128,8 +127,8 @@ def _runtime(planner: Planner, c: Candidate) -> dict[str, str]:
 def negative_note(planner: Planner) -> str:
     """Why the plan trains on the share of negatives it does."""
     config, keep = planner.config, planner.negative_keep
-    split = planner.meta["splits"]["train"]
-    positives, negatives = split_labels(split)
+    split = planner.meta.split("train")
+    positives, negatives = split.label_counts
     limit = config.negatives_per_positive
     if keep >= 1:
         return "1: every training row" + (
@@ -145,7 +144,7 @@ def negative_note(planner: Planner) -> str:
     )
     return (
         f"{keep:g} ({why}): each epoch trains on every positive and a new draw of that share "
-        f"of the negatives ({planner.train_rows:,} of {int(split['rows']):,} rows); the model "
+        f"of the negatives ({planner.train_rows:,} of {split.rows:,} rows); the model "
         f"adds log({keep:g}) = {math.log(keep):+.3f} to its logits to stay calibrated"
     )
 

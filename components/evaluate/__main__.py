@@ -43,9 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
     # after parsing: --help and a bad flag answer without importing torch
+    from components.common.dataset import DatasetError
     from components.evaluate.stage import EvaluateError, evaluate, summary_line
     from components.train.checkpoint import CheckpointError
-    from components.train.data import DatasetError
 
     try:
         rule, guards = (

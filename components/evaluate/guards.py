@@ -55,7 +55,8 @@ from typing import Any
 
 import numpy as np
 
-from components.common.dataset import DENSE_FEATURES
+from components.common.dataset import DENSE_FEATURES, SPLITS
+from components.common.dataset_meta import DatasetMeta
 
 PROFILE_VERSION = 1
 QUANTILES = 100
@@ -433,17 +434,10 @@ def findings(check: DayCheck, rule: GuardRule) -> list[str]:
     return out
 
 
-def split_arrays_of(data: str | Path, meta: dict, splits: tuple[str, ...]) -> list[dict]:
+def split_arrays_of(data: str | Path, meta: DatasetMeta, splits: tuple[str, ...]) -> list[dict]:
     from components.train.data import SplitArrays
 
-    return [SplitArrays(data, s, meta).arrays for s in splits if meta["splits"][s]["rows"]]
-
-
-def split_days(meta: dict, split: str) -> tuple[str, ...]:
-    """The UTC days (ISO dates, in order) of a dataset split, from its ``meta.json``."""
-    first, _, last = str(meta["splits"][split]["days"]).partition(" .. ")
-    start, end = dt.date.fromisoformat(first), dt.date.fromisoformat(last or first)
-    return tuple((start + dt.timedelta(days=i)).isoformat() for i in range((end - start).days + 1))
+    return [SplitArrays(data, s, meta).arrays for s in splits if meta.split(s).rows]
 
 
 @dataclass
@@ -451,20 +445,20 @@ class WindowRows:
     """The columns the guards read of a dataset's splits, read once: ``columns`` over train, val
     and test in that order, the first ``train_rows`` of them the training split."""
 
-    meta: dict
+    meta: DatasetMeta
     columns: dict[str, np.ndarray]
     train_rows: int
 
     @classmethod
-    def read(cls, data: str | Path, meta: dict) -> WindowRows:
+    def read(cls, data: str | Path, meta: DatasetMeta) -> WindowRows:
         arrays = split_arrays_of(data, meta, ("train", "val", "test"))
-        return cls(meta, _columns(arrays), int(meta["splits"]["train"]["rows"]))
+        return cls(meta, _columns(arrays), meta.split("train").rows)
 
 
 def training_profile(rows: WindowRows) -> WindowProfile:
     """The profile of a dataset's training split: what a model trained on it has seen."""
     train = {k: a[: rows.train_rows] for k, a in rows.columns.items()}
-    return build_profile([train], split_days(rows.meta, "train"))
+    return build_profile([train], rows.meta.split("train").day_list)
 
 
 def run_guards(rows: WindowRows, reference: WindowProfile, rule: GuardRule) -> dict[str, Any]:
@@ -476,11 +470,7 @@ def run_guards(rows: WindowRows, reference: WindowProfile, rule: GuardRule) -> d
     last = dt.date.fromisoformat(reference.days[-1]) if reference.days else dt.date.min
     epoch_days = _days(c["ts"])
     checked = []
-    for day in (
-        *split_days(meta, "train"),
-        *split_days(meta, "val"),
-        *split_days(meta, "test"),
-    ):
+    for day in (day for split in SPLITS for day in meta.split(split).day_list):
         if dt.date.fromisoformat(day) <= last:
             continue
         epoch = (dt.date.fromisoformat(day) - dt.date(1970, 1, 1)).days

@@ -22,20 +22,10 @@ ROWS_PER_CPU = 2_000_000
 """Test rows per scoring thread: below this, more threads mostly wait on each other."""
 
 
-def row_bytes(meta: dict) -> int:
-    """Bytes of one row of a split: every array of the dataset's ``meta.json`` (dtype x shape)."""
-    import numpy as np
-
-    return sum(
-        np.dtype(a["dtype"]).itemsize * math.prod(a.get("row_shape") or [])
-        for a in meta["arrays"].values()
-    )
-
-
-def evaluate_resources(meta: dict) -> tuple[str, str]:
-    """(CPU, memory) quantities for the evaluate task's pod (requests = limits) on this dataset."""
-    rows = int(meta["splits"]["test"]["rows"])
-    need = HEADROOM * (BASE_BYTES + rows * (row_bytes(meta) + PER_ROW_BYTES))
+def evaluate_resources(test_rows: int, row_bytes: int) -> tuple[str, str]:
+    """(CPU, memory) quantities for the evaluate task's pod (requests = limits) for a test split of
+    ``test_rows`` rows of ``row_bytes`` each (every array: ``DatasetMeta.row_bytes``)."""
+    need = HEADROOM * (BASE_BYTES + test_rows * (row_bytes + PER_ROW_BYTES))
     gib = max(MIN_MEMORY_GIB, math.ceil(need / 2**30))
-    cpu = min(MAX_CPU, max(MIN_CPU, math.ceil(rows / ROWS_PER_CPU)))
+    cpu = min(MAX_CPU, max(MIN_CPU, math.ceil(test_rows / ROWS_PER_CPU)))
     return str(cpu), f"{gib}Gi"

@@ -21,6 +21,7 @@ version to it. An evaluation that fails ends its run FAILED.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from components.common.dataset import DatasetError
+from components.common.dataset_meta import DatasetMeta
 from components.common.progress import get_logger
 from components.common.runs import DECISION, METRICS
 from components.common.storage import atomic_dir, atomic_write_bytes, atomic_write_json
@@ -48,7 +51,6 @@ from components.evaluate.metrics import (
     roc_points,
     summarize,
 )
-from components.train.data import DatasetError, load_meta, require_both_labels
 from components.train.inference import (
     check_inputs,
     load_scorer,
@@ -74,7 +76,7 @@ def evaluate(config: EvaluateConfig) -> dict:
     from components.common.integrity import PROFILE
 
     torch.set_num_threads(config.threads)
-    meta = load_meta(config.data)
+    meta = DatasetMeta.read(config.data)
     vocab = Vocab.from_meta(meta)
     candidate = load_scorer(config.checkpoint)
     problems = candidate.incompatibilities(vocab)
@@ -82,9 +84,9 @@ def evaluate(config: EvaluateConfig) -> dict:
         raise EvaluateError(
             f"{config.checkpoint}: the candidate cannot score {config.data} ({'; '.join(problems)})"
         )
-    test = meta["splits"]["test"]
+    test = meta.split("test")
     try:
-        require_both_labels(meta, "test", config.data, "test AUC")
+        meta.require_both_labels("test", "test AUC")
     except DatasetError as exc:
         raise EvaluateError(str(exc)) from None
     with tempfile.TemporaryDirectory(prefix="dailyrec-champion-") as workdir:
@@ -97,7 +99,7 @@ def evaluate(config: EvaluateConfig) -> dict:
 
     log.info(
         "evaluate: scoring %d test rows with the candidate%s",
-        test["rows"],
+        test.rows,
         f" and champion v{champion['version']}" if champion_model is not None else "",
     )
     labels, users, candidate_logits, champion_probs = [], [], [], []
@@ -195,9 +197,9 @@ def evaluate(config: EvaluateConfig) -> dict:
         Path(PROFILE).stem: profile.state_dict(),  # register logs it with the version
         "dataset": {
             "path": str(config.data),
-            "fingerprint": meta.get("fingerprint"),
-            "window": meta.get("window"),
-            "test_rows": test["rows"],
+            "fingerprint": meta.fingerprint,
+            "window": dataclasses.asdict(meta.window) if meta.window else None,
+            "test_rows": test.rows,
         },
     }
     decision = {
@@ -212,7 +214,7 @@ def evaluate(config: EvaluateConfig) -> dict:
     }
     metrics["plan_vs_actual"] = training_plan_vs_actual(config.checkpoint)
     metrics["seconds"] = time.perf_counter() - started
-    day = (meta.get("window") or {}).get("end") or ""
+    day = meta.window.end if meta.window else ""
     with tracked_run(config, day) as run:
         metrics["mlflow_run_id"] = run.info.run_id if run else None
         history = by_day(run, config.model_name, day, evaluation_numbers(metrics, decision))
@@ -227,19 +229,18 @@ EXPERIMENT = "dailyrec-evaluate"
 
 
 def served_scores(
-    config: EvaluateConfig, meta: dict, rows: dict, candidate, champion_model
+    config: EvaluateConfig, meta: DatasetMeta, rows: dict, candidate, champion_model
 ) -> dict:
     """Probabilities on the test rows (split order) built as serving builds them
     (:mod:`components.evaluate.served`) from the dataset's state at the test day's start: both
     models with each user's earlier events of the day sent along (``candidate``, ``champion``),
     and the candidate from the snapshot alone (``snapshot_only``: callers that send no events)."""
-    from components.evaluate.guards import split_days
     from components.evaluate.served import ServedError, ServedSplit
     from components.score.features import Layout
 
     layout = Layout.of(candidate.vocab, check_key=False)
     try:
-        split = ServedSplit.read(config.data, rows, layout, split_days(meta, "test"))
+        split = ServedSplit.read(config.data, rows, layout, meta.split("test").day_list)
     except ServedError as exc:
         raise EvaluateError(f"{exc}; preprocess the window again") from None
     runs = {"candidate": (candidate.model, True), "snapshot_only": (candidate.model, False)}

@@ -52,6 +52,7 @@ from components.common.dataset import (
     record_files,
     verify_files,
 )
+from components.common.dataset_meta import META_FILE, DatasetMeta
 from components.common.hashing import (
     KEY_ENV,
     IdKeyError,
@@ -60,7 +61,7 @@ from components.common.hashing import (
     key_fingerprint,
 )
 from components.common.progress import PhaseTimer, get_logger
-from components.common.storage import atomic_dir, atomic_write_json, remove_stale_temps
+from components.common.storage import atomic_dir, remove_stale_temps
 from components.preprocess import accounting
 from components.preprocess import raw as rawio
 from components.preprocess.clean import (
@@ -97,8 +98,8 @@ USER_EVENT_COLUMNS = ("user_key", "item_key", "cat_key", "ts", "label")
 log = get_logger(__name__)
 
 
-def preprocess(config: PreprocessConfig) -> dict:
-    """Run the stage; return the dataset's ``meta.json`` content."""
+def preprocess(config: PreprocessConfig) -> DatasetMeta:
+    """Run the stage; return the dataset's ``meta.json``."""
     timer = PhaseTimer(log)
     out = Path(config.out)
     try:
@@ -133,7 +134,7 @@ def preprocess(config: PreprocessConfig) -> dict:
                 str(out),
                 fingerprint[:12],
             )
-            return existing
+            return DatasetMeta.from_document(existing, out / META_FILE)
     if is_public_key():
         log.warning(
             "ids are hashed under the public default key ($%s unset): for generated data only; "
@@ -182,9 +183,11 @@ def preprocess(config: PreprocessConfig) -> dict:
                     "judged on it"
                 )
         meta[FILES_KEY] = record_files(tmp)
-        atomic_write_json(tmp / "meta.json", meta)
+        # read back as every later stage reads it: a document they would refuse is never written
+        written = DatasetMeta.from_document(meta, out / META_FILE)
+        written.write(tmp)
     log.info("wrote %r", str(out))
-    return meta
+    return written
 
 
 @dataclass(frozen=True)
@@ -619,15 +622,19 @@ def code_fingerprint() -> str:
     """Hash of the source that shapes the output (this stage and the common modules it uses)."""
     digest = hashlib.sha256()
     root = Path(components.__file__).parent
-    shared = [root / "common" / f"{name}.py" for name in ("schema", "hashing", "dataset")]
+    shared = [
+        root / "common" / f"{name}.py" for name in ("schema", "hashing", "dataset", "dataset_meta")
+    ]
     for path in sorted([*root.glob("preprocess/*.py"), *shared]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
 def _read_meta(out: Path) -> dict | None:
+    """The raw document of an earlier run's output, if any (checked for reuse: fingerprint, then
+    every file's digest, then the schema)."""
     try:
-        return json.loads((out / "meta.json").read_text())
+        return json.loads((out / META_FILE).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
@@ -704,21 +711,21 @@ def _build_meta(
     }
 
 
-def format_summary(meta: dict) -> str:
+def format_summary(meta: DatasetMeta) -> str:
     """A short human summary of a dataset's meta.json."""
-    rows = meta["rows"]
+    rows, window = meta.rows, meta.window
     lines = [
-        f"dataset {meta['window']['start']} .. {meta['window']['end']} "
-        f"(fingerprint {meta['fingerprint'][:12]})",
+        f"dataset {window.start if window else '?'} .. {window.end if window else '?'} "
+        f"(fingerprint {str(meta.fingerprint)[:12]})",
         f"  rows read {rows['read']:,}; quarantined {rows['quarantined_total']:,}; "
         f"exact duplicates dropped {rows['duplicates_dropped']:,}; "
         f"history-only {rows['kept'][HISTORY_ONLY]:,}",
     ]
     for split in SPLITS:
-        info = meta["splits"][split]
+        info = meta.split(split)
         lines.append(
-            f"  {split:5s} {info['rows']:>12,} rows  positive rate "
-            f"{info['positive_rate']:.4f}  ({info['days']})"
+            f"  {split:5s} {info.rows:>12,} rows  positive rate "
+            f"{info.positive_rate:.4f}  ({info.days})"
         )
     for reason, n in rows["quarantined"].items():
         lines.append(f"  quarantined {reason}: {n:,}")
@@ -727,7 +734,7 @@ def format_summary(meta: dict) -> str:
         lines.append(
             "  exact duplicates by day: " + ", ".join(f"{d} {n:,}" for d, n in duplicated.items())
         )
-    ignored = [rawio.Ignored(i["path"], i["reason"]) for i in meta["inputs"].get("ignored", [])]
+    ignored = [rawio.Ignored(i["path"], i["reason"]) for i in meta.inputs.get("ignored", [])]
     unexpected = [i for i in ignored if not i.marker]
     if unexpected:
         lines.append(
@@ -739,5 +746,5 @@ def format_summary(meta: dict) -> str:
             f"  passed over: {len(ignored) - len(unexpected)} hidden or marker paths "
             "(names starting with '.' or '_'; meta.json inputs.ignored)"
         )
-    lines.append("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in meta["seconds"].items()))
+    lines.append("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in meta.seconds.items()))
     return "\n".join(lines)

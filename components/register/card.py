@@ -8,8 +8,14 @@ decision, the checkpoint's plan, the registration), logged into the version's ML
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from components.common.dataset import SPLITS
+
+if TYPE_CHECKING:
+    from components.common.dataset_meta import DatasetMeta
 
 CARD_DIR = "model_card"
 CARD_MD = f"{CARD_DIR}/model_card.md"
@@ -26,7 +32,7 @@ def build_card(
     name: str,
     version: int,
     aliases: list[str],
-    meta: dict,
+    meta: DatasetMeta | None,
     metrics: dict,
     decision: dict,
     checkpoint: dict,
@@ -34,18 +40,18 @@ def build_card(
     pipeline_run_id: str,
 ) -> dict[str, Any]:
     """The card as a JSON document (see :func:`markdown` for the page)."""
-    splits = meta.get("splits") or {}
+    splits = meta.splits if meta else {}
     comparison = decision.get("comparison") or None
     guards = metrics.get("guards") or {}
     return {
         "card_version": CARD_VERSION,
         "model": {"name": name, "version": version, "aliases_at_registration": sorted(aliases)},
         "data": {
-            "window": meta.get("window"),
-            "dataset_fingerprint": meta.get("fingerprint"),
-            "raw_inputs": meta.get("inputs"),
-            "rows": {s: (splits.get(s) or {}).get("rows") for s in ("train", "val", "test")},
-            "click_rate": {s: (splits.get(s) or {}).get("positive_rate") for s in splits},
+            "window": dataclasses.asdict(meta.window) if meta and meta.window else None,
+            "dataset_fingerprint": meta and meta.fingerprint,
+            "raw_inputs": meta.inputs if meta else None,
+            "rows": {s: splits[s].rows if s in splits else None for s in SPLITS},
+            "click_rate": {s: info.positive_rate for s, info in splits.items()},
         },
         "test": {
             **{k: _number(metrics.get(f"test_{k}")) for k in ("auc", "gauc", "logloss", "ece")},
@@ -72,7 +78,7 @@ def build_card(
         "plan_vs_actual": metrics.get("plan_vs_actual"),
         "plan": checkpoint.get("plan"),
         "lineage": {
-            "dataset_fingerprint": meta.get("fingerprint"),
+            "dataset_fingerprint": meta and meta.fingerprint,
             "training_run_id": lineage.get("training_run_id") or None,
             "evaluation_run_id": lineage.get("evaluation_run_id") or None,
             "pipeline_run_id": pipeline_run_id or None,

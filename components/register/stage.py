@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from components.common.dataset import DatasetError
+from components.common.dataset_meta import DatasetMeta
 from components.common.integrity import (
     DIGEST_TAG,
     MANIFEST_ARTIFACT,
@@ -152,9 +154,9 @@ def log_card(
         return None
     data = config.data or str((metrics.get("dataset") or {}).get("path") or "")
     try:
-        meta = json.loads((Path(data) / "meta.json").read_text()) if data else {}
-    except (OSError, ValueError):
-        meta = {}  # the card says what it knows; the version's tags keep the fingerprint
+        meta = DatasetMeta.read(data, splits=()) if data else None
+    except DatasetError:
+        meta = None  # the card says what it knows; the version's tags keep the fingerprint
     mv = client.get_model_version(config.model_name, version.version)
     card = build_card(
         name=config.model_name,
@@ -343,11 +345,11 @@ def snapshot_dataset(config: RegisterConfig, checkpoint: dict, metrics: dict) ->
             f"{config.metrics}: names no dataset; pass data (the dataset the model was "
             f"trained on: its snapshot goes into the model)"
         )
-    meta = _read_json(str(Path(data) / "meta.json"))
+    meta = DatasetMeta.read(data, splits=())
     trained_on = (checkpoint.get("dataset") or {}).get("fingerprint")
-    if trained_on and meta.get("fingerprint") != trained_on:
+    if trained_on and meta.fingerprint != trained_on:
         raise ValueError(
-            f"{data}: fingerprint {str(meta.get('fingerprint'))[:12]} is not the one the "
+            f"{data}: fingerprint {str(meta.fingerprint)[:12]} is not the one the "
             f"checkpoint was trained on ({trained_on[:12]}); its snapshot would not match"
         )
     return data

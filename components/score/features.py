@@ -291,9 +291,9 @@ class Snapshot:
 def write_snapshot(dataset: str | Path, out: str | Path) -> dict[str, Path]:
     """The snapshot files of a dataset (its ``count_state.npz``, and the :class:`UserState` of its
     ``user_events/``) written into ``out``; returns ``{name: path}``."""
+    from components.common.dataset_meta import DatasetMeta
     from components.preprocess.stage import COUNT_STATE_FILE
     from components.preprocess.stage import USER_EVENTS as EVENTS_DIR
-    from components.train.data import load_meta
     from components.train.model import Vocab
 
     dataset, out = Path(dataset), Path(out)
@@ -308,7 +308,7 @@ def write_snapshot(dataset: str | Path, out: str | Path) -> dict[str, Path]:
     state.write_bytes((dataset / COUNT_STATE_FILE).read_bytes())
     table = pa.concat_tables([pq.read_table(p, columns=list(EVENT_KEYS)) for p in parts])
     events = {k: table.column(k).to_numpy().astype(np.int64) for k in EVENT_KEYS}
-    layout = Layout.of(Vocab.from_meta(load_meta(dataset, splits=())), check_key=False)
+    layout = Layout.of(Vocab.from_meta(DatasetMeta.read(dataset, splits=())), check_key=False)
     users = UserState.of_events(events, layout).save(out / USER_STATE)
     return {"count_state": state, "user_state": users}
 

@@ -16,7 +16,7 @@ array, so the loader does no per-sample Python work:
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,15 +25,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from components.common.dataset import (
-    FILES_KEY,
-    SCHEMA_VERSION,
-    SPLITS,
-    array_specs,
-)
+from components.common.dataset import DatasetError
+from components.common.dataset_meta import DatasetMeta
 from components.common.plan import TrainPlan
-
-META_FILE = "meta.json"
 
 BATCH_SPEC: dict[str, torch.dtype] = {
     "hist_item": torch.int64,  # [B, L]
@@ -57,85 +51,6 @@ EXTRA_KEYS = ("user_key", "ts")
 """Arrays that are not model inputs but evaluation may ask for (as int64 tensors)."""
 
 
-class DatasetError(ValueError):
-    """A dataset folder that does not match the Dataset contract; the message names the file."""
-
-
-# ----------------------------------------------------------------------------- meta
-
-
-def load_meta(data_dir: str | Path, splits: Sequence[str] = SPLITS) -> dict[str, Any]:
-    """The dataset's ``meta.json``, checked against the contract this code supports.
-
-    Raises :class:`DatasetError` when the file is missing or unparsable, when its
-    ``schema_version`` is not :data:`SCHEMA_VERSION`, when a required field is
-    missing or its array specs differ from the contract, or when a folder of
-    ``splits`` or one of its array files is missing.
-    """
-    data_dir = Path(data_dir)
-    path = data_dir / META_FILE
-    try:
-        meta = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DatasetError(f"{path}: not found (is {data_dir} a preprocessed dataset?)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DatasetError(f"{path}: unreadable ({exc})") from None
-    if not isinstance(meta, dict):
-        raise DatasetError(f"{path}: expected a JSON object, found {type(meta).__name__}")
-    found = meta.get("schema_version")
-    if found != SCHEMA_VERSION:
-        raise DatasetError(
-            f"{path}: schema_version {found!r} is not supported "
-            f"(this code reads schema_version {SCHEMA_VERSION}; run preprocess "
-            f"again on the raw events to rebuild the dataset)"
-        )
-    seq_len = meta.get("seq_len")
-    neg_len = meta.get("neg_len")
-    for name, value in (("seq_len", seq_len), ("neg_len", neg_len)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise DatasetError(f"{path}: field {name} must be an integer >= 1, found {value!r}")
-    arrays = meta.get("arrays")
-    if not isinstance(arrays, dict):
-        raise DatasetError(f"{path}: field arrays is missing or not an object")
-    for name, (dtype, row_shape) in array_specs(seq_len, neg_len).items():
-        spec = arrays.get(name)
-        if not isinstance(spec, dict) or "dtype" not in spec or "row_shape" not in spec:
-            raise DatasetError(f"{path}: field arrays.{name} is missing or incomplete")
-        if spec["dtype"] != dtype or list(spec["row_shape"]) != list(row_shape):
-            raise DatasetError(
-                f"{path}: field arrays.{name} is {spec['dtype']} {list(spec['row_shape'])}, "
-                f"schema_version {SCHEMA_VERSION} with seq_len {seq_len}, neg_len {neg_len} needs "
-                f"{dtype} {list(row_shape)}"
-            )
-    split_info = meta.get("splits")
-    for split in splits:
-        info = split_info.get(split) if isinstance(split_info, dict) else None
-        rows = info.get("rows") if isinstance(info, dict) else None
-        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
-            raise DatasetError(f"{path}: field splits.{split}.rows is missing or not a count")
-        folder = data_dir / split
-        if not folder.is_dir():
-            raise DatasetError(f"{folder}: split folder missing (meta.json lists {rows} rows)")
-        for name in arrays:
-            if not (folder / f"{name}.npy").is_file():
-                raise DatasetError(f"{folder / f'{name}.npy'}: array file missing")
-    if not isinstance(meta.get(FILES_KEY, {}), dict):
-        raise DatasetError(f"{path}: field {FILES_KEY} is not an object")
-    return meta
-
-
-def require_both_labels(meta: dict[str, Any], split: str, data_dir: str | Path, why: str) -> None:
-    """DatasetError unless ``split`` holds clicks and non-clicks: AUC is undefined otherwise."""
-    info = meta["splits"][split]
-    rows, positives = info["rows"], info.get("positives")
-    if rows == 0 or positives in (0, rows):
-        raise DatasetError(
-            f"{Path(data_dir) / 'meta.json'}: the {split} split has {rows} rows and {positives} "
-            f"clicks; {why} needs both clicks and non-clicks (widen the window, or check the "
-            f"labels of its days)"
-        )
-
-
 # ----------------------------------------------------------------------------- arrays
 
 
@@ -146,23 +61,14 @@ class SplitArrays:
     dtype re-checked) on first use in the receiving process.
     """
 
-    def __init__(
-        self, data_dir: str | Path, split: str, meta: dict[str, Any] | None = None
-    ) -> None:
+    def __init__(self, data_dir: str | Path, split: str, meta: DatasetMeta | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.split = split
-        self.meta = meta if meta is not None else load_meta(self.data_dir, splits=(split,))
-        try:
-            self.rows = int(self.meta["splits"][split]["rows"])
-            specs = {
-                name: (np.dtype(spec["dtype"]), tuple(spec["row_shape"]))
-                for name, spec in self.meta["arrays"].items()
-            }
-        except (KeyError, TypeError) as exc:
-            raise DatasetError(
-                f"{self.data_dir / META_FILE}: field splits.{split}.rows or "
-                f"arrays missing ({exc!r})"
-            ) from None
+        self.meta = meta if meta is not None else DatasetMeta.read(self.data_dir, splits=(split,))
+        self.rows = self.meta.split(split).rows
+        specs = {
+            name: (np.dtype(spec.dtype), spec.row_shape) for name, spec in self.meta.arrays.items()
+        }
         self.specs = specs
         self._arrays: dict[str, np.ndarray] | None = None
         self._open()
@@ -200,7 +106,7 @@ class SplitArrays:
                 )
             # the cheap check of every load (the SHA-256 is checked where a run takes the
             # dataset in, components.common.dataset.verify_files); absent in a worker's copy
-            written = self.meta.get(FILES_KEY, {}).get(f"{self.split}/{name}.npy")
+            written = self.meta.files.get(f"{self.split}/{name}.npy")
             if written is not None and path.stat().st_size != written.get("bytes"):
                 raise DatasetError(
                     f"{path}: {path.stat().st_size} bytes, preprocess wrote {written.get('bytes')}: "
@@ -235,7 +141,7 @@ class SplitArrays:
         state = self.__dict__.copy()
         state["_arrays"] = None  # re-opened lazily; never pickle mapped data
         # nor the file digests (checked once, when the dataset was taken in)
-        state["meta"] = {k: v for k, v in self.meta.items() if k != FILES_KEY}
+        state["meta"] = dataclasses.replace(self.meta, files={}, document={})
         return state
 
 
@@ -255,7 +161,7 @@ class BatchDataset(Dataset):
         self,
         data_dir: str | Path,
         split: str,
-        meta: dict[str, Any] | None = None,
+        meta: DatasetMeta | None = None,
         extra: Sequence[str] = (),
     ) -> None:
         unknown = [k for k in extra if k not in EXTRA_KEYS]
@@ -266,7 +172,7 @@ class BatchDataset(Dataset):
         self._spec = {**BATCH_SPEC, **dict.fromkeys(self.extra, torch.int64)}
 
     @property
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> DatasetMeta:
         return self.arrays.meta
 
     def __len__(self) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from components.common.dataset_meta import DatasetMeta
 from components.train.checkpoint import CheckpointError, load_checkpoint
 from components.train.data import BATCH_SPEC, BatchDataset
 from components.train.model import BATCH_KEYS, BSTModel, ModelConfig, Vocab
@@ -100,7 +101,7 @@ def sigmoid(logits: np.ndarray) -> np.ndarray:
 def split_rows(
     data_dir: str | Path,
     split: str,
-    meta: dict,
+    meta: DatasetMeta | None,
     batch: int,
     keys: tuple[str, ...] = (*BATCH_KEYS, "label", "user_key"),
 ) -> Iterable[dict[str, np.ndarray]]:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from components.common.dataset_meta import DatasetMeta
 from components.common.progress import get_logger
 from components.common.runs import TRAIN_SUMMARY as SUMMARY
 from components.common.stop import run_status
@@ -39,7 +40,9 @@ class MlflowLogger:
     active: MlflowLogger | None = None
     """The logger whose run is open in this process (closed as FAILED if training raises)."""
 
-    def __init__(self, config: TrainConfig, runtime: Runtime, params: dict, meta: dict) -> None:
+    def __init__(
+        self, config: TrainConfig, runtime: Runtime, params: dict, meta: DatasetMeta
+    ) -> None:
         self.mlflow = self.started = None
         self.error: str | None = None
         self.run_id: str | None = None
@@ -52,7 +55,7 @@ class MlflowLogger:
 
         client = connect(config.tracking_uri)
         experiment_id = ensure_experiment(client, config.experiment, config.tracking_uri)
-        day = (meta.get("window") or {}).get("end") or Path(config.data).name
+        day = meta.window.end if meta.window else Path(config.data).name
         self.run_id = mlflow.start_run(
             experiment_id=experiment_id, run_name=f"train-{day}", log_system_metrics=True
         ).info.run_id

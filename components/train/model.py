@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from components.common.dataset import DENSE_FEATURES
+from components.common.dataset_meta import DatasetMeta
 
 __all__ = [
     "NAMED_CONFIGS",
@@ -307,27 +309,34 @@ class Vocab:
                 raise ValueError(f"vocab.{f.name} must be an integer >= 1, got {value!r}")
 
     @classmethod
-    def from_meta(cls, meta: dict) -> Vocab:
-        """The vocab of a dataset, from its ``meta.json`` content."""
-        try:
-            buckets = meta["buckets"]
-            context = meta["context_features"]
-            return cls(
-                item=int(buckets["item"]),
-                category=int(buckets["category"]),
-                user=int(buckets["user"]),
-                gap=int(buckets["gap"]),
-                seq_len=int(meta["seq_len"]),
-                hour=int(context["hour"]),
-                dow=int(context["dow"]),
-                neg_len=int(meta["neg_len"]),
-                dense=len(meta["dense_features"]["names"]),
-                id_key=str(buckets.get("key_fingerprint", "")),
-            )
-        except KeyError as exc:
-            raise ValueError(
-                f"meta.json lacks {exc.args[0]!r} (not a dailyrec dataset meta?)"
-            ) from None
+    def from_meta(cls, meta: DatasetMeta | Mapping[str, Any]) -> Vocab:
+        """The vocab of a dataset, from its meta.json (read, or as a document)."""
+        if not isinstance(meta, DatasetMeta):
+            meta = DatasetMeta.from_document(meta)
+        buckets, context = meta.buckets, meta.context_features
+        for section, values, keys in (
+            ("buckets", buckets, ("item", "category", "user", "gap")),
+            ("context_features", context, ("hour", "dow")),
+            ("dense_features", meta.dense_features, ("names",)),
+        ):
+            missing = [k for k in keys if k not in values]
+            if missing:
+                raise ValueError(
+                    f"{meta.source or 'meta.json'}: field {section}.{missing[0]} is missing "
+                    "(not a dailyrec dataset meta?)"
+                )
+        return cls(
+            item=int(buckets["item"]),
+            category=int(buckets["category"]),
+            user=int(buckets["user"]),
+            gap=int(buckets["gap"]),
+            seq_len=meta.seq_len,
+            hour=int(context["hour"]),
+            dow=int(context["dow"]),
+            neg_len=meta.neg_len,
+            dense=len(meta.dense_features["names"]),
+            id_key=str(buckets.get("key_fingerprint", "")),
+        )
 
 
 # The preprocess defaults (PreprocessConfig: 2**18 / 2**12 / 2**18 buckets, 16 gaps, L 20).
@@ -511,13 +520,13 @@ class BSTModel(nn.Module):
         self.dense_mean.copy_(mean)
         self.dense_scale.copy_(1.0 / std.clamp(min=1e-3))
 
-    def init_from_meta(self, meta: dict) -> None:
+    def init_from_meta(self, meta: DatasetMeta) -> None:
         """Start from a dataset's statistics: the base rate and the dense features' mean/std."""
-        self.set_output_bias(meta["splits"]["train"]["positive_rate"])
+        self.set_output_bias(meta.split("train").positive_rate)
         with torch.no_grad():  # the output (bias + shift) starts at the base rate
             self.head[-1].bias.sub_(self.config.logit_shift)
         if self.vocab.dense:
-            stats = meta["dense_features"]
+            stats = meta.dense_features
             self.set_dense_stats(stats["mean"], stats["std"])
 
     def _dense(self, dense: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from components.common.cli import Exit, exit_for
+from components.common.dataset_meta import DatasetMeta
 from components.common.metrics import roc_auc
 from components.common.monitoring import TrainingMetrics
 from components.common.plan import TrainPlan, drift_lines, plan_vs_actual, read_plan
@@ -52,10 +53,8 @@ from components.train.data import (
     EpochRows,
     ShardedBatchSampler,
     eval_indices,
-    load_meta,
     make_eval_loader,
     make_loader,
-    require_both_labels,
 )
 from components.train.mlflow_run import LOSS_POINTS_PER_EPOCH, MlflowLogger
 from components.train.model import BSTModel, ModelConfig, Vocab, build_model, model_config
@@ -165,8 +164,8 @@ class Trainer:
             "vocab": dataclasses.asdict(self.vocab),
             "plan": dataclasses.asdict(plan),
             "dataset": {
-                "fingerprint": self.meta.get("fingerprint"),
-                "window": self.meta.get("window"),
+                "fingerprint": self.meta.fingerprint,
+                "window": dataclasses.asdict(self.meta.window) if self.meta.window else None,
             },
         }
         self.totals = EpochStats()  # this process's epochs (a resumed run counts its own)
@@ -175,13 +174,11 @@ class Trainer:
 
     def _open_data(self) -> None:
         config, runtime = self.config, self.runtime
-        self.meta = load_meta(config.data)
+        self.meta = DatasetMeta.read(config.data)
         self.train_set = BatchDataset(config.data, "train", self.meta)
         self.val_set = BatchDataset(config.data, "val", self.meta)
         # else every epoch's val AUC is NaN and epoch 1 silently stays "best"
-        require_both_labels(
-            self.meta, "val", config.data, "validation AUC (early stopping, the best epoch)"
-        )
+        self.meta.require_both_labels("val", "validation AUC (early stopping, the best epoch)")
         self.vocab = Vocab.from_meta(self.meta)
         if runtime.device.type == "cpu":
             torch.set_num_threads(self.plan.cpu_threads)
@@ -315,7 +312,7 @@ class Trainer:
         params = {
             **dataclasses.asdict(plan),
             "world_size": runtime.world_size,
-            "dataset": self.meta.get("fingerprint", "")[:16],
+            "dataset": (self.meta.fingerprint or "")[:16],
             "sparse": self.sparse,
         }
         self.mlf = MlflowLogger(self.config, runtime, params, self.meta)

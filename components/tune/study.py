@@ -203,9 +203,9 @@ class Base:
 
 def plan_base(config: TuneConfig) -> Base:
     """Plan the base model with the estimate stage; filter the architectures by its memory model."""
+    from components.common.dataset_meta import DatasetMeta
     from components.estimate.hardware import load_profile
     from components.estimate.planner import EstimateConfig, estimate
-    from components.train.data import load_meta
     from components.train.model import Vocab, model_config
     from components.tune.trial import PLAN_PROBE
 
@@ -220,7 +220,7 @@ def plan_base(config: TuneConfig) -> Base:
             probe=PLAN_PROBE,
         )
     )
-    meta = load_meta(config.data)
+    meta = DatasetMeta.read(config.data)
     vocab, profile, base_model = (
         Vocab.from_meta(meta),
         load_profile(config.hardware),
@@ -235,8 +235,8 @@ def plan_base(config: TuneConfig) -> Base:
         vocab,
         profile,
         archs,
-        int(meta["splits"]["train"]["rows"]),
-        meta.get("fingerprint"),
+        meta.split("train").rows,
+        meta.fingerprint,
     )
 
 

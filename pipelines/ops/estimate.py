@@ -97,11 +97,11 @@ def estimate_op(
             )
         }
     )
-    import json
-
+    from components.common.dataset_meta import DatasetMeta
     from components.evaluate.resources import evaluate_resources
 
-    cpu, memory = evaluate_resources(json.loads((Path(data_dir) / "meta.json").read_text()))
+    meta = DatasetMeta.read(data_dir, splits=())
+    cpu, memory = evaluate_resources(meta.split("test").rows, meta.row_bytes)
     record_stage(run_dir, "estimate", time.perf_counter() - started)
     return namedtuple("Estimated", ["nproc", "nnodes", "evaluate_cpu", "evaluate_memory"])(
         train["nproc_per_node"], train["nnodes"], cpu, memory

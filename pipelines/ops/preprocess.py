@@ -152,7 +152,7 @@ def preprocess_op(
     from pathlib import Path
 
     from components.common.attempts import attempt
-    from components.common.dataset import write_pointer
+    from components.common.dataset_meta import write_pointer
     from components.common.lock import TASK_WAIT_S, root_of, storage_lock
     from components.common.runs import point_latest
     from components.common.storage import disk_full_as
@@ -184,9 +184,9 @@ def preprocess_op(
         cluster as address,
     ):
         meta = preprocess(dataclasses.replace(config, scheduler=address) if address else config)
-    if meta["fingerprint"] != input_fingerprint:
+    if meta.fingerprint != input_fingerprint:
         raise RuntimeError(
-            f"{data_dir}: fingerprint {meta['fingerprint'][:12]} differs from the resolved "
+            f"{data_dir}: fingerprint {str(meta.fingerprint)[:12]} differs from the resolved "
             f"{input_fingerprint[:12]}: the raw files changed during the run"
         )
     print(format_summary(meta))

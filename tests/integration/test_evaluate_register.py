@@ -17,6 +17,8 @@ from mlflow import MlflowClient
 from sklearn.metrics import roc_auc_score
 
 from components.common.cli import Exit
+from components.common.dataset import DatasetError
+from components.common.dataset_meta import DatasetMeta
 from components.common.plan import TrainPlan, write_plan
 from components.common.registry import KEY_TAG
 from components.common.tracking import TrackingError, sqlite_uri
@@ -25,7 +27,6 @@ from components.evaluate.stage import EvaluateConfig, EvaluateError, evaluate
 from components.register.config import RegisterConfig
 from components.register.stage import register
 from components.train.checkpoint import CheckpointError
-from components.train.data import DatasetError, load_meta
 from components.train.inference import split_rows
 from components.train.model import Vocab
 from components.train.trainer import TrainConfig, train
@@ -120,14 +121,12 @@ def test_outputs_and_metrics_match_direct_computation(registry, trained, tiny_da
     # the candidate's AUC is scikit-learn's on the same rows, scored independently here
     from components.train.inference import load_scorer, predict_logits
 
-    meta = load_meta(tiny_dataset)
+    meta = DatasetMeta.read(tiny_dataset)
     (batch,) = split_rows(tiny_dataset, "test", meta, 10**6)
     scores = predict_logits(load_scorer(trained).model, [batch])
     assert metrics["test_auc"] == pytest.approx(roc_auc_score(batch["label"], scores), abs=1e-9)
-    assert metrics["candidate"]["rows"] == meta["splits"]["test"]["rows"] == len(scores)
-    assert metrics["candidate"]["positive_rate"] == pytest.approx(
-        meta["splits"]["test"]["positive_rate"]
-    )
+    assert metrics["candidate"]["rows"] == meta.splits["test"].rows == len(scores)
+    assert metrics["candidate"]["positive_rate"] == pytest.approx(meta.splits["test"].positive_rate)
     roc = json.loads((out / "roc.json").read_text())["candidate"]
     assert roc[0]["fpr"] == 0 and roc[-1]["fpr"] == roc[-1]["tpr"] == 1
     assert "BLESSED" in (out / "report.md").read_text()
@@ -236,7 +235,9 @@ def test_interrupted_registration_completes_on_rerun(registry, trained, monkeypa
 def test_unusable_champion_is_reported_and_blocks_by_default(
     registry, trained, tiny_dataset, tmp_path
 ):
-    other = Vocab(**{**dataclasses.asdict(Vocab.from_meta(load_meta(tiny_dataset))), "item": 4096})
+    other = Vocab(
+        **{**dataclasses.asdict(Vocab.from_meta(DatasetMeta.read(tiny_dataset))), "item": 4096}
+    )
     foreign = untrained_checkpoint(tmp_path / "foreign.pt", tiny_dataset, seed=3, vocab=other)
     decision = tmp_path / "d"
     decision.mkdir()
@@ -291,7 +292,9 @@ def test_clear_errors(registry, trained, tiny_dataset, tmp_path):
 
 
 def test_candidate_for_other_buckets_is_refused(registry, tiny_dataset, tmp_path):
-    other = Vocab(**{**dataclasses.asdict(Vocab.from_meta(load_meta(tiny_dataset))), "user": 64})
+    other = Vocab(
+        **{**dataclasses.asdict(Vocab.from_meta(DatasetMeta.read(tiny_dataset))), "user": 64}
+    )
     with pytest.raises(EvaluateError, match="user: model 64 vs data 1024"):
         registry.evaluate(
             untrained_checkpoint(tmp_path / "c.pt", tiny_dataset, seed=0, vocab=other)

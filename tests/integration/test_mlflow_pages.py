@@ -8,6 +8,7 @@ import json
 import pytest
 from mlflow import MlflowClient
 
+from components.common.dataset_meta import DatasetMeta
 from components.common.plan import TrainPlan, write_plan
 from components.common.tracking import (
     EXPERIMENT_KIND,
@@ -16,7 +17,6 @@ from components.common.tracking import (
     ensure_experiment,
     sqlite_uri,
 )
-from components.train.data import load_meta
 from components.train.mlflow_run import LOSS_POINTS_PER_EPOCH, STEP_LOSS
 from components.train.trainer import TrainConfig, train
 
@@ -44,17 +44,17 @@ def test_a_training_run_is_named_by_its_day_with_a_learning_curve_and_its_datase
     out = tmp_path / "out"
     train(TrainConfig(data=str(tiny_dataset), out=str(out), plan=str(plan), tracking_uri=uri))
     summary = json.loads((out / "train_summary.json").read_text())
-    meta = load_meta(tiny_dataset)
+    meta = DatasetMeta.read(tiny_dataset)
     client = MlflowClient(uri)
     run = client.get_run(summary["mlflow_run_id"])
-    assert run.info.run_name == f"train-{meta['window']['end']}"
+    assert run.info.run_name == f"train-{meta.window.end}"
     curve = client.get_metric_history(run.info.run_id, STEP_LOSS)
     steps = sorted(point.step for point in curve)
     assert len(set(steps)) == len(steps) >= LOSS_POINTS_PER_EPOCH and steps[0] >= 1
     assert all(point.value > 0 for point in curve)
     (given,) = run.inputs.dataset_inputs
     assert given.dataset.name == tiny_dataset.name
-    assert given.dataset.digest == meta["fingerprint"][:16]
+    assert given.dataset.digest == meta.fingerprint[:16]
     assert {t.key: t.value for t in given.tags}["mlflow.data.context"] == "training"
 
 

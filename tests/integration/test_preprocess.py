@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from components.common import schema
+from components.common.dataset_meta import DatasetMeta
 from components.common.hashing import bucketize, hash_ids
 from components.preprocess import stage
 from components.preprocess.config import GAP_EDGES_SECONDS, PreprocessConfig
@@ -37,7 +38,7 @@ SMALL = {
 }
 
 
-def run(raw, out, **overrides) -> dict:
+def run(raw, out, **overrides) -> DatasetMeta:
     return preprocess(PreprocessConfig(raw=str(raw), out=str(out), **(SMALL | overrides)))
 
 
@@ -131,13 +132,13 @@ def test_arrays_match_a_plain_python_reference(raw_days, tmp_path):
         got["dense"], np.stack(want["dense"].to_numpy()), rtol=1e-5, atol=1e-5
     )
     # several partitions were used, so the user shuffle really ran
-    assert meta["rows"]["read"] == 1800
+    assert meta.rows["read"] == 1800
 
 
 def test_meta_accounting_splits_and_array_contract(raw_days, tmp_path):
     raw, frames = raw_days(days=6, rows=300)
     meta = run(raw, tmp_path / "ds")
-    rows = meta["rows"]
+    rows = meta.rows
     assert rows["read"] == sum(len(f) for f in frames.values())
     assert (
         rows["read"]
@@ -149,21 +150,21 @@ def test_meta_accounting_splits_and_array_contract(raw_days, tmp_path):
     }
     for split in SPLITS:
         arrays = load_split(tmp_path / "ds", split)
-        n = meta["splits"][split]["rows"]
-        for name, spec in meta["arrays"].items():
-            assert arrays[name].dtype == np.dtype(spec["dtype"]), name
-            assert arrays[name].shape == (n, *spec["row_shape"]), name
+        n = meta.splits[split].rows
+        for name, spec in meta.arrays.items():
+            assert arrays[name].dtype == np.dtype(spec.dtype), name
+            assert arrays[name].shape == (n, *spec.row_shape), name
         row_days = {
             dt.date(1970, 1, 1) + dt.timedelta(days=int(d))
             for d in np.unique(arrays["ts"] // 86_400)
         }
         assert row_days == set(days[split])
-        assert meta["splits"][split]["positives"] == int(arrays["label"].sum())
+        assert meta.splits[split].positives == int(arrays["label"].sum())
     assert rows["kept"]["history_only"] == sum(
         len(frames[START + dt.timedelta(days=i)]) for i in (0, 1)
     )
     events = pd.read_parquet(tmp_path / "ds" / "events")
-    assert len(events) == sum(meta["splits"][s]["rows"] for s in SPLITS)
+    assert len(events) == sum(meta.splits[s].rows for s in SPLITS)
     assert set(events["split"]) == set(SPLITS)
 
 
@@ -214,8 +215,8 @@ def test_mixed_csv_and_parquet_days(raw_days, tmp_path):
     write_day(raw, day, frames[day].iloc[:half], fmt="csv", name="a")
     write_day(raw, day, frames[day].iloc[half:], fmt="parquet", name="b")
     meta = run(raw, tmp_path / "ds")
-    assert meta["rows"]["read"] == 1800
-    assert "dt=2026-03-04/a.csv" in meta["inputs"]["files"]
+    assert meta.rows["read"] == 1800
+    assert "dt=2026-03-04/a.csv" in meta.inputs["files"]
 
 
 def test_duplicates_and_bad_rows_are_counted_and_quarantined(raw_days, tmp_path):
@@ -227,7 +228,7 @@ def test_duplicates_and_bad_rows_are_counted_and_quarantined(raw_days, tmp_path)
     frame = pd.concat([frame, frame.iloc[20:25]], ignore_index=True)  # 5 exact duplicates
     write_day(raw, day, frame.astype({"label": str, "user_id": str}).replace({"None": None}))
     meta = run(raw, tmp_path / "ds")
-    rows = meta["rows"]
+    rows = meta.rows
     assert rows["quarantined"] == {"bad_label": 1, "null_user_id": 1}
     assert rows["duplicates_dropped"] >= 5
     assert rows["read"] == 1805
@@ -259,7 +260,7 @@ def test_quarantined_rows_in_later_row_groups_keep_their_file_row_numbers(raw_da
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path, row_group_size=100)
     assert pq.ParquetFile(path).metadata.num_row_groups == 3
     meta = run(raw, tmp_path / "ds")
-    assert meta["rows"]["quarantined"] == {"bad_label": 2, "null_user_id": 2}
+    assert meta.rows["quarantined"] == {"bad_label": 2, "null_user_id": 2}
     quarantine = pd.read_parquet(tmp_path / "ds" / "quarantine")
     assert sorted(quarantine[["file", "row", "reason", "column"]].values.tolist()) == [
         ["dt=2026-03-05/part-00000.parquet", 30, "bad_label", "label"],

@@ -19,16 +19,15 @@ import pytest
 
 from components.common import schema
 from components.common.dataset import DENSE_FEATURES
+from components.common.dataset_meta import DatasetMeta
 from components.common.metrics import roc_auc
 from components.common.plan import TrainPlan, write_plan
 from components.evaluate.decision import GateRule
-from components.evaluate.guards import split_days
 from components.evaluate.served import MATCH, ServedSplit
 from components.evaluate.stage import EvaluateConfig, EvaluateError, evaluate
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.stage import USER_EVENTS, preprocess
 from components.score.features import Layout, Snapshot, request_inputs, write_snapshot
-from components.train.data import load_meta
 from components.train.inference import load_scorer, predict_logits, split_rows
 from components.train.model import BATCH_KEYS, Vocab
 from components.train.trainer import TrainConfig, train
@@ -92,18 +91,18 @@ def world(tmp_path_factory):
 
 
 def _test_rows(data) -> dict:
-    (batch,) = split_rows(data, "test", load_meta(data), 10**6, keys=(*BATCH_KEYS, *MATCH))
+    (batch,) = split_rows(data, "test", DatasetMeta.read(data), 10**6, keys=(*BATCH_KEYS, *MATCH))
     return {k: np.asarray(v) for k, v in batch.items()}
 
 
 def _served(data, day_events: bool, daily: bool = True) -> dict:
     """The test rows as served (split order): one serving day at a time, as evaluate serves
     them, or (``daily`` False) every day from the snapshot at the split's start."""
-    meta = load_meta(data)
+    meta = DatasetMeta.read(data)
     layout = Layout.of(Vocab.from_meta(meta))
     rows = _test_rows(data)
     split = ServedSplit.read(
-        data, {c: rows[c] for c in MATCH}, layout, split_days(meta, "test") if daily else ()
+        data, {c: rows[c] for c in MATCH}, layout, meta.split("test").day_list if daily else ()
     )
     parts, order = [], []
     for day in split.days():
@@ -158,7 +157,7 @@ def test_a_day_served_with_its_events_has_the_datasets_histories_and_user_counts
 def test_a_request_continuing_the_snapshot_ignores_events_the_snapshot_holds(world, tmp_path):
     files = write_snapshot(world["before"], tmp_path)
     snapshot = Snapshot.load(files["count_state"], files["user_state"])
-    layout = Layout.of(Vocab.from_meta(load_meta(world["after"])))
+    layout = Layout.of(Vocab.from_meta(DatasetMeta.read(world["after"])))
     day = world["raw"][DAY5].drop_duplicates().sort_values("timestamp").reset_index(drop=True)
     window = pd.concat([f for d, f in world["raw"].items() if d != DAY5]).drop_duplicates()
     base = day[["user_id", "item_id", "category_id", "timestamp"]]
@@ -255,5 +254,5 @@ def test_the_evaluation_run_is_named_by_its_day_and_names_its_dataset(world, tmp
     assert run.info.run_name == f"evaluate-{DAY5}"
     (given,) = run.inputs.dataset_inputs
     assert given.dataset.name == world["after"].name
-    assert given.dataset.digest == load_meta(world["after"])["fingerprint"][:16]
+    assert given.dataset.digest == DatasetMeta.read(world["after"]).fingerprint[:16]
     assert {t.key: t.value for t in given.tags}["mlflow.data.context"] == "evaluation"

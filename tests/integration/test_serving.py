@@ -27,12 +27,12 @@ import pandas as pd
 import pytest
 
 from components.common.cli import Exit
+from components.common.dataset_meta import DatasetMeta
 from components.common.hashing import hash_ids
 from components.common.tracking import sqlite_uri
 from components.register.config import RegisterConfig
 from components.register.stage import register
 from components.score.features import Layout, RequestError, Snapshot, request_inputs, write_snapshot
-from components.train.data import load_meta
 from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
 from components.train.model import BATCH_KEYS, Vocab
 from tests.conftest import START, write_day
@@ -44,7 +44,7 @@ pytestmark = pytest.mark.integration
 
 def _dataset_rows(data) -> dict:
     (batch,) = split_rows(
-        data, "test", load_meta(data), 10**6, keys=(*BATCH_KEYS, "label", "user_key", "ts")
+        data, "test", DatasetMeta.read(data), 10**6, keys=(*BATCH_KEYS, "label", "user_key", "ts")
     )
     return batch
 
@@ -67,7 +67,7 @@ def _sorted(arrays: dict, label: np.ndarray, ties: np.ndarray | None = None) -> 
 
 
 def _layout(data) -> Layout:
-    return Layout.of(Vocab.from_meta(load_meta(data)))
+    return Layout.of(Vocab.from_meta(DatasetMeta.read(data)))
 
 
 @pytest.mark.parametrize("with_events", [True, False], ids=["events-in-request", "snapshot-events"])

@@ -13,9 +13,11 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from components.common.cli import Exit
+from components.common.dataset import DatasetError
+from components.common.dataset_meta import DatasetMeta
 from components.common.plan import TrainPlan, write_plan
 from components.train.checkpoint import CheckpointError, load_checkpoint
-from components.train.data import BatchDataset, DatasetError, load_meta
+from components.train.data import BatchDataset
 from components.train.launch import LaunchError, LaunchSpec, launch, torchrun
 from components.train.model import Vocab, build_model
 from components.train.optim import Optimizers
@@ -68,7 +70,7 @@ def test_single_process_training_writes_checkpoints_and_summary(tiny_dataset, tm
 
 def val_auc_of(checkpoint, data) -> float:
     """scikit-learn's AUC of a checkpoint's model over every validation row, in one process."""
-    meta = load_meta(data)
+    meta = DatasetMeta.read(data)
     model = build_model("debug", Vocab.from_meta(meta), sparse=True)
     model.load_state_dict(load_checkpoint(checkpoint)["model"])
     model.eval()
@@ -286,8 +288,8 @@ def test_a_sample_of_the_negatives_trains_a_model_calibrated_to_all_rows(tiny_da
     from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
 
     summary, out = run(tiny_dataset, tmp_path, "sampled", max_epochs=2, negative_keep=0.2)
-    meta = load_meta(tiny_dataset)
-    rows, rate = meta["splits"]["train"]["rows"], meta["splits"]["train"]["positive_rate"]
+    meta = DatasetMeta.read(tiny_dataset)
+    rows, rate = meta.splits["train"].rows, meta.splits["train"].positive_rate
     expected = rows * rate + rows * (1 - rate) * 0.2
     assert abs(summary["rows_trained"] - expected) < 0.05 * expected
     assert summary["negative_keep"] == 0.2

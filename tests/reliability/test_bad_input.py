@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from components.common import schema
+from components.common.dataset_meta import DatasetMeta
 from components.preprocess import raw as rawio
 from components.preprocess.clean import DayWindow, parse_timestamps
 from components.preprocess.config import PreprocessConfig
@@ -569,8 +570,8 @@ def check_error(message: str, raw: Raw, expect: Expect) -> str:
     return "InputError naming file" + (" and column" if about_a_column else "")
 
 
-def check_accounting(meta: dict, raw: Raw, expect: Expect, out: Path) -> str:
-    rows = meta["rows"]
+def check_accounting(meta: DatasetMeta, raw: Raw, expect: Expect, out: Path) -> str:
+    rows = meta.rows
     kept = sum(rows["kept"].values())
     assert rows["read"] == kept + rows["quarantined_total"] + rows["duplicates_dropped"], rows
     assert rows["quarantined_total"] == sum(rows["quarantined"].values()), rows
@@ -580,8 +581,8 @@ def check_accounting(meta: dict, raw: Raw, expect: Expect, out: Path) -> str:
     if expect.quarantined is not None:
         assert rows["quarantined"] == {k: v for k, v in expect.quarantined.items() if v}, rows
     assert rows["duplicates_dropped"] >= expect.min_duplicates, (rows, expect)
-    for split, info in meta["splits"].items():
-        assert info["rows"] == rows["kept"][split] > 0, (split, rows)
+    for split, info in meta.splits.items():
+        assert info.rows == rows["kept"][split] > 0, (split, rows)
     quarantine_dir = out / "quarantine"
     files = sorted(quarantine_dir.glob("*.parquet")) if quarantine_dir.is_dir() else []
     table = (

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from components.common.dataset_meta import DatasetMeta
 from components.datagen import DatagenConfig, generate
 from components.datagen.breakage import BREAKAGES, break_day, volume
 from components.evaluate import guards as g
@@ -17,7 +18,6 @@ from components.evaluate.decision import GateRule, decide
 from components.evaluate.report import guard_lines
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.stage import preprocess
-from components.train.data import load_meta
 
 DAYS = 12
 LAST = dt.date(2026, 1, 1) + dt.timedelta(days=DAYS - 1)
@@ -44,7 +44,7 @@ def broken(raw: Path, tmp: Path, name: str, change) -> Path:
 
 def dataset(raw: Path, out: Path, end: dt.date = LAST) -> tuple[Path, dict]:
     preprocess(PreprocessConfig(raw=str(raw), out=str(out), end_date=end, days=8, history_days=3))
-    return out, load_meta(out)
+    return out, DatasetMeta.read(out)
 
 
 @pytest.mark.parametrize("kind", list(BREAKAGES))

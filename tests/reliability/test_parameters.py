@@ -301,8 +301,8 @@ def test_a_zero_width_interval_is_no_comparison(fault_report):
 
 
 def test_validation_split_with_one_label_is_refused(tiny_dataset, tmp_path, fault_report):
+    from components.common.dataset import DatasetError
     from components.common.storage import atomic_write_json
-    from components.train.data import DatasetError
     from components.train.trainer import TrainConfig, train
 
     data = tmp_path / "data"

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from components.common import schema
+from components.common.dataset_meta import DatasetMeta
 from components.common.hashing import HASH_KEY, id_keys
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.errors import InputError
@@ -60,12 +61,12 @@ def make_raw(
     return frames
 
 
-def run(raw: Path, out: Path, **overrides) -> dict:
+def run(raw: Path, out: Path, **overrides) -> DatasetMeta:
     return preprocess(PreprocessConfig(raw=str(raw), out=str(out), **(CONFIG | overrides)))
 
 
-def books_balance(meta: dict) -> None:
-    rows = meta["rows"]
+def books_balance(meta: DatasetMeta) -> None:
+    rows = meta.rows
     assert (
         rows["read"]
         == sum(rows["kept"].values()) + rows["quarantined_total"] + rows["duplicates_dropped"]
@@ -80,12 +81,12 @@ def events(out: Path) -> pd.DataFrame:
     return pd.concat([pd.read_parquet(p) for p in sorted((out / "events").glob("*.parquet"))])
 
 
-def same_dataset(tmp_path: Path, raw: Path, baseline: dict) -> dict:
+def same_dataset(tmp_path: Path, raw: Path, baseline: DatasetMeta) -> DatasetMeta:
     """Run on ``raw`` into ``tmp_path/ds``: the same rows, books and events as ``tmp_path/base``."""
     meta = run(raw, tmp_path / "ds")
     books_balance(meta)
     for key in ("read", "kept", "duplicates_dropped"):
-        assert meta["rows"][key] == baseline["rows"][key], key
+        assert meta.rows[key] == baseline.rows[key], key
     pd.testing.assert_frame_equal(
         events(tmp_path / "ds").reset_index(drop=True),
         events(tmp_path / "base").reset_index(drop=True),
@@ -226,7 +227,7 @@ def test_big_ids_with_a_null_stay_distinct_end_to_end(tmp_path, fault_report):
             pq.write_table(table, raw / schema.day_folder_name(day) / "part-00000.parquet")
         meta = run(raw, tmp_path / variant / "ds")
         books_balance(meta)
-        assert meta["rows"]["quarantined"] == ({"null_user_id": len(DAYS)} if with_null else {})
+        assert meta.rows["quarantined"] == ({"null_user_id": len(DAYS)} if with_null else {})
         keys[variant] = set(events(tmp_path / variant / "ds")["user_key"])
     assert len(keys["int64"]) == 49
     for variant in ("uint64-null", "decimal-null", "string-null"):
@@ -389,8 +390,8 @@ def test_date_only_iso_text_is_quarantined_not_midnight(tmp_path, fault_report):
     ):
         run(raw, tmp_path / "ds")
     meta = run(raw, tmp_path / "ds", max_quarantine_fraction=1.0)
-    assert meta["rows"]["quarantined"] == {"bad_timestamp": 12}
-    assert meta["rows"]["by_day"]["2026-03-02"]["duplicates"] == 0
+    assert meta.rows["quarantined"] == {"bad_timestamp": 12}
+    assert meta.rows["by_day"]["2026-03-02"]["duplicates"] == 0
     books_balance(meta)
     fault_report(
         CATEGORY, "ISO dates without a time of day", "quarantined bad_timestamp, never merged"
@@ -435,8 +436,8 @@ def test_decimal_labels_are_numbers(tmp_path, fmt, fault_report):
         )
         pq.write_table(table, raw / schema.day_folder_name(day) / "part-00000.parquet")
     meta = run(raw, tmp_path / "ds")
-    assert meta["rows"]["quarantined"] == {}
-    assert meta["splits"] == baseline["splits"]
+    assert meta.rows["quarantined"] == {}
+    assert meta.splits == baseline.splits
     fault_report(
         CATEGORY,
         f"labels 0.00/1.00 ({'CSV text' if fmt == 'csv' else 'Parquet decimal'})",
@@ -454,8 +455,8 @@ def test_duplicates_per_day_in_meta_summary_and_limit(tmp_path, fault_report):
     write_day(raw, day, frames[day].iloc[:2], "csv", name="copy")  # 2 of 26 rows: 7.7%
     meta = run(raw, tmp_path / "ds")
     books_balance(meta)
-    assert meta["rows"]["by_day"]["2026-03-03"] == {"read": 26, "quarantined": 0, "duplicates": 2}
-    assert meta["rows"]["by_day"]["2026-03-02"]["duplicates"] == 0
+    assert meta.rows["by_day"]["2026-03-03"] == {"read": 26, "quarantined": 0, "duplicates": 2}
+    assert meta.rows["by_day"]["2026-03-02"]["duplicates"] == 0
     assert "exact duplicates by day: 2026-03-03 2" in format_summary(meta)
     write_day(raw, day, frames[day].iloc[:6], "csv", name="copy")  # 6 of 30: 20%
     with pytest.raises(
@@ -556,7 +557,7 @@ def test_everything_not_read_is_listed_with_its_reason_and_warned(tmp_path, capl
     with caplog.at_level(logging.WARNING, logger="components.preprocess.stage"):
         meta = run(raw, tmp_path / "ds", end_date=END)
     books_balance(meta)
-    ignored = {i["path"]: i["reason"] for i in meta["inputs"]["ignored"]}
+    ignored = {i["path"]: i["reason"] for i in meta.inputs["ignored"]}
     assert ignored == {
         "README.md": "file outside a day folder (raw files go in dt=YYYY-MM-DD/)",
         "_temporary": "hidden or marker folder (name starts with '.' or '_')",
@@ -625,7 +626,7 @@ def test_days_of_the_window_without_raw_files_are_reported(tmp_path, caplog, fau
         f.unlink()
     with caplog.at_level(logging.WARNING, logger="components.preprocess.stage"):
         meta = run(raw, tmp_path / "ds2")
-    assert meta["inputs"]["days_without_files"] == ["2026-03-01"]
+    assert meta.inputs["days_without_files"] == ["2026-03-01"]
     assert "no raw files for 2026-03-01" in [r.getMessage() for r in caplog.records]
     fault_report(
         CATEGORY,
@@ -685,7 +686,7 @@ def test_compressed_csv_nested_partitions_pq_and_symlinks_are_read(tmp_path, fau
             os.symlink(target, folder, target_is_directory=True)
             os.symlink(target, target / "loop", target_is_directory=True)  # a link loop inside
     meta = same_dataset(tmp_path, raw, baseline)
-    assert sorted(meta["inputs"]["files"]) == sorted(
+    assert sorted(meta.inputs["files"]) == sorted(
         [
             "dt=2026-03-01/events.csv.bz2",
             "dt=2026-03-01/events.csv.gz",
@@ -696,7 +697,7 @@ def test_compressed_csv_nested_partitions_pq_and_symlinks_are_read(tmp_path, fau
             "dt=2026-03-04/events.csv",
         ]
     )
-    ignored = {i["path"]: i["reason"] for i in meta["inputs"]["ignored"]}
+    ignored = {i["path"]: i["reason"] for i in meta.inputs["ignored"]}
     assert ignored["dt=2026-03-04/loop"] == "symbolic link loop"
     assert ignored["dt=2026-03-02/hour=00/_SUCCESS"].startswith("hidden or marker file")
     fault_report(
@@ -788,10 +789,8 @@ def test_newline_and_non_utf8_file_names_are_quoted(tmp_path, fault_report):
     (folder / "note\nERROR fake line.txt").write_bytes(b"x")
     meta = run(raw, tmp_path / "ds", max_duplicate_fraction=0.5)
     books_balance(meta)
-    assert "dt=2026-03-03/caf\\xe9.parquet" in meta["inputs"]["files"]
-    assert "dt=2026-03-03/note\nERROR fake line.txt" in [
-        i["path"] for i in meta["inputs"]["ignored"]
-    ]
+    assert "dt=2026-03-03/caf\\xe9.parquet" in meta.inputs["files"]
+    assert "dt=2026-03-03/note\nERROR fake line.txt" in [i["path"] for i in meta.inputs["ignored"]]
     json.dumps(meta, ensure_ascii=False).encode("utf-8")  # storable: no lone surrogate left
     # an unreadable file with such names: the error names it, on one printable line
     (folder / "bad\nINFO all good.parquet").write_bytes(b"PAR1 junk")

@@ -13,16 +13,21 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.common.dataset import SCHEMA_VERSION, SPLITS, array_specs, record_files
+from components.common.dataset import (
+    SCHEMA_VERSION,
+    SPLITS,
+    DatasetError,
+    array_specs,
+    record_files,
+)
+from components.common.dataset_meta import DatasetMeta
 from components.common.plan import TrainPlan
 from components.train.data import (
     BATCH_SPEC,
     BatchDataset,
-    DatasetError,
     ShardedBatchSampler,
     SplitArrays,
     eval_indices,
-    load_meta,
     make_eval_loader,
     make_loader,
 )
@@ -366,8 +371,8 @@ def test_eval_loader_yields_sorted_contiguous_chunks_of_its_indices(data_dir):
 
 
 def test_a_valid_dataset_loads(data_dir):
-    meta = load_meta(data_dir)
-    assert meta["schema_version"] == SCHEMA_VERSION
+    meta = DatasetMeta.read(data_dir)
+    assert meta.schema_version == SCHEMA_VERSION
     for split in SPLITS:
         assert len(SplitArrays(data_dir, split, meta)) == ROWS[split]
 
@@ -382,7 +387,7 @@ def edit_meta(data_dir: Path, change) -> None:
 def test_wrong_schema_version_names_file_and_both_versions(data_dir):
     edit_meta(data_dir, lambda m: m.update(schema_version=SCHEMA_VERSION + 1))
     with pytest.raises(DatasetError, match=rf"schema_version {SCHEMA_VERSION + 1}") as err:
-        load_meta(data_dir)
+        DatasetMeta.read(data_dir)
     message = str(err.value)
     assert str(data_dir / "meta.json") in message
     assert f"schema_version {SCHEMA_VERSION + 1}" in message
@@ -396,34 +401,34 @@ def test_dataset_of_the_previous_schema_asks_for_a_rebuild(data_dir):
     with pytest.raises(
         DatasetError, match=r"schema_version 1 is not supported .*run preprocess again"
     ):
-        load_meta(data_dir)
+        DatasetMeta.read(data_dir)
     with pytest.raises(DatasetError, match="schema_version"):
         BatchDataset(data_dir, "train")
 
 
 def test_missing_or_unparsable_meta(tmp_path):
     with pytest.raises(DatasetError, match="meta.json: not found"):
-        load_meta(tmp_path)
+        DatasetMeta.read(tmp_path)
     (tmp_path / "meta.json").write_text("{not json")
     with pytest.raises(DatasetError, match="meta.json: unreadable"):
-        load_meta(tmp_path)
+        DatasetMeta.read(tmp_path)
 
 
 def test_meta_array_spec_differing_from_the_contract(data_dir):
     edit_meta(data_dir, lambda m: m["arrays"]["hist_item"].update(dtype="int64"))
     with pytest.raises(DatasetError, match=r"meta.json: field arrays.hist_item"):
-        load_meta(data_dir)
+        DatasetMeta.read(data_dir)
 
 
 def test_missing_split_folder(data_dir):
     for path in (data_dir / "test").iterdir():
         path.unlink()
     (data_dir / "test").rmdir()
-    load_meta(data_dir, splits=("train",))  # only the requested splits must exist
+    DatasetMeta.read(data_dir, splits=("train",))  # only the requested splits must exist
     with pytest.raises(DatasetError, match="split folder missing") as err:
-        load_meta(data_dir)
+        DatasetMeta.read(data_dir)
     assert str(data_dir / "test") in str(err.value)
-    meta = load_meta(data_dir, splits=("train",))
+    meta = DatasetMeta.read(data_dir, splits=("train",))
     with pytest.raises(DatasetError, match=re.escape(str(data_dir / "test"))):
         SplitArrays(data_dir, "test", meta)
 
@@ -433,11 +438,11 @@ def test_missing_array_file(data_dir):
     with pytest.raises(
         DatasetError, match=re.escape(f"{data_dir / 'val' / 'hist_gap.npy'}: array")
     ):
-        load_meta(data_dir)
+        DatasetMeta.read(data_dir)
     with pytest.raises(DatasetError, match="array file missing") as err:
         BatchDataset(data_dir, "val")
     assert str(data_dir / "val" / "hist_gap.npy") in str(err.value)
-    meta = load_meta(data_dir, splits=("train",))
+    meta = DatasetMeta.read(data_dir, splits=("train",))
     with pytest.raises(DatasetError, match=re.escape(str(data_dir / "val" / "hist_gap.npy"))):
         SplitArrays(data_dir, "val", meta)
 
@@ -477,4 +482,4 @@ def test_every_load_checks_the_sizes_preprocess_wrote_and_needs_its_record(data_
     assert str(path) in str(err.value)
     edit_meta(data_dir, lambda m: m.update(files=[]))
     with pytest.raises(DatasetError, match="field files is not an object"):
-        load_meta(data_dir)
+        DatasetMeta.read(data_dir)

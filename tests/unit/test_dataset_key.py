@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from components.common.dataset import (
+    SCHEMA_VERSION,
     DatasetMismatch,
     check_fingerprint,
     read_pointer,
     record_files,
     verify_files,
-    write_pointer,
 )
+from components.common.dataset_meta import DatasetMeta, SplitInfo, write_pointer
 from components.common.runs import dataset_dir
 from components.preprocess import raw as rawio
 from components.preprocess.config import PreprocessConfig
@@ -110,7 +111,15 @@ def test_a_dataset_is_used_only_when_its_meta_json_is_the_expected_one(tmp_path)
     }
     (folder / "meta.json").write_text(json.dumps(meta))
     pointer = tmp_path / "dataset.json"
-    metadata = write_pointer(pointer, meta, str(folder))
+    typed = DatasetMeta(
+        schema_version=SCHEMA_VERSION,
+        seq_len=1,
+        neg_len=1,
+        arrays={},
+        splits={s: SplitInfo(rows=info["rows"]) for s, info in meta["splits"].items()},
+        fingerprint=good,
+    )
+    metadata = write_pointer(pointer, typed, str(folder))
     assert metadata == {
         "uri": str(folder),
         "fingerprint": good,

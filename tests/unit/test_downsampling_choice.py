@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.downsampling import WorldRuns, _versus, choose, readme_table
+from components.common.dataset_meta import SplitInfo
 
 
 def world(name: str, positives: int, negatives: int, measured: dict[float, tuple]) -> WorldRuns:
@@ -13,10 +14,7 @@ def world(name: str, positives: int, negatives: int, measured: dict[float, tuple
     w = WorldRuns.__new__(WorldRuns)
     w.world = type("W", (), {"name": name, "source": "test"})()
     w.positives, w.negatives, w.default = positives, negatives, None
-    w.train_split = {
-        "rows": positives + negatives,
-        "positive_rate": positives / (positives + negatives),
-    }
+    w.train_split = SplitInfo(rows=positives + negatives, positives=positives)
     full = {"negative_keep": 1.0, "auc": 0.75, "gauc": 0.65, "logloss": 0.24, "ece": 0.003}
     full.update(train_seconds=100.0, rows_trained=positives + negatives, epochs_run=3)
     w.runs = [_versus(dict(full), full)]

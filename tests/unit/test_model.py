@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import components.train.model as model_module
-from components.common.dataset import DENSE_FEATURES, array_specs
+from components.common.dataset import DENSE_FEATURES, SCHEMA_VERSION, array_specs
+from components.common.dataset_meta import DatasetMeta, SplitInfo
 from components.preprocess.config import GAP_EDGES_SECONDS, PreprocessConfig
 from components.train.model import (
     NAMED_CONFIGS,
@@ -433,26 +434,21 @@ def test_unknown_config_name_lists_the_valid_ones():
 
 
 def test_vocab_from_meta_reads_the_dataset_meta():
-    meta = {
-        "buckets": {
-            "item": 1 << 10,
-            "category": 64,
-            "user": 512,
-            "gap": 16,
-            "hash": "x",
-            "padding": 0,
-        },
-        "seq_len": 30,
-        "neg_len": 5,
-        "context_features": {"hour": 24, "dow": 7},
-        "dense_features": {"names": ["a", "b", "c"]},
-    }
+    meta = DatasetMeta(
+        schema_version=SCHEMA_VERSION,
+        seq_len=30,
+        neg_len=5,
+        arrays={},
+        splits={},
+        buckets={"item": 1 << 10, "category": 64, "user": 512, "gap": 16, "hash": "x"},
+        context_features={"hour": 24, "dow": 7},
+        dense_features={"names": ["a", "b", "c"]},
+    )
     assert Vocab.from_meta(meta) == Vocab(
         item=1024, category=64, user=512, gap=16, seq_len=30, neg_len=5, dense=3
     )
-    del meta["context_features"]
-    with pytest.raises(ValueError, match="context_features"):
-        Vocab.from_meta(meta)
+    with pytest.raises(ValueError, match="field context_features.hour is missing"):
+        Vocab.from_meta(dataclasses.replace(meta, context_features={}))
     with pytest.raises(ValueError, match="vocab.item"):
         Vocab(item=0, category=1, user=1, gap=1, seq_len=1)
 
@@ -512,10 +508,14 @@ def test_dense_statistics_standardize_and_travel_with_the_weights():
 
 def test_init_from_meta_sets_base_rate_and_dense_statistics():
     model = seeded_model()
-    meta = {
-        "splits": {"train": {"positive_rate": 0.2}},
-        "dense_features": {"mean": [1.0] * SMALL.dense, "std": [2.0] * SMALL.dense},
-    }
+    meta = DatasetMeta(
+        schema_version=SCHEMA_VERSION,
+        seq_len=SMALL.seq_len,
+        neg_len=1,
+        arrays={},
+        splits={"train": SplitInfo(rows=10, positive_rate=0.2)},
+        dense_features={"mean": [1.0] * SMALL.dense, "std": [2.0] * SMALL.dense},
+    )
     model.init_from_meta(meta)
     assert model.head[-1].bias.item() == pytest.approx(math.log(0.2 / 0.8))
     torch.testing.assert_close(model.dense_scale, torch.full((SMALL.dense,), 0.5))

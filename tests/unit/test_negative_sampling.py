@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from components.common.dataset_meta import SplitInfo
 from components.common.plan import TrainPlan
 from components.train.data import (
     BatchDataset,
@@ -141,10 +142,10 @@ def _batch(n: int, vocab) -> dict[str, torch.Tensor]:
 
 
 def test_the_model_adds_the_shift_and_starts_at_the_base_rate(tiny_dataset):
-    from components.train.data import load_meta
+    from components.common.dataset_meta import DatasetMeta
     from components.train.model import Vocab
 
-    meta = load_meta(tiny_dataset)
+    meta = DatasetMeta.read(tiny_dataset)
     vocab = Vocab.from_meta(meta)
     plan = TrainPlan(model="debug", negative_keep=0.25)
     assert trained_config(plan).logit_shift == pytest.approx(math.log(0.25))
@@ -156,7 +157,7 @@ def test_the_model_adds_the_shift_and_starts_at_the_base_rate(tiny_dataset):
     with torch.no_grad():
         assert torch.allclose(shifted(batch), plain(batch) + math.log(0.25), atol=1e-5)
     # initialized at the data's click rate: the shift is already in the output
-    rate = meta["splits"]["train"]["positive_rate"]
+    rate = meta.splits["train"].positive_rate
     for model in (plain, shifted):
         model.init_from_meta(meta)
         bias = model.head[-1].bias.item() + model.config.logit_shift
@@ -191,7 +192,7 @@ def test_the_plan_carries_the_share_and_its_time_counts_the_rows_kept(tiny_datas
 
     full, sampled = plan(1.0), plan(0.25)
     assert full["train"].negative_keep == 1.0 and sampled["train"].negative_keep == 0.25
-    split = {"rows": 10_000, "positive_rate": 0.08}
+    split = SplitInfo(rows=10_000, positive_rate=0.08)
     assert trained_rows(split, 0.25) == 800 + 2_300 and trained_rows(split, 1.0) == 10_000
     rows = sampled["estimate"]["dataset"]["train_rows"]
     assert (
@@ -210,12 +211,12 @@ def test_at_most_so_many_negatives_per_positive_are_kept(tiny_dataset):
     from components.estimate.planner import EstimateConfig, EstimateError, estimate
     from components.estimate.rows import negative_share
 
-    rare = {"rows": 10_000, "positive_rate": 0.08}  # 800 positives, 9,200 negatives
+    rare = SplitInfo(rows=10_000, positive_rate=0.08)  # 800 positives, 9,200 negatives
     assert negative_share(rare, 1.0, 3) == pytest.approx(2_400 / 9_200, rel=1e-3)
     assert negative_share(rare, 0.1, 3) == 0.1  # the lower of the two
     assert negative_share(rare, 0.5, 0) == 0.5  # 0: no limit
-    assert negative_share({"rows": 1_000, "positive_rate": 0.55}, 1.0, 3) == 1.0
-    assert negative_share({"rows": 1_000, "positive_rate": 0.2}, 1.0, 3) == pytest.approx(0.75)
+    assert negative_share(SplitInfo(rows=1_000, positive_rate=0.55), 1.0, 3) == 1.0
+    assert negative_share(SplitInfo(rows=1_000, positives=200), 1.0, 3) == pytest.approx(0.75)
 
     train = load_meta_train(tiny_dataset)
 
@@ -238,6 +239,6 @@ def test_at_most_so_many_negatives_per_positive_are_kept(tiny_dataset):
 
 
 def load_meta_train(data):
-    from components.train.data import load_meta
+    from components.common.dataset_meta import DatasetMeta
 
-    return load_meta(data)["splits"]["train"]
+    return DatasetMeta.read(data).split("train")

@@ -217,12 +217,12 @@ def test_evaluate_is_sized_from_the_test_split_by_the_estimate_task():
 def test_the_evaluate_pod_grows_with_the_test_day():
     from components.evaluate.resources import evaluate_resources
 
-    arrays = {"hist_item": {"dtype": "int32", "row_shape": [20]}, "label": {"dtype": "uint8"}}
-    small = evaluate_resources({"splits": {"test": {"rows": 2_500}}, "arrays": arrays})
-    big = evaluate_resources({"splits": {"test": {"rows": 10_000_000}}, "arrays": arrays})
+    row = 20 * 4 + 1  # hist_item int32 [20], label uint8
+    small = evaluate_resources(2_500, row)
+    big = evaluate_resources(10_000_000, row)
     assert small == ("2", "8Gi")
     assert int(big[0]) == 5 and int(big[1].removesuffix("Gi")) >= 5
-    huge = evaluate_resources({"splits": {"test": {"rows": 200_000_000}}, "arrays": arrays})
+    huge = evaluate_resources(200_000_000, row)
     assert huge[0] == "16" and int(huge[1].removesuffix("Gi")) > 20
 
 

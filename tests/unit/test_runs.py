@@ -8,6 +8,7 @@ import pytest
 
 from components.common.runs import build_summary, record_stage, summary_text
 from components.common.storage import atomic_write_json
+from tests.meta_docs import meta_document
 
 
 def test_summary_of_a_run_that_failed_in_training(tmp_path):
@@ -15,14 +16,8 @@ def test_summary_of_a_run_that_failed_in_training(tmp_path):
     atomic_write_json(
         raw / "_datagen.json", {"oracle_auc": {"2026-01-04": 0.70, "2026-01-05": 0.80}}
     )
-    atomic_write_json(
-        data / "meta.json",
-        {
-            "fingerprint": "f" * 64,
-            "window": {"end": "2026-01-05", "test_days": "2026-01-05 .. 2026-01-05"},
-            "splits": {"train": {"rows": 10}, "val": {"rows": 3}, "test": {"rows": 4}},
-        },
-    )
+    window = {"start": "2026-01-03", "end": "2026-01-05", "test_days": "2026-01-05 .. 2026-01-05"}
+    atomic_write_json(data / "meta.json", meta_document(fingerprint="f" * 64, window=window))
     record_stage(run, "preprocess", 1.5)
     record_stage(run, "estimate", 0.25)
     atomic_write_json(run / "plan.json", {"train": {"model": "debug", "nproc_per_node": 2}})
