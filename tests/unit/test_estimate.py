@@ -55,7 +55,7 @@ NEG_LEN = 10
 def fake_dataset(
     root, rows: int = 100_000, seq_len: int = 20, item: int = 1 << 18, user: int = 1 << 18
 ):
-    """A folder load_meta accepts (meta.json + empty array files): enough for the planner."""
+    """A folder DatasetMeta.read accepts (meta.json + empty array files): enough for the planner."""
     root.mkdir(parents=True, exist_ok=True)
     specs = array_specs(seq_len, NEG_LEN)
     meta = {

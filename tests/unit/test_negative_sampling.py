@@ -197,7 +197,7 @@ def test_the_plan_carries_the_share_and_its_time_counts_the_rows_kept(tiny_datas
     rows = sampled["estimate"]["dataset"]["train_rows"]
     assert (
         rows
-        == trained_rows(load_meta_train(tiny_dataset), 0.25)
+        == trained_rows(train_split(tiny_dataset), 0.25)
         < full["estimate"]["dataset"]["train_rows"]
     )
     steps = [d["estimate"]["times"]["steps_per_epoch"] for d in (full, sampled)]
@@ -218,7 +218,7 @@ def test_at_most_so_many_negatives_per_positive_are_kept(tiny_dataset):
     assert negative_share(SplitInfo(rows=1_000, positive_rate=0.55), 1.0, 3) == 1.0
     assert negative_share(SplitInfo(rows=1_000, positives=200), 1.0, 3) == pytest.approx(0.75)
 
-    train = load_meta_train(tiny_dataset)
+    train = train_split(tiny_dataset)
 
     def plan(**limit):
         config = EstimateConfig(
@@ -238,7 +238,7 @@ def test_at_most_so_many_negatives_per_positive_are_kept(tiny_dataset):
             EstimateConfig(data=str(tiny_dataset), negatives_per_positive=bad)
 
 
-def load_meta_train(data):
+def train_split(data):
     from components.common.dataset_meta import DatasetMeta
 
     return DatasetMeta.read(data).split("train")
