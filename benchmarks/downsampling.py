@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -50,6 +51,7 @@ def _run(data: Path, work: Path, labels, users, epochs: int, keep: float, ratio:
     """One training at share ``keep`` and at most ``ratio`` negatives per positive (0: no limit),
     scored on the whole test split."""
     prob, info = train_dailyrec(data, work, epochs, keep, False, negatives_per_positive=ratio)
+    shutil.rmtree(work)  # scored: a dozen trainings' checkpoints would hold gigabytes of scratch
     test = summarize(prob, labels, users)
     return {
         "negative_keep": info["negative_keep"],

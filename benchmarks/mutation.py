@@ -778,6 +778,29 @@ behaviour; ``"function: line"`` where the same line occurs in two functions. Key
 by mutant number, so the list survives renumbering."""
 
 
+ALSO_COPY = ("pipelines", "configs", "benchmarks", "manifests", "images", "README.md")
+"""What the tests read besides ``components`` and ``tests``; mutmut copies it into ``mutants/``."""
+NOT_COPIED = frozenset({"scratch", "__pycache__"})
+"""Generated data and caches: ``benchmarks/scratch`` alone holds gigabytes of benchmark worlds,
+and a copy per module filled the disk."""
+
+
+def also_copy() -> list[str]:
+    """``ALSO_COPY`` with each folder spelled out as its entries minus ``NOT_COPIED``."""
+    paths = []
+    for name in ALSO_COPY:
+        path = ROOT / name
+        if path.is_dir():
+            paths += [
+                f"{name}/{entry.name}"
+                for entry in sorted(path.iterdir())
+                if entry.name not in NOT_COPIED
+            ]
+        else:
+            paths.append(name)
+    return paths
+
+
 def mutmut_settings(module: Module) -> str:
     """The ``[tool.mutmut]`` table of one module's scratch pyproject.toml."""
 
@@ -793,7 +816,7 @@ def mutmut_settings(module: Module) -> str:
             f"pytest_add_cli_args_test_selection = {toml_list(module.tests)}",
             # quiet, no cache folder, no warnings-as-errors surprises from a mutant's import
             'pytest_add_cli_args = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly"]',
-            'also_copy = ["pipelines", "configs", "benchmarks", "manifests", "images", "README.md"]',
+            f"also_copy = {toml_list(also_copy())}",
             # torch and Dask are not fork-safe once initialised: fork workers from a clean server
             'process_isolation = "forkserver"',
             "use_git_change_detection = false",
@@ -825,6 +848,9 @@ def prepare(module: Module) -> Path:
     # exists before Python starts: a PYTHONPATH entry missing at start-up is cached as "no such
     # folder" and the tests would import the unmutated sources
     (folder / "mutants").mkdir()
+    for name in ALSO_COPY:  # mutmut copies a folder's files into a folder that must exist
+        if (ROOT / name).is_dir():
+            (folder / "mutants" / name).mkdir()
     return folder
 
 

@@ -118,6 +118,7 @@ for image in runtime trainer; do
     fi
     [[ $base == *@sha256:* || $base == localhost/* ]] || echo "note: $image base $base is pinned by tag only (set $override_var=NAME@sha256:... to pin its digest)" >&2
     echo "building $ref from $base with $engine" >&2
+    replaced=$("$engine" image inspect --format '{{.Id}}' "$ref" 2>/dev/null || true)
     started=$SECONDS
     # The +"..." form keeps an empty array legal under set -u in bash 3.2 (macOS).
     "$engine" build ${platform_args[@]+"${platform_args[@]}"} ${extra_args[@]+"${extra_args[@]}"} \
@@ -130,6 +131,11 @@ for image in runtime trainer; do
         --tag "$ref" \
         "$root" >&2  # the build's own output is for people; stdout carries the references
     echo "built $ref in $((SECONDS - started))s" >&2
+    # the image the tag named before: untagged now, a few GB a rebuild until the disk is full;
+    # one still tagged elsewhere or used by a container stays (rm refuses it)
+    if [[ -n $replaced && $replaced != $("$engine" image inspect --format '{{.Id}}' "$ref") ]]; then
+        "$engine" image rm "$replaced" >/dev/null 2>&1 && echo "removed the replaced ${replaced:0:12}" >&2 || true
+    fi
     refs+=("$ref")
 done
 

@@ -26,6 +26,13 @@ USER_ENTITIES = ("user", "user_category", "user_item")
 COUNT_ENTITIES = (*GLOBAL_ENTITIES, *USER_ENTITIES)
 COUNT_STATS = ("log_impressions", "log_clicks", "click_logit")
 RECENCY_EVENTS = ("exposure", "click")
+COUNT_STATE_FILE = "count_state.npz"
+"""The item and category counts at the end of the window, in the dataset folder: with ``USER_EVENTS_DIR``, what
+a scorer's snapshot is built from (and the snapshot file's name among a model's artifacts)."""
+USER_EVENTS_DIR = "user_events"
+"""Folder of Parquet parts in the dataset: every kept row's keys, look-back days included."""
+USER_EVENT_COLUMNS = ("user_key", "item_key", "cat_key", "ts", "label")
+"""The columns of ``USER_EVENTS_DIR``'s parts, and of the events a scorer's snapshot keeps."""
 DENSE_FEATURES: tuple[str, ...] = (
     *(f"{entity}_{stat}" for entity in COUNT_ENTITIES for stat in COUNT_STATS),
     *(

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from components.common.dataset_meta import DatasetMeta
+    pass
 
 import components
 from components.common.progress import get_logger
@@ -306,7 +306,7 @@ def ensure_experiment(client: Any, name: str, tracking_uri: str) -> str:
         return found.experiment_id
 
 
-def dataset_input(data: str, meta: DatasetMeta) -> Any:
+def dataset_input(data: str, fingerprint: str | None) -> Any:
     """A preprocessed dataset as an MLflow dataset (``mlflow.log_input``): named by its folder,
     with its fingerprint as the digest, so the runs that read the same window show the same
     dataset."""
@@ -319,7 +319,7 @@ def dataset_input(data: str, meta: DatasetMeta) -> Any:
     return MetaDataset(
         resolve_dataset_source(str(Path(data).resolve()), candidate_sources=local[:1] or None),
         name=Path(data).name,
-        digest=(meta.fingerprint or "")[:16] or None,
+        digest=(fingerprint or "")[:16] or None,
     )
 
 

@@ -27,15 +27,17 @@ from pathlib import Path
 
 import numpy as np
 
+from components.common.dataset import USER_EVENT_COLUMNS, USER_EVENTS_DIR
 from components.common.hashing import bucketize
 from components.common.schema import SECONDS_PER_DAY
 from components.score.features import (
-    EVENT_KEYS,
     Layout,
     Snapshot,
     UserState,
     key_inputs,
     ranges,
+    read_user_events,
+    user_event_parts,
 )
 
 EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
@@ -51,7 +53,7 @@ class ServedError(ValueError):
 class ServedSplit:
     """The test split's keys, lined up with the split's rows, and the window before it.
 
-    ``keys``: ``EVENT_KEYS`` columns of the test rows, row ``i`` being the split's row ``order[i]``
+    ``keys``: ``USER_EVENT_COLUMNS`` columns of the test rows, row ``i`` being the split's row ``order[i]``
     in the order :func:`components.train.inference.split_rows` reads it; ``before``: the keys of
     every other row of the window (the days before the test day, look-back days included);
     ``day``: each test row's serving day, 0 for the split's first (:func:`serving_days`)."""
@@ -71,16 +73,10 @@ class ServedSplit:
     ) -> ServedSplit:
         """``rows``: the test split's ``MATCH`` columns in split order; ``days``: the split's UTC
         days (ISO dates, in order; none: served as one day)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from components.preprocess.stage import USER_EVENTS
-
-        parts = sorted((Path(data) / USER_EVENTS).glob("part-*.parquet"))
+        parts = user_event_parts(data)
         if not parts:
-            raise ServedError(f"{data}: no {USER_EVENTS}/ to score the test split as served")
-        table = pa.concat_tables([pq.read_table(p, columns=list(EVENT_KEYS)) for p in parts])
-        events = {k: table.column(k).to_numpy().astype(np.int64) for k in EVENT_KEYS}
+            raise ServedError(f"{data}: no {USER_EVENTS_DIR}/ to score the test split as served")
+        events = read_user_events(parts)
         event_match = {
             "user_key": events["user_key"],
             "ts": events["ts"],
@@ -94,7 +90,7 @@ class ServedSplit:
         if len(split_rows) != len(rows["label"]):
             raise ServedError(
                 f"{data}: {len(rows['label']) - len(split_rows)} of {len(rows['label'])} test rows "
-                f"have no row in {USER_EVENTS}/ (the dataset is not the one preprocess wrote)"
+                f"have no row in {USER_EVENTS_DIR}/ (the dataset is not the one preprocess wrote)"
             )
         test = np.zeros(len(events["ts"]), bool)
         test[event_rows] = True
@@ -152,7 +148,7 @@ class ServedSplit:
             events = owner = given = None
             if day_events:
                 picked, owner = ranges(user_start[rows], time_start[rows])
-                events = {c: k[c][picked] for c in EVENT_KEYS}
+                events = {c: k[c][picked] for c in USER_EVENT_COLUMNS}
                 given = np.ones(len(rows), bool)
             arrays = key_inputs(
                 user[part],

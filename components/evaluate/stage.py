@@ -381,7 +381,9 @@ def log_evaluation(out: Path, metrics: dict, decision: dict) -> None:
     if dataset.get("path"):
         from components.common.tracking import dataset_input
 
-        mlflow.log_input(dataset_input(dataset["path"], dataset), context="evaluation")
+        mlflow.log_input(
+            dataset_input(dataset["path"], dataset.get("fingerprint")), context="evaluation"
+        )
 
 
 def training_plan_vs_actual(checkpoint: str) -> dict | None:

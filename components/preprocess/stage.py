@@ -43,10 +43,13 @@ from tqdm import tqdm
 import components
 from components.common import schema
 from components.common.dataset import (
+    COUNT_STATE_FILE,
     DENSE_FEATURES,
     FILES_KEY,
     SCHEMA_VERSION,
     SPLITS,
+    USER_EVENT_COLUMNS,
+    USER_EVENTS_DIR,
     DatasetMismatch,
     array_specs,
     record_files,
@@ -90,10 +93,6 @@ HISTORY_ONLY = "history_only"
 SHARD_COUNTS = ("shard", HISTORY_ONLY, *SPLITS, *(f"{s}_positives" for s in SPLITS))
 # Exact duplicates: rows equal in all of these (the day folder may differ).
 DUPLICATE_KEY = ("user_key", "ts", "item_key", "cat_key", "label")
-COUNT_STATE_FILE = "count_state.npz"
-# Every kept row's keys, look-back days included: the per-user part of a scorer's snapshot.
-USER_EVENTS = "user_events"
-USER_EVENT_COLUMNS = ("user_key", "item_key", "cat_key", "ts", "label")
 
 log = get_logger(__name__)
 
@@ -445,7 +444,7 @@ def _sequence(rows: int, window: Window, config: PreprocessConfig, tmp: Path) ->
     )
     (tmp / "_shards").mkdir()
     (tmp / "events").mkdir()
-    (tmp / USER_EVENTS).mkdir()
+    (tmp / USER_EVENTS_DIR).mkdir()
     log.info("sequence: %d staged rows -> %d partitions by user", rows, partitions)
     with bounded_disk_shuffle(config.shuffle_buffer_mb << 20, tmp / "_spill"):
         (result,) = _compute([shards])
@@ -490,7 +489,7 @@ def _build_shard(
         for name, values in arrays.items():
             np.save(folder / f"{name}.npy", values[mask])
     pd.DataFrame({k: cols[k] for k in USER_EVENT_COLUMNS}).to_parquet(
-        Path(events_root).parent / USER_EVENTS / f"part-{number:06d}.parquet", index=False
+        Path(events_root).parent / USER_EVENTS_DIR / f"part-{number:06d}.parquet", index=False
     )
     in_window = split_code >= 0
     if in_window.any():
@@ -693,7 +692,7 @@ def _build_meta(
             "prior_weight": PRIOR_WEIGHT,
             "never_seconds": NEVER_SECONDS,
             "state": COUNT_STATE_FILE,
-            "user_events": USER_EVENTS,
+            "user_events": USER_EVENTS_DIR,
         },
         "arrays": {
             name: {"dtype": d, "row_shape": list(t)}

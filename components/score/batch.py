@@ -81,12 +81,13 @@ def score_day(config: ScoreConfig) -> dict:
     """Score every valid row of the day; write ``out``; return the accounting."""
     import dask
 
+    from components.common.dataset import COUNT_STATE_FILE
     from components.common.integrity import WEIGHTS, open_model, verified_download
     from components.common.tracking import default_tracking_uri
     from components.preprocess import raw as rawio
     from components.preprocess.errors import InputError
     from components.preprocess.stage import _compute
-    from components.score.features import COUNT_STATE, USER_STATE, Layout, Snapshot
+    from components.score.features import USER_STATE, Layout, Snapshot
     from components.train.inference import load_scorer
 
     started = time.perf_counter()
@@ -127,7 +128,7 @@ def score_day(config: ScoreConfig) -> dict:
                 f"--no-user-state): batch scoring by ids needs them"
             )
         snapshot = Snapshot.load(
-            local / "artifacts" / COUNT_STATE, local / "artifacts" / USER_STATE
+            local / "artifacts" / COUNT_STATE_FILE, local / "artifacts" / USER_STATE
         )
         log.info(
             "score: %d files, %d pieces of %s with models:/%s/%s",

@@ -46,6 +46,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from components.common.dataset import COUNT_STATE_FILE, USER_EVENT_COLUMNS, USER_EVENTS_DIR
 from components.common.hashing import (
     KEY_ENV,
     IdKeyError,
@@ -77,8 +78,7 @@ MAX_EVENTS = 200_000
 """Events one request may send over all its rows."""
 LATEST_SECONDS = 7_258_118_400
 """2200-01-01: timestamps must lie in 1970 .. 2200 (keeps the history key arithmetic in range)."""
-COUNT_STATE, USER_STATE = "count_state.npz", "user_state.npz"
-EVENT_KEYS = ("user_key", "item_key", "cat_key", "ts", "label")
+USER_STATE = "user_state.npz"
 ENTITIES = ("user", "user_category", "user_item")
 """The per-user count entities (components.common.dataset.USER_ENTITIES), in dense order."""
 TOTALS = ("imps", "clicks", "exposure", "click")
@@ -139,7 +139,7 @@ class UserState:
     @classmethod
     def load(cls, path: str | Path) -> UserState:
         with np.load(path, allow_pickle=False) as saved:
-            events = {k: saved[f"events_{k}"].astype(np.int64) for k in EVENT_KEYS}
+            events = {k: saved[f"events_{k}"].astype(np.int64) for k in USER_EVENT_COLUMNS}
             totals = {
                 e: {k: saved[f"{e}_{k}"].astype(np.int64) for k in ("key", *TOTALS)}
                 for e in ENTITIES
@@ -288,26 +288,34 @@ class Snapshot:
         return cls(state, None if user_state is None else UserState.load(user_state))
 
 
+def user_event_parts(dataset: str | Path) -> list[Path]:
+    """The Parquet parts of a dataset's ``USER_EVENTS_DIR``, in order (none: an older dataset)."""
+    return sorted((Path(dataset) / USER_EVENTS_DIR).glob("part-*.parquet"))
+
+
+def read_user_events(parts: list[Path]) -> dict[str, np.ndarray]:
+    """``USER_EVENT_COLUMNS`` of every part, as int64 arrays."""
+    table = pa.concat_tables([pq.read_table(p, columns=list(USER_EVENT_COLUMNS)) for p in parts])
+    return {k: table.column(k).to_numpy().astype(np.int64) for k in USER_EVENT_COLUMNS}
+
+
 def write_snapshot(dataset: str | Path, out: str | Path) -> dict[str, Path]:
     """The snapshot files of a dataset (its ``count_state.npz``, and the :class:`UserState` of its
     ``user_events/``) written into ``out``; returns ``{name: path}``."""
     from components.common.dataset_meta import DatasetMeta
-    from components.preprocess.stage import COUNT_STATE_FILE
-    from components.preprocess.stage import USER_EVENTS as EVENTS_DIR
     from components.train.model import Vocab
 
     dataset, out = Path(dataset), Path(out)
-    parts = sorted((dataset / EVENTS_DIR).glob("part-*.parquet"))
+    parts = user_event_parts(dataset)
     if not (dataset / COUNT_STATE_FILE).is_file() or not parts:
         raise FileNotFoundError(
-            f"{dataset}: no {COUNT_STATE_FILE} and {EVENTS_DIR}/ (written by preprocess "
+            f"{dataset}: no {COUNT_STATE_FILE} and {USER_EVENTS_DIR}/ (written by preprocess "
             f"since the scorer's snapshot exists; preprocess the window again)"
         )
     out.mkdir(parents=True, exist_ok=True)
-    state = out / COUNT_STATE
+    state = out / COUNT_STATE_FILE
     state.write_bytes((dataset / COUNT_STATE_FILE).read_bytes())
-    table = pa.concat_tables([pq.read_table(p, columns=list(EVENT_KEYS)) for p in parts])
-    events = {k: table.column(k).to_numpy().astype(np.int64) for k in EVENT_KEYS}
+    events = read_user_events(parts)
     layout = Layout.of(Vocab.from_meta(DatasetMeta.read(dataset, splits=())), check_key=False)
     users = UserState.of_events(events, layout).save(out / USER_STATE)
     return {"count_state": state, "user_state": users}
@@ -384,7 +392,10 @@ def key_inputs(
     features a dataset row of that day has. A row inside the window is built from its events alone."""
     n = len(user)
     if events is None:
-        events, owner = {k: np.empty(0, np.int64) for k in EVENT_KEYS}, np.empty(0, np.int64)
+        events, owner = (
+            {k: np.empty(0, np.int64) for k in USER_EVENT_COLUMNS},
+            np.empty(0, np.int64),
+        )
     given = np.zeros(n, bool) if given is None else given
     users = snapshot.users
     continued = np.zeros(n, bool)
@@ -405,7 +416,9 @@ def key_inputs(
         alone = np.flatnonzero(continued)  # each continued row's group holds its user's state
         rows_c, owners_c = users.user_events(user[alone])
         picked = np.concatenate([rows, rows_c])
-        events = {k: np.concatenate([events[k], users.events[k][picked]]) for k in EVENT_KEYS}
+        events = {
+            k: np.concatenate([events[k], users.events[k][picked]]) for k in USER_EVENT_COLUMNS
+        }
         owner = np.concatenate([owner, n + owners, alone[owners_c]])
     arrays, prior = _assemble(user, item, cat, ts, group, events, owner, snapshot.state, layout)
     if users is not None and from_snapshot.any():  # the counts over the whole window (+ since)
@@ -515,7 +528,7 @@ def _request_events(
     """The events sent with the request, flattened: key columns and the request row of each."""
     present = [c for c in (*EVENT_COLUMNS, *EVENT_OPTIONAL) if c in frame.columns]
     if not present:
-        return {k: np.empty(0, np.int64) for k in EVENT_KEYS}, np.empty(0, np.int64)
+        return {k: np.empty(0, np.int64) for k in USER_EVENT_COLUMNS}, np.empty(0, np.int64)
     lacking = [c for c in EVENT_COLUMNS if c not in frame.columns]
     if lacking:
         raise RequestError(f"events need {', '.join(EVENT_COLUMNS)}; missing {', '.join(lacking)}")

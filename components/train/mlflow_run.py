@@ -64,7 +64,9 @@ class MlflowLogger:
         mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
         self._call(
             "log_input",
-            lambda: mlflow.log_input(dataset_input(config.data, meta), context="training"),
+            lambda: mlflow.log_input(
+                dataset_input(config.data, meta.fingerprint), context="training"
+            ),
         )
 
     def train_loss(self, loss: float, step: int) -> None:

@@ -682,6 +682,25 @@ def test_without_a_registry_the_base_comes_from_debian_and_the_trainer_is_its_cp
     assert proc.returncode == 3 and "debootstrap is needed" in proc.stderr, proc.stderr
 
 
+def test_a_rebuild_removes_the_image_its_tag_named_before(tmp_path: Path) -> None:
+    """Each rebuild would otherwise leave the previous image untagged: gigabytes per build."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log, built = tmp_path / "engine.log", tmp_path / "built"
+    # the tag names image "old" until a build, "new" after; the trainer is then unchanged
+    (bin_dir / "podman").write_text(
+        f'#!/bin/bash\necho "$*" >> "{log}"\n'
+        f'case "$1 $2" in\n  "image inspect") [ -f "{built}" ] && echo new || echo old;;\n'
+        f'  build*) : > "{built}";;\nesac\n'
+    )
+    (bin_dir / "podman").chmod(0o755)
+    proc = build_with(bin_dir, tmp_path, "reg.example/ml", "t")
+    assert proc.returncode == 0, proc.stderr
+    removed = [c for c in log.read_text().splitlines() if c.startswith("image rm")]
+    assert removed == ["image rm old"], removed
+    assert "removed the replaced old" in proc.stderr
+
+
 def test_build_script_rejects_bad_usage(tmp_path: Path) -> None:
     assert build(tmp_path, "registry.example.com/ml").returncode == 2
     assert build(tmp_path, "registry.example.com/ml", "0.1.0", "--pull").returncode == 2

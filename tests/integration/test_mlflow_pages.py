@@ -66,7 +66,7 @@ def test_a_dataset_input_is_made_without_a_warning(tiny_dataset):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        given = dataset_input(str(tiny_dataset), {"fingerprint": "ab" * 20})
+        given = dataset_input(str(tiny_dataset), "ab" * 20)
     assert given.source.to_dict() == {"uri": str(tiny_dataset.resolve())}
     assert given.digest == "ab" * 8
 

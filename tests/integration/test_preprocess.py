@@ -174,20 +174,20 @@ def test_rerun_is_a_noop_and_forced_rerun_is_byte_identical(raw_days, tmp_path):
     first = run(raw, out)
     before = {p.name: p.read_bytes() for p in (out / "train").glob("*.npy")}
     meta_mtime = (out / "meta.json").stat().st_mtime_ns
-    assert run(raw, out)["fingerprint"] == first["fingerprint"]
+    assert run(raw, out).fingerprint == first.fingerprint
     assert (out / "meta.json").stat().st_mtime_ns == meta_mtime  # nothing rewritten
     forced = run(raw, out, force=True)
-    assert forced["fingerprint"] == first["fingerprint"]
+    assert forced.fingerprint == first.fingerprint
     assert {p.name: p.read_bytes() for p in (out / "train").glob("*.npy")} == before
 
 
 def test_changed_input_or_config_changes_the_fingerprint(raw_days, tmp_path):
     raw, frames = raw_days(days=6, rows=300)
     first = run(raw, tmp_path / "a")
-    assert run(raw, tmp_path / "b", seq_len=5)["fingerprint"] != first["fingerprint"]
+    assert run(raw, tmp_path / "b", seq_len=5).fingerprint != first.fingerprint
     last = max(frames)
     write_day(raw, last, frames[last].iloc[:-1])
-    assert run(raw, tmp_path / "c")["fingerprint"] != first["fingerprint"]
+    assert run(raw, tmp_path / "c").fingerprint != first.fingerprint
 
 
 def test_csv_with_string_ids_and_iso_times_equals_parquet_with_integers(raw_days, tmp_path):
@@ -291,7 +291,7 @@ def test_local_cluster_scheduler_runs(raw_days, tmp_path):
     raw, _ = raw_days(days=6, rows=300)
     a = run(raw, tmp_path / "threads")
     b = run(raw, tmp_path / "cluster", scheduler="local-cluster", workers=2)
-    assert a["fingerprint"] == b["fingerprint"]
+    assert a.fingerprint == b.fingerprint
     assert (tmp_path / "threads/test/hist_item.npy").read_bytes() == (
         tmp_path / "cluster/test/hist_item.npy"
     ).read_bytes()
@@ -383,7 +383,7 @@ def test_failed_run_leaves_previous_output_untouched(raw_days, tmp_path, monkeyp
     with pytest.raises(RuntimeError, match="killed"):
         run(raw, out, force=True)
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == snapshot
-    assert json.loads((out / "meta.json").read_text())["fingerprint"] == good["fingerprint"]
+    assert json.loads((out / "meta.json").read_text())["fingerprint"] == good.fingerprint
     assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
 
 
@@ -443,9 +443,9 @@ def test_ids_hash_under_the_deployments_secret_recorded_by_fingerprint(
     monkeypatch.setenv(hashing.KEY_ENV, "this-deployment-s-own-secret")
     secret = run(raw, tmp_path / "secret")
     assert "public default key" not in caplog.text
-    assert secret["buckets"]["key_fingerprint"] == hashing.key_fingerprint()
-    assert public["buckets"]["key_fingerprint"] == hashing.key_fingerprint(hashing.HASH_KEY)
-    assert secret["fingerprint"] != public["fingerprint"]  # another key: another dataset
+    assert secret.buckets["key_fingerprint"] == hashing.key_fingerprint()
+    assert public.buckets["key_fingerprint"] == hashing.key_fingerprint(hashing.HASH_KEY)
+    assert secret.fingerprint != public.fingerprint  # another key: another dataset
     text = (tmp_path / "secret" / "meta.json").read_text()
     assert "this-deployment-s-own-secret" not in text and hashing.id_hash_key() not in text
     keys = {s: np.load(tmp_path / s / "train" / "user_key.npy") for s in ("public", "secret")}

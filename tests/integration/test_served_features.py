@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from components.common import schema
-from components.common.dataset import DENSE_FEATURES
+from components.common.dataset import DENSE_FEATURES, USER_EVENTS_DIR
 from components.common.dataset_meta import DatasetMeta
 from components.common.metrics import roc_auc
 from components.common.plan import TrainPlan, write_plan
@@ -26,7 +26,7 @@ from components.evaluate.decision import GateRule
 from components.evaluate.served import MATCH, ServedSplit
 from components.evaluate.stage import EvaluateConfig, EvaluateError, evaluate
 from components.preprocess.config import PreprocessConfig
-from components.preprocess.stage import USER_EVENTS, preprocess
+from components.preprocess.stage import preprocess
 from components.score.features import Layout, Snapshot, request_inputs, write_snapshot
 from components.train.inference import load_scorer, predict_logits, split_rows
 from components.train.model import BATCH_KEYS, Vocab
@@ -224,8 +224,10 @@ def test_a_dataset_without_its_users_events_is_refused_by_name(world, tmp_path):
 
     copy = tmp_path / "copy"
     shutil.copytree(world["after"], copy)
-    shutil.rmtree(copy / USER_EVENTS)
-    with pytest.raises(EvaluateError, match=rf"{copy}: no {USER_EVENTS}/ .*preprocess the window"):
+    shutil.rmtree(copy / USER_EVENTS_DIR)
+    with pytest.raises(
+        EvaluateError, match=rf"{copy}: no {USER_EVENTS_DIR}/ .*preprocess the window"
+    ):
         evaluate(
             EvaluateConfig(
                 data=str(copy),

@@ -531,7 +531,7 @@ def outcome_of(raw: Raw, expect: Expect, out: Path, max_quarantine: float) -> st
         meta = preprocess(config)
     except InputError as exc:
         return check_error(str(exc), raw, expect)
-    assert not expect.must_fail, f"expected an InputError, got a dataset: {meta['rows']}"
+    assert not expect.must_fail, f"expected an InputError, got a dataset: {meta.rows}"
     return check_accounting(meta, raw, expect, out)
 
 

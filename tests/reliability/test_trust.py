@@ -50,11 +50,11 @@ def test_a_cached_dataset_changed_since_is_built_again_never_reused(
     raw, _ = raw_days(days=6, rows=300)
     out = tmp_path / "ds"
     first = run(raw, out)
-    assert set(first["files"]) >= {"train/label.npy", "count_state.npz", "test/dense.npy"}
+    assert set(first.files) >= {"train/label.npy", "count_state.npz", "test/dense.npy"}
     labels = out / "train" / "label.npy"
     written = labels.read_bytes()
     np.save(labels, 1 - np.load(labels))  # every label flipped, the size unchanged
-    assert run(raw, out)["fingerprint"] == first["fingerprint"]
+    assert run(raw, out).fingerprint == first.fingerprint
     assert "not reusing the cached dataset" in caplog.text
     assert "train/label.npy: its content is not what preprocess wrote" in caplog.text
     assert labels.read_bytes() == written  # built again from the raw logs

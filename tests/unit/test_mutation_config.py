@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import tomllib
 
 from benchmarks import mutation
@@ -65,3 +66,16 @@ def test_table_reports_the_rate_over_non_equivalent_mutants():
         "0 of 1 modules at >= 90% of non-equivalent mutants killed (`make mutation`; "
         "survivors and equivalents with reasons in benchmarks/results/mutation.json)."
     )
+
+
+def test_mutants_get_every_tracked_file_and_no_generated_data():
+    """mutmut copies ``also_copy`` once per module: benchmark worlds and caches stay out."""
+    settings = tomllib.loads(mutation.mutmut_settings(mutation.MODULES[0]))["tool"]["mutmut"]
+    copied = settings["also_copy"]
+    assert copied == mutation.also_copy()
+    assert all(not set(p.split("/")) & mutation.NOT_COPIED for p in copied), copied
+    assert all((ROOT / p).exists() for p in copied)
+    tracked = subprocess.run(
+        ["git", "ls-files", *mutation.ALSO_COPY], cwd=ROOT, capture_output=True, text=True
+    ).stdout.split()
+    assert tracked and all(any(t == p or t.startswith(p + "/") for p in copied) for t in tracked)
