@@ -791,7 +791,8 @@ def test_newline_and_non_utf8_file_names_are_quoted(tmp_path, fault_report):
     books_balance(meta)
     assert "dt=2026-03-03/caf\\xe9.parquet" in meta.inputs["files"]
     assert "dt=2026-03-03/note\nERROR fake line.txt" in [i["path"] for i in meta.inputs["ignored"]]
-    json.dumps(meta.to_document(), ensure_ascii=False).encode("utf-8")  # storable: no lone surrogate left
+    # storable: no lone surrogate left
+    json.dumps(meta.to_document(), ensure_ascii=False).encode("utf-8")
     # an unreadable file with such names: the error names it, on one printable line
     (folder / "bad\nINFO all good.parquet").write_bytes(b"PAR1 junk")
     proc = subprocess.run(
