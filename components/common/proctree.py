@@ -20,6 +20,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 
 import psutil
@@ -69,6 +71,32 @@ def stop_descendants(grace_s: float = GRACE_S) -> list[int]:
     return stop_until_none(lambda: me.children(recursive=True), grace_s)
 
 
+class _Deferred:
+    """The main thread's sections a stop must not cut in half, and the stop that waits for them."""
+
+    depth = 0
+    signum: int | None = None
+
+
+@contextlib.contextmanager
+def stop_deferred() -> Iterator[None]:
+    """Within the block a stop (:func:`stop_tree_on_signals`) waits until the block ends: for a
+    call that must not be cut in half, such as a write to the tracking store, which an exception
+    raised in the middle of it leaves locked for the run's own last write (its KILLED status).
+    Only the main thread's blocks count: signals are handled there."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _Deferred.depth += 1
+    try:
+        yield
+    finally:
+        _Deferred.depth -= 1
+        if _Deferred.depth == 0 and _Deferred.signum is not None:
+            signum, _Deferred.signum = _Deferred.signum, None
+            raise Stopped(signum)
+
+
 @contextlib.contextmanager
 def stop_tree_on_signals(
     signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP),
@@ -76,8 +104,16 @@ def stop_tree_on_signals(
 ) -> Iterator[None]:
     """Within the block, a signal in ``signals`` stops every descendant, then raises :class:`Stopped`.
     A child forked within the block (a data loader's worker) inherits the handler: there the
-    signal acts as if none were installed."""
+    signal acts as if none were installed.
+
+    Python runs a signal handler wherever the main thread happens to be, and where it is running a
+    weakref callback, a ``__del__`` or the garbage collector it prints the exception and carries
+    on: the stop would be lost, and the main thread, its children gone, could wait forever (on a
+    data loader's queue that a killed worker left half written). So a :class:`Stopped` that Python
+    swallows is delivered again, by a real signal that also interrupts a blocking read, until it
+    reaches the main code."""
     owner = os.getpid()
+    main_thread = threading.main_thread().ident
 
     def handler(signum, frame):
         if os.getpid() != owner:
@@ -87,12 +123,47 @@ def stop_tree_on_signals(
         for sig in signals:  # a second signal while stopping must not interrupt the cleanup
             signal.signal(sig, signal.SIG_IGN)
         stop_descendants(grace_s)
+        if _Deferred.depth:
+            _Deferred.signum = signum  # raised when the section ends
+            return
         raise Stopped(signum)
 
+    swallowed: list[int] = []  # a stop Python swallowed, until the main code has it
+    in_hook = threading.Event()
+
+    def raise_again(signum, frame):
+        if in_hook.is_set():  # it would be swallowed again: the sender tries again shortly
+            return
+        signal.signal(signum, signal.SIG_IGN)
+        swallowed.clear()
+        if _Deferred.depth:
+            _Deferred.signum = signum
+            return
+        raise Stopped(signum)
+
+    def send_again(signum: int) -> None:
+        while swallowed:  # a real signal: it also interrupts a read the main thread is blocked in
+            signal.pthread_kill(main_thread, signum)
+            time.sleep(0.1)
+
+    def unraisable(info) -> None:
+        if not (isinstance(info.exc_value, Stopped) and os.getpid() == owner):
+            hook(info)
+            return
+        in_hook.set()
+        try:
+            swallowed[:] = [info.exc_value.signum]
+            signal.signal(info.exc_value.signum, raise_again)
+            threading.Thread(target=send_again, args=swallowed[:], daemon=True).start()
+        finally:
+            in_hook.clear()
+
     previous = {sig: signal.signal(sig, handler) for sig in signals}
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
     finally:
+        sys.unraisablehook = hook
         for sig, old in previous.items():
             signal.signal(sig, old)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from components.common.cli import signal_exit
-from components.common.proctree import Stopped, stop_tree_on_signals
+from components.common.proctree import Stopped, stop_deferred, stop_tree_on_signals
 
 
 def run_status(exc: BaseException | None) -> str:
@@ -33,13 +33,16 @@ def started_run(**start_run: Any) -> Iterator[Any]:
     """``mlflow.start_run(**start_run)`` for the block; the run ends with :func:`run_status`."""
     import mlflow
 
-    run = mlflow.start_run(**start_run)
+    with stop_deferred():  # the store's writes are not cut in half (see stop_deferred)
+        run = mlflow.start_run(**start_run)
     try:
         yield run
     except BaseException as exc:
-        mlflow.end_run(run_status(exc))
+        with stop_deferred():
+            mlflow.end_run(run_status(exc))
         raise
-    mlflow.end_run(run_status(None))
+    with stop_deferred():
+        mlflow.end_run(run_status(None))
 
 
 def run_main(prog: str, main: Callable[[], int]) -> int:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common.dataset_meta import DatasetMeta
+from components.common.proctree import stop_deferred
 from components.common.progress import get_logger
 from components.common.runs import TRAIN_SUMMARY as SUMMARY
 from components.common.stop import run_status
@@ -56,12 +57,13 @@ class MlflowLogger:
         client = connect(config.tracking_uri)
         experiment_id = ensure_experiment(client, config.experiment, config.tracking_uri)
         day = meta.window.end if meta.window else Path(config.data).name
-        self.run_id = mlflow.start_run(
-            experiment_id=experiment_id, run_name=f"train-{day}", log_system_metrics=True
-        ).info.run_id
-        self.mlflow = self.started = mlflow
-        MlflowLogger.active = self
-        mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
+        with stop_deferred():  # a stop now ends the run KILLED once it is open
+            self.run_id = mlflow.start_run(
+                experiment_id=experiment_id, run_name=f"train-{day}", log_system_metrics=True
+            ).info.run_id
+            self.mlflow = self.started = mlflow
+            MlflowLogger.active = self
+            mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
         self._call(
             "log_input",
             lambda: mlflow.log_input(
@@ -79,7 +81,8 @@ class MlflowLogger:
         if not self.mlflow:
             return
         try:
-            fn()
+            with stop_deferred():  # a write cut in half would keep the store locked
+                fn()
         except Exception as exc:  # server gone or failing: keep training, say so once
             self.error = f"{what}: {type(exc).__name__}: {str(exc)[:300]}"
             log.warning("MLflow tracking failed (%s); training continues without it", self.error)
@@ -96,7 +99,7 @@ class MlflowLogger:
     def close(self, status: str) -> None:
         """End the run with ``status``; always: a later run in this process must start clean."""
         if self.started is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception), stop_deferred():
                 self.started.end_run(status)
             self.started = self.mlflow = None
         if MlflowLogger.active is self:

@@ -148,21 +148,26 @@ def test_sigterm_to_training_ends_its_mlflow_run_killed(tiny_dataset, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    client = MlflowClient(uri)
-    deadline, experiment = time.monotonic() + 120, None
-    while time.monotonic() < deadline and proc.poll() is None:
-        if (tmp_path / "mlruns" / "mlflow.db").exists():
-            experiment = client.get_experiment_by_name("dailyrec-train")
-            runs = experiment and client.search_runs([experiment.experiment_id])
-            if runs and runs[0].data.metrics:  # an epoch done: deep in training
-                break
-        time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail(f"training logged no epoch: {proc.communicate()[1][-2000:]}")
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
-    stderr = proc.stderr.read()
-    assert "train: stopped by SIGTERM" in stderr and "Traceback" not in stderr, stderr
-    (run,) = client.search_runs([experiment.experiment_id])
+    try:
+        client = MlflowClient(uri)
+        deadline, experiment = time.monotonic() + 120, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (tmp_path / "mlruns" / "mlflow.db").exists():
+                experiment = client.get_experiment_by_name("dailyrec-train")
+                runs = experiment and client.search_runs([experiment.experiment_id])
+                if runs and runs[0].data.metrics:  # an epoch done: deep in training
+                    break
+            time.sleep(0.5)
+        else:
+            proc.kill()
+            pytest.fail(f"training logged no epoch: {proc.communicate()[1][-2000:]}")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+        stderr = proc.stderr.read()
+        assert "train: stopped by SIGTERM" in stderr and "Traceback" not in stderr, stderr
+        (run,) = client.search_runs([experiment.experiment_id])
+    finally:  # a stop it lost would leave it ignoring SIGTERM: it must not outlive the test
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert run.info.status == "KILLED" and run.info.end_time
