@@ -20,6 +20,7 @@ from pathlib import Path
 
 from benchmarks.measure import machine
 from benchmarks.readme import measurement_main
+from components.common.train_summary import TrainSummary
 
 EVENTS_PER_DAY, DAYS = 40_000, 6
 WINDOW = {"days": 4, "history_days": 1, "seq_len": 8}
@@ -113,13 +114,13 @@ def train_on(engine: str, image: str, root: Path, nnodes: int, nproc: int) -> di
         logs = nodes.close()
     if codes != [0] * nnodes:
         raise SystemExit(f"distributed: training on {name} failed:\n{logs}")
-    summary = json.loads((root / "runs" / name / "train_summary.json").read_text())
+    summary = TrainSummary.read(root / "runs" / name)
     return {
         "nodes": nnodes,
         "processes_per_node": nproc,
         "seconds": round(seconds, 1),
-        "samples_per_s": round(summary["samples_per_s"]),
-        "best_val_auc": round(summary["best_val_auc"], 4),
+        "samples_per_s": round(summary.samples_per_s),
+        "best_val_auc": round(summary.best_val_auc, 4),
     }
 
 

@@ -139,7 +139,7 @@ def time_rows(
                     calibrated["estimate"],
                 )
                 seconds, summary = train_wall(data, plan_path, run / "train")
-                ran = summary["epochs_run"]
+                ran = summary.epochs_run
                 row = {
                     "size": size,
                     "model": model,
@@ -147,11 +147,11 @@ def time_rows(
                     "train_rows": raw["estimate"]["dataset"]["train_rows"],
                     "epochs_run": ran,
                     "measured_seconds": round(seconds, 2),
-                    "trainer_process_seconds": round(summary.get("process_seconds") or 0, 2),
+                    "trainer_process_seconds": round(summary.process_seconds or 0, 2),
                     "uncalibrated_seconds": round(predicted_for(raw, ran), 2),
                     "calibrated_seconds": round(predicted_for(calibrated, ran), 2),
                     "probe_seconds": round(probe_seconds, 2),
-                    "measured_samples_per_s": round(summary["samples_per_s"], 1),
+                    "measured_samples_per_s": round(summary.samples_per_s, 1),
                     "calibrated_samples_per_s": round(
                         calibrated["estimate"]["throughput"]["samples_per_s"], 1
                     ),
@@ -217,7 +217,7 @@ def memory_rows(data: Path, batches: dict[str, tuple[int, ...]], work: Path) -> 
             run.mkdir(parents=True, exist_ok=True)
             plan_path = write_plan(run / "plan.json", plan, doc["rationale"], doc["estimate"])
             _, summary = train_wall(data, plan_path, run / "train")
-            measured = summary["peak_memory_bytes"]
+            measured = summary.peak_memory_bytes
             predicted = memory["resident"]["total"]
             rows.append(
                 {

@@ -192,24 +192,24 @@ def run_tuned(data: Path, work: Path, nproc: int, workers: int) -> dict:
             max_epochs=1,
         )
     )
-    epoch = summary["history"][0]
+    epoch = summary.history[0]
     return {
         "setup": "tuned",
-        "processes": summary["world_size"],
+        "processes": summary.world_size,
         "threads": plan.cpu_threads,
         "num_workers": workers,
         "micro_batch": plan.micro_batch,
         "global_batch": plan.global_batch,
-        "sparse_embeddings": summary["sparse_embeddings"],
-        "precision": summary["precision"],
+        "sparse_embeddings": summary.sparse_embeddings,
+        "precision": summary.precision,
         "description": f"components.train trainer via torchrun, {nproc} process(es), "
         f"micro-batch {plan.micro_batch}, {workers} loader worker(s) each, "
         "1 thread, sparse tables + SparseAdam, AdamW(fused=True)",
         "epoch_seconds": round(epoch["seconds"], 3),
         "wall_seconds": round(time.perf_counter() - started, 3),
-        "samples_per_s": summary["samples_per_s"],
-        "data_wait_fraction": summary["data_wait_fraction"],
-        "val_auc": summary["best_val_auc"],
+        "samples_per_s": summary.samples_per_s,
+        "data_wait_fraction": summary.data_wait_fraction,
+        "val_auc": summary.best_val_auc,
     }
 
 

@@ -48,6 +48,7 @@ from benchmarks.measure import machine
 from benchmarks.readme import ROOT, publish
 from components.common.dataset_meta import DatasetMeta
 from components.common.schema import datagen_summary
+from components.common.train_summary import TrainSummary
 from components.tune.space import SearchSpace, suggest
 from components.tune.study import (
     SUMMARY_FILE,
@@ -218,17 +219,17 @@ def run_arms(data: Path, work: Path, size: dict, configs: list[dict]) -> dict[st
     return results
 
 
-def train_summaries(work: Path, arm: str) -> dict[int, dict]:
+def train_summaries(work: Path, arm: str) -> dict[int, TrainSummary]:
     """Per trial number, the trainer's train_summary.json of that trial."""
     return {
-        int(path.parts[-3]): json.loads(path.read_text())
+        int(path.parts[-3]): TrainSummary.read(path)
         for path in sorted((work / arm / "trials").glob("*/train/train_summary.json"))
     }
 
 
-def curves(summaries: dict[int, dict]) -> dict[int, list[float]]:
+def curves(summaries: dict[int, TrainSummary]) -> dict[int, list[float]]:
     """Per trial, its validation AUC after each epoch."""
-    return {t: [r["val_auc"] for r in s["history"]] for t, s in summaries.items()}
+    return {t: [r["val_auc"] for r in s.history] for t, s in summaries.items()}
 
 
 def replay(
@@ -307,7 +308,7 @@ def summarize(
     base_runs = train_summaries(work, "baseline")
     base_curves, asha_curves = curves(base_runs), curves(train_summaries(work, "asha"))
     asha_config = replace(config, pruner="asha", reduction_factor=REDUCTION_FACTOR)
-    objectives = {t: s["best_val_auc"] for t, s in base_runs.items()}
+    objectives = {t: s.best_val_auc for t, s in base_runs.items()}
     measured = replay(base_curves, sorted(base_curves), asha_config, objectives)
     diffs = [
         abs(a - b)

@@ -13,7 +13,7 @@ import shutil
 import sys
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -117,11 +117,14 @@ def train_dailyrec(
     negative_keep: float | None = None,
     serve: bool = True,
     negatives_per_positive: float | None = None,
+    seed: int = 0,
 ) -> tuple[np.ndarray, dict]:
     """The pipeline's plan (``negative_keep``, ``negatives_per_positive``: the estimate's defaults
-    unless given), launcher and trainer; the best checkpoint scores the test split (also as
-    served, with ``serve``)."""
+    unless given; ``seed``: the plan's, of initialization, shuffling and the negatives' draw),
+    launcher and trainer; the best checkpoint scores the test split (also as served, with
+    ``serve``)."""
     from components.common.dataset_meta import DatasetMeta
+    from components.common.train_summary import TrainSummary
     from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
 
     config = json.loads(CONFIG.read_text())
@@ -151,6 +154,11 @@ def train_dailyrec(
             str(plan),
         ]
     )
+    if seed:
+        from components.common.plan import read_plan, write_plan
+
+        trained, doc = read_plan(plan)
+        write_plan(plan, replace(trained, seed=seed), doc["rationale"], doc["estimate"])
     out = work / "train"
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
@@ -171,17 +179,17 @@ def train_dailyrec(
         ]
     )
     seconds = time.perf_counter() - started
-    summary = json.loads((out / "train_summary.json").read_text())
+    summary = TrainSummary.read(out)
     scorer = load_scorer(out / "best.pt")
     meta = DatasetMeta.read(data)
     logits = predict_logits(scorer.model, split_rows(data, "test", meta, 8192))
     return sigmoid(logits), {
         "train_seconds": round(seconds, 1),
-        "epochs_run": summary["epochs_run"],
-        "best_epoch": summary["best_epoch"],
-        "best_val_auc": summary["best_val_auc"],
-        "rows_trained": summary["rows_trained"],
-        "negative_keep": summary["negative_keep"],
+        "epochs_run": summary.epochs_run,
+        "best_epoch": summary.best_epoch,
+        "best_val_auc": summary.best_val_auc,
+        "rows_trained": summary.rows_trained,
+        "negative_keep": summary.negative_keep,
         **({"served": served(data, out / "best.pt", work / "evaluate")} if serve else {}),
     }
 

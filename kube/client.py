@@ -28,8 +28,8 @@ from typing import Any
 
 from components.common.plan import TrainPlan, read_plan
 from components.common.progress import get_logger
+from components.common.train_summary import TrainSummary
 from components.train.backend import LaunchError, LaunchSpec, TrainingBackend
-from components.train.trainer import read_summary
 from kube import trainjob as tj
 from kube.tasks import WORKFLOW_ENV
 from kube.types import TRAINER_CONTAINER, DaskTarget, TrainJobTarget
@@ -150,7 +150,7 @@ class TrainJobBackend(TrainingBackend):
             self._apis = load_apis()
         return self._apis
 
-    def run(self, spec: LaunchSpec) -> dict:
+    def run(self, spec: LaunchSpec) -> TrainSummary:
         plan = read_plan(spec.train.plan)[0] if spec.train.plan else TrainPlan()
         body = tj.build_trainjob(spec, plan, self.target)
         name, ns = body["metadata"]["name"], self.target.namespace
@@ -194,7 +194,7 @@ class TrainJobBackend(TrainingBackend):
                 # would repeat it; a job that never left the queue or never got a pod may start later
                 final=verdict.final,
             )
-        summary = read_summary(spec.out)  # collected first: the job's pods go with it
+        summary = TrainSummary.read(spec.out)  # collected first: the job's pods go with it
         self._delete_quietly(custom, name)
         return summary
 

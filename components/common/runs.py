@@ -27,16 +27,16 @@ from components.common import schema
 from components.common.dataset import SPLITS, DatasetError, folder_name
 from components.common.dataset_meta import DatasetMeta
 from components.common.plan import drift_lines
+from components.common.registration import REGISTRATION, Registration, RegistrationError
 from components.common.storage import atomic_write_bytes, atomic_write_json
+from components.common.train_summary import SummaryError, TrainSummary
 
 STAGES = ("preprocess", "estimate", "train", "evaluate", "register")
 SUMMARY = "summary.json"
 # what each stage writes, by name: the stages write them (into their --out folders), the run
 # folder below finds them
 PLAN = "plan.json"
-TRAIN_SUMMARY = "train_summary.json"
 METRICS, DECISION = "metrics.json", "decision.json"
-REGISTRATION = "registration.json"
 OWNER = "owner.json"
 
 
@@ -56,7 +56,7 @@ class RunFolder:
 
     @property
     def train(self) -> Path:
-        """The trainer's ``--out``: checkpoints and :data:`TRAIN_SUMMARY`."""
+        """The trainer's ``--out``: checkpoints and :data:`~components.common.train_summary.TRAIN_SUMMARY`."""
         return self.path / "train"
 
     @property
@@ -197,19 +197,17 @@ def build_summary(
     run = RunFolder(Path(folder))
     meta = _dataset_meta(data_dir)
     plan_doc = _read(run.plan) or {}
-    train = _read(run.train / TRAIN_SUMMARY) or {}
+    train = _train_summary(run.train)
     metrics = _read(run.evaluate / METRICS) or {}
     decision = _read(run.evaluate / DECISION) or {}
-    registration = _read(run.registration) or {}
+    registration = _registration(run.registration)
     stages = {}
     for stage in STAGES:
         record = _read(run.stage_record(stage))
         stages[stage] = record["seconds"] if record else None
     window = dataclasses.asdict(meta.window) if meta and meta.window else {}
     plan = plan_doc.get("train") or {}
-    champion = (
-        registration.get("champion_version") if registration else decision.get("champion_version")
-    )
+    champion = registration.champion_version if registration else decision.get("champion_version")
     failed_stage = (
         next((s for s in STAGES if stages[s] is None), None) if status != "SUCCEEDED" else None
     )
@@ -227,8 +225,8 @@ def build_summary(
         "dataset_rows": {
             s: meta.splits[s].rows if meta and s in meta.splits else None for s in SPLITS
         },
-        "best_val_auc": _number(train.get("best_val_auc")),
-        "epochs_run": train.get("epochs_run"),
+        "best_val_auc": _number(train.best_val_auc) if train else None,
+        "epochs_run": train.epochs_run if train else None,
         "test_auc": _number(metrics.get("test_auc")),
         "test_gauc": _number(metrics.get("test_gauc")),
         "test_logloss": _number(metrics.get("test_logloss")),
@@ -238,10 +236,10 @@ def build_summary(
         "blessed": decision.get("blessed"),
         "decision_reasons": decision.get("reasons"),
         "model_name": model_name,
-        "model_version": registration.get("version"),
+        "model_version": registration.version if registration else None,
         "champion_version": champion,
-        "previous_version": registration.get("previous_version"),
-        "model_card": registration.get("model_card"),
+        "previous_version": registration.previous_version if registration else None,
+        "model_card": registration.model_card if registration else None,
         "stage_seconds": stages,
         "total_seconds": round(sum(v for v in stages.values() if v), 3),
         "plan": {
@@ -260,9 +258,26 @@ def build_summary(
                 "num_workers",
             )
         },
-        "plan_vs_actual": train.get("plan_vs_actual"),
+        "plan_vs_actual": train.plan_vs_actual if train else None,
         "run_folder": str(run.path),
     }
+
+
+def _registration(path: Path) -> Registration | None:
+    """The run's registration, or None where register did not run (or left one no stage could
+    read)."""
+    try:
+        return Registration.read(path)
+    except RegistrationError:
+        return None
+
+
+def _train_summary(folder: Path) -> TrainSummary | None:
+    """The training's summary, or None where training left none (or one no stage could read)."""
+    try:
+        return TrainSummary.read(folder)
+    except SummaryError:
+        return None
 
 
 def _dataset_meta(data_dir: str | Path) -> DatasetMeta | None:

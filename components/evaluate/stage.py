@@ -389,14 +389,12 @@ def log_evaluation(out: Path, metrics: dict, decision: dict) -> None:
 def training_plan_vs_actual(checkpoint: str) -> dict | None:
     """The training run's plan vs reality, from the train_summary.json next to the checkpoint
     (None when there is none, e.g. a checkpoint copied elsewhere)."""
-    import json
+    from components.common.train_summary import TrainSummary
 
-    from components.train.trainer import SUMMARY
-
-    try:
-        return json.loads((Path(checkpoint).parent / SUMMARY).read_text()).get("plan_vs_actual")
-    except (OSError, ValueError):
-        return None
+    summary = TrainSummary.beside(checkpoint)
+    return (
+        None if summary is None or summary.plan_vs_actual is None else dict(summary.plan_vs_actual)
+    )
 
 
 def find_champion(config: EvaluateConfig, vocab: Vocab, workdir: str | Path) -> tuple[dict, Any]:

@@ -12,7 +12,7 @@ from components.common.integrity import IntegrityError
 from components.common.stop import run_main
 from components.common.tracking import TrackingError, default_tracking_uri
 from components.register.config import RegisterConfig
-from components.register.stage import ChampionMoved, register, summary_line
+from components.register.stage import ChampionMoved, register
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     ) as exc:
         print(f"register: error: {exc}", file=sys.stderr)
         return exit_for(exc)
-    print(summary_line(result))
+    print(result.line())
     return Exit.OK
 
 

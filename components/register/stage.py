@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from components.common.integrity import (
 )
 from components.common.integrity import sha256_file as file_sha256
 from components.common.progress import get_logger
+from components.common.registration import Registration
 from components.common.registry import (
     CHALLENGER,
     CHAMPION,
@@ -52,7 +54,6 @@ from components.common.registry import (
     model_uri,
 )
 from components.common.registry_read import WINDOW_TAG, filter_literal
-from components.common.runs import REGISTRATION
 from components.common.stop import started_run
 from components.common.storage import atomic_write_json
 from components.common.tracking import code_version, connect, ensure_experiment, run_link
@@ -70,8 +71,8 @@ class ChampionMoved(RuntimeError):
     """``@champion`` is no longer the version the candidate was compared with."""
 
 
-def register(config: RegisterConfig) -> dict:
-    """Register (or find) the model version and set aliases; return registration.json's content."""
+def register(config: RegisterConfig) -> Registration:
+    """Register (or find) the model version and set aliases; return what registration.json holds."""
     started = time.perf_counter()
     from components.train.checkpoint import load_checkpoint
 
@@ -83,27 +84,21 @@ def register(config: RegisterConfig) -> dict:
     key = file_sha256(config.checkpoint)
     client = connect(config.tracking_uri)
     name = config.model_name
-    result = {
-        "model_name": name,
-        "key": key,
-        "blessed": blessed,
-        "registered": False,
-        "version": None,
-        "aliases": [],
-        "reused": False,
-    }
+    result = Registration(model_name=name, key=key, blessed=blessed)
     version = find_version(client, name, key)
     if blessed:
         check_champion_unmoved(client, name, decision, version)
     if version is None and not (blessed or config.register_unblessed):
-        result["reason"] = "not blessed; pass register_unblessed to register it as challenger"
+        result = replace(
+            result, reason="not blessed; pass register_unblessed to register it as challenger"
+        )
         log.info("register: %s not blessed, nothing registered", config.checkpoint)
         return _finish(config, result, client, started)
     if version is None:
         _ensure_registered_model(client, name)
         source, run_id, model_id = _logged_model(client, config, checkpoint, metrics, decision, key)
         sealed, files = seal_logged(client, source, run_id, checkpoint)
-        result["integrity"] = {**sealed, "manifest": files}
+        result = replace(result, integrity={**sealed, "manifest": files})
         lineage = run_links(client, config.checkpoint, metrics)
         version = client.create_model_version(
             name,
@@ -119,14 +114,14 @@ def register(config: RegisterConfig) -> dict:
         )
         log.info("register: created %s version %s", name, version.version)
     else:
-        result["reused"] = True
+        result = replace(result, reused=True)
         log.info(
             "register: %s version %s already holds this model (key %s)",
             name,
             version.version,
             key[:12],
         )
-    result.update(registered=True, version=int(version.version))
+    result = replace(result, registered=True, version=int(version.version))
     if blessed:
         current = check_champion_unmoved(client, name, decision, version)
         if current is not None and current.version != version.version:
@@ -134,8 +129,8 @@ def register(config: RegisterConfig) -> dict:
         client.set_registered_model_alias(name, CHAMPION, version.version)
     elif config.register_unblessed:
         client.set_registered_model_alias(name, CHALLENGER, version.version)
-    result["model_card"] = log_card(client, config, version, checkpoint, metrics, decision)
-    return _finish(config, result, client, started)
+    card = log_card(client, config, version, checkpoint, metrics, decision)
+    return _finish(config, replace(result, model_card=card), client, started)
 
 
 def log_card(
@@ -174,24 +169,33 @@ def log_card(
     return f"runs:/{version.run_id}/{CARD_MD}"
 
 
-def _finish(config: RegisterConfig, result: dict, client: Any, started: float) -> dict:
+def _finish(
+    config: RegisterConfig, result: Registration, client: Any, started: float
+) -> Registration:
     name = config.model_name
     champion = alias_version(client, name, CHAMPION)
     previous = alias_version(client, name, PREVIOUS)
-    result["champion_version"] = int(champion.version) if champion else None
-    result["previous_version"] = int(previous.version) if previous else None
-    if result["version"] is not None:
-        mv = client.get_model_version(name, str(result["version"]))
-        result["aliases"] = sorted(mv.aliases)
-        result["model_uri"] = f"models:/{name}/{result['version']}"
-        result.setdefault(
-            "integrity",
-            {k: mv.tags.get(k) for k in (DIGEST_TAG, WEIGHTS_TAG, SIGNATURE_TAG) if k in mv.tags},
+    result = replace(
+        result,
+        champion_version=int(champion.version) if champion else None,
+        previous_version=int(previous.version) if previous else None,
+        champion_uri=model_uri(name, CHAMPION) if champion else None,
+    )
+    if result.version is not None:
+        mv = client.get_model_version(name, str(result.version))
+        result = replace(
+            result,
+            aliases=tuple(sorted(mv.aliases)),
+            model_uri=f"models:/{name}/{result.version}",
+            # a version found, not created now: its digests from its tags
+            integrity=result.integrity
+            or {
+                k: mv.tags.get(k) for k in (DIGEST_TAG, WEIGHTS_TAG, SIGNATURE_TAG) if k in mv.tags
+            },
         )
-    result["champion_uri"] = model_uri(name, CHAMPION) if champion else None
-    result["seconds"] = time.perf_counter() - started
+    result = replace(result, seconds=time.perf_counter() - started)
     if config.out:
-        atomic_write_json(Path(config.out) / REGISTRATION, result)
+        result.write(config.out)
     return result
 
 
@@ -453,12 +457,10 @@ def run_links(client: Any, checkpoint: str, metrics: dict) -> dict[str, str]:
     """The MLflow runs of a model's training and its evaluation: their ids
     (``training_run_id``, ``evaluation_run_id``) and their pages in the MLflow UI
     (``training_run``, ``evaluation_run``: :func:`run_link`); empty values where a run is unknown."""
-    from components.train.trainer import SUMMARY
+    from components.common.train_summary import TrainSummary
 
-    try:
-        training = json.loads((Path(checkpoint).parent / SUMMARY).read_text()).get("mlflow_run_id")
-    except (OSError, ValueError):
-        training = None
+    summary = TrainSummary.beside(checkpoint)
+    training = summary.mlflow_run_id if summary else None
     runs = {"training": training, "evaluation": metrics.get("mlflow_run_id")}
     links = {}
     for what, run_id in runs.items():
@@ -544,14 +546,3 @@ def _read_json(path: str) -> dict:
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: expected a JSON object")
     return doc
-
-
-def summary_line(result: dict) -> str:
-    if not result["registered"]:
-        return f"{result['model_name']}: nothing registered ({result.get('reason')})"
-    return (
-        f"{result['model_name']} version {result['version']}"
-        f"{' (already registered)' if result['reused'] else ''}, aliases "
-        f"{', '.join(result['aliases']) or 'none'}; champion = v{result['champion_version']}"
-        + (f", previous = v{result['previous_version']}" if result["previous_version"] else "")
-    )

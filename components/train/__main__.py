@@ -36,11 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"train: error: {exc}", file=sys.stderr)
         return Exit.USAGE
-    from components.train.trainer import main_with_errors, read_summary, summary_line
+    from components.common.train_summary import TrainSummary
+    from components.train.trainer import main_with_errors
 
     code = main_with_errors(config)  # Exit.FAILED, or Exit.NO_SPACE on a full disk
     if code == Exit.OK and int(os.environ.get("RANK", 0)) == 0:
-        print(summary_line(read_summary(config.out)))
+        print(TrainSummary.read(config.out).line())
     return code
 
 

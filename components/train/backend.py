@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from components.common.plan import read_plan
 from components.common.tracking import check_no_credentials
+from components.common.train_summary import TrainSummary
 from components.train.trainer import TrainConfig
 
 
@@ -77,5 +78,5 @@ class TrainingBackend(abc.ABC):
     name: str = "backend"
 
     @abc.abstractmethod
-    def run(self, spec: LaunchSpec) -> dict:
+    def run(self, spec: LaunchSpec) -> TrainSummary:
         """Train; the trainer's summary (``train_summary.json``) or :class:`LaunchError`."""

@@ -16,9 +16,10 @@ import tempfile
 from pathlib import Path
 
 from components.common.cli import Exit, cli_parser, exit_for, field_docs
+from components.common.train_summary import TrainSummary
 from components.train.backend import LaunchError, LaunchSpec, TrainingBackend
 from components.train.torchrun import rank_errors
-from components.train.trainer import TrainConfig, read_summary, summary_line
+from components.train.trainer import TrainConfig
 
 __all__ = ["LaunchError", "LaunchSpec", "LocalTorchrun", "launch", "torchrun"]
 
@@ -53,14 +54,14 @@ class LocalTorchrun(TrainingBackend):
             log_dir=log_dir,
         )
 
-    def run(self, spec: LaunchSpec) -> dict:
+    def run(self, spec: LaunchSpec) -> TrainSummary:
         # torchrun's log dir holds this launch's error files only; local temp, so a full `out` disk
         # cannot swallow the report of that full disk
         with tempfile.TemporaryDirectory(prefix="dailyrec-torchrun-") as logs:
             proc = subprocess.run(self.command(spec, logs), check=False)
             if proc.returncode != 0:
                 raise LaunchError(failure_message(logs, proc.returncode), proc.returncode)
-        return read_summary(spec.out)
+        return TrainSummary.read(spec.out)
 
 
 def failure_message(logs: str | Path, returncode: int) -> str:
@@ -74,7 +75,7 @@ def failure_message(logs: str | Path, returncode: int) -> str:
     return "training failed: " + " | ".join(lines)
 
 
-def launch(spec: LaunchSpec, backend: TrainingBackend | None = None) -> dict:
+def launch(spec: LaunchSpec, backend: TrainingBackend | None = None) -> TrainSummary:
     """Train ``spec`` on ``backend`` (default: torchrun here) and return the summary."""
     return (backend or LocalTorchrun()).run(spec)
 
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     except (LaunchError, ValueError) as exc:
         print(f"launch: error: {exc}", file=sys.stderr)
         return exit_for(exc)
-    print(summary_line(summary))
+    print(summary.line())
     return Exit.OK
 
 

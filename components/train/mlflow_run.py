@@ -12,8 +12,8 @@ from typing import Any
 from components.common.dataset_meta import DatasetMeta
 from components.common.proctree import stop_deferred
 from components.common.progress import get_logger
-from components.common.runs import TRAIN_SUMMARY as SUMMARY
 from components.common.stop import run_status
+from components.common.train_summary import TRAIN_SUMMARY, TrainSummary
 from components.train.config import TrainConfig
 from components.train.runtime import Runtime
 
@@ -92,8 +92,8 @@ class MlflowLogger:
         numbers = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
         self._call("log_metrics", lambda: self.mlflow.log_metrics(numbers, step=epoch))
 
-    def finish(self, summary: dict) -> None:
-        self._call("log_dict", lambda: self.mlflow.log_dict(summary, SUMMARY))
+    def finish(self, summary: TrainSummary) -> None:
+        self._call("log_dict", lambda: self.mlflow.log_dict(summary.to_document(), TRAIN_SUMMARY))
         self.close("FAILED" if self.error else "FINISHED")
 
     def close(self, status: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import signal
@@ -30,13 +29,12 @@ from components.common.metrics import roc_auc
 from components.common.monitoring import TrainingMetrics
 from components.common.plan import TrainPlan, drift_lines, plan_vs_actual, read_plan
 from components.common.progress import PROGRESS, get_logger
-from components.common.runs import TRAIN_SUMMARY
 from components.common.storage import (
     NO_RETRY_EXIT,
     NoSpaceError,
-    atomic_write_json,
     no_space,
 )
+from components.common.train_summary import TrainSummary
 from components.train.checkpoint import (
     BEST,
     LAST,
@@ -76,7 +74,6 @@ from components.train.state import TrainState
 from components.train.steps import Diverged, EpochStats, StepRunner
 
 log = get_logger(__name__)
-SUMMARY = TRAIN_SUMMARY
 
 
 def evaluate(
@@ -104,7 +101,9 @@ def evaluate(
     }
 
 
-def train(config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = None) -> dict:
+def train(
+    config: TrainConfig, on_epoch: Callable[[dict], bool | None] | None = None
+) -> TrainSummary:
     """Train per the plan; write checkpoints and train_summary.json; return the summary.
     An exception ends the MLflow run FAILED (KILLED when told to stop: a signal, through
     :func:`components.common.stop.run_main`).
@@ -204,7 +203,7 @@ class Trainer:
             plan.compile,
         )
 
-    def train(self) -> dict:
+    def train(self) -> TrainSummary:
         """Resume if asked; epochs of steps, validation and checkpoints; the summary."""
         self.resume()
         self._prepare_epochs()
@@ -413,60 +412,66 @@ class Trainer:
         self.stopped_by_callback = bool(stop.item())
         return self.stopped_by_callback
 
-    def finish(self) -> dict:
+    def finish(self) -> TrainSummary:
         """The run's summary: written by rank 0 (train_summary.json, MLflow), returned by all."""
         gpu_util = self.gpu.stop()
         if self.monitor:
             self.monitor.close()
         summary = self.summary(gpu_util)
         if self.runtime.is_main:
-            atomic_write_json(self.out / SUMMARY, summary)
-            for flag in summary["flags"]:
+            summary.write(self.out)
+            for flag in summary.flags:
                 log.warning("%s (%s): %s", flag["flag"], flag["value"], flag["recommendation"])
-            for line in drift_lines(summary["plan_vs_actual"]):
+            for line in drift_lines(summary.plan_vs_actual):
                 log.info("%s", line)
             self.mlf.finish(summary)
         if self.runtime.distributed:
             dist.barrier()
         return summary
 
-    def summary(self, gpu_util: float | None) -> dict:
+    def summary(self, gpu_util: float | None) -> TrainSummary:
         """train_summary.json: the run's outcome, speed, memory, history and plan vs. actual."""
         runtime, stopper, totals = self.runtime, self.state.stopper, self.totals
         peak, capacity = peak_memory(runtime.device)
-        summary = {
-            "epochs_run": len(self.state.history),
-            "best_epoch": stopper.best_epoch,
-            "best_val_auc": stopper.best,
-            "early_stopped": self.stopped,
-            "stopped_by_callback": self.stopped_by_callback,
-            "samples_per_s": totals.samples / max(totals.seconds, 1e-9),
-            "data_wait_fraction": totals.wait_seconds / max(totals.seconds, 1e-9),
-            "world_size": runtime.world_size,
-            "rows_trained": len(self.train_set) if self.rows is None else len(self.rows),
-            "negative_keep": self.plan.negative_keep,
-            "precision": self.plan.precision,
-            "seconds": time.perf_counter() - self.started,
-            "device": runtime.device.type,
-            "sparse_embeddings": self.sparse,
-            "peak_memory_bytes": peak,
-            "device_memory_bytes": capacity,
-            "gpu_utilization": gpu_util,
-            "history": self.state.history,
-            "plan": dataclasses.asdict(self.plan),
-            "plan_file": self.config.plan,
-            "warm_start": self.warm_start,
-            "resumed_from": self.resumed_from,
-            "checkpoints": {"best": str(self.out / BEST), "last": str(self.out / LAST)},
-        }
-        summary["flags"] = diagnose(summary["data_wait_fraction"], gpu_util, peak, capacity)
-        summary["tracking_error"] = self.mlf.error
-        summary["mlflow_run_id"] = self.mlf.run_id
-        if runtime.device.type == "cuda":
-            summary["peak_memory_reserved_bytes"] = torch.cuda.max_memory_reserved(runtime.device)
-        summary["process_seconds"] = process_seconds(self.started_wall)
-        summary["plan_vs_actual"] = plan_vs_actual((self.plan_doc or {}).get("estimate"), summary)
-        return summary
+        wait = totals.wait_seconds / max(totals.seconds, 1e-9)
+        summary = TrainSummary(
+            epochs_run=len(self.state.history),
+            best_epoch=stopper.best_epoch,
+            best_val_auc=stopper.best,
+            early_stopped=self.stopped,
+            stopped_by_callback=self.stopped_by_callback,
+            samples_per_s=totals.samples / max(totals.seconds, 1e-9),
+            data_wait_fraction=wait,
+            world_size=runtime.world_size,
+            rows_trained=len(self.train_set) if self.rows is None else len(self.rows),
+            negative_keep=self.plan.negative_keep,
+            precision=self.plan.precision,
+            seconds=time.perf_counter() - self.started,
+            device=runtime.device.type,
+            sparse_embeddings=self.sparse,
+            peak_memory_bytes=peak,
+            peak_memory_reserved_bytes=(
+                torch.cuda.max_memory_reserved(runtime.device)
+                if runtime.device.type == "cuda"
+                else None
+            ),
+            device_memory_bytes=capacity,
+            gpu_utilization=gpu_util,
+            process_seconds=process_seconds(self.started_wall),
+            history=tuple(self.state.history),
+            plan=dataclasses.asdict(self.plan),
+            plan_file=self.config.plan,
+            warm_start=self.warm_start,
+            resumed_from=self.resumed_from,
+            checkpoints={"best": str(self.out / BEST), "last": str(self.out / LAST)},
+            flags=tuple(diagnose(wait, gpu_util, peak, capacity)),
+            tracking_error=self.mlf.error,
+            mlflow_run_id=self.mlf.run_id,
+        )
+        estimate = (self.plan_doc or {}).get("estimate")
+        return dataclasses.replace(
+            summary, plan_vs_actual=plan_vs_actual(estimate, summary.to_document())
+        )
 
 
 def trained_config(plan: TrainPlan) -> ModelConfig:
@@ -534,16 +539,3 @@ def main_with_errors(config: TrainConfig) -> int:
         if dist.is_initialized():
             dist.destroy_process_group()
     return Exit.OK
-
-
-def summary_line(summary: dict) -> str:
-    return (
-        f"best val AUC {summary['best_val_auc']:.4f} at epoch {summary['best_epoch'] + 1} of "
-        f"{summary['epochs_run']}{' (early stop)' if summary['early_stopped'] else ''}; "
-        f"{summary['samples_per_s']:.0f} samples/s on {summary['world_size']} x {summary['device']}, "
-        f"data-wait {100 * summary['data_wait_fraction']:.1f}%, {summary['seconds']:.0f}s"
-    )
-
-
-def read_summary(out: str | Path) -> dict:
-    return json.loads((Path(out) / SUMMARY).read_text())

@@ -37,6 +37,7 @@ from components.common.plan import TrainPlan
 from components.common.progress import get_logger
 from components.common.runs import PLAN
 from components.common.storage import atomic_write_json
+from components.common.train_summary import TrainSummary
 from components.tune.config import TuneConfig
 from components.tune.space import (
     Architectures,
@@ -395,10 +396,10 @@ class TrialRunner:
         except Exception as exc:
             self._failed(progress, exc)
         self.consecutive_failures = 0
-        progress.catch_up(summary["history"])
+        progress.catch_up(list(summary.history))
         return self._finish(progress, model_file, summary)
 
-    def _train(self, progress: TrialProgress) -> tuple[Path, dict[str, Any]]:
+    def _train(self, progress: TrialProgress) -> tuple[Path, TrainSummary]:
         from components.train.trainer import TrainConfig, train
         from components.tune.trial import write_trial
 
@@ -432,15 +433,15 @@ class TrialRunner:
             ) from exc
         raise _TrialFailed(str(exc)) from exc
 
-    def _finish(self, progress: TrialProgress, model_file: Path, summary: dict[str, Any]) -> float:
+    def _finish(self, progress: TrialProgress, model_file: Path, summary: TrainSummary) -> float:
         import optuna
 
         trial, pruned = progress.trial, progress.pruned_at is not None
-        epochs, best = int(summary["epochs_run"]), summary["best_val_auc"]
+        epochs, best = summary.epochs_run, summary.best_val_auc
         for key, value in (
             ("epochs", epochs),
-            ("seconds", round(summary["seconds"], 1)),
-            ("early_stopped", bool(summary["early_stopped"]) and not pruned),
+            ("seconds", round(summary.seconds, 1)),
+            ("early_stopped", summary.early_stopped and not pruned),
             ("config_file", str(model_file)),
             ("best_val_auc", best),
         ):

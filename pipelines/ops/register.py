@@ -44,7 +44,7 @@ def register_op(
     from components.common.runs import DECISION, METRICS, RunFolder, record_stage
     from components.common.storage import disk_full_as
     from components.register.config import RegisterConfig
-    from components.register.stage import register, summary_line
+    from components.register.stage import register
 
     started = time.perf_counter()
     evaluated = RunFolder(Path(run_dir)).evaluate
@@ -65,17 +65,17 @@ def register_op(
         disk_full_as("register", run_dir),
     ):
         result = register(config)
-    print(summary_line(result))
-    Path(registration.path).write_text(json.dumps(result, default=str))
+    print(result.line())
+    Path(registration.path).write_text(json.dumps(result.to_document()))
     registration.metadata.update(
         {
             "model_name": model_name,
-            "version": int(result["version"] or 0),
-            "champion_version": int(result["champion_version"] or 0),
+            "version": int(result.version or 0),
+            "champion_version": int(result.champion_version or 0),
             "evaluation": evaluation.uri,
         }
     )
-    record_stage(run_dir, "register", time.perf_counter() - started, version=result["version"])
+    record_stage(run_dir, "register", time.perf_counter() - started, version=result.version)
     return namedtuple("Registered", ["version", "champion_version"])(
-        int(result["version"] or 0), int(result["champion_version"] or 0)
+        int(result.version or 0), int(result.champion_version or 0)
     )

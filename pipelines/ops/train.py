@@ -52,7 +52,6 @@ def train_op(
     from components.common.runs import RunFolder, record_stage
     from components.common.storage import atomic_write_bytes
     from components.train.launch import LaunchSpec, launch
-    from components.train.trainer import summary_line
     from pipelines.finalize import warm_start_record
 
     @contextlib.contextmanager
@@ -110,20 +109,20 @@ def train_op(
             ),
             backend,
         )
-    print(summary_line(summary))
+    print(summary.line())
     checkpoint = str(out / "best.pt")
     model.metadata.update(
         {
             "checkpoint": checkpoint,
-            "best_val_auc": summary["best_val_auc"],
-            "epochs_run": summary["epochs_run"],
+            "best_val_auc": summary.best_val_auc,
+            "epochs_run": summary.epochs_run,
         }
     )
     with open(model.path, "w") as fh:  # a pointer: the checkpoint stays on shared storage
         fh.write(checkpoint + "\n")
-    warm = warm_start_record(warm_start, model_name, champion, summary.get("warm_start"))
+    warm = warm_start_record(warm_start, model_name, champion, summary.warm_start)
     get_logger("components.train").log(PROGRESS, "warm start: %s", warm["line"])
     record_stage(run_dir, "train", time.perf_counter() - started, warm_start=warm)
     return namedtuple("Trained", ["best_val_auc", "warm_started"])(
-        float(summary["best_val_auc"]), warm["applied"]
+        float(summary.best_val_auc), warm["applied"]
     )

@@ -8,7 +8,6 @@ The nodes share the host's network, as pods share the cluster's, and train over 
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 import uuid
@@ -16,6 +15,7 @@ import uuid
 import pytest
 
 from components.common.plan import TrainPlan, write_plan
+from components.common.train_summary import TrainSummary
 from components.train.backend import LaunchSpec
 from components.train.checkpoint import LAST
 from kube.trainjob import build_trainjob
@@ -60,8 +60,8 @@ def run_nodes(engine: str, image: str, job: dict, root) -> None:
     assert codes == [0] * len(codes), logs
 
 
-def summary_of(root) -> dict:
-    return json.loads((root / "runs" / "r" / "train" / "train_summary.json").read_text())
+def summary_of(root) -> TrainSummary:
+    return TrainSummary.read(root / "runs" / "r" / "train")
 
 
 def test_the_rendered_trainjob_trains_across_two_node_containers(images, tiny_dataset, tmp_path):
@@ -70,8 +70,8 @@ def test_the_rendered_trainjob_trains_across_two_node_containers(images, tiny_da
     plan = TrainPlan(**PLAN, max_epochs=2, nnodes=2, nproc_per_node=1)
     run_nodes(engine, refs["trainer"], rendered_job(root, refs["trainer"], plan), root)
     summary = summary_of(root)
-    assert summary["world_size"] == 2 and summary["epochs_run"] == 2
-    assert summary["best_val_auc"] > 0.55
+    assert summary.world_size == 2 and summary.epochs_run == 2
+    assert summary.best_val_auc > 0.55
 
 
 def test_a_node_killed_mid_epoch_resumes_when_the_jobset_restarts_all_nodes(
@@ -101,5 +101,5 @@ def test_a_node_killed_mid_epoch_resumes_when_the_jobset_restarts_all_nodes(
     assert first[1] != 0 and first[0] != 0, logs  # the peer of a lost node fails too
     run_nodes(engine, refs["trainer"], job, root)  # all nodes again, as the JobSet restarts them
     summary = summary_of(root)
-    assert summary["resumed_from"] and summary["world_size"] == 2
-    assert [r["epoch"] for r in summary["history"]] == [0, 1, 2]  # each epoch exactly once
+    assert summary.resumed_from and summary.world_size == 2
+    assert [r["epoch"] for r in summary.history] == [0, 1, 2]  # each epoch exactly once

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from components.common.plan import read_plan
+from components.common.train_summary import TrainSummary
 from components.estimate import EstimateConfig, estimate_and_write
 from components.estimate.hardware import load_profile
 from components.train.launch import LaunchSpec, launch
@@ -30,9 +29,9 @@ def test_cpu_local_plan_is_what_the_trainer_runs(tiny_dataset, tmp_path):
 
     out = tmp_path / "out"
     launch(LaunchSpec.of(data=str(tiny_dataset), plan=str(path), out=str(out), max_epochs=1))
-    summary = json.loads((out / "train_summary.json").read_text())
-    ran = summary["plan"]
-    assert summary["world_size"] == plan.nproc_per_node * plan.nnodes
+    summary = TrainSummary.read(out)
+    ran = summary.plan
+    assert summary.world_size == plan.nproc_per_node * plan.nnodes
     for field in (
         "micro_batch",
         "grad_accum",
@@ -48,6 +47,6 @@ def test_cpu_local_plan_is_what_the_trainer_runs(tiny_dataset, tmp_path):
         "model",
     ):
         assert ran[field] == getattr(plan, field), field
-    assert summary["precision"] == plan.precision == "fp32"
-    assert summary["sparse_embeddings"] is True  # auto -> sparse with gloo on CPU
-    assert summary["epochs_run"] == 1 and summary["plan_file"] == str(path)
+    assert summary.precision == plan.precision == "fp32"
+    assert summary.sparse_embeddings is True  # auto -> sparse with gloo on CPU
+    assert summary.epochs_run == 1 and summary.plan_file == str(path)

@@ -137,7 +137,7 @@ def test_champion_lifecycle(registry, trained, tiny_dataset, tmp_path):
     weak = untrained_checkpoint(tmp_path / "weak.pt", tiny_dataset, seed=1)
     # 1. the first registration becomes champion
     result, reg = registry.cycle(weak)
-    assert result["decision"]["blessed"] and reg["version"] == 1
+    assert result["decision"]["blessed"] and reg.version == 1
     assert registry.aliases() == {"champion": 1}
     # 2. a better model is compared with it, blessed, and moves champion; the old one is previous
     result, reg = registry.cycle(trained)
@@ -148,17 +148,17 @@ def test_champion_lifecycle(registry, trained, tiny_dataset, tmp_path):
     on_dataset = result["metrics"]["comparison_on_dataset_features"]
     assert on_dataset["auc_b"] == pytest.approx(result["metrics"]["champion"]["metrics"]["auc"])
     assert on_dataset["auc_a"] == pytest.approx(result["metrics"]["test_auc"])
-    assert reg["version"] == 2 and registry.aliases() == {"champion": 2, "previous": 1}
+    assert reg.version == 2 and registry.aliases() == {"champion": 2, "previous": 1}
     # 3. a significantly worse model is not blessed: nothing registered, the champion stays
     worse = untrained_checkpoint(tmp_path / "worse.pt", tiny_dataset, seed=2)
     result, reg = registry.cycle(worse)
     assert not result["decision"]["blessed"]
     assert result["metrics"]["comparison"]["ci_high"] < -0.002
     assert "significantly worse" in " ".join(result["decision"]["reasons"])
-    assert not reg["registered"] and registry.aliases() == {"champion": 2, "previous": 1}
+    assert not reg.registered and registry.aliases() == {"champion": 2, "previous": 1}
     # ... unless asked: then it is registered as challenger, champion untouched
     reg = registry.register(worse, registry.root / f"eval-{registry.n}", register_unblessed=True)
-    assert reg["version"] == 3 and registry.aliases() == {
+    assert reg.version == 3 and registry.aliases() == {
         "champion": 2,
         "previous": 1,
         "challenger": 3,
@@ -222,11 +222,11 @@ def test_interrupted_registration_completes_on_rerun(registry, trained, monkeypa
         registry.register(trained, out)
     monkeypatch.setattr(MlflowClient, crash_in, original)
     reg = registry.register(trained, out)
-    assert reg["version"] == 1 and len(registry.versions()) == 1
+    assert reg.version == 1 and len(registry.versions()) == 1
     assert registry.aliases() == {"champion": 1}
     logged = mlflow.search_logged_models(
         output_format="list",
-        filter_string=f"tags.{KEY_TAG} = '{reg['key']}'",
+        filter_string=f"tags.{KEY_TAG} = '{reg.key}'",
         experiment_ids=[registry.client.get_experiment_by_name("dailyrec-register").experiment_id],
     )
     assert len(logged) == 1  # the model logged before the crash was reused, not logged twice
@@ -247,7 +247,7 @@ def test_unusable_champion_is_reported_and_blocks_by_default(
     result, reg = registry.cycle(trained)
     assert result["decision"]["champion_status"] == "unusable" and not result["decision"]["blessed"]
     assert "item: model 4096 vs data 2048" in " ".join(result["decision"]["reasons"])
-    assert not reg["registered"] and registry.aliases() == {"champion": 1}
+    assert not reg.registered and registry.aliases() == {"champion": 1}
     result, reg = registry.cycle(trained, rule={"if_champion_unusable": "ignore"})
     assert result["decision"]["blessed"] and registry.aliases() == {"champion": 2, "previous": 1}
 

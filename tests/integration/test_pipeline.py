@@ -12,6 +12,7 @@ import yaml
 from mlflow import MlflowClient
 
 from components.common.images import RUNTIME_IMAGE
+from components.common.registration import Registration
 from components.common.runs import STAGES, summary_text
 from components.common.tracking import sqlite_uri
 from components.datagen import generate
@@ -271,10 +272,10 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     client = MlflowClient(sqlite_uri(root / "runs"), registry_uri=sqlite_uri(root / "runs"))
     assert client.get_registered_model("dailyrec").aliases == {"champion": 1}
     # the version's model card, read from the registry, agrees with the run's own records
-    registration = json.loads((run / "registration.json").read_text())
+    registration = Registration.read(run)
     run_of_card = client.get_model_version("dailyrec", "1").run_id
-    assert registration["model_card"] == f"runs:/{run_of_card}/model_card/model_card.md"
-    assert first["model_card"] == registration["model_card"]  # linked from the run summary
+    assert registration.model_card == f"runs:/{run_of_card}/model_card/model_card.md"
+    assert first["model_card"] == registration.model_card  # linked from the run summary
     folder = pathlib.Path(
         client.download_artifacts(run_of_card, "model_card", str(tmp_path / "card"))
     )

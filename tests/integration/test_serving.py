@@ -348,7 +348,7 @@ def test_version_links_its_training_and_evaluation_runs(world, registered, tmp_p
     from mlflow import MlflowClient
 
     client = MlflowClient(world["uri"], registry_uri=world["uri"])
-    version = client.get_model_version(NAME, str(registered["registration"]["version"]))
+    version = client.get_model_version(NAME, str(registered["registration"].version))
     training = json.loads((world["checkpoint"].parent / "train_summary.json").read_text())[
         "mlflow_run_id"
     ]

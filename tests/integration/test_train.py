@@ -45,7 +45,7 @@ def run(tiny_dataset, tmp_path, name="out", **overrides):
 def test_single_process_training_writes_checkpoints_and_summary(tiny_dataset, tmp_path):
     summary, out = run(tiny_dataset, tmp_path, max_epochs=3, patience=5)
     on_disk = json.loads((out / "train_summary.json").read_text())
-    assert on_disk["epochs_run"] == summary["epochs_run"] == 3
+    assert on_disk["epochs_run"] == summary.epochs_run == 3
     for key in (
         "best_epoch",
         "best_val_auc",
@@ -84,7 +84,7 @@ def val_auc_of(checkpoint, data) -> float:
 def test_early_stopping_stops_when_auc_stalls(tiny_dataset, tmp_path):
     # lr so small nothing improves by min_delta after the first epoch
     summary, _ = run(tiny_dataset, tmp_path, max_epochs=10, patience=2, min_delta=0.5, lr=1e-6)
-    assert summary["early_stopped"] and summary["epochs_run"] == 3 and summary["best_epoch"] == 0
+    assert summary.early_stopped and summary.epochs_run == 3 and summary.best_epoch == 0
 
 
 def test_resumed_run_reaches_the_same_weights(tiny_dataset, tmp_path, monkeypatch):
@@ -113,7 +113,7 @@ def test_resumed_run_reaches_the_same_weights(tiny_dataset, tmp_path, monkeypatc
         resume="auto",
     )
     summary = train(config)
-    assert summary["resumed_from"].endswith("last.pt")
+    assert summary.resumed_from.endswith("last.pt")
     a = load_checkpoint(straight / "last.pt")["model"]
     b = load_checkpoint(tmp_path / "resumed" / "last.pt")["model"]
     for key in a:
@@ -205,14 +205,14 @@ def test_torchrun_two_processes(tiny_dataset, tmp_path):
         tmp_path / "plan.json", max_epochs=2, nproc_per_node=2, micro_batch=256, embedding_l2=0.5
     )
     summary = launch(LaunchSpec.of(data=str(tiny_dataset), out=str(tmp_path / "ddp"), plan=plan))
-    assert summary["world_size"] == 2 and summary["epochs_run"] == 2
-    assert summary["sparse_embeddings"] is True  # gloo: sparse gradients reduced across ranks
+    assert summary.world_size == 2 and summary.epochs_run == 2
+    assert summary.sparse_embeddings is True  # gloo: sparse gradients reduced across ranks
     # validation is sharded over the ranks and gathered: the AUC the run recorded is the one of
     # all validation rows scored by the saved model (half the rows, or unsynchronised replicas,
     # would give another number), and training learnt something
     recomputed = val_auc_of(tmp_path / "ddp" / "best.pt", tiny_dataset)
-    assert summary["best_val_auc"] == pytest.approx(recomputed, abs=1e-6)
-    assert summary["best_val_auc"] > 0.55, summary["best_val_auc"]
+    assert summary.best_val_auc == pytest.approx(recomputed, abs=1e-6)
+    assert summary.best_val_auc > 0.55, summary.best_val_auc
 
 
 def test_restarted_workers_get_their_own_store_not_the_agents(tmp_path):
@@ -267,7 +267,7 @@ def test_mlflow_logging_from_rank_zero(tiny_dataset, tmp_path):
     (run,) = client.search_runs([client.get_experiment_by_name("test-train").experiment_id])
     history = client.get_metric_history(run.info.run_id, "val_auc")
     assert [m.step for m in history] == [0, 1]
-    assert history[-1].value == pytest.approx(summary["history"][-1]["val_auc"])
+    assert history[-1].value == pytest.approx(summary.history[-1]["val_auc"])
     assert run.data.params["model"] == "debug" and run.data.params["world_size"] == "1"
 
 
@@ -279,9 +279,9 @@ def test_epoch_callback_can_stop_training(tiny_dataset, tmp_path):
         plan=plan_file(tmp_path / "p.json", max_epochs=4, patience=0),
     )
     summary = train(config, on_epoch=lambda record: seen.append(record["val_auc"]) or len(seen) < 2)
-    assert len(seen) == 2 and summary["epochs_run"] == 2
-    assert summary["stopped_by_callback"] and summary["early_stopped"]
-    assert summary["history"][-1]["val_auc"] == seen[-1]
+    assert len(seen) == 2 and summary.epochs_run == 2
+    assert summary.stopped_by_callback and summary.early_stopped
+    assert summary.history[-1]["val_auc"] == seen[-1]
 
 
 def test_a_sample_of_the_negatives_trains_a_model_calibrated_to_all_rows(tiny_dataset, tmp_path):
@@ -291,8 +291,8 @@ def test_a_sample_of_the_negatives_trains_a_model_calibrated_to_all_rows(tiny_da
     meta = DatasetMeta.read(tiny_dataset)
     rows, rate = meta.splits["train"].rows, meta.splits["train"].positive_rate
     expected = rows * rate + rows * (1 - rate) * 0.2
-    assert abs(summary["rows_trained"] - expected) < 0.05 * expected
-    assert summary["negative_keep"] == 0.2
+    assert abs(summary.rows_trained - expected) < 0.05 * expected
+    assert summary.negative_keep == 0.2
     scorer = load_scorer(out / "best.pt")
     assert scorer.model.config.logit_shift == pytest.approx(np.log(0.2))
     (batch,) = split_rows(tiny_dataset, "val", meta, 10**6)

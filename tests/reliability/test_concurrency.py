@@ -285,7 +285,7 @@ def test_champion_moved_by_another_run_is_not_overwritten(tiny_dataset, tmp_path
     # both runs evaluate while there is no champion; the second registers first
     out_a, out_b = evaluated(first, "eval-a"), evaluated(second, "eval-b")
     assert json.loads((out_a / "decision.json").read_text())["champion_version"] is None
-    assert registered(second, out_b)["champion_version"] == 1
+    assert registered(second, out_b).champion_version == 1
     with pytest.raises(
         ChampionMoved,
         match=r"ctr@champion is v1 now, but evaluate compared the candidate "
@@ -298,7 +298,7 @@ def test_champion_moved_by_another_run_is_not_overwritten(tiny_dataset, tmp_path
         len(client.search_model_versions("name = 'ctr'")) == 1
     )  # nothing registered for the stale decision
     assert (
-        registered(second, out_b)["champion_version"] == 1
+        registered(second, out_b).champion_version == 1
     )  # a re-run of the winner is still idempotent
     fault_report(
         "concurrency",

@@ -17,10 +17,11 @@ import pytest
 
 from components.common.plan import TrainPlan, write_plan
 from components.common.tracking import TrackingError, sqlite_uri
+from components.common.train_summary import TrainSummary
 from components.datagen import DatagenConfig, generate
 from components.train.checkpoint import LAST, PREVIOUS, CheckpointError
 from components.train.launch import LaunchSpec, LocalTorchrun
-from components.train.trainer import TrainConfig, read_summary, train
+from components.train.trainer import TrainConfig, train
 from tests.reliability.waiting import trainer_processes, wait_for
 from tests.small_run import local_run, small_world
 
@@ -77,16 +78,19 @@ def test_rank_killed_mid_epoch_resumes_and_finishes_like_an_uninterrupted_run(
         assert proc.wait(timeout=600) == 0, log.read_text()[-4000:]
     finally:
         proc.kill()
-    resumed, baseline = read_summary(tmp_path / "faulty"), read_summary(tmp_path / "clean")
-    assert resumed["resumed_from"] and resumed["epochs_run"] == 3
-    assert [r["epoch"] for r in resumed["history"]] == [0, 1, 2]  # each epoch exactly once
+    resumed, baseline = (
+        TrainSummary.read(tmp_path / "faulty"),
+        TrainSummary.read(tmp_path / "clean"),
+    )
+    assert resumed.resumed_from and resumed.epochs_run == 3
+    assert [r["epoch"] for r in resumed.history] == [0, 1, 2]  # each epoch exactly once
     # rank 1's dropout masks come from rank 0's restored RNG after the restart: close, not identical
-    assert resumed["best_val_auc"] == pytest.approx(baseline["best_val_auc"], abs=0.02)
+    assert resumed.best_val_auc == pytest.approx(baseline.best_val_auc, abs=0.02)
     fault_report(
         "training",
         "a training rank SIGKILLed mid-epoch (torchrun, 2 processes, restarts allowed)",
         f"restarted, resumed from the mid-epoch checkpoint, 3/3 epochs; best val AUC "
-        f"{resumed['best_val_auc']:.4f} vs {baseline['best_val_auc']:.4f} uninterrupted",
+        f"{resumed.best_val_auc:.4f} vs {baseline.best_val_auc:.4f} uninterrupted",
     )
 
 
@@ -102,7 +106,7 @@ def test_damaged_checkpoint_falls_back_to_the_previous_one(tiny_dataset, tmp_pat
     assert (out / PREVIOUS).exists()
     (out / LAST).write_bytes((out / LAST).read_bytes()[:1000])  # truncated after it was written
     summary = train(TrainConfig(**{**config.__dict__, "max_epochs": 3}))
-    assert summary["resumed_from"].endswith(PREVIOUS) and summary["epochs_run"] == 3
+    assert summary.resumed_from.endswith(PREVIOUS) and summary.epochs_run == 3
     for name in (LAST, PREVIOUS):
         (out / name).write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match=r"last\.pt.*last\.prev\.pt"):
@@ -287,7 +291,7 @@ def test_tracking_server_dying_mid_training_and_before_registration(
         data=str(tiny_dataset), out=str(tmp_path / "b"), plan=plan, tracking_uri=uri
     )
     summary = train(second, on_epoch=kill_server_after_first_epoch)
-    assert summary["epochs_run"] == 3 and summary["tracking_error"]  # training outlived the server
+    assert summary.epochs_run == 3 and summary.tracking_error  # training outlived the server
     started = time.monotonic()
     with pytest.raises(TrackingError, match=r"127\.0\.0\.1.*unusable after 3 attempts"):
         evaluate(
@@ -358,7 +362,7 @@ def test_registration_interrupted_between_logging_and_aliasing(
         monkeypatch.setattr(MlflowClient, step, original)
     result = register(config)
     client = MlflowClient(uri, registry_uri=uri)
-    assert result["version"] == 1 and len(client.search_model_versions("name = 'dailyrec'")) == 1
+    assert result.version == 1 and len(client.search_model_versions("name = 'dailyrec'")) == 1
     assert client.get_registered_model("dailyrec").aliases == {"champion": 1}
     fault_report(
         "registry",

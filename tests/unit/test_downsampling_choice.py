@@ -51,17 +51,32 @@ def test_the_defaults_reuse_a_grid_run_or_train_their_own(monkeypatch):
     common = world("common", 37_500, 30_000, COMMON)
     trained = []
 
-    def train(self, keep, ratio, name):
-        trained.append((self.world.name, keep, ratio, name))
-        share = min(keep, ratio * self.positives / self.negatives)
-        run = {**self.runs[0], "negative_keep": round(share, 4), "train_seconds": 29.0}
-        return _versus(run, self.runs[0])
+    def train(self, keep, ratio, name, seed=0, full=None):
+        trained.append((self.world.name, keep, ratio, name, seed))
+        share = min(keep, ratio * self.positives / self.negatives) if ratio else keep
+        # each seed moves both trainings of a pair; the sampled one loses 0.0004 + 0.0004 x seed
+        auc = 0.75 + 0.001 * seed - (0.0004 + 0.0004 * seed) * (share < 1)
+        run = {**self.runs[0], "seed": seed, "negative_keep": round(share, 4), "auc": auc}
+        run["train_seconds"] = 29.0 if share < 1 else 100.0 + seed
+        return _versus(run, full or self.runs[0])
 
     monkeypatch.setattr(WorldRuns, "train", train)
     for w in (rare, common):
         w.measure_default(1.0, 3.0)
-    assert trained == [("rare", 1.0, 3.0, "ratio-3")]  # the common world's is its r = 1 run
+    assert trained == [("rare", 1.0, 3.0, "ratio-3", 0)]  # the common world's is its r = 1 run
     assert common.default["negative_keep"] == 1.0 and common.default["negatives_per_positive"] == 3
+    rare.runs[0]["seed"] = rare.default["seed"] = 0
+    goal = rare.seeded(1.0, 3.0, (0, 1, 2))
+    # seeds 1 and 2: a full-data training and the defaults' each, the pair compared with itself
+    assert trained[1:] == [
+        ("rare", 1.0, 0, "keep-1", 1),
+        ("rare", 1.0, 3.0, "ratio-3", 1),
+        ("rare", 1.0, 0, "keep-1", 2),
+        ("rare", 1.0, 3.0, "ratio-3", 2),
+    ]
+    assert goal["deltas"]["auc"] == pytest.approx([-0.0004, -0.0008, -0.0012])
+    assert goal["mean"]["auc"] == pytest.approx(-0.0008) and goal["same_quality"]
+    assert [p["seed"] for p in goal["pairs"]] == [0, 1, 2]
     result = {
         "machine": {"cpu_model": "x", "cpus": 2},
         "auc_margin": 0.001,
@@ -70,7 +85,15 @@ def test_the_defaults_reuse_a_grid_run_or_train_their_own(monkeypatch):
         "worlds": [rare.result(), common.result()],
         "chosen": 1.0,
         "chosen_ratio": 3.0,
+        "goal": {"world": "rare", **goal},
     }
     table = readme_table(result)
     assert "**0.2609** (≤ 3 per positive; 11.5 in the data)" in table
-    assert "train in ×0.29 of full-data training's time (target ≤ ×0.4: met)" in table
+    assert (
+        "The goal, on rare with 3 seeds (each pair of trainings shares its seed): test AUC "
+        "-0.0008 on average (-0.0012 .. -0.0004; within 0.001), ECE +0.0000 (within 0.002): "
+        "**the same quality**; training time ×0.29 of full-data training's (target ≤ ×0.4: "
+        "**met**)."
+    ) in table
+    result["goal"]["same_quality"] = False
+    assert "**not the same quality**" in readme_table(result)

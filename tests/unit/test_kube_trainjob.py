@@ -17,6 +17,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from components.common.plan import TrainPlan, write_plan
+from components.common.train_summary import TrainSummary
 from components.train.backend import LaunchError, LaunchSpec
 from kube.client import LogFollower, TrainJobBackend, as_json
 from kube.trainjob import Verdict, assess, build_trainjob, resources_per_node, trainjob_name
@@ -277,8 +278,11 @@ def backend(custom, core, **target):
 
 
 def summary(tmp_path, auc):
+    """What the TrainJob's rank 0 leaves on the shared volume."""
     (tmp_path / "train").mkdir(exist_ok=True)
-    (tmp_path / "train" / "train_summary.json").write_text(json.dumps({"best_val_auc": auc}))
+    TrainSummary(epochs_run=1, best_val_auc=auc, rows_trained=10, seconds=1.0, world_size=2).write(
+        tmp_path / "train"
+    )
 
 
 def test_the_client_models_are_read_in_the_apis_camel_case():
@@ -393,7 +397,7 @@ def test_a_succeeded_job_is_deleted_after_its_results_are_collected(tmp_path):
     summary(tmp_path, 0.71)
     custom, core = real_apis([{}, {}, {"conditions": [cond("Complete")]}], running)
     launcher, _ = backend(custom, core, pending_timeout_s=0.001)
-    assert launcher.run(spec_for(tmp_path, nproc_per_node=1)) == {"best_val_auc": 0.71}
+    assert launcher.run(spec_for(tmp_path, nproc_per_node=1)).best_val_auc == 0.71
     ((args, kwargs),) = custom.create_namespaced_custom_object.call_args_list
     assert args[:4] == ("trainer.kubeflow.org", "v1alpha1", "ns", "trainjobs")
     custom.delete_namespaced_custom_object.assert_called_once_with(
@@ -418,7 +422,7 @@ def test_transient_api_errors_are_retried_with_backoff(tmp_path):
         running,
     )
     launcher, sleeps = backend(custom, core, poll_s=1, api_retries=3)
-    assert launcher.run(spec_for(tmp_path)) == {"best_val_auc": 0.7}
+    assert launcher.run(spec_for(tmp_path)).best_val_auc == 0.7
     assert sleeps == [1, 2]  # doubling backoff, then the answer
 
 
@@ -454,7 +458,7 @@ def test_a_retried_task_adopts_its_own_job(tmp_path):
         status=409, reason="AlreadyExists"
     )
     launcher, _ = backend(custom, core)
-    assert launcher.run(spec_for(tmp_path)) == {"best_val_auc": 0.7}
+    assert launcher.run(spec_for(tmp_path)).best_val_auc == 0.7
 
 
 def test_rank0_log_is_streamed_once_per_pod():

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from components.common.registration import Registration
 from components.common.runs import build_summary, record_stage, summary_text
 from components.common.storage import atomic_write_json
 from tests.meta_docs import meta_document
@@ -60,7 +61,7 @@ def test_the_summary_links_the_registered_versions_card(tmp_path):
     for stage in ("preprocess", "estimate", "train", "evaluate", "register"):
         record_stage(run, stage, 1.0)
     card = "runs:/0123abcd/model_card/model_card.md"
-    atomic_write_json(run / "registration.json", {"version": 4, "model_card": card})
+    Registration("ctr", "k" * 64, True, registered=True, version=4, model_card=card).write(run)
     summary = build_summary(run, tmp_path / "none", "", "ctr", "r3")
     assert summary["model_card"] == card
     assert f"  card     {card}" in summary_text(summary).splitlines()

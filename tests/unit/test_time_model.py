@@ -339,15 +339,13 @@ def test_long_epoch_logs_progress_checkpoints_mid_epoch_and_reports_plan_vs_actu
         f"/{steps} (" in m and "samples/s  loss " in m and "ETA epoch " in m for m in progress
     )
     assert any(0 < m < steps for m in saved_at), saved_at  # inside the epoch, not only at its end
-    pva = summary["plan_vs_actual"]
-    assert pva["epochs_run"] == 1 and pva["seconds"]["measured"] == summary["process_seconds"] > 0
-    assert summary["process_seconds"] == pytest.approx(
-        summary["seconds"], abs=1.0
-    )  # in-process: train()
+    pva = summary.plan_vs_actual
+    assert pva["epochs_run"] == 1 and pva["seconds"]["measured"] == summary.process_seconds > 0
+    assert summary.process_seconds == pytest.approx(summary.seconds, abs=1.0)  # in-process: train()
     assert pva["seconds"]["predicted"] == pytest.approx(
         doc["estimate"]["times"]["startup_seconds"] + doc["estimate"]["times"]["epoch_seconds"]
     )
-    assert pva["peak_memory_bytes"]["measured"] == summary["peak_memory_bytes"]
+    assert pva["peak_memory_bytes"]["measured"] == summary.peak_memory_bytes
     on_disk = json.loads((tmp_path / "out" / "train_summary.json").read_text())
     assert on_disk["plan_vs_actual"] == json.loads(json.dumps(pva))
     assert any(m.startswith("plan vs actual (1 epoch(s)): seconds ") for m in handler.messages)

@@ -123,11 +123,11 @@ def test_a_resumed_run_continues_from_the_saved_step(tiny_dataset, tmp_path):
     assert resumed.state.micro_step == 3 * plan.grad_accum and resumed.state.loss_rows > 0
     assert [r["epoch"] for r in resumed.state.history] == [0]
     summary = Trainer(config).train()
-    assert summary["resumed_from"].endswith("last.pt")
-    assert [r["epoch"] for r in summary["history"]] == [0, 1]  # each epoch once
+    assert summary.resumed_from.endswith("last.pt")
+    assert [r["epoch"] for r in summary.history] == [0, 1]  # each epoch once
     assert load_checkpoint(tmp_path / "b" / "last.pt")["global_step"] == 2 * per_epoch
-    assert summary["history"][1]["train_loss"] == pytest.approx(
-        expected["history"][1]["train_loss"], rel=1e-5
+    assert summary.history[1]["train_loss"] == pytest.approx(
+        expected.history[1]["train_loss"], rel=1e-5
     )
     a = load_checkpoint(tmp_path / "a" / "last.pt")["model"]
     b = load_checkpoint(tmp_path / "b" / "last.pt")["model"]

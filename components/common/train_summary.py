@@ -1,0 +1,155 @@
+"""A training run's ``train_summary.json``: what the trainer measured, as one typed document.
+
+:class:`TrainSummary` is its one writer (the trainer's rank 0, :meth:`TrainSummary.write`) and
+reader (:meth:`TrainSummary.read`, :meth:`TrainSummary.from_document`): evaluate's plan-vs-actual
+section, the run summary, the benchmarks and the launcher read attributes, never keys. Its format
+is ``format`` (:data:`SUMMARY_FORMAT`); a document of another format, or one missing a field
+marked *required* below, is refused with a :class:`SummaryError` naming the file and the field.
+docs/data.md describes every field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.common.storage import atomic_write_json
+
+SUMMARY_FORMAT = "dailyrec.train_summary/v1"
+TRAIN_SUMMARY = "train_summary.json"
+REQUIRED = ("epochs_run", "best_val_auc", "rows_trained", "seconds", "world_size")
+"""Fields every reader relies on; the rest have defaults an older writer may have left out."""
+
+
+class SummaryError(ValueError):
+    """A training summary no reader can use: the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class TrainSummary:
+    """One training run's outcome, speed, memory, history and plan vs. actual."""
+
+    epochs_run: int
+    """Epochs that ran to their end (required)."""
+    best_val_auc: float | None
+    """Validation AUC of the best epoch, the one ``best.pt`` holds (required; None: no epoch)."""
+    rows_trained: int
+    """Training rows of one epoch after the negatives' sampling (required)."""
+    seconds: float
+    """Wall seconds of :func:`components.train.trainer.train` (required)."""
+    world_size: int
+    """Training processes (required)."""
+    best_epoch: int | None = None
+    early_stopped: bool = False
+    """Stopped by patience on validation AUC."""
+    stopped_by_callback: bool = False
+    """Stopped by the caller (the tuner's pruner)."""
+    samples_per_s: float = 0.0
+    """Training samples per second over every epoch's steps."""
+    data_wait_fraction: float = 0.0
+    """Share of the steps' time spent waiting for batches."""
+    negative_keep: float = 1.0
+    """Share of the training negatives each epoch drew (the plan's)."""
+    precision: str = "fp32"
+    device: str = "cpu"
+    sparse_embeddings: bool = False
+    peak_memory_bytes: int | None = None
+    """Rank 0's peak RSS (CPU) or allocated device memory (CUDA)."""
+    peak_memory_reserved_bytes: int | None = None
+    """CUDA only: the allocator's peak reservation."""
+    device_memory_bytes: int | None = None
+    gpu_utilization: float | None = None
+    process_seconds: float | None = None
+    """The training process's lifetime (start-up included): what the plan's time is held to."""
+    history: tuple[Mapping[str, Any], ...] = ()
+    """One entry per epoch: its loss, validation metrics, learning rate, speed and seconds."""
+    plan: Mapping[str, Any] = field(default_factory=dict)
+    """The plan's ``train`` section as trained."""
+    plan_file: str = ""
+    warm_start: Mapping[str, Any] | None = None
+    """``{from, applied, reason}`` where the run started from an earlier model."""
+    resumed_from: str | None = None
+    """The checkpoint a restarted run resumed from."""
+    checkpoints: Mapping[str, str] = field(default_factory=dict)
+    """``best`` and ``last`` checkpoint paths."""
+    flags: tuple[Mapping[str, Any], ...] = ()
+    """Diagnoses (input-bound, low GPU use, memory near capacity), each with a recommendation."""
+    tracking_error: str | None = None
+    """Why MLflow logging stopped, when it did (training went on)."""
+    mlflow_run_id: str | None = None
+    plan_vs_actual: Mapping[str, Any] | None = None
+    """The plan's predictions next to the measurements
+    (:func:`components.common.plan.plan_vs_actual`)."""
+    source: Path | None = field(default=None, compare=False, repr=False)
+    """The file it was read from (messages name it)."""
+
+    @classmethod
+    def from_document(cls, doc: Any, source: str | Path | None = None) -> TrainSummary:
+        where = str(source) if source else "train summary"
+        if not isinstance(doc, Mapping):
+            raise SummaryError(f"{where}: not a JSON object")
+        if doc.get("format") != SUMMARY_FORMAT:
+            raise SummaryError(
+                f"{where}: format is {doc.get('format')!r}, not {SUMMARY_FORMAT!r} "
+                f"(written by another version of the trainer: train again)"
+            )
+        missing = [name for name in REQUIRED if name not in doc]
+        if missing:
+            raise SummaryError(f"{where}: no {missing[0]!r} field")
+        names = {f.name for f in dataclasses.fields(cls)} - {"source"}
+        values = {k: v for k, v in doc.items() if k in names}
+        for name in ("history", "flags"):
+            values[name] = tuple(values.get(name) or ())
+        return cls(**values, source=Path(source) if source else None)
+
+    @classmethod
+    def read(cls, folder_or_file: str | Path) -> TrainSummary:
+        """The summary in a trainer's ``--out`` folder (or that file itself)."""
+        path = Path(folder_or_file)
+        if path.is_dir():
+            path = path / TRAIN_SUMMARY
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise SummaryError(
+                f"{path}: no training summary (the training did not finish)"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise SummaryError(f"{path}: unreadable ({exc})") from None
+        return cls.from_document(doc, path)
+
+    @classmethod
+    def beside(cls, checkpoint: str | Path) -> TrainSummary | None:
+        """The summary of the run that wrote ``checkpoint`` (None where it is not beside it,
+        e.g. a checkpoint copied elsewhere, or cannot be read)."""
+        try:
+            return cls.read(Path(checkpoint).parent / TRAIN_SUMMARY)
+        except SummaryError:
+            return None
+
+    def line(self) -> str:
+        """One line for a person: the best epoch, the speed, the time."""
+        best = "no epoch" if self.best_val_auc is None else f"best val AUC {self.best_val_auc:.4f}"
+        epoch = "" if self.best_epoch is None else f" at epoch {self.best_epoch + 1}"
+        return (
+            f"{best}{epoch} of {self.epochs_run}{' (early stop)' if self.early_stopped else ''}; "
+            f"{self.samples_per_s:.0f} samples/s on {self.world_size} x {self.device}, "
+            f"data-wait {100 * self.data_wait_fraction:.1f}%, {self.seconds:.0f}s"
+        )
+
+    def to_document(self) -> dict[str, Any]:
+        doc = {"format": SUMMARY_FORMAT}
+        for f in dataclasses.fields(self):
+            if f.name != "source":
+                value = getattr(self, f.name)
+                doc[f.name] = list(value) if isinstance(value, tuple) else value
+        return json.loads(json.dumps(doc))  # plain JSON types, what the reader gets back
+
+    def write(self, folder: str | Path) -> Path:
+        path = Path(folder) / TRAIN_SUMMARY
+        atomic_write_json(path, self.to_document())
+        return path
