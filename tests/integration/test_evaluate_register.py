@@ -165,7 +165,7 @@ def test_champion_lifecycle(registry, trained, tiny_dataset, tmp_path):
     }
     # 4. the same output registered again: no new version
     again = registry.register(trained, registry.root / "eval-2")
-    assert again["reused"] and again["version"] == 2 and len(registry.versions()) == 3
+    assert again.reused and again.version == 2 and len(registry.versions()) == 3
     tags = {int(mv.version): mv.tags for mv in registry.versions()}
     assert tags[2]["blessed"] == "true" and len(tags[2]["dataset"]) == 12
     assert float(tags[2]["test_auc"]) == pytest.approx(

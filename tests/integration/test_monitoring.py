@@ -238,7 +238,7 @@ def test_rank_0_serves_training_progress_while_it_trains(tiny_dataset, tmp_path,
         TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "out"), plan=str(plan)),
         on_epoch=scrape,
     )
-    assert [s["dailyrec_training_epoch"] for s in scraped] == [1, 2] and summary_["epochs_run"] == 2
+    assert [s["dailyrec_training_epoch"] for s in scraped] == [1, 2] and summary_.epochs_run == 2
     assert [s["dailyrec_training_progress_ratio"] for s in scraped] == [0.5, 1.0]
     with pytest.raises(OSError, match="Connection refused"):  # the server ends with the training
         get(f"http://127.0.0.1:{port}/metrics")

@@ -9,7 +9,6 @@ so nothing else is passed.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import sys
 import pytest
 
 from components.common.plan import TrainPlan, write_plan
+from components.common.train_summary import TrainSummary
 from components.train.backend import LaunchSpec
 from components.train.launch import LocalTorchrun
 from kube.trainjob import build_trainjob
@@ -65,18 +65,18 @@ def test_two_nodes_train_like_one_node_with_the_same_global_batch(tiny_dataset, 
             p.kill()
     logs = "\n".join((tmp_path / f"node-{r}.log").read_text()[-3000:] for r in range(2))
     assert codes == [0, 0], logs
-    nodes = json.loads((tmp_path / "nodes" / "train_summary.json").read_text())
-    assert nodes["world_size"] == 2 and nodes["epochs_run"] == 2
+    nodes = TrainSummary.read(tmp_path / "nodes")
+    assert nodes.world_size == 2 and nodes.epochs_run == 2
 
     # the same global batch on one node with two processes: the same training within noise
     one_node = TrainPlan(**PLAN, nnodes=1, nproc_per_node=2)
     plan = write_plan(tmp_path / "plan-1x2.json", one_node)
     local = LaunchSpec.of(data=str(tiny_dataset), out=str(tmp_path / "local"), plan=str(plan))
     single = LocalTorchrun().run(local)
-    assert single["world_size"] == 2
-    assert abs(nodes["best_val_auc"] - single["best_val_auc"]) < 0.01, (nodes, single)
+    assert single.world_size == 2
+    assert abs(nodes.best_val_auc - single.best_val_auc) < 0.01, (nodes, single)
     # world size 2 either way: the same shards, steps and losses, epoch by epoch
-    losses = [[round(h["train_loss"], 3) for h in run["history"]] for run in (nodes, single)]
+    losses = [[round(h["train_loss"], 3) for h in run.history] for run in (nodes, single)]
     assert losses[0] == pytest.approx(losses[1], abs=0.01), losses
 
 

@@ -128,7 +128,7 @@ def test_warm_start_applies_when_shapes_match_and_says_why_not(tiny_dataset, tmp
         plan=plan_file(tmp_path / "p2.json", max_epochs=1),
         init_from=str(first / "best.pt"),
     )
-    assert train(config)["warm_start"]["applied"] is True
+    assert train(config).warm_start["applied"] is True
     other = make_dataset(tmp_path / "other", item_buckets=4096)
     config = TrainConfig(
         data=str(other),
@@ -136,7 +136,7 @@ def test_warm_start_applies_when_shapes_match_and_says_why_not(tiny_dataset, tmp
         plan=plan_file(tmp_path / "p3.json", max_epochs=1),
         init_from=str(first / "best.pt"),
     )
-    warm = train(config)["warm_start"]
+    warm = train(config).warm_start
     assert warm["applied"] is False and "item_emb.weight: checkpoint (2048" in warm["reason"]
 
 
@@ -326,7 +326,7 @@ def test_a_compiled_step_follows_the_eager_loss_trajectory(tiny_dataset, tmp_pat
     same = {"max_epochs": 2, "patience": 5, "micro_batch": 500, "sparse_embeddings": "off"}
     eager, _ = run(tiny_dataset, tmp_path, "eager", **same)
     fused, _ = run(tiny_dataset, tmp_path, "compiled", compile="default", **same)
-    for a, b in zip(eager["history"], fused["history"], strict=True):
+    for a, b in zip(eager.history, fused.history, strict=True):
         assert b["train_loss"] == pytest.approx(a["train_loss"], abs=2e-4)
         assert b["val_auc"] == pytest.approx(a["val_auc"], abs=2e-3)
     with pytest.raises(ValueError, match="sparse embedding gradients do not compile"):

@@ -196,13 +196,13 @@ def test_tuned_file_drives_estimate_and_training(search, tiny_dataset, tmp_path,
         summary = train(
             TrainConfig(data=str(tiny_dataset), out=str(tmp_path / "train"), plan=str(plan_file))
         )
-    assert summary["epochs_run"] == 1 and 0 < summary["best_val_auc"] < 1
+    assert summary.epochs_run == 1 and 0 < summary.best_val_auc < 1
     ckpt = load_checkpoint(tmp_path / "train" / "best.pt")
     assert ModelConfig(**ckpt["model_config"]) == model_config(tuned)
     # Katib's metrics collector filter reads exactly one val_auc per epoch from the trainer's log
     found = re.findall(METRIC_FILTER, "\n".join(caplog.messages))
     assert [name for name, _ in found] == ["val_auc"]
-    assert float(found[0][1]) == pytest.approx(summary["history"][0]["val_auc"], abs=1e-4)
+    assert float(found[0][1]) == pytest.approx(summary.history[0]["val_auc"], abs=1e-4)
 
 
 def test_katib_trial_entry_point_runs_the_trainer_cli(tiny_dataset, tmp_path, capsys):
