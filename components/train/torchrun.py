@@ -133,5 +133,14 @@ def main() -> int:
     return Exit.OK
 
 
+def exit_now(status: int) -> None:
+    """End the process with ``status`` and nothing after it: a stopped agent's interpreter teardown
+    can abort in torch's C++ threads ("terminate called without an active exception", status 134
+    instead of 28), and the status is what the launcher and the TrainJob's podFailurePolicy read."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from components.common.storage import NoSpaceError
 from components.train.torchrun import fatal_failure, log_dir, rank_errors
+from tests.tools import ROOT
 
 
 def fail_recorded(monkeypatch, path, exc: Exception) -> None:
@@ -62,3 +66,22 @@ def test_workers_thread_count_comes_from_the_plan(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     assert thread_count(["-m", "components.train", "--plan", str(tmp_path / "bad.json")]) == 1
     assert thread_count(["-m", "components.train", "--out", "o"]) == 1  # torchrun's own choice
+
+
+def test_the_wrappers_status_survives_a_teardown_that_aborts():
+    """28 (a full disk: do not restart) is a contract with the launcher and the TrainJob's
+    podFailurePolicy; a stopped agent's teardown can abort in torch's C++ threads, so the wrapper
+    ends with its status and runs nothing after it (its output flushed first)."""
+    code = (
+        "import atexit, os\n"
+        "from components.train.torchrun import exit_now\n"
+        "atexit.register(os.abort)  # a teardown that aborts, as torch's can\n"
+        "print('flushed', end='')\n"
+        "exit_now(28)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (28, "flushed"), done.stderr
+    source = (ROOT / "components" / "train" / "torchrun.py").read_text()
+    assert source.rstrip().endswith('if __name__ == "__main__":\n    exit_now(main())')
