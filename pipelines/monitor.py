@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.common.cli import Exit, HelpFormatter, cli_parser
+from components.common.evaluation import Decision
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "manifests" / "monitoring" / "rules.yaml"
@@ -159,7 +160,7 @@ def serve(root: Path, ports: Ports) -> int:
 # ----------------------------------------------------------------------------- static panels
 
 
-def run_values(summary: dict, decision: dict | None) -> dict:
+def run_values(summary: dict, decision: Decision | None) -> dict:
     """One run's panel values: what the exit handler pushes for it (``run_outcome``)."""
     from components.common.monitoring import run_outcome
     from components.common.runs import STAGES
@@ -187,7 +188,7 @@ def run_values(summary: dict, decision: dict | None) -> dict:
 
 def read_runs(root: Path) -> list[dict]:
     """Every run under ``root/runs`` that wrote a summary, oldest first (by its end time)."""
-    from components.common.runs import DECISION, RunFolder
+    from components.common.runs import RunFolder
 
     found = []
     for path in sorted((Path(root) / "runs").glob("*/summary.json")):
@@ -195,10 +196,7 @@ def read_runs(root: Path) -> list[dict]:
             summary = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # a summary being written, or damaged: not a run to draw
-        try:
-            decision = json.loads((RunFolder(path.parent).evaluate / DECISION).read_text())
-        except (OSError, ValueError):
-            decision = None
+        decision = Decision.find(RunFolder(path.parent).evaluate)
         found.append((path.stat().st_mtime, run_values(summary, decision)))
     return [values for _, values in sorted(found, key=lambda pair: pair[0])]
 

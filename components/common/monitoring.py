@@ -13,7 +13,6 @@ The names below are what ``manifests/monitoring/`` (alert rules, Grafana dashboa
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -22,8 +21,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway, start_http_server
 
+from components.common.evaluation import Decision
 from components.common.progress import get_logger
-from components.common.runs import DECISION, STAGES, RunFolder
+from components.common.runs import STAGES, RunFolder
 from components.common.tracking import check_no_credentials, redact
 
 log = get_logger(__name__)
@@ -106,7 +106,7 @@ class TrainingMetrics:
 
 
 def run_outcome(
-    summary: dict, decision: dict | None = None, now: float | None = None
+    summary: dict, decision: Decision | None = None, now: float | None = None
 ) -> CollectorRegistry:
     """The run's outcome as gauges (the names in :data:`RUN_METRICS`), from its summary and, for the
     champion's AUC and the tolerance, evaluate's decision.json. A value the run does not have is NaN
@@ -147,9 +147,9 @@ def run_outcome(
     throughput = (summary.get("plan_vs_actual") or {}).get("samples_per_s") or {}
     gauge("dailyrec_run_train_samples_per_second", throughput.get("measured"))
     gauge("dailyrec_run_planned_samples_per_second", throughput.get("predicted"))
-    decision = decision or {}
-    gauge("dailyrec_run_champion_test_auc", (decision.get("comparison") or {}).get("auc_b"))
-    gauge("dailyrec_run_auc_tolerance", (decision.get("rule") or {}).get("tolerance"))
+    comparison = (decision.comparison if decision else None) or {}
+    gauge("dailyrec_run_champion_test_auc", comparison.get("auc_b"))
+    gauge("dailyrec_run_auc_tolerance", decision.rule.get("tolerance") if decision else None)
     return registry
 
 
@@ -166,14 +166,8 @@ def push_run_outcome(summary: dict, gateway: str | None = None, now: float | Non
     except ValueError as exc:
         log.warning("%s", str(exc).split(". Pass")[0])
         return False
-    decision = None
-    if summary.get("run_folder"):
-        try:
-            decision = json.loads(
-                (RunFolder(Path(summary["run_folder"])).evaluate / DECISION).read_text()
-            )
-        except (OSError, ValueError):
-            decision = None  # the run ended before evaluate
+    folder = summary.get("run_folder")  # no decision: the run ended before evaluate
+    decision = Decision.find(RunFolder(Path(folder)).evaluate) if folder else None
     registry = run_outcome(summary, decision, now)
     try:
         pushadd_to_gateway(

@@ -2,7 +2,7 @@
 document.
 
 :class:`Registration` is its one writer (:func:`components.register.stage.register`, through
-:meth:`Registration.write`) and reader (:meth:`Registration.read`): the run's summary, the KFP
+:meth:`Registration.write`) and reader (:meth:`Registration.read`; see :class:`components.common.document.Document`): the run's summary, the KFP
 adapter and the tests read attributes, never keys. Its format is ``format``
 (:data:`REGISTRATION_FORMAT`); a document of another format, or one missing a field marked
 *required*, is refused with a :class:`RegistrationError` naming the file and the field.
@@ -11,14 +11,12 @@ docs/data.md describes every field.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from components.common.storage import atomic_write_json
+from components.common.document import Document, DocumentError
 
 REGISTRATION_FORMAT = "dailyrec.registration/v1"
 REGISTRATION = "registration.json"
@@ -26,13 +24,21 @@ REQUIRED = ("model_name", "key", "blessed", "registered")
 """Fields every reader relies on."""
 
 
-class RegistrationError(ValueError):
+class RegistrationError(DocumentError):
     """A registration record no reader can use: the message names the file and the field."""
 
 
 @dataclass(frozen=True)
-class Registration:
+class Registration(Document):
     """The candidate's version in the registry, the aliases after the move, and the card."""
+
+    FILE: ClassVar[str] = REGISTRATION
+    FORMAT: ClassVar[str] = REGISTRATION_FORMAT
+    REQUIRED: ClassVar[tuple[str, ...]] = REQUIRED
+    WHAT: ClassVar[str] = "registration record"
+    ABSENT: ClassVar[str] = "register did not run"
+    REWRITE: ClassVar[str] = "register again"
+    Error: ClassVar[type[DocumentError]] = RegistrationError
 
     model_name: str
     """The registered model (required)."""
@@ -66,53 +72,6 @@ class Registration:
     """Wall seconds of the stage."""
     source: Path | None = field(default=None, compare=False, repr=False)
     """The file it was read from (messages name it)."""
-
-    @classmethod
-    def from_document(cls, doc: Any, source: str | Path | None = None) -> Registration:
-        where = str(source) if source else "registration"
-        if not isinstance(doc, Mapping):
-            raise RegistrationError(f"{where}: not a JSON object")
-        if doc.get("format") != REGISTRATION_FORMAT:
-            raise RegistrationError(
-                f"{where}: format is {doc.get('format')!r}, not {REGISTRATION_FORMAT!r} "
-                f"(written by another version of the register stage)"
-            )
-        missing = [name for name in REQUIRED if name not in doc]
-        if missing:
-            raise RegistrationError(f"{where}: no {missing[0]!r} field")
-        names = {f.name for f in dataclasses.fields(cls)} - {"source"}
-        values = {k: v for k, v in doc.items() if k in names}
-        values["aliases"] = tuple(values.get("aliases") or ())
-        return cls(**values, source=Path(source) if source else None)
-
-    @classmethod
-    def read(cls, folder_or_file: str | Path) -> Registration:
-        """The record in a run folder (or that file itself)."""
-        path = Path(folder_or_file)
-        if path.is_dir():
-            path = path / REGISTRATION
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise RegistrationError(
-                f"{path}: no registration record (register did not run)"
-            ) from None
-        except (OSError, ValueError) as exc:
-            raise RegistrationError(f"{path}: unreadable ({exc})") from None
-        return cls.from_document(doc, path)
-
-    def to_document(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"format": REGISTRATION_FORMAT}
-        for f in dataclasses.fields(self):
-            if f.name != "source":
-                value = getattr(self, f.name)
-                doc[f.name] = list(value) if isinstance(value, tuple) else value
-        return json.loads(json.dumps(doc))
-
-    def write(self, folder: str | Path) -> Path:
-        path = Path(folder) / REGISTRATION
-        atomic_write_json(path, self.to_document())
-        return path
 
     def line(self) -> str:
         """One line for a person: the version, its aliases, the champion after the move."""

@@ -26,17 +26,18 @@ from typing import Any
 from components.common import schema
 from components.common.dataset import SPLITS, DatasetError, folder_name
 from components.common.dataset_meta import DatasetMeta
+from components.common.evaluation import Decision
 from components.common.plan import drift_lines
-from components.common.registration import REGISTRATION, Registration, RegistrationError
+from components.common.registration import REGISTRATION, Registration
 from components.common.storage import atomic_write_bytes, atomic_write_json
-from components.common.train_summary import SummaryError, TrainSummary
+from components.common.train_summary import TrainSummary
 
 STAGES = ("preprocess", "estimate", "train", "evaluate", "register")
 SUMMARY = "summary.json"
 # what each stage writes, by name: the stages write them (into their --out folders), the run
 # folder below finds them
 PLAN = "plan.json"
-METRICS, DECISION = "metrics.json", "decision.json"
+METRICS = "metrics.json"
 OWNER = "owner.json"
 
 
@@ -61,7 +62,7 @@ class RunFolder:
 
     @property
     def evaluate(self) -> Path:
-        """Evaluate's ``--out``: :data:`METRICS`, :data:`DECISION`, the report and plots."""
+        """Evaluate's ``--out``: :data:`METRICS`, the decision (:class:`~components.common.evaluation.Decision`), the report and plots."""
         return self.path / "evaluate"
 
     @property
@@ -197,21 +198,24 @@ def build_summary(
     run = RunFolder(Path(folder))
     meta = _dataset_meta(data_dir)
     plan_doc = _read(run.plan) or {}
-    train = _train_summary(run.train)
+    train = TrainSummary.find(run.train)
     metrics = _read(run.evaluate / METRICS) or {}
-    decision = _read(run.evaluate / DECISION) or {}
-    registration = _registration(run.registration)
+    decision = Decision.find(run.evaluate)
+    registration = Registration.find(run.registration)
     stages = {}
     for stage in STAGES:
         record = _read(run.stage_record(stage))
         stages[stage] = record["seconds"] if record else None
     window = dataclasses.asdict(meta.window) if meta and meta.window else {}
     plan = plan_doc.get("train") or {}
-    champion = registration.champion_version if registration else decision.get("champion_version")
+    if registration:
+        champion = registration.champion_version
+    else:
+        champion = decision.champion_version if decision else None
     failed_stage = (
         next((s for s in STAGES if stages[s] is None), None) if status != "SUCCEEDED" else None
     )
-    if failed_stage == "register" and decision.get("blessed") is False:
+    if failed_stage == "register" and decision and not decision.blessed:
         failed_stage = None  # not blessed: register was skipped, the run failed after evaluate
     return {
         "run_id": run_id,
@@ -233,8 +237,8 @@ def build_summary(
         "test_ece": _number(metrics.get("test_ece")),
         "served_auc": _number((metrics.get("served") or {}).get("auc")),
         "oracle_auc": oracle_auc(raw_uri, window.get("test_days")),
-        "blessed": decision.get("blessed"),
-        "decision_reasons": decision.get("reasons"),
+        "blessed": decision.blessed if decision else None,
+        "decision_reasons": list(decision.reasons) if decision else None,
         "model_name": model_name,
         "model_version": registration.version if registration else None,
         "champion_version": champion,
@@ -261,23 +265,6 @@ def build_summary(
         "plan_vs_actual": train.plan_vs_actual if train else None,
         "run_folder": str(run.path),
     }
-
-
-def _registration(path: Path) -> Registration | None:
-    """The run's registration, or None where register did not run (or left one no stage could
-    read)."""
-    try:
-        return Registration.read(path)
-    except RegistrationError:
-        return None
-
-
-def _train_summary(folder: Path) -> TrainSummary | None:
-    """The training's summary, or None where training left none (or one no stage could read)."""
-    try:
-        return TrainSummary.read(folder)
-    except SummaryError:
-        return None
 
 
 def _dataset_meta(data_dir: str | Path) -> DatasetMeta | None:

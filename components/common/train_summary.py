@@ -1,23 +1,21 @@
 """A training run's ``train_summary.json``: what the trainer measured, as one typed document.
 
 :class:`TrainSummary` is its one writer (the trainer's rank 0, :meth:`TrainSummary.write`) and
-reader (:meth:`TrainSummary.read`, :meth:`TrainSummary.from_document`): evaluate's plan-vs-actual
-section, the run summary, the benchmarks and the launcher read attributes, never keys. Its format
-is ``format`` (:data:`SUMMARY_FORMAT`); a document of another format, or one missing a field
-marked *required* below, is refused with a :class:`SummaryError` naming the file and the field.
-docs/data.md describes every field.
+reader (:meth:`TrainSummary.read`, :meth:`TrainSummary.from_document`; see
+:class:`components.common.document.Document`): evaluate's plan-vs-actual section, the run summary,
+the benchmarks and the launcher read attributes, never keys. Its format is :data:`SUMMARY_FORMAT`;
+a document of another format, or one missing a field marked *required* below, is refused with a
+:class:`SummaryError` naming the file and the field. docs/data.md describes every field.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from components.common.storage import atomic_write_json
+from components.common.document import Document, DocumentError
 
 SUMMARY_FORMAT = "dailyrec.train_summary/v1"
 TRAIN_SUMMARY = "train_summary.json"
@@ -25,13 +23,21 @@ REQUIRED = ("epochs_run", "best_val_auc", "rows_trained", "seconds", "world_size
 """Fields every reader relies on; the rest have defaults an older writer may have left out."""
 
 
-class SummaryError(ValueError):
+class SummaryError(DocumentError):
     """A training summary no reader can use: the message names the file and the field."""
 
 
 @dataclass(frozen=True)
-class TrainSummary:
+class TrainSummary(Document):
     """One training run's outcome, speed, memory, history and plan vs. actual."""
+
+    FILE: ClassVar[str] = TRAIN_SUMMARY
+    FORMAT: ClassVar[str] = SUMMARY_FORMAT
+    REQUIRED: ClassVar[tuple[str, ...]] = REQUIRED
+    WHAT: ClassVar[str] = "training summary"
+    ABSENT: ClassVar[str] = "the training did not finish"
+    REWRITE: ClassVar[str] = "train again"
+    Error: ClassVar[type[DocumentError]] = SummaryError
 
     epochs_run: int
     """Epochs that ran to their end (required)."""
@@ -88,48 +94,10 @@ class TrainSummary:
     """The file it was read from (messages name it)."""
 
     @classmethod
-    def from_document(cls, doc: Any, source: str | Path | None = None) -> TrainSummary:
-        where = str(source) if source else "train summary"
-        if not isinstance(doc, Mapping):
-            raise SummaryError(f"{where}: not a JSON object")
-        if doc.get("format") != SUMMARY_FORMAT:
-            raise SummaryError(
-                f"{where}: format is {doc.get('format')!r}, not {SUMMARY_FORMAT!r} "
-                f"(written by another version of the trainer: train again)"
-            )
-        missing = [name for name in REQUIRED if name not in doc]
-        if missing:
-            raise SummaryError(f"{where}: no {missing[0]!r} field")
-        names = {f.name for f in dataclasses.fields(cls)} - {"source"}
-        values = {k: v for k, v in doc.items() if k in names}
-        for name in ("history", "flags"):
-            values[name] = tuple(values.get(name) or ())
-        return cls(**values, source=Path(source) if source else None)
-
-    @classmethod
-    def read(cls, folder_or_file: str | Path) -> TrainSummary:
-        """The summary in a trainer's ``--out`` folder (or that file itself)."""
-        path = Path(folder_or_file)
-        if path.is_dir():
-            path = path / TRAIN_SUMMARY
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise SummaryError(
-                f"{path}: no training summary (the training did not finish)"
-            ) from None
-        except (OSError, ValueError) as exc:
-            raise SummaryError(f"{path}: unreadable ({exc})") from None
-        return cls.from_document(doc, path)
-
-    @classmethod
     def beside(cls, checkpoint: str | Path) -> TrainSummary | None:
         """The summary of the run that wrote ``checkpoint`` (None where it is not beside it,
         e.g. a checkpoint copied elsewhere, or cannot be read)."""
-        try:
-            return cls.read(Path(checkpoint).parent / TRAIN_SUMMARY)
-        except SummaryError:
-            return None
+        return cls.find(Path(checkpoint).parent / TRAIN_SUMMARY)
 
     def line(self) -> str:
         """One line for a person: the best epoch, the speed, the time."""
@@ -140,16 +108,3 @@ class TrainSummary:
             f"{self.samples_per_s:.0f} samples/s on {self.world_size} x {self.device}, "
             f"data-wait {100 * self.data_wait_fraction:.1f}%, {self.seconds:.0f}s"
         )
-
-    def to_document(self) -> dict[str, Any]:
-        doc = {"format": SUMMARY_FORMAT}
-        for f in dataclasses.fields(self):
-            if f.name != "source":
-                value = getattr(self, f.name)
-                doc[f.name] = list(value) if isinstance(value, tuple) else value
-        return json.loads(json.dumps(doc))  # plain JSON types, what the reader gets back
-
-    def write(self, folder: str | Path) -> Path:
-        path = Path(folder) / TRAIN_SUMMARY
-        atomic_write_json(path, self.to_document())
-        return path

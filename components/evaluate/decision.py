@@ -38,6 +38,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 
+from components.common.evaluation import Decision
 from components.evaluate.metrics import detectable_effect
 
 UNUSABLE_POLICIES = ("block", "ignore")
@@ -109,8 +110,9 @@ def decide(
     comparison: dict | None,
     rule: GateRule,
     guards: dict | None = None,
-) -> dict:
-    """``{"blessed", "reasons", "rule", "detectable_effect"}`` for a candidate.
+) -> Decision:
+    """The verdict on a candidate: blessed, the reasons, the rule, the detectable effect (the
+    evaluate stage adds what it was judged on).
 
     ``champion["status"]`` is ``none`` (no champion registered), ``scored``
     (``comparison`` holds the users-as-unit result: delta, se, ci_low, ci_high, users) or
@@ -173,9 +175,9 @@ def decide(
             f"data guards: {len(guards['days'])} new day(s) in line with the window "
             f"{guards['reference']['days']}"
         )
-    return {
-        "blessed": bool(floor_ok and gate_ok and guards_ok),
-        "reasons": reasons,
-        "rule": asdict(rule),
-        "detectable_effect": detectable(comparison, rule) if status == "scored" else None,
-    }
+    return Decision(
+        blessed=bool(floor_ok and gate_ok and guards_ok),
+        reasons=tuple(reasons),
+        rule=asdict(rule),
+        detectable_effect=detectable(comparison, rule) if status == "scored" else None,
+    )

@@ -7,6 +7,7 @@ import base64
 import io
 from pathlib import Path
 
+from components.common.evaluation import Decision
 from components.evaluate.decision import comparison_defined, undefined_why
 
 ROC_PNG, CALIBRATION_PNG, HISTORY_PNG = "roc.png", "calibration.png", "history.png"
@@ -186,17 +187,17 @@ def served_lines(served: dict | None, champion: dict) -> list[str]:
     return lines
 
 
-def markdown(metrics: dict, decision: dict, images: dict[str, str]) -> str:
+def markdown(metrics: dict, decision: Decision, images: dict[str, str]) -> str:
     """The report: verdict, reasons, metric table, plots (``images``: title -> link or data URI)."""
     champion = metrics["champion"]
     scored = champion.get("metrics")
     candidate = metrics["candidate"]
-    verdict = "**BLESSED**" if decision["blessed"] else "**NOT BLESSED**"
+    verdict = "**BLESSED**" if decision.blessed else "**NOT BLESSED**"
     version = f" v{champion['version']}" if champion.get("version") else ""
     lines = [
         f"# Evaluation of `{metrics['model_name']}` candidate: {verdict}",
         "",
-        *[f"- {reason}" for reason in decision["reasons"]],
+        *[f"- {reason}" for reason in decision.reasons],
         "",
         f"Test split: {candidate['rows']:,} rows, {candidate['users']:,} users, "
         f"window {metrics['dataset'].get('window', {}).get('test_days', '?')}.",
@@ -244,10 +245,10 @@ def markdown(metrics: dict, decision: dict, images: dict[str, str]) -> str:
                 f"{comparison['se'] / iid['se']:.1f}x narrower than the users allow.",
                 "",
             ]
-        if decision.get("detectable_effect") is not None:
+        if decision.detectable_effect is not None:
             lines += [
                 f"Detectable effect: this test day refuses a true loss of "
-                f"{decision['detectable_effect']:.4f} AUC with 80% power; a smaller loss may "
+                f"{decision.detectable_effect:.4f} AUC with 80% power; a smaller loss may "
                 'pass as "not significantly worse".',
                 "",
             ]

@@ -31,8 +31,9 @@ import numpy as np
 
 from components.common.dataset import DatasetError
 from components.common.dataset_meta import DatasetMeta
+from components.common.evaluation import DECISION, Decision
 from components.common.progress import get_logger
-from components.common.runs import DECISION, METRICS
+from components.common.runs import METRICS
 from components.common.storage import atomic_dir, atomic_write_bytes, atomic_write_json
 from components.evaluate import report
 from components.evaluate.config import EvaluateConfig
@@ -69,7 +70,8 @@ class EvaluateError(ValueError):
 
 
 def evaluate(config: EvaluateConfig) -> dict:
-    """Score, compare, decide, write the outputs; return ``{"metrics", "decision"}``."""
+    """Score, compare, decide, write the outputs; return ``{"metrics": dict, "decision":
+    Decision}``."""
     started = time.perf_counter()
     import torch
 
@@ -202,16 +204,16 @@ def evaluate(config: EvaluateConfig) -> dict:
             "test_rows": test.rows,
         },
     }
-    decision = {
-        **verdict,
-        "model_name": config.model_name,
-        "test_auc": candidate_metrics["auc"],
-        "served_auc": served_auc["auc"],
-        "champion_version": champion.get("version"),
-        "champion_status": champion["status"],
-        "comparison": comparison,
-        "candidate_checkpoint": str(config.checkpoint),
-    }
+    decision = dataclasses.replace(
+        verdict,
+        model_name=config.model_name,
+        test_auc=candidate_metrics["auc"],
+        served_auc=served_auc["auc"],
+        champion_version=champion.get("version"),
+        champion_status=champion["status"],
+        comparison=comparison,
+        candidate_checkpoint=str(config.checkpoint),
+    )
     metrics["plan_vs_actual"] = training_plan_vs_actual(config.checkpoint)
     metrics["seconds"] = time.perf_counter() - started
     day = meta.window.end if meta.window else ""
@@ -339,7 +341,7 @@ def by_day(run: Any, model_name: str, day: str, today: dict[str, float]) -> list
     return sorted(rows, key=lambda r: r["day"])[-HISTORY_DAYS:]
 
 
-def evaluation_numbers(metrics: dict, decision: dict) -> dict[str, float]:
+def evaluation_numbers(metrics: dict, decision: Decision) -> dict[str, float]:
     """The run's metrics: the candidate's and the champion's on the test split, the verdict, and
     the training's measured time and peak memory over its plan's (finite values only)."""
     numbers = {k: float(metrics[k]) for k in ("test_auc", "test_gauc", "test_logloss", "test_ece")}
@@ -353,7 +355,7 @@ def evaluation_numbers(metrics: dict, decision: dict) -> dict[str, float]:
     )
     if metrics.get("comparison"):
         numbers["auc_delta_vs_champion"] = float(metrics["comparison"]["delta"])
-    numbers["blessed"] = float(bool(decision["blessed"]))
+    numbers["blessed"] = float(decision.blessed)
     pva = metrics.get("plan_vs_actual") or {}
     for key, name in (("seconds", "train_time_ratio"), ("peak_memory_bytes", "train_memory_ratio")):
         if (pva.get(key) or {}).get("ratio") is not None:
@@ -361,15 +363,15 @@ def evaluation_numbers(metrics: dict, decision: dict) -> dict[str, float]:
     return {k: v for k, v in numbers.items() if np.isfinite(v)}
 
 
-def log_evaluation(out: Path, metrics: dict, decision: dict) -> None:
+def log_evaluation(out: Path, metrics: dict, decision: Decision) -> None:
     """The evaluation's metrics, verdict, plots and report in the active MLflow run."""
     import mlflow
 
     mlflow.log_metrics(evaluation_numbers(metrics, decision))
     mlflow.set_tags(
         {
-            "blessed": str(bool(decision["blessed"])).lower(),
-            "champion_version": str(decision.get("champion_version") or ""),
+            "blessed": str(decision.blessed).lower(),
+            "champion_version": str(decision.champion_version or ""),
             "dataset_fingerprint": str((metrics.get("dataset") or {}).get("fingerprint") or ""),
         }
     )
@@ -476,7 +478,7 @@ def champion_profile(local: Path) -> WindowProfile | None:
 def write_outputs(
     out: Path,
     metrics: dict,
-    decision: dict,
+    decision: Decision,
     curves: dict,
     bins: dict,
     predictions: dict[str, np.ndarray] | None = None,
@@ -490,7 +492,7 @@ def write_outputs(
         aucs[f"champion v{champion['version']}"] = champion["metrics"]["auc"]
     with atomic_dir(out) as tmp:
         atomic_write_json(tmp / METRICS, metrics)
-        atomic_write_json(tmp / DECISION, decision)
+        decision.write(tmp)
         atomic_write_json(tmp / ROC, curves)
         report.plot_roc(curves, tmp / report.ROC_PNG, aucs)
         report.plot_calibration(bins, tmp / report.CALIBRATION_PNG, predictions)
@@ -503,12 +505,12 @@ def write_outputs(
         atomic_write_bytes(tmp / report.REPORT_HTML, page.encode())
 
 
-def summary_line(metrics: dict, decision: dict) -> str:
-    verdict = "BLESSED" if decision["blessed"] else "NOT BLESSED"
+def summary_line(metrics: dict, decision: Decision) -> str:
+    verdict = "BLESSED" if decision.blessed else "NOT BLESSED"
     served = metrics["served"]
     return (
         f"{verdict}: test AUC {metrics['test_auc']:.4f}, GAUC {metrics['test_gauc']:.4f}, "
         f"logloss {metrics['test_logloss']:.4f}, ECE {metrics['test_ece']:.4f}; served AUC "
         f"{served['auc']:.4f} (train-serve skew {served['skew']['delta']:+.4f}); "
-        + " | ".join(decision["reasons"][1:])
+        + " | ".join(decision.reasons[1:])
     )

@@ -13,6 +13,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from components.common.dataset import SPLITS
+from components.common.evaluation import Decision
 
 if TYPE_CHECKING:
     from components.common.dataset_meta import DatasetMeta
@@ -34,14 +35,14 @@ def build_card(
     aliases: list[str],
     meta: DatasetMeta | None,
     metrics: dict,
-    decision: dict,
+    decision: Decision,
     checkpoint: dict,
     lineage: dict[str, str],
     pipeline_run_id: str,
 ) -> dict[str, Any]:
     """The card as a JSON document (see :func:`markdown` for the page)."""
     splits = meta.splits if meta else {}
-    comparison = decision.get("comparison") or None
+    comparison = decision.comparison or None
     guards = metrics.get("guards") or {}
     return {
         "card_version": CARD_VERSION,
@@ -60,13 +61,13 @@ def build_card(
             "train_serve_skew": (metrics.get("served") or {}).get("skew"),
         },
         "gate": {
-            "blessed": bool(decision.get("blessed")),
-            "reasons": decision.get("reasons", []),
-            "rule": decision.get("rule"),
-            "champion_compared": decision.get("champion_version"),
+            "blessed": decision.blessed,
+            "reasons": list(decision.reasons),
+            "rule": dict(decision.rule),
+            "champion_compared": decision.champion_version,
             "comparison": comparison
             and {k: comparison.get(k) for k in ("delta", "ci_low", "ci_high", "users", "iid")},
-            "detectable_effect": _number(decision.get("detectable_effect")),
+            "detectable_effect": _number(decision.detectable_effect),
         },
         "guards": guards
         and {

@@ -33,6 +33,7 @@ from typing import Any
 
 from components.common.dataset import DatasetError
 from components.common.dataset_meta import DatasetMeta
+from components.common.evaluation import DECISION, Decision
 from components.common.integrity import (
     DIGEST_TAG,
     MANIFEST_ARTIFACT,
@@ -76,8 +77,8 @@ def register(config: RegisterConfig) -> Registration:
     started = time.perf_counter()
     from components.train.checkpoint import load_checkpoint
 
-    metrics, decision = _read_json(config.metrics), _read_json(config.decision)
-    blessed = bool(decision.get("blessed"))
+    metrics, decision = _read_json(config.metrics), Decision.read(config.decision)
+    blessed = decision.blessed
     checkpoint = load_checkpoint(
         config.checkpoint
     )  # a clear error for a truncated file, before MLflow
@@ -139,7 +140,7 @@ def log_card(
     version: Any,
     checkpoint: dict,
     metrics: dict,
-    decision: dict,
+    decision: Decision,
 ) -> str | None:
     """Write the version's model card into its MLflow run (idempotent: a re-run rewrites the same
     card); its ``runs:/`` URI, or None when the version has no run."""
@@ -199,12 +200,14 @@ def _finish(
     return result
 
 
-def check_champion_unmoved(client: Any, name: str, decision: dict, ours: Any | None) -> Any | None:
+def check_champion_unmoved(
+    client: Any, name: str, decision: Decision, ours: Any | None
+) -> Any | None:
     """The current ``@champion`` (ModelVersion or None) if it is the one the decision was made against
     (or already ``ours``: a re-run after this registration moved it); :class:`ChampionMoved` otherwise."""
     current = alias_version(client, name, CHAMPION)
     now = int(current.version) if current is not None else None
-    compared = decision.get("champion_version")
+    compared = decision.champion_version
     if now == compared or (ours is not None and now == int(ours.version)):
         return current
     raise ChampionMoved(
@@ -261,7 +264,12 @@ def _ensure_registered_model(client: Any, name: str) -> None:
 
 
 def _logged_model(
-    client: Any, config: RegisterConfig, checkpoint: dict, metrics: dict, decision: dict, key: str
+    client: Any,
+    config: RegisterConfig,
+    checkpoint: dict,
+    metrics: dict,
+    decision: Decision,
+    key: str,
 ) -> tuple[str, str | None, str | None]:
     """``(source URI, run id, model id)`` of the logged model for ``key``: found or logged now.
 
@@ -306,7 +314,7 @@ def _logged_model(
             }
         )
         mlflow.log_dict(metrics, "evaluation/metrics.json")
-        mlflow.log_dict(decision, "evaluation/decision.json")
+        mlflow.log_dict(decision.to_document(), f"evaluation/{DECISION}")
         logged = mlflow.initialize_logged_model(
             name="model",
             source_run_id=training.info.run_id if training else run.info.run_id,
@@ -491,7 +499,7 @@ the model card)."""
 
 
 def version_tags(
-    key: str, metrics: dict, decision: dict, checkpoint: dict, run_id: str, lineage: dict
+    key: str, metrics: dict, decision: Decision, checkpoint: dict, run_id: str, lineage: dict
 ) -> dict[str, str]:
     """Lineage of a model version as tags a person scans (one short value each, no JSON): the
     verdict and why, test AUC and GAUC, the window, model, plan, dataset and code, and the runs
@@ -499,16 +507,16 @@ def version_tags(
     card (:mod:`components.register.card`); tags starting ``dailyrec_`` are read by code."""
     dataset = checkpoint.get("dataset") or {}
     window = dataset.get("window") or {}
-    reasons = "; ".join(decision.get("reasons") or [])
+    reasons = "; ".join(decision.reasons)
     tags = {
         KEY_TAG: key,
         ID_KEY_TAG: str((checkpoint.get("vocab") or {}).get("id_key", "")),
-        "blessed": str(bool(decision.get("blessed"))).lower(),
+        "blessed": str(decision.blessed).lower(),
         "decision": reasons
         if len(reasons) <= DECISION_CHARS
         else reasons[: DECISION_CHARS - 1] + "…",
-        "compared_with": f"v{decision['champion_version']}"
-        if decision.get("champion_version")
+        "compared_with": f"v{decision.champion_version}"
+        if decision.champion_version
         else "no champion",
         WINDOW_TAG: f"{window['start']}..{window['end']}" if window.get("end") else "",
         "model": str((checkpoint.get("model_config") or {}).get("name", "")),

@@ -79,7 +79,7 @@ def evaluate_op(
             metrics.log_metric(key, round(m[key], 6))
     if m["comparison"] and not math.isnan(m["comparison"]["delta"]):
         metrics.log_metric("auc_delta_vs_champion", round(m["comparison"]["delta"], 6))
-    metrics.log_metric("blessed", int(decision["blessed"]))
+    metrics.log_metric("blessed", int(decision.blessed))
     points = json.loads((out / "roc.json").read_text())["candidate"]
     # the UI wants finite thresholds: the (0, 0) point's +inf becomes 1 (probabilities)
     roc.log_roc_curve(
@@ -92,5 +92,5 @@ def evaluate_op(
         for title, name in reporting.PLOTS.items()
     }
     Path(report.path).write_text(reporting.markdown(m, decision, images))
-    record_stage(run_dir, "evaluate", time.perf_counter() - started, blessed=decision["blessed"])
-    return bool(decision["blessed"])
+    record_stage(run_dir, "evaluate", time.perf_counter() - started, blessed=decision.blessed)
+    return decision.blessed

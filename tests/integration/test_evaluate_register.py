@@ -19,6 +19,7 @@ from sklearn.metrics import roc_auc_score
 from components.common.cli import Exit
 from components.common.dataset import DatasetError
 from components.common.dataset_meta import DatasetMeta
+from components.common.evaluation import Decision
 from components.common.plan import TrainPlan, write_plan
 from components.common.registry import KEY_TAG
 from components.common.tracking import TrackingError, sqlite_uri
@@ -116,8 +117,8 @@ def test_outputs_and_metrics_match_direct_computation(registry, trained, tiny_da
     ):
         assert (out / name).stat().st_size > 0, name
     metrics = json.loads((out / "metrics.json").read_text())
-    decision = json.loads((out / "decision.json").read_text())
-    assert decision["blessed"] and decision["champion_status"] == "none"
+    decision = Decision.read(out)
+    assert decision.blessed and decision.champion_status == "none"
     # the candidate's AUC is scikit-learn's on the same rows, scored independently here
     from components.train.inference import load_scorer, predict_logits
 
@@ -137,12 +138,12 @@ def test_champion_lifecycle(registry, trained, tiny_dataset, tmp_path):
     weak = untrained_checkpoint(tmp_path / "weak.pt", tiny_dataset, seed=1)
     # 1. the first registration becomes champion
     result, reg = registry.cycle(weak)
-    assert result["decision"]["blessed"] and reg.version == 1
+    assert result["decision"].blessed and reg.version == 1
     assert registry.aliases() == {"champion": 1}
     # 2. a better model is compared with it, blessed, and moves champion; the old one is previous
     result, reg = registry.cycle(trained)
     comparison = result["metrics"]["comparison"]
-    assert result["decision"]["champion_version"] == 1 and comparison["delta"] > 0
+    assert result["decision"].champion_version == 1 and comparison["delta"] > 0
     # the gate compares the models as served; the dataset's features give the other comparison
     assert comparison["auc_b"] == result["metrics"]["champion"]["served_auc"]
     on_dataset = result["metrics"]["comparison_on_dataset_features"]
@@ -152,9 +153,9 @@ def test_champion_lifecycle(registry, trained, tiny_dataset, tmp_path):
     # 3. a significantly worse model is not blessed: nothing registered, the champion stays
     worse = untrained_checkpoint(tmp_path / "worse.pt", tiny_dataset, seed=2)
     result, reg = registry.cycle(worse)
-    assert not result["decision"]["blessed"]
+    assert not result["decision"].blessed
     assert result["metrics"]["comparison"]["ci_high"] < -0.002
-    assert "significantly worse" in " ".join(result["decision"]["reasons"])
+    assert "significantly worse" in " ".join(result["decision"].reasons)
     assert not reg.registered and registry.aliases() == {"champion": 2, "previous": 1}
     # ... unless asked: then it is registered as challenger, champion untouched
     reg = registry.register(worse, registry.root / f"eval-{registry.n}", register_unblessed=True)
@@ -241,15 +242,15 @@ def test_unusable_champion_is_reported_and_blocks_by_default(
     foreign = untrained_checkpoint(tmp_path / "foreign.pt", tiny_dataset, seed=3, vocab=other)
     decision = tmp_path / "d"
     decision.mkdir()
-    (decision / "decision.json").write_text(json.dumps({"blessed": True, "reasons": ["forced"]}))
+    Decision(blessed=True, reasons=("forced",), rule={}).write(decision)
     (decision / "metrics.json").write_text("{}")
     registry.register(foreign, decision)
     result, reg = registry.cycle(trained)
-    assert result["decision"]["champion_status"] == "unusable" and not result["decision"]["blessed"]
-    assert "item: model 4096 vs data 2048" in " ".join(result["decision"]["reasons"])
+    assert result["decision"].champion_status == "unusable" and not result["decision"].blessed
+    assert "item: model 4096 vs data 2048" in " ".join(result["decision"].reasons)
     assert not reg.registered and registry.aliases() == {"champion": 1}
     result, reg = registry.cycle(trained, rule={"if_champion_unusable": "ignore"})
-    assert result["decision"]["blessed"] and registry.aliases() == {"champion": 2, "previous": 1}
+    assert result["decision"].blessed and registry.aliases() == {"champion": 2, "previous": 1}
 
 
 def test_clear_errors(registry, trained, tiny_dataset, tmp_path):

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
+from components.common.evaluation import Decision
 from components.common.images import RUNTIME_IMAGE
 from components.common.registration import Registration
 from components.common.runs import STAGES, summary_text
@@ -311,9 +312,9 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     reasons = " ".join(second["decision_reasons"])
     assert "< min_auc 0.9900" in reasons and "vs champion v1" in reasons
     # the comparison takes users as the unit and says what it could have detected
-    decision = json.loads((root / "runs" / "day2" / "evaluate" / "decision.json").read_text())
-    assert "users as the unit" in reasons and 0 < decision["detectable_effect"] < 0.5
-    assert f"detects a loss of {decision['detectable_effect']:.4f} AUC" in reasons
+    decision = Decision.read(root / "runs" / "day2" / "evaluate")
+    assert "users as the unit" in reasons and 0 < decision.detectable_effect < 0.5
+    assert f"detects a loss of {decision.detectable_effect:.4f} AUC" in reasons
     # the data guards compared the new day with the window champion v1 trained on (its profile
     # travels with the version)
     guards = json.loads((root / "runs" / "day2" / "evaluate" / "metrics.json").read_text())[

@@ -192,11 +192,11 @@ def test_evaluate_judges_the_model_as_served(world, tmp_path):
     metrics, decision = result["metrics"], result["decision"]
     served = metrics["served"]
     skew = served["skew"]
-    assert served["auc"] == decision["served_auc"] == skew["auc_b"]
+    assert served["auc"] == decision.served_auc == skew["auc_b"]
     assert skew["auc_a"] == pytest.approx(metrics["test_auc"], abs=1e-12)
     assert skew["ci_low"] <= 0 <= skew["ci_high"]  # within noise
     assert served["snapshot_only_auc"]["auc"] != served["auc"]
-    assert decision["reasons"][0].startswith(f"served AUC {served['auc']:.4f} >= min_auc")
+    assert decision.reasons[0].startswith(f"served AUC {served['auc']:.4f} >= min_auc")
     report = (out / "report.md").read_text()
     assert "Train-serve skew" in report and f"{served['auc']:.4f}" in report
     assert json.loads((out / "metrics.json").read_text())["served"]["auc"] == served["auc"]

@@ -57,16 +57,16 @@ def test_each_breakage_blocks_the_candidate_and_says_why(raw, tmp_path, kind, fa
     assert any(line.startswith(LAST.isoformat()) and named in line for line in result["findings"])
     # a candidate that clears every other rule is not blessed, and the reason names the check
     verdict = decide(0.8, {"status": "none"}, None, GateRule(), result)
-    assert not verdict["blessed"]
-    assert verdict["reasons"][-1].startswith("data guards: not blessed, ")
-    assert named in verdict["reasons"][-1] and "\n" not in verdict["reasons"][-1]
+    assert not verdict.blessed
+    assert verdict.reasons[-1].startswith("data guards: not blessed, ")
+    assert named in verdict.reasons[-1] and "\n" not in verdict.reasons[-1]
     table = "\n".join(guard_lines(result))
     assert "**blocked**" in table and f"- {result['findings'][0]}" in table
     assert f"| {LAST.isoformat()} |" in table
     # report_only measures the same and blocks nothing
     relaxed = g.run_guards(rows, g.training_profile(rows), g.GuardRule(report_only=True))
     assert relaxed["findings"] == result["findings"] and not relaxed["blocked"]
-    assert decide(0.8, {"status": "none"}, None, GateRule(), relaxed)["blessed"]
+    assert decide(0.8, {"status": "none"}, None, GateRule(), relaxed).blessed
     fault_report(
         "guards",
         f"the newest day broken: {kind}",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from components.common.evaluation import Decision
 from components.common.tracking import (
     CredentialError,
     TrackingError,
@@ -38,9 +39,7 @@ def sealed(tiny_dataset, tmp_path_factory):
     root = tmp_path_factory.mktemp("sealed")
     checkpoint = untrained_checkpoint(root / "model.pt", tiny_dataset, seed=1)
     (root / "decision").mkdir()
-    (root / "decision" / "decision.json").write_text(
-        json.dumps({"blessed": True, "reasons": ["forced"]})
-    )
+    Decision(blessed=True, reasons=("forced",), rule={}).write(root / "decision")
     (root / "decision" / "metrics.json").write_text("{}")
     uri = sqlite_uri(root / "runs")
     result = register(
@@ -106,10 +105,7 @@ def test_a_tampered_model_is_refused_everywhere_it_is_loaded(
                 rule=GateRule(min_auc=0.0),
             )
         )
-        assert (
-            result["decision"]["champion_status"] == "unusable"
-            and not result["decision"]["blessed"]
-        )
+        assert result["decision"].champion_status == "unusable" and not result["decision"].blessed
         assert "IntegrityError" in result["metrics"]["champion"]["reason"]
         # the day after the version's window (a day of its own is refused before any load)
         raw = tmp_path / "raw"
@@ -178,7 +174,7 @@ def test_evaluate_never_executes_the_models_code(sealed, tmp_path, fault_report)
         )
     finally:
         mlflow.pyfunc.load_model = original
-    assert result["decision"]["champion_status"] == "scored" and calls == []
+    assert result["decision"].champion_status == "scored" and calls == []
     # same weights as the candidate: the same scores, so the delta is exactly 0
     assert result["metrics"]["comparison"]["delta"] == 0.0
 
@@ -412,7 +408,7 @@ def test_a_signing_key_protects_against_registry_writes_too(
 
     monkeypatch.setenv(SIGNING_KEY_ENV, "k1-from-a-secret")
     checkpoint = untrained_checkpoint(tmp_path / "model.pt", tiny_dataset, seed=1)
-    (tmp_path / "decision.json").write_text(json.dumps({"blessed": True, "reasons": ["forced"]}))
+    Decision(blessed=True, reasons=("forced",), rule={}).write(tmp_path)
     (tmp_path / "metrics.json").write_text("{}")
     uri = sqlite_uri(tmp_path / "runs")
     register(

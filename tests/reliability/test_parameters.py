@@ -241,25 +241,23 @@ def test_undefined_interval_is_reported_as_undefined(fault_report):
     assert math.isnan(comparison["ci_high"])
     champion = {"status": "scored", "version": 4}
     verdict = decide(0.7, champion, comparison, GateRule(min_auc=0.5))
-    assert not verdict["blessed"]
+    assert not verdict.blessed
+    assert "undefined" in verdict.reasons[1] and "significantly worse" not in verdict.reasons[1]
     assert (
-        "undefined" in verdict["reasons"][1] and "significantly worse" not in verdict["reasons"][1]
-    )
-    assert (
-        "the test split has 1 clicks and 50 non-clicks from 5 users" in verdict["reasons"][1]
-        and "not blessed, the champion stays" in verdict["reasons"][1]
+        "the test split has 1 clicks and 50 non-clicks from 5 users" in verdict.reasons[1]
+        and "not blessed, the champion stays" in verdict.reasons[1]
     )
     # a day of one user is as undefined: one unit says nothing of the spread between users
     labels = np.array([1, 0] * 20)
     one_user = clustered_delong(rng.random(40), rng.random(40), labels, np.zeros(40))
     assert math.isnan(one_user["ci_high"])
-    assert "from 1 users" in decide(0.7, champion, one_user, GateRule(min_auc=0.5))["reasons"][1]
+    assert "from 1 users" in decide(0.7, champion, one_user, GateRule(min_auc=0.5)).reasons[1]
     assert decide(0.7, champion, comparison, GateRule(min_auc=0.5, if_champion_unusable="ignore"))[
         "blessed"
     ]
     assert not decide(
         0.4, champion, comparison, GateRule(min_auc=0.5, if_champion_unusable="ignore")
-    )["blessed"]
+    ).blessed
     metrics = {
         "model_name": "m",
         "champion": {"version": 4, "metrics": None},
@@ -290,9 +288,9 @@ def test_a_zero_width_interval_is_no_comparison(fault_report):
     comparison = clustered_delong(candidate, champion_scores, labels, np.arange(6))
     assert comparison["ci_low"] == comparison["ci_high"]  # se 0: zero width
     verdict = decide(1.0, {"status": "scored", "version": 2}, comparison, GateRule(min_auc=0.5))
-    assert not verdict["blessed"]
-    assert "undefined (a zero-width interval" in verdict["reasons"][1]
-    assert "the test split has 3 clicks and 3 non-clicks" in verdict["reasons"][1]
+    assert not verdict.blessed
+    assert "undefined (a zero-width interval" in verdict.reasons[1]
+    assert "the test split has 3 clicks and 3 non-clicks" in verdict.reasons[1]
     fault_report(
         "evaluate",
         "a six-row test day: the interval has zero width",

@@ -3,7 +3,6 @@ integrity check of the version it promotes, and compare-and-set on the alias. Re
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from components.common.evaluation import Decision
 from components.common.integrity import DIGEST_TAG, manifest, manifest_digest
 from components.common.lock import TOKEN_ENV, storage_lock
 from components.common.registry import CHAMPION, PREVIOUS, alias_version
@@ -40,9 +40,7 @@ def two_versions(tiny_dataset, tmp_path):
         out = tmp_path / f"v{version}"
         out.mkdir()
         checkpoint = untrained_checkpoint(out / "model.pt", tiny_dataset, seed=version)
-        (out / "decision.json").write_text(
-            json.dumps({"blessed": True, "reasons": ["forced"], "champion_version": champion})
-        )
+        Decision(blessed=True, reasons=("forced",), rule={}, champion_version=champion).write(out)
         (out / "metrics.json").write_text("{}")
         register(
             RegisterConfig(

@@ -21,43 +21,38 @@ def scored(delta, low, high, version=3):
 
 
 def test_first_model_is_judged_by_the_floor_alone():
-    assert decide(0.61, {"status": "none"}, None, RULE)["blessed"]
+    assert decide(0.61, {"status": "none"}, None, RULE).blessed
     verdict = decide(0.59, {"status": "none"}, None, RULE)
-    assert not verdict["blessed"] and "0.5900 < min_auc 0.6000" in verdict["reasons"][0]
-    assert not decide(math.nan, {"status": "none"}, None, RULE)["blessed"]
+    assert not verdict.blessed and "0.5900 < min_auc 0.6000" in verdict.reasons[0]
+    assert not decide(math.nan, {"status": "none"}, None, RULE).blessed
 
 
 def test_not_significantly_worse_is_blessed_and_significantly_worse_is_not():
     champion, comparison = scored(-0.003, -0.006, -0.0015)  # upper bound above -tolerance
     verdict = decide(0.7, champion, comparison, RULE)
-    assert verdict["blessed"] and "not significantly worse" in verdict["reasons"][1]
+    assert verdict.blessed and "not significantly worse" in verdict.reasons[1]
     champion, comparison = scored(-0.01, -0.015, -0.005)
     verdict = decide(0.7, champion, comparison, RULE)
-    assert (
-        not verdict["blessed"] and "significantly worse than the champion" in verdict["reasons"][1]
-    )
-    assert "v3" in verdict["reasons"][1]
+    assert not verdict.blessed and "significantly worse than the champion" in verdict.reasons[1]
+    assert "v3" in verdict.reasons[1]
     # the floor still applies when the comparison passes
     champion, comparison = scored(0.01, 0.0, 0.02)
-    assert not decide(0.55, champion, comparison, RULE)["blessed"]
+    assert not decide(0.55, champion, comparison, RULE).blessed
 
 
 def test_boundary_is_inclusive():
     champion, comparison = scored(-0.004, -0.006, -0.002)
-    assert decide(0.7, champion, comparison, RULE)["blessed"]
+    assert decide(0.7, champion, comparison, RULE).blessed
 
 
 def test_unusable_champion_blocks_unless_policy_says_ignore():
     champion = {"status": "unusable", "version": 2, "reason": "item: model 4096 vs data 2048"}
     verdict = decide(0.7, champion, None, RULE)
-    assert not verdict["blessed"]
-    assert (
-        "could not be scored" in verdict["reasons"][1]
-        and "item: model 4096" in verdict["reasons"][1]
-    )
+    assert not verdict.blessed
+    assert "could not be scored" in verdict.reasons[1] and "item: model 4096" in verdict.reasons[1]
     ignore = GateRule(min_auc=0.6, if_champion_unusable="ignore")
-    assert decide(0.7, champion, None, ignore)["blessed"]
-    assert decide(0.7, champion, None, ignore)["rule"]["if_champion_unusable"] == "ignore"
+    assert decide(0.7, champion, None, ignore).blessed
+    assert decide(0.7, champion, None, ignore).rule["if_champion_unusable"] == "ignore"
 
 
 @pytest.mark.parametrize(
@@ -75,33 +70,33 @@ def test_rule_rejects_nonsense(field, value):
 def test_min_auc_floor_is_inclusive():
     """A candidate exactly at the floor passes; the next float below it does not."""
     at_floor = decide(0.6, {"status": "none"}, None, RULE)
-    assert at_floor["blessed"]
-    assert at_floor["reasons"] == [
+    assert at_floor.blessed
+    assert list(at_floor.reasons) == [
         "served AUC 0.6000 >= min_auc 0.6000",
         "no champion registered yet: nothing to compare with",
     ]
     below = decide(math.nextafter(0.6, 0.0), {"status": "none"}, None, RULE)
-    assert not below["blessed"] and below["reasons"][0] == "served AUC 0.6000 < min_auc 0.6000"
-    assert decide(0.0, {"status": "none"}, None, GateRule(min_auc=0.0))["blessed"]
+    assert not below.blessed and below.reasons[0] == "served AUC 0.6000 < min_auc 0.6000"
+    assert decide(0.0, {"status": "none"}, None, GateRule(min_auc=0.0)).blessed
 
 
 def test_champion_bound_is_inclusive_at_exactly_minus_tolerance():
     champion, comparison = scored(-0.004, -0.006, -RULE.tolerance)
-    assert decide(0.7, champion, comparison, RULE)["blessed"]
+    assert decide(0.7, champion, comparison, RULE).blessed
     comparison["ci_high"] = math.nextafter(-RULE.tolerance, -1.0)
-    assert not decide(0.7, champion, comparison, RULE)["blessed"]
+    assert not decide(0.7, champion, comparison, RULE).blessed
 
 
 def test_reasons_spell_out_the_comparison():
     champion, comparison = scored(-0.003, -0.006, -0.0015)
-    assert decide(0.7, champion, comparison, RULE)["reasons"][1] == (
+    assert decide(0.7, champion, comparison, RULE).reasons[1] == (
         "AUC vs champion v3: -0.0030 (95% CI -0.0060 .. -0.0015, 120 users as the unit); "
         "upper bound >= -tolerance -0.0020: not significantly worse; "
         "this day detects a loss of 0.0052 AUC (80% power)"
     )
     rule90 = GateRule(min_auc=0.6, tolerance=0.001, confidence=0.9)
     champion, comparison = scored(-0.02, -0.03, -0.01, version=7)
-    assert decide(0.7, champion, comparison, rule90)["reasons"][1] == (
+    assert decide(0.7, champion, comparison, rule90).reasons[1] == (
         "AUC vs champion v7: -0.0200 (90% CI -0.0300 .. -0.0100, 120 users as the unit); "
         "upper bound < -tolerance -0.0010: significantly worse than the champion; "
         "this day detects a loss of 0.0161 AUC (80% power)"
@@ -112,27 +107,27 @@ def test_detectable_effect_is_tolerance_plus_2_8_standard_errors():
     """se read off the interval: width 0.0392 at 95% is se 0.01; 0.002 + 2.8016 * 0.01."""
     champion, comparison = scored(0.0, -0.0196, 0.0196)
     verdict = decide(0.7, champion, comparison, RULE)
-    assert verdict["detectable_effect"] == pytest.approx(0.002 + 2.8016 * 0.01, abs=2e-5)
-    assert decide(0.7, {"status": "none"}, None, RULE)["detectable_effect"] is None
+    assert verdict.detectable_effect == pytest.approx(0.002 + 2.8016 * 0.01, abs=2e-5)
+    assert decide(0.7, {"status": "none"}, None, RULE).detectable_effect is None
     undefined = comparison | {"ci_low": math.nan}
-    assert decide(0.7, champion, undefined, RULE)["detectable_effect"] is None
+    assert decide(0.7, champion, undefined, RULE).detectable_effect is None
 
 
 def test_unusable_champion_reasons_name_version_cause_and_policy():
     champion = {"status": "unusable", "version": 2, "reason": "cannot load: OSError: gone"}
     blocked = decide(0.7, champion, None, RULE)
-    assert blocked["reasons"][1] == (
+    assert blocked.reasons[1] == (
         "champion v2 could not be scored on today's data (cannot load: OSError: gone); "
         "policy if_champion_unusable=block: not blessed until resolved"
     )
     ignored = decide(0.7, champion, None, GateRule(min_auc=0.6, if_champion_unusable="ignore"))
-    assert ignored["blessed"] and ignored["reasons"][1].endswith(
+    assert ignored.blessed and ignored.reasons[1].endswith(
         "policy if_champion_unusable=ignore: judged on min_auc alone"
     )
     # the floor still rules when the champion is ignored
-    assert not decide(0.5, champion, None, GateRule(min_auc=0.6, if_champion_unusable="ignore"))[
-        "blessed"
-    ]
+    assert not decide(
+        0.5, champion, None, GateRule(min_auc=0.6, if_champion_unusable="ignore")
+    ).blessed
 
 
 def test_unknown_champion_status_is_an_error():
@@ -141,7 +136,7 @@ def test_unknown_champion_status_is_an_error():
 
 
 def test_verdict_carries_the_rule():
-    assert decide(0.7, {"status": "none"}, None, RULE)["rule"] == {
+    assert decide(0.7, {"status": "none"}, None, RULE).rule == {
         "min_auc": 0.6,
         "tolerance": 0.002,
         "confidence": 0.95,
@@ -214,8 +209,8 @@ def test_an_undefined_comparison_follows_the_unusable_policy(policy, blessed, en
         nan,
         GateRule(min_auc=0.6, if_champion_unusable=policy),
     )
-    assert verdict["blessed"] is blessed
-    assert verdict["reasons"] == [
+    assert verdict.blessed is blessed
+    assert list(verdict.reasons) == [
         "served AUC 0.7000 >= min_auc 0.6000",
         "AUC vs champion v3: undefined (the interval needs at least 2 clicks, 2 non-clicks and "
         "2 users; the test split has 1 clicks and 40 non-clicks from 9 users); "
@@ -228,7 +223,7 @@ def test_an_undefined_comparison_follows_the_unusable_policy(policy, blessed, en
         {"status": "scored", "version": 3},
         nan,
         GateRule(min_auc=0.6, if_champion_unusable=policy),
-    )["blessed"]
+    ).blessed
 
 
 @pytest.mark.parametrize(
@@ -239,9 +234,9 @@ def test_only_an_interval_of_positive_finite_width_is_a_comparison(low, high, de
     comparison = {"delta": 0.0, "ci_low": low, "ci_high": high, "positives": 3, "negatives": 3}
     assert comparison_defined(comparison) is defined
     verdict = decide(0.9, {"status": "scored", "version": 2}, comparison, GateRule(min_auc=0.5))
-    assert verdict["blessed"] is defined
+    assert verdict.blessed is defined
     if low == high:
-        assert verdict["reasons"][1] == (
+        assert verdict.reasons[1] == (
             "AUC vs champion v2: undefined (a zero-width interval, no evidence either way; the "
             "test split has 3 clicks and 3 non-clicks); policy if_champion_unusable=block: "
             "not blessed, the champion stays"
@@ -260,26 +255,24 @@ def _guards(findings, blocked, days=1):
 def test_guard_findings_block_the_candidate_with_their_reasons():
     lines = ["2026-01-12: click rate 0.0123x the window's, outside 0.5..2x (4,000 rows)"]
     verdict = decide(0.7, {"status": "none"}, None, RULE, _guards(lines, blocked=True))
-    assert not verdict["blessed"]
-    assert verdict["reasons"][-1] == "data guards: not blessed, " + lines[0]
+    assert not verdict.blessed
+    assert verdict.reasons[-1] == "data guards: not blessed, " + lines[0]
     # report only: the same finding, said, and nothing blocked
     relaxed = decide(0.7, {"status": "none"}, None, RULE, _guards(lines, blocked=False))
-    assert (
-        relaxed["blessed"] and relaxed["reasons"][-1] == "data guards (not enforced): " + lines[0]
-    )
+    assert relaxed.blessed and relaxed.reasons[-1] == "data guards (not enforced): " + lines[0]
     # a guard never rescues a candidate the other rules refuse
-    assert not decide(0.5, {"status": "none"}, None, RULE, _guards([], blocked=False))["blessed"]
+    assert not decide(0.5, {"status": "none"}, None, RULE, _guards([], blocked=False)).blessed
 
 
 def test_guards_in_line_and_many_findings_are_one_line_each():
     quiet = decide(0.7, {"status": "none"}, None, RULE, _guards([], blocked=False, days=3))
-    assert quiet["blessed"] and quiet["reasons"][-1] == (
+    assert quiet.blessed and quiet.reasons[-1] == (
         "data guards: 3 new day(s) in line with the window 2026-01-01 .. 2026-01-09"
     )
     many = [f"2026-01-1{i}: finding {i}" for i in range(5)]
     verdict = decide(0.7, {"status": "none"}, None, RULE, _guards(many, blocked=True))
-    assert verdict["reasons"][-1] == (
+    assert verdict.reasons[-1] == (
         "data guards: not blessed, 2026-01-10: finding 0; 2026-01-11: finding 1; "
         "2026-01-12: finding 2; and 2 more"
     )
-    assert len(decide(0.7, {"status": "none"}, None, RULE)["reasons"]) == 2  # no guards run
+    assert len(decide(0.7, {"status": "none"}, None, RULE).reasons) == 2  # no guards run

@@ -40,8 +40,8 @@ def test_a_record_written_before_the_format_field_reads_as_the_first_version(tmp
 @pytest.mark.parametrize(
     "change, says",
     [
-        (lambda d: d.update(format="dailyrec.run-record/v9"), "format 'dailyrec.run-record/v9'"),
-        (lambda d: d.pop("data_dir"), "no field 'data_dir'"),
+        (lambda d: d.update(format="dailyrec.run-record/v9"), "format is 'dailyrec.run-record/v9'"),
+        (lambda d: d.pop("data_dir"), "no 'data_dir' field"),
         (lambda d: d.update(window_days="11"), "window_days: expected int"),
         (lambda d: d.update(files=True), "files: expected int"),
         (lambda d: d.update(raw_uri=None), "raw_uri: expected str"),

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from components.common.evaluation import Decision
 from components.common.registration import Registration
 from components.common.runs import build_summary, record_stage, summary_text
 from components.common.storage import atomic_write_json
@@ -43,10 +44,7 @@ def test_not_blessed_run_is_not_a_register_failure(tmp_path):
     run = tmp_path / "run"
     for stage in ("preprocess", "estimate", "train", "evaluate"):
         record_stage(run, stage, 1.0)
-    atomic_write_json(
-        run / "evaluate" / "decision.json",
-        {"blessed": False, "reasons": ["x"], "champion_version": 3},
-    )
+    Decision(blessed=False, reasons=("x",), rule={}, champion_version=3).write(run / "evaluate")
     summary = build_summary(run, tmp_path / "none", "", "ctr", "r2")
     assert summary["failed_stage"] is None and summary["champion_version"] == 3
     assert summary["model_version"] is None and summary["oracle_auc"] is None

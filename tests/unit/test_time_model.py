@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from components.common.evaluation import Decision
 from components.common.plan import DRIFT_FACTOR, drift_lines, plan_vs_actual, write_plan
 from components.common.runs import summary_text
 from components.estimate import (
@@ -452,7 +453,7 @@ def test_run_summary_and_evaluate_report_show_plan_vs_reality():
         "dataset": {},
         "plan_vs_actual": pva,
     }
-    report = markdown(metrics, {"blessed": True, "reasons": []}, {})
+    report = markdown(metrics, Decision(blessed=True, reasons=(), rule={}), {})
     assert "## Training: plan vs reality" in report
     assert "| seconds | 60.00 s | 200.00 s | x3.33 **DRIFT** |" in report
     assert "| peak memory bytes | 4.00 GiB | 3.00 GiB | x0.75 |" in report
