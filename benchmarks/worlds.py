@@ -22,6 +22,7 @@ import numpy as np
 from benchmarks import movielens
 from benchmarks.measure import run_measured
 from benchmarks.readme import ROOT
+from components.common.evaluation import Metrics
 from components.common.schema import datagen_summary
 
 CONFIG = ROOT / "configs" / "local.json"
@@ -213,7 +214,7 @@ def served(data: Path, checkpoint: Path, out: Path) -> dict:
         ],
         env={"MLFLOW_TRACKING_URI": ""},
     )
-    metrics = json.loads((out / "metrics.json").read_text())["served"]
+    metrics = Metrics.read(out).served
     skew = metrics["skew"]
     return {
         "auc": metrics["auc"],

@@ -26,7 +26,7 @@ from typing import Any
 from components.common import schema
 from components.common.dataset import SPLITS, DatasetError, folder_name
 from components.common.dataset_meta import DatasetMeta
-from components.common.evaluation import Decision
+from components.common.evaluation import TEST_METRICS, Decision, Metrics
 from components.common.plan import drift_lines
 from components.common.registration import REGISTRATION, Registration
 from components.common.storage import atomic_write_bytes, atomic_write_json
@@ -37,7 +37,6 @@ SUMMARY = "summary.json"
 # what each stage writes, by name: the stages write them (into their --out folders), the run
 # folder below finds them
 PLAN = "plan.json"
-METRICS = "metrics.json"
 OWNER = "owner.json"
 
 
@@ -62,7 +61,8 @@ class RunFolder:
 
     @property
     def evaluate(self) -> Path:
-        """Evaluate's ``--out``: :data:`METRICS`, the decision (:class:`~components.common.evaluation.Decision`), the report and plots."""
+        """Evaluate's ``--out``: the metrics and the decision (:mod:`components.common.evaluation`),
+        the report and plots."""
         return self.path / "evaluate"
 
     @property
@@ -199,7 +199,7 @@ def build_summary(
     meta = _dataset_meta(data_dir)
     plan_doc = _read(run.plan) or {}
     train = TrainSummary.find(run.train)
-    metrics = _read(run.evaluate / METRICS) or {}
+    metrics = Metrics.find(run.evaluate)
     decision = Decision.find(run.evaluate)
     registration = Registration.find(run.registration)
     stages = {}
@@ -231,11 +231,8 @@ def build_summary(
         },
         "best_val_auc": _number(train.best_val_auc) if train else None,
         "epochs_run": train.epochs_run if train else None,
-        "test_auc": _number(metrics.get("test_auc")),
-        "test_gauc": _number(metrics.get("test_gauc")),
-        "test_logloss": _number(metrics.get("test_logloss")),
-        "test_ece": _number(metrics.get("test_ece")),
-        "served_auc": _number((metrics.get("served") or {}).get("auc")),
+        **{k: _number(getattr(metrics, k, None)) for k in TEST_METRICS},
+        "served_auc": _number(metrics.served.get("auc")) if metrics else None,
         "oracle_auc": oracle_auc(raw_uri, window.get("test_days")),
         "blessed": decision.blessed if decision else None,
         "decision_reasons": list(decision.reasons) if decision else None,

@@ -7,7 +7,7 @@ import base64
 import io
 from pathlib import Path
 
-from components.common.evaluation import Decision
+from components.common.evaluation import Decision, Metrics
 from components.evaluate.decision import comparison_defined, undefined_why
 
 ROC_PNG, CALIBRATION_PNG, HISTORY_PNG = "roc.png", "calibration.png", "history.png"
@@ -187,20 +187,20 @@ def served_lines(served: dict | None, champion: dict) -> list[str]:
     return lines
 
 
-def markdown(metrics: dict, decision: Decision, images: dict[str, str]) -> str:
+def markdown(metrics: Metrics, decision: Decision, images: dict[str, str]) -> str:
     """The report: verdict, reasons, metric table, plots (``images``: title -> link or data URI)."""
-    champion = metrics["champion"]
+    champion = metrics.champion
     scored = champion.get("metrics")
-    candidate = metrics["candidate"]
+    candidate = metrics.candidate
     verdict = "**BLESSED**" if decision.blessed else "**NOT BLESSED**"
     version = f" v{champion['version']}" if champion.get("version") else ""
     lines = [
-        f"# Evaluation of `{metrics['model_name']}` candidate: {verdict}",
+        f"# Evaluation of `{metrics.model_name}` candidate: {verdict}",
         "",
         *[f"- {reason}" for reason in decision.reasons],
         "",
         f"Test split: {candidate['rows']:,} rows, {candidate['users']:,} users, "
-        f"window {metrics['dataset'].get('window', {}).get('test_days', '?')}.",
+        f"window {(metrics.dataset.get('window') or {}).get('test_days', '?')}.",
         "",
         f"| metric | candidate | champion{version} |",
         "|---|---|---|",
@@ -212,7 +212,7 @@ def markdown(metrics: dict, decision: Decision, images: dict[str, str]) -> str:
         _row("click rate", "positive_rate", candidate, scored),
         "",
     ]
-    interval = metrics.get("test_auc_interval")
+    interval = metrics.test_auc_interval
     if interval and interval.get("se") == interval.get("se"):  # NaN: too few users or labels
         lines += [
             f"Candidate's test AUC {interval['auc']:.4f}, "
@@ -220,8 +220,8 @@ def markdown(metrics: dict, decision: Decision, images: dict[str, str]) -> str:
             f"{interval['ci_high']:.4f}] with the {interval['users']} users as the unit.",
             "",
         ]
-    lines += served_lines(metrics.get("served"), champion)
-    comparison = metrics.get("comparison")
+    lines += served_lines(metrics.served, champion)
+    comparison = metrics.comparison
     if comparison and not comparison_defined(comparison):
         lines += [
             f"AUC delta (candidate − champion): undefined: {undefined_why(comparison)}; "
@@ -252,7 +252,7 @@ def markdown(metrics: dict, decision: Decision, images: dict[str, str]) -> str:
                 'pass as "not significantly worse".',
                 "",
             ]
-    pva = metrics.get("plan_vs_actual")
+    pva = metrics.plan_vs_actual
     if pva:
         from components.common.plan import drift_lines
 
@@ -275,7 +275,7 @@ def markdown(metrics: dict, decision: Decision, images: dict[str, str]) -> str:
                     f"{c['measured'] / scale:,.2f} {unit} | x{c['ratio']:.2f}{flag} |"
                 )
         lines += ["", *drift_lines(pva)[: 1 if pva["drift"] else 0], ""]
-    lines += guard_lines(metrics.get("guards"))
+    lines += guard_lines(metrics.guards)
     lines += [f"![{title}]({src})" for title, src in images.items()]
     return "\n".join(lines) + "\n"
 

@@ -31,9 +31,8 @@ import numpy as np
 
 from components.common.dataset import DatasetError
 from components.common.dataset_meta import DatasetMeta
-from components.common.evaluation import DECISION, Decision
+from components.common.evaluation import DECISION, METRICS, Decision, Metrics
 from components.common.progress import get_logger
-from components.common.runs import METRICS
 from components.common.storage import atomic_dir, atomic_write_bytes, atomic_write_json
 from components.evaluate import report
 from components.evaluate.config import EvaluateConfig
@@ -70,12 +69,10 @@ class EvaluateError(ValueError):
 
 
 def evaluate(config: EvaluateConfig) -> dict:
-    """Score, compare, decide, write the outputs; return ``{"metrics": dict, "decision":
+    """Score, compare, decide, write the outputs; return ``{"metrics": Metrics, "decision":
     Decision}``."""
     started = time.perf_counter()
     import torch
-
-    from components.common.integrity import PROFILE
 
     torch.set_num_threads(config.threads)
     meta = DatasetMeta.read(config.data)
@@ -176,12 +173,12 @@ def evaluate(config: EvaluateConfig) -> dict:
         champion["served_auc"] = comparison["auc_b"]
     verdict = decide(served_auc["auc"], champion, comparison, config.rule, guards)
 
-    metrics = {
+    metrics = Metrics(
         **{f"test_{k}": candidate_metrics[k] for k in ("auc", "gauc", "logloss", "ece")},
-        "model_name": config.model_name,
-        "candidate": candidate_metrics,
-        "test_auc_interval": auc_interval,
-        "served": {
+        model_name=config.model_name,
+        candidate=candidate_metrics,
+        test_auc_interval=auc_interval,
+        served={
             "auc": served_auc["auc"],
             "auc_interval": served_auc,
             "skew": skew,
@@ -189,21 +186,21 @@ def evaluate(config: EvaluateConfig) -> dict:
                 served["snapshot_only"], y, groups, config.rule.confidence
             ),
         },
-        "comparison_on_dataset_features": dataset_comparison,
-        "candidate_checkpoint": str(config.checkpoint),
-        "candidate_trained_on": candidate.info.get("dataset"),
-        "champion": champion,
-        "comparison": comparison,
-        "calibration_bins": bins,
-        "guards": guards,
-        Path(PROFILE).stem: profile.state_dict(),  # register logs it with the version
-        "dataset": {
+        comparison_on_dataset_features=dataset_comparison,
+        candidate_checkpoint=str(config.checkpoint),
+        candidate_trained_on=candidate.info.get("dataset"),
+        champion=champion,
+        comparison=comparison,
+        calibration_bins=bins,
+        guards=guards,
+        data_profile=profile.state_dict(),  # register logs it with the version
+        dataset={
             "path": str(config.data),
             "fingerprint": meta.fingerprint,
             "window": dataclasses.asdict(meta.window) if meta.window else None,
             "test_rows": test.rows,
         },
-    }
+    )
     decision = dataclasses.replace(
         verdict,
         model_name=config.model_name,
@@ -214,11 +211,14 @@ def evaluate(config: EvaluateConfig) -> dict:
         comparison=comparison,
         candidate_checkpoint=str(config.checkpoint),
     )
-    metrics["plan_vs_actual"] = training_plan_vs_actual(config.checkpoint)
-    metrics["seconds"] = time.perf_counter() - started
+    metrics = dataclasses.replace(
+        metrics,
+        plan_vs_actual=training_plan_vs_actual(config.checkpoint),
+        seconds=time.perf_counter() - started,
+    )
     day = meta.window.end if meta.window else ""
     with tracked_run(config, day) as run:
-        metrics["mlflow_run_id"] = run.info.run_id if run else None
+        metrics = dataclasses.replace(metrics, mlflow_run_id=run.info.run_id if run else None)
         history = by_day(run, config.model_name, day, evaluation_numbers(metrics, decision))
         write_outputs(Path(config.out), metrics, decision, curves, bins, predictions, history)
         if run:
@@ -341,11 +341,11 @@ def by_day(run: Any, model_name: str, day: str, today: dict[str, float]) -> list
     return sorted(rows, key=lambda r: r["day"])[-HISTORY_DAYS:]
 
 
-def evaluation_numbers(metrics: dict, decision: Decision) -> dict[str, float]:
+def evaluation_numbers(metrics: Metrics, decision: Decision) -> dict[str, float]:
     """The run's metrics: the candidate's and the champion's on the test split, the verdict, and
     the training's measured time and peak memory over its plan's (finite values only)."""
-    numbers = {k: float(metrics[k]) for k in ("test_auc", "test_gauc", "test_logloss", "test_ece")}
-    champion = (metrics.get("champion") or {}).get("metrics") or {}
+    numbers = {k: float(v) for k, v in metrics.numbers().items()}
+    champion = metrics.champion.get("metrics") or {}
     numbers.update(
         {
             f"champion_{k}": float(champion[k])
@@ -353,17 +353,17 @@ def evaluation_numbers(metrics: dict, decision: Decision) -> dict[str, float]:
             if k in champion
         }
     )
-    if metrics.get("comparison"):
-        numbers["auc_delta_vs_champion"] = float(metrics["comparison"]["delta"])
+    if metrics.comparison:
+        numbers["auc_delta_vs_champion"] = float(metrics.comparison["delta"])
     numbers["blessed"] = float(decision.blessed)
-    pva = metrics.get("plan_vs_actual") or {}
+    pva = metrics.plan_vs_actual or {}
     for key, name in (("seconds", "train_time_ratio"), ("peak_memory_bytes", "train_memory_ratio")):
         if (pva.get(key) or {}).get("ratio") is not None:
             numbers[name] = float(pva[key]["ratio"])
     return {k: v for k, v in numbers.items() if np.isfinite(v)}
 
 
-def log_evaluation(out: Path, metrics: dict, decision: Decision) -> None:
+def log_evaluation(out: Path, metrics: Metrics, decision: Decision) -> None:
     """The evaluation's metrics, verdict, plots and report in the active MLflow run."""
     import mlflow
 
@@ -372,14 +372,14 @@ def log_evaluation(out: Path, metrics: dict, decision: Decision) -> None:
         {
             "blessed": str(decision.blessed).lower(),
             "champion_version": str(decision.champion_version or ""),
-            "dataset_fingerprint": str((metrics.get("dataset") or {}).get("fingerprint") or ""),
+            "dataset_fingerprint": str(metrics.dataset.get("fingerprint") or ""),
         }
     )
     for name in (METRICS, DECISION, ROC, *report.PLOTS.values(), report.REPORT_MD):
         mlflow.log_artifact(str(out / name), artifact_path="evaluation")
     # at the top: the page a person opens first (MLflow shows HTML; Markdown as plain text)
     mlflow.log_artifact(str(out / report.REPORT_HTML))
-    dataset = metrics.get("dataset") or {}
+    dataset = metrics.dataset
     if dataset.get("path"):
         from components.common.tracking import dataset_input
 
@@ -477,7 +477,7 @@ def champion_profile(local: Path) -> WindowProfile | None:
 
 def write_outputs(
     out: Path,
-    metrics: dict,
+    metrics: Metrics,
     decision: Decision,
     curves: dict,
     bins: dict,
@@ -486,12 +486,12 @@ def write_outputs(
 ) -> None:
     """``curves``, ``bins``, ``predictions``: by label (candidate, champion vN); ``history``: the
     by-day plot's rows (:func:`by_day`)."""
-    champion = metrics.get("champion") or {}
-    aucs = {"candidate": metrics["candidate"]["auc"]}
+    champion = metrics.champion
+    aucs = {"candidate": metrics.test_auc}
     if champion.get("metrics"):
         aucs[f"champion v{champion['version']}"] = champion["metrics"]["auc"]
     with atomic_dir(out) as tmp:
-        atomic_write_json(tmp / METRICS, metrics)
+        metrics.write(tmp)
         decision.write(tmp)
         atomic_write_json(tmp / ROC, curves)
         report.plot_roc(curves, tmp / report.ROC_PNG, aucs)
@@ -501,16 +501,16 @@ def write_outputs(
             tmp / report.REPORT_MD, report.markdown(metrics, decision, report.PLOTS).encode()
         )
         inline = {t: report.data_uri((tmp / name).read_bytes()) for t, name in report.PLOTS.items()}
-        page = report.html(report.markdown(metrics, decision, inline), f"{metrics['model_name']}")
+        page = report.html(report.markdown(metrics, decision, inline), metrics.model_name)
         atomic_write_bytes(tmp / report.REPORT_HTML, page.encode())
 
 
-def summary_line(metrics: dict, decision: Decision) -> str:
+def summary_line(metrics: Metrics, decision: Decision) -> str:
     verdict = "BLESSED" if decision.blessed else "NOT BLESSED"
-    served = metrics["served"]
+    served = metrics.served
     return (
-        f"{verdict}: test AUC {metrics['test_auc']:.4f}, GAUC {metrics['test_gauc']:.4f}, "
-        f"logloss {metrics['test_logloss']:.4f}, ECE {metrics['test_ece']:.4f}; served AUC "
+        f"{verdict}: test AUC {metrics.test_auc:.4f}, GAUC {metrics.test_gauc:.4f}, "
+        f"logloss {metrics.test_logloss:.4f}, ECE {metrics.test_ece:.4f}; served AUC "
         f"{served['auc']:.4f} (train-serve skew {served['skew']['delta']:+.4f}); "
         + " | ".join(decision.reasons[1:])
     )

@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from components.common.dataset import SPLITS
-from components.common.evaluation import Decision
+from components.common.evaluation import Decision, Metrics
 
 if TYPE_CHECKING:
     from components.common.dataset_meta import DatasetMeta
@@ -34,7 +34,7 @@ def build_card(
     version: int,
     aliases: list[str],
     meta: DatasetMeta | None,
-    metrics: dict,
+    metrics: Metrics,
     decision: Decision,
     checkpoint: dict,
     lineage: dict[str, str],
@@ -43,7 +43,7 @@ def build_card(
     """The card as a JSON document (see :func:`markdown` for the page)."""
     splits = meta.splits if meta else {}
     comparison = decision.comparison or None
-    guards = metrics.get("guards") or {}
+    guards = metrics.guards or {}
     return {
         "card_version": CARD_VERSION,
         "model": {"name": name, "version": version, "aliases_at_registration": sorted(aliases)},
@@ -55,10 +55,10 @@ def build_card(
             "click_rate": {s: info.positive_rate for s, info in splits.items()},
         },
         "test": {
-            **{k: _number(metrics.get(f"test_{k}")) for k in ("auc", "gauc", "logloss", "ece")},
-            "auc_interval": metrics.get("test_auc_interval"),
-            "served_auc": _number((metrics.get("served") or {}).get("auc")),
-            "train_serve_skew": (metrics.get("served") or {}).get("skew"),
+            **{k[len("test_") :]: _number(v) for k, v in metrics.numbers().items()},
+            "auc_interval": metrics.test_auc_interval,
+            "served_auc": _number(metrics.served.get("auc")),
+            "train_serve_skew": metrics.served.get("skew"),
         },
         "gate": {
             "blessed": decision.blessed,
@@ -76,7 +76,7 @@ def build_card(
             "findings": guards.get("findings"),
             "days": guards.get("days"),
         },
-        "plan_vs_actual": metrics.get("plan_vs_actual"),
+        "plan_vs_actual": metrics.plan_vs_actual,
         "plan": checkpoint.get("plan"),
         "lineage": {
             "dataset_fingerprint": meta and meta.fingerprint,

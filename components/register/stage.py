@@ -24,7 +24,6 @@ A not-blessed model is not registered at all unless asked.
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from dataclasses import replace
@@ -33,7 +32,7 @@ from typing import Any
 
 from components.common.dataset import DatasetError
 from components.common.dataset_meta import DatasetMeta
-from components.common.evaluation import DECISION, Decision
+from components.common.evaluation import DECISION, METRICS, Decision, Metrics
 from components.common.integrity import (
     DIGEST_TAG,
     MANIFEST_ARTIFACT,
@@ -77,7 +76,7 @@ def register(config: RegisterConfig) -> Registration:
     started = time.perf_counter()
     from components.train.checkpoint import load_checkpoint
 
-    metrics, decision = _read_json(config.metrics), Decision.read(config.decision)
+    metrics, decision = Metrics.read(config.metrics), Decision.read(config.decision)
     blessed = decision.blessed
     checkpoint = load_checkpoint(
         config.checkpoint
@@ -110,7 +109,7 @@ def register(config: RegisterConfig) -> Registration:
                 **version_tags(key, metrics, decision, checkpoint, config.pipeline_run_id, lineage),
                 **sealed,
             },
-            description=f"test AUC {metrics.get('test_auc', float('nan')):.4f}; "
+            description=f"test AUC {metrics.test_auc:.4f}; "
             f"{'blessed' if blessed else 'not blessed'}" + describe_links(lineage),
         )
         log.info("register: created %s version %s", name, version.version)
@@ -139,7 +138,7 @@ def log_card(
     config: RegisterConfig,
     version: Any,
     checkpoint: dict,
-    metrics: dict,
+    metrics: Metrics,
     decision: Decision,
 ) -> str | None:
     """Write the version's model card into its MLflow run (idempotent: a re-run rewrites the same
@@ -148,7 +147,7 @@ def log_card(
 
     if not version.run_id:
         return None
-    data = config.data or str((metrics.get("dataset") or {}).get("path") or "")
+    data = config.data or str(metrics.dataset.get("path") or "")
     try:
         meta = DatasetMeta.read(data, splits=()) if data else None
     except DatasetError:
@@ -267,7 +266,7 @@ def _logged_model(
     client: Any,
     config: RegisterConfig,
     checkpoint: dict,
-    metrics: dict,
+    metrics: Metrics,
     decision: Decision,
     key: str,
 ) -> tuple[str, str | None, str | None]:
@@ -306,14 +305,8 @@ def _logged_model(
                 **{k: v for k, v in run_links(client, config.checkpoint, metrics).items() if v},
             }
         )
-        mlflow.log_metrics(
-            {
-                k: float(v)
-                for k, v in metrics.items()
-                if k.startswith("test_") and isinstance(v, int | float)
-            }
-        )
-        mlflow.log_dict(metrics, "evaluation/metrics.json")
+        mlflow.log_metrics({k: float(v) for k, v in metrics.numbers().items()})
+        mlflow.log_dict(metrics.to_document(), f"evaluation/{METRICS}")
         mlflow.log_dict(decision.to_document(), f"evaluation/{DECISION}")
         logged = mlflow.initialize_logged_model(
             name="model",
@@ -325,7 +318,7 @@ def _logged_model(
             checkpoint,
             data,
             user_state=config.user_state,
-            profile=metrics.get(Path(PROFILE).stem),
+            profile=metrics.data_profile,
             model_id=logged.model_id,
         )
         if training:  # listed on the training run's page, as a model it produced
@@ -348,10 +341,10 @@ def _registering_run(client: Any, model: Any) -> str | None:
     return (model.tags or {}).get(REGISTERING_RUN_TAG) or model.source_run_id
 
 
-def snapshot_dataset(config: RegisterConfig, checkpoint: dict, metrics: dict) -> str:
+def snapshot_dataset(config: RegisterConfig, checkpoint: dict, metrics: Metrics) -> str:
     """The dataset folder whose snapshot the model carries: ``config.data``, else the evaluated one;
     refused unless it is the dataset the checkpoint was trained on (same fingerprint)."""
-    data = config.data or str((metrics.get("dataset") or {}).get("path") or "")
+    data = config.data or str(metrics.dataset.get("path") or "")
     if not data:
         raise ValueError(
             f"{config.metrics}: names no dataset; pass data (the dataset the model was "
@@ -461,7 +454,7 @@ def pip_requirements() -> list[str]:
     ]
 
 
-def run_links(client: Any, checkpoint: str, metrics: dict) -> dict[str, str]:
+def run_links(client: Any, checkpoint: str, metrics: Metrics) -> dict[str, str]:
     """The MLflow runs of a model's training and its evaluation: their ids
     (``training_run_id``, ``evaluation_run_id``) and their pages in the MLflow UI
     (``training_run``, ``evaluation_run``: :func:`run_link`); empty values where a run is unknown."""
@@ -469,7 +462,7 @@ def run_links(client: Any, checkpoint: str, metrics: dict) -> dict[str, str]:
 
     summary = TrainSummary.beside(checkpoint)
     training = summary.mlflow_run_id if summary else None
-    runs = {"training": training, "evaluation": metrics.get("mlflow_run_id")}
+    runs = {"training": training, "evaluation": metrics.mlflow_run_id}
     links = {}
     for what, run_id in runs.items():
         links[f"{what}_run_id"] = run_id or ""
@@ -499,7 +492,7 @@ the model card)."""
 
 
 def version_tags(
-    key: str, metrics: dict, decision: Decision, checkpoint: dict, run_id: str, lineage: dict
+    key: str, metrics: Metrics, decision: Decision, checkpoint: dict, run_id: str, lineage: dict
 ) -> dict[str, str]:
     """Lineage of a model version as tags a person scans (one short value each, no JSON): the
     verdict and why, test AUC and GAUC, the window, model, plan, dataset and code, and the runs
@@ -527,8 +520,7 @@ def version_tags(
         **{k: lineage[k] for k in ("training_run", "evaluation_run") if lineage.get(k)},
     }
     for k in ("test_auc", "test_gauc"):
-        if isinstance(metrics.get(k), int | float):
-            tags[k] = f"{metrics[k]:.4f}"
+        tags[k] = f"{metrics.numbers()[k]:.4f}"
     return {k: v[:TAG_LIMIT] for k, v in tags.items() if v}
 
 
@@ -542,15 +534,3 @@ def plan_line(plan: dict) -> str:
         f"{plan.get('precision', '?')}, micro-batch {plan.get('micro_batch', '?')}, "
         f"{plan.get('max_epochs', '?')} epochs"
     )
-
-
-def _read_json(path: str) -> dict:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{path}: not found") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: unreadable ({exc})") from None
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    return doc

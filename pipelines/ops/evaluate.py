@@ -74,11 +74,11 @@ def evaluate_op(
             )
         )
     m, decision = result["metrics"], result["decision"]
-    for key in ("test_auc", "test_gauc", "test_logloss", "test_ece"):
-        if not math.isnan(m[key]):
-            metrics.log_metric(key, round(m[key], 6))
-    if m["comparison"] and not math.isnan(m["comparison"]["delta"]):
-        metrics.log_metric("auc_delta_vs_champion", round(m["comparison"]["delta"], 6))
+    for key, value in m.numbers().items():
+        if not math.isnan(value):
+            metrics.log_metric(key, round(value, 6))
+    if m.comparison and not math.isnan(m.comparison["delta"]):
+        metrics.log_metric("auc_delta_vs_champion", round(m.comparison["delta"], 6))
     metrics.log_metric("blessed", int(decision.blessed))
     points = json.loads((out / "roc.json").read_text())["candidate"]
     # the UI wants finite thresholds: the (0, 0) point's +inf becomes 1 (probabilities)

@@ -39,10 +39,10 @@ def register_op(
     from pathlib import Path
 
     from components.common.attempts import attempt, final_record
-    from components.common.evaluation import DECISION
+    from components.common.evaluation import DECISION, METRICS
     from components.common.lock import TASK_WAIT_S, root_of, storage_lock
     from components.common.proctree import stop_tree_on_signals
-    from components.common.runs import METRICS, RunFolder, record_stage
+    from components.common.runs import RunFolder, record_stage
     from components.common.storage import disk_full_as
     from components.register.config import RegisterConfig
     from components.register.stage import register

@@ -32,6 +32,7 @@ from components.train.inference import split_rows
 from components.train.model import Vocab
 from components.train.trainer import TrainConfig, train
 from tests.checkpoints import untrained_checkpoint
+from tests.evaluations import forced_evaluation
 
 pytestmark = pytest.mark.integration
 NAME = "ctr"
@@ -142,19 +143,19 @@ def test_champion_lifecycle(registry, trained, tiny_dataset, tmp_path):
     assert registry.aliases() == {"champion": 1}
     # 2. a better model is compared with it, blessed, and moves champion; the old one is previous
     result, reg = registry.cycle(trained)
-    comparison = result["metrics"]["comparison"]
+    comparison = result["metrics"].comparison
     assert result["decision"].champion_version == 1 and comparison["delta"] > 0
     # the gate compares the models as served; the dataset's features give the other comparison
-    assert comparison["auc_b"] == result["metrics"]["champion"]["served_auc"]
-    on_dataset = result["metrics"]["comparison_on_dataset_features"]
-    assert on_dataset["auc_b"] == pytest.approx(result["metrics"]["champion"]["metrics"]["auc"])
-    assert on_dataset["auc_a"] == pytest.approx(result["metrics"]["test_auc"])
+    assert comparison["auc_b"] == result["metrics"].champion["served_auc"]
+    on_dataset = result["metrics"].comparison_on_dataset_features
+    assert on_dataset["auc_b"] == pytest.approx(result["metrics"].champion["metrics"]["auc"])
+    assert on_dataset["auc_a"] == pytest.approx(result["metrics"].test_auc)
     assert reg.version == 2 and registry.aliases() == {"champion": 2, "previous": 1}
     # 3. a significantly worse model is not blessed: nothing registered, the champion stays
     worse = untrained_checkpoint(tmp_path / "worse.pt", tiny_dataset, seed=2)
     result, reg = registry.cycle(worse)
     assert not result["decision"].blessed
-    assert result["metrics"]["comparison"]["ci_high"] < -0.002
+    assert result["metrics"].comparison["ci_high"] < -0.002
     assert "significantly worse" in " ".join(result["decision"].reasons)
     assert not reg.registered and registry.aliases() == {"champion": 2, "previous": 1}
     # ... unless asked: then it is registered as challenger, champion untouched
@@ -240,11 +241,7 @@ def test_unusable_champion_is_reported_and_blocks_by_default(
         **{**dataclasses.asdict(Vocab.from_meta(DatasetMeta.read(tiny_dataset))), "item": 4096}
     )
     foreign = untrained_checkpoint(tmp_path / "foreign.pt", tiny_dataset, seed=3, vocab=other)
-    decision = tmp_path / "d"
-    decision.mkdir()
-    Decision(blessed=True, reasons=("forced",), rule={}).write(decision)
-    (decision / "metrics.json").write_text("{}")
-    registry.register(foreign, decision)
+    registry.register(foreign, forced_evaluation(tmp_path / "d"))
     result, reg = registry.cycle(trained)
     assert result["decision"].champion_status == "unusable" and not result["decision"].blessed
     assert "item: model 4096 vs data 2048" in " ".join(result["decision"].reasons)

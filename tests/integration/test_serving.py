@@ -370,7 +370,7 @@ def test_version_links_its_training_and_evaluation_runs(world, registered, tmp_p
         **json.loads((world["before"] / "meta.json").read_text())["window"]
     )
     evaluation = client.get_run(linked_run(version.tags["evaluation_run"]))
-    assert evaluation.data.metrics["test_auc"] == pytest.approx(registered["metrics"]["test_auc"])
+    assert evaluation.data.metrics["test_auc"] == pytest.approx(registered["metrics"].test_auc)
     # named by the day it judged, so that days tell apart in the experiment's run list
     assert evaluation.info.run_name == f"evaluate-{DAY5}"
     assert evaluation.data.tags["blessed"] == "true"

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from components.common.evaluation import Decision
 from components.common.tracking import (
     CredentialError,
     TrackingError,
@@ -23,6 +22,7 @@ from components.common.tracking import (
     redact,
 )
 from components.train.launch import LaunchSpec
+from tests.evaluations import forced_evaluation
 from tests.small_run import local_run, small_world
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,9 +38,7 @@ def sealed(tiny_dataset, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("sealed")
     checkpoint = untrained_checkpoint(root / "model.pt", tiny_dataset, seed=1)
-    (root / "decision").mkdir()
-    Decision(blessed=True, reasons=("forced",), rule={}).write(root / "decision")
-    (root / "decision" / "metrics.json").write_text("{}")
+    forced_evaluation(root / "decision")
     uri = sqlite_uri(root / "runs")
     result = register(
         RegisterConfig(
@@ -106,7 +104,7 @@ def test_a_tampered_model_is_refused_everywhere_it_is_loaded(
             )
         )
         assert result["decision"].champion_status == "unusable" and not result["decision"].blessed
-        assert "IntegrityError" in result["metrics"]["champion"]["reason"]
+        assert "IntegrityError" in result["metrics"].champion["reason"]
         # the day after the version's window (a day of its own is refused before any load)
         raw = tmp_path / "raw"
         shutil.copytree(sealed["data"].parent / "raw", raw)
@@ -176,7 +174,7 @@ def test_evaluate_never_executes_the_models_code(sealed, tmp_path, fault_report)
         mlflow.pyfunc.load_model = original
     assert result["decision"].champion_status == "scored" and calls == []
     # same weights as the candidate: the same scores, so the delta is exactly 0
-    assert result["metrics"]["comparison"]["delta"] == 0.0
+    assert result["metrics"].comparison["delta"] == 0.0
 
 
 def test_credentials_in_uris_are_refused_and_redacted(fault_report):
@@ -408,8 +406,7 @@ def test_a_signing_key_protects_against_registry_writes_too(
 
     monkeypatch.setenv(SIGNING_KEY_ENV, "k1-from-a-secret")
     checkpoint = untrained_checkpoint(tmp_path / "model.pt", tiny_dataset, seed=1)
-    Decision(blessed=True, reasons=("forced",), rule={}).write(tmp_path)
-    (tmp_path / "metrics.json").write_text("{}")
+    forced_evaluation(tmp_path)
     uri = sqlite_uri(tmp_path / "runs")
     register(
         RegisterConfig(

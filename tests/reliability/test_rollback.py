@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from components.common.evaluation import Decision
 from components.common.integrity import DIGEST_TAG, manifest, manifest_digest
 from components.common.lock import TOKEN_ENV, storage_lock
 from components.common.registry import CHAMPION, PREVIOUS, alias_version
 from components.common.tracking import connect, sqlite_uri
 from components.register import rollback as R
+from tests.evaluations import forced_evaluation
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -38,10 +38,8 @@ def two_versions(tiny_dataset, tmp_path):
     uri = sqlite_uri(tmp_path / "runs")
     for version, champion in ((1, None), (2, 1)):
         out = tmp_path / f"v{version}"
-        out.mkdir()
+        forced_evaluation(out, champion_version=champion)
         checkpoint = untrained_checkpoint(out / "model.pt", tiny_dataset, seed=version)
-        Decision(blessed=True, reasons=("forced",), rule={}, champion_version=champion).write(out)
-        (out / "metrics.json").write_text("{}")
         register(
             RegisterConfig(
                 checkpoint=str(checkpoint),

@@ -11,13 +11,13 @@ import re
 import pytest
 
 from components.common.document import Document
-from components.common.evaluation import Decision, DecisionError
+from components.common.evaluation import Decision, DecisionError, Metrics
 from components.common.registration import Registration
 from components.common.run_record import RunRecord
 from components.common.train_summary import TrainSummary
 from tests.tools import ROOT
 
-DOCUMENTS = (RunRecord, TrainSummary, Decision, Registration)
+DOCUMENTS = (RunRecord, TrainSummary, Metrics, Decision, Registration)
 
 
 def documented_block(kind: type[Document]) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from components.common.evaluation import Decision
+from components.common.evaluation import Decision, Metrics
 from components.common.plan import DRIFT_FACTOR, drift_lines, plan_vs_actual, write_plan
 from components.common.runs import summary_text
 from components.estimate import (
@@ -446,13 +446,18 @@ def test_run_summary_and_evaluate_report_show_plan_vs_reality():
     }
     text = summary_text(summary)
     assert "  estimate DRIFT: seconds more than 2x off the plan" in text  # 200 vs 60
-    metrics = {
-        "champion": {"status": "none"},
-        "candidate": {"rows": 10, "users": 2},
-        "model_name": "m",
-        "dataset": {},
-        "plan_vs_actual": pva,
-    }
+    metrics = Metrics(
+        model_name="m",
+        test_auc=0.7,
+        test_gauc=0.6,
+        test_logloss=0.3,
+        test_ece=0.01,
+        served={},
+        champion={"status": "none"},
+        dataset={},
+        candidate={"rows": 10, "users": 2},
+        plan_vs_actual=pva,
+    )
     report = markdown(metrics, Decision(blessed=True, reasons=(), rule={}), {})
     assert "## Training: plan vs reality" in report
     assert "| seconds | 60.00 s | 200.00 s | x3.33 **DRIFT** |" in report
