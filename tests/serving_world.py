@@ -124,7 +124,7 @@ def registered(world):
             rule=GateRule(min_auc=0.0),
         )
     )
-    assert result["decision"].blessed
+    assert result.decision.blessed
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         registration = register(
@@ -139,6 +139,6 @@ def registered(world):
         )
     return {
         "registration": registration,
-        "metrics": result["metrics"],
+        "metrics": result.metrics,
         "warnings": [str(w.message) for w in caught],
     }

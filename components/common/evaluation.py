@@ -147,3 +147,21 @@ class Decision(Document):
     """The checkpoint judged."""
     source: Path | None = field(default=None, compare=False, repr=False)
     """The file it was read from (messages name it)."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What one evaluation produced (:func:`components.evaluate.stage.evaluate`'s result)."""
+
+    metrics: Metrics
+    decision: Decision
+
+    def line(self) -> str:
+        """The verdict, the test metrics, the served AUC and the gate's reasons, in one line."""
+        m, d = self.metrics, self.decision
+        return (
+            f"{'BLESSED' if d.blessed else 'NOT BLESSED'}: test AUC {m.test_auc:.4f}, "
+            f"GAUC {m.test_gauc:.4f}, logloss {m.test_logloss:.4f}, ECE {m.test_ece:.4f}; "
+            f"served AUC {m.served['auc']:.4f} "
+            f"(train-serve skew {m.served['skew']['delta']:+.4f}); " + " | ".join(d.reasons[1:])
+        )

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
     # after parsing: --help and a bad flag answer without importing torch
     from components.common.dataset import DatasetError
-    from components.evaluate.stage import EvaluateError, evaluate, summary_line
+    from components.evaluate.stage import EvaluateError, evaluate
     from components.train.checkpoint import CheckpointError
 
     try:
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ) as exc:
         print(f"evaluate: error: {exc}", file=sys.stderr)
         return exit_for(exc)
-    print(summary_line(result["metrics"], result["decision"]))
+    print(result.line())
     print(f"outputs in {config.out}")
     return Exit.OK
 

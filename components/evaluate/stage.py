@@ -31,7 +31,7 @@ import numpy as np
 
 from components.common.dataset import DatasetError
 from components.common.dataset_meta import DatasetMeta
-from components.common.evaluation import DECISION, METRICS, Decision, Metrics
+from components.common.evaluation import DECISION, METRICS, Decision, Evaluation, Metrics
 from components.common.progress import get_logger
 from components.common.storage import atomic_dir, atomic_write_bytes, atomic_write_json
 from components.evaluate import report
@@ -68,9 +68,8 @@ class EvaluateError(ValueError):
     """The candidate cannot be evaluated on this data; the message says which file and why."""
 
 
-def evaluate(config: EvaluateConfig) -> dict:
-    """Score, compare, decide, write the outputs; return ``{"metrics": Metrics, "decision":
-    Decision}``."""
+def evaluate(config: EvaluateConfig) -> Evaluation:
+    """Score, compare, decide, write the outputs; return them."""
     started = time.perf_counter()
     import torch
 
@@ -223,8 +222,9 @@ def evaluate(config: EvaluateConfig) -> dict:
         write_outputs(Path(config.out), metrics, decision, curves, bins, predictions, history)
         if run:
             log_evaluation(Path(config.out), metrics, decision)
-    log.info("evaluate: %s", summary_line(metrics, decision))
-    return {"metrics": metrics, "decision": decision}
+    result = Evaluation(metrics, decision)
+    log.info("evaluate: %s", result.line())
+    return result
 
 
 EXPERIMENT = "dailyrec-evaluate"
@@ -503,14 +503,3 @@ def write_outputs(
         inline = {t: report.data_uri((tmp / name).read_bytes()) for t, name in report.PLOTS.items()}
         page = report.html(report.markdown(metrics, decision, inline), metrics.model_name)
         atomic_write_bytes(tmp / report.REPORT_HTML, page.encode())
-
-
-def summary_line(metrics: Metrics, decision: Decision) -> str:
-    verdict = "BLESSED" if decision.blessed else "NOT BLESSED"
-    served = metrics.served
-    return (
-        f"{verdict}: test AUC {metrics.test_auc:.4f}, GAUC {metrics.test_gauc:.4f}, "
-        f"logloss {metrics.test_logloss:.4f}, ECE {metrics.test_ece:.4f}; served AUC "
-        f"{served['auc']:.4f} (train-serve skew {served['skew']['delta']:+.4f}); "
-        + " | ".join(decision.reasons[1:])
-    )

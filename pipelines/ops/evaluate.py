@@ -73,7 +73,7 @@ def evaluate_op(
                 guards=GuardRule(report_only=guards_report_only),
             )
         )
-    m, decision = result["metrics"], result["decision"]
+    m, decision = result.metrics, result.decision
     for key, value in m.numbers().items():
         if not math.isnan(value):
             metrics.log_metric(key, round(value, 6))

@@ -139,24 +139,24 @@ def test_champion_lifecycle(registry, trained, tiny_dataset, tmp_path):
     weak = untrained_checkpoint(tmp_path / "weak.pt", tiny_dataset, seed=1)
     # 1. the first registration becomes champion
     result, reg = registry.cycle(weak)
-    assert result["decision"].blessed and reg.version == 1
+    assert result.decision.blessed and reg.version == 1
     assert registry.aliases() == {"champion": 1}
     # 2. a better model is compared with it, blessed, and moves champion; the old one is previous
     result, reg = registry.cycle(trained)
-    comparison = result["metrics"].comparison
-    assert result["decision"].champion_version == 1 and comparison["delta"] > 0
+    comparison = result.metrics.comparison
+    assert result.decision.champion_version == 1 and comparison["delta"] > 0
     # the gate compares the models as served; the dataset's features give the other comparison
-    assert comparison["auc_b"] == result["metrics"].champion["served_auc"]
-    on_dataset = result["metrics"].comparison_on_dataset_features
-    assert on_dataset["auc_b"] == pytest.approx(result["metrics"].champion["metrics"]["auc"])
-    assert on_dataset["auc_a"] == pytest.approx(result["metrics"].test_auc)
+    assert comparison["auc_b"] == result.metrics.champion["served_auc"]
+    on_dataset = result.metrics.comparison_on_dataset_features
+    assert on_dataset["auc_b"] == pytest.approx(result.metrics.champion["metrics"]["auc"])
+    assert on_dataset["auc_a"] == pytest.approx(result.metrics.test_auc)
     assert reg.version == 2 and registry.aliases() == {"champion": 2, "previous": 1}
     # 3. a significantly worse model is not blessed: nothing registered, the champion stays
     worse = untrained_checkpoint(tmp_path / "worse.pt", tiny_dataset, seed=2)
     result, reg = registry.cycle(worse)
-    assert not result["decision"].blessed
-    assert result["metrics"].comparison["ci_high"] < -0.002
-    assert "significantly worse" in " ".join(result["decision"].reasons)
+    assert not result.decision.blessed
+    assert result.metrics.comparison["ci_high"] < -0.002
+    assert "significantly worse" in " ".join(result.decision.reasons)
     assert not reg.registered and registry.aliases() == {"champion": 2, "previous": 1}
     # ... unless asked: then it is registered as challenger, champion untouched
     reg = registry.register(worse, registry.root / f"eval-{registry.n}", register_unblessed=True)
@@ -243,11 +243,11 @@ def test_unusable_champion_is_reported_and_blocks_by_default(
     foreign = untrained_checkpoint(tmp_path / "foreign.pt", tiny_dataset, seed=3, vocab=other)
     registry.register(foreign, forced_evaluation(tmp_path / "d"))
     result, reg = registry.cycle(trained)
-    assert result["decision"].champion_status == "unusable" and not result["decision"].blessed
-    assert "item: model 4096 vs data 2048" in " ".join(result["decision"].reasons)
+    assert result.decision.champion_status == "unusable" and not result.decision.blessed
+    assert "item: model 4096 vs data 2048" in " ".join(result.decision.reasons)
     assert not reg.registered and registry.aliases() == {"champion": 1}
     result, reg = registry.cycle(trained, rule={"if_champion_unusable": "ignore"})
-    assert result["decision"].blessed and registry.aliases() == {"champion": 2, "previous": 1}
+    assert result.decision.blessed and registry.aliases() == {"champion": 2, "previous": 1}
 
 
 def test_clear_errors(registry, trained, tiny_dataset, tmp_path):

@@ -189,7 +189,7 @@ def test_evaluate_judges_the_model_as_served(world, tmp_path):
             rule=GateRule(min_auc=0.5),
         )
     )
-    metrics, decision = result["metrics"], result["decision"]
+    metrics, decision = result.metrics, result.decision
     served = metrics.served
     skew = served["skew"]
     assert served["auc"] == decision.served_auc == skew["auc_b"]
@@ -216,7 +216,7 @@ def test_evaluate_serves_a_split_of_several_days_one_day_at_a_time(world, tmp_pa
         for daily in (True, False)
     }
     assert auc[True] != pytest.approx(auc[False], abs=1e-6)
-    assert result["metrics"].served["auc"] == pytest.approx(auc[True], abs=1e-9)
+    assert result.metrics.served["auc"] == pytest.approx(auc[True], abs=1e-9)
 
 
 def test_a_dataset_without_its_users_events_is_refused_by_name(world, tmp_path):
@@ -252,7 +252,7 @@ def test_the_evaluation_run_is_named_by_its_day_and_names_its_dataset(world, tmp
             rule=GateRule(min_auc=0.5),
         )
     )
-    run = MlflowClient(uri).get_run(result["metrics"].mlflow_run_id)
+    run = MlflowClient(uri).get_run(result.metrics.mlflow_run_id)
     assert run.info.run_name == f"evaluate-{DAY5}"
     (given,) = run.inputs.dataset_inputs
     assert given.dataset.name == world["after"].name

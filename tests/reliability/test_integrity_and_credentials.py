@@ -103,8 +103,8 @@ def test_a_tampered_model_is_refused_everywhere_it_is_loaded(
                 rule=GateRule(min_auc=0.0),
             )
         )
-        assert result["decision"].champion_status == "unusable" and not result["decision"].blessed
-        assert "IntegrityError" in result["metrics"].champion["reason"]
+        assert result.decision.champion_status == "unusable" and not result.decision.blessed
+        assert "IntegrityError" in result.metrics.champion["reason"]
         # the day after the version's window (a day of its own is refused before any load)
         raw = tmp_path / "raw"
         shutil.copytree(sealed["data"].parent / "raw", raw)
@@ -172,9 +172,9 @@ def test_evaluate_never_executes_the_models_code(sealed, tmp_path, fault_report)
         )
     finally:
         mlflow.pyfunc.load_model = original
-    assert result["decision"].champion_status == "scored" and calls == []
+    assert result.decision.champion_status == "scored" and calls == []
     # same weights as the candidate: the same scores, so the delta is exactly 0
-    assert result["metrics"].comparison["delta"] == 0.0
+    assert result.metrics.comparison["delta"] == 0.0
 
 
 def test_credentials_in_uris_are_refused_and_redacted(fault_report):
