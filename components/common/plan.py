@@ -26,6 +26,23 @@ architecture filter, Katib trials). It tolerates a peak 13.6% above the memory m
 benchmarks/estimate.py measured -7.9% .. -0.4% against real peak RSS on CPU."""
 
 
+BRIEF = (
+    "model",
+    "nproc_per_node",
+    "nnodes",
+    "micro_batch",
+    "grad_accum",
+    "precision",
+    "lr",
+    "max_epochs",
+    "patience",
+    "checkpoint_every_steps",
+    "num_workers",
+    "negative_keep",
+)
+"""The plan's settings a person reads first, in this order."""
+
+
 @dataclass(frozen=True)
 class TrainPlan:
     """Every setting of a training run that resources or tuning decide."""
@@ -101,6 +118,11 @@ class TrainPlan:
     """Seed of initialization, shuffling and dropout."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form notes (ignored by the trainer)."""
+
+    def brief(self) -> dict[str, Any]:
+        """The settings a person reads first (:data:`BRIEF`): the run summary's ``plan``, the KFP
+        plan artifact's metadata."""
+        return {name: getattr(self, name) for name in BRIEF}
 
     def __post_init__(self) -> None:
         # types first: a NaN, an infinity or a string fails every comparison below silently

@@ -27,7 +27,7 @@ from components.common import schema
 from components.common.dataset import SPLITS, DatasetError, folder_name
 from components.common.dataset_meta import DatasetMeta
 from components.common.evaluation import TEST_METRICS, Decision, Metrics
-from components.common.plan import drift_lines
+from components.common.plan import BRIEF, TrainPlan, drift_lines, read_plan
 from components.common.registration import REGISTRATION, Registration
 from components.common.storage import atomic_write_bytes, atomic_write_json
 from components.common.train_summary import TrainSummary
@@ -197,7 +197,7 @@ def build_summary(
     """The run's summary from what its stages left in ``folder``; stages that did not run are null."""
     run = RunFolder(Path(folder))
     meta = _dataset_meta(data_dir)
-    plan_doc = _read(run.plan) or {}
+    plan = _train_plan(run.plan)
     train = TrainSummary.find(run.train)
     metrics = Metrics.find(run.evaluate)
     decision = Decision.find(run.evaluate)
@@ -207,7 +207,6 @@ def build_summary(
         record = _read(run.stage_record(stage))
         stages[stage] = record["seconds"] if record else None
     window = dataclasses.asdict(meta.window) if meta and meta.window else {}
-    plan = plan_doc.get("train") or {}
     if registration:
         champion = registration.champion_version
     else:
@@ -243,25 +242,18 @@ def build_summary(
         "model_card": registration.model_card if registration else None,
         "stage_seconds": stages,
         "total_seconds": round(sum(v for v in stages.values() if v), 3),
-        "plan": {
-            k: plan.get(k)
-            for k in (
-                "model",
-                "nproc_per_node",
-                "nnodes",
-                "micro_batch",
-                "grad_accum",
-                "precision",
-                "lr",
-                "max_epochs",
-                "patience",
-                "checkpoint_every_steps",
-                "num_workers",
-            )
-        },
+        "plan": plan.brief() if plan else dict.fromkeys(BRIEF),
         "plan_vs_actual": train.plan_vs_actual if train else None,
         "run_folder": str(run.path),
     }
+
+
+def _train_plan(path: Path) -> TrainPlan | None:
+    """The run's plan, or None where estimate left none (or one no stage could read)."""
+    try:
+        return read_plan(path)[0]
+    except ValueError:
+        return None
 
 
 def _dataset_meta(data_dir: str | Path) -> DatasetMeta | None:

@@ -45,7 +45,6 @@ def estimate_op(
         evaluate_cpu: CPUs of the evaluate task's pod, sized from the test split.
         evaluate_memory: memory of the evaluate task's pod (a quantity), sized from the test split.
     """
-    import dataclasses
     import shutil
     import time
     from collections import namedtuple
@@ -80,23 +79,7 @@ def estimate_op(
         )
     print(plan_table(doc))
     shutil.copyfile(path, plan.path)
-    train = dataclasses.asdict(doc["train"])
-    plan.metadata.update(
-        {
-            k: train[k]
-            for k in (
-                "model",
-                "nproc_per_node",
-                "nnodes",
-                "micro_batch",
-                "grad_accum",
-                "precision",
-                "lr",
-                "max_epochs",
-                "negative_keep",
-            )
-        }
-    )
+    plan.metadata.update(doc["train"].brief())
     from components.common.dataset_meta import DatasetMeta
     from components.evaluate.resources import evaluate_resources
 
@@ -104,5 +87,5 @@ def estimate_op(
     cpu, memory = evaluate_resources(meta.split("test").rows, meta.row_bytes)
     record_stage(run_dir, "estimate", time.perf_counter() - started)
     return namedtuple("Estimated", ["nproc", "nnodes", "evaluate_cpu", "evaluate_memory"])(
-        train["nproc_per_node"], train["nnodes"], cpu, memory
+        doc["train"].nproc_per_node, doc["train"].nnodes, cpu, memory
     )
