@@ -3,8 +3,9 @@ decision.json), written by hand: for the monitoring tests, which push or draw th
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from components.common.evaluation import Decision
 
 SUMMARY_KEYS = {
     "run_id",
@@ -47,12 +48,13 @@ def summary(status="SUCCEEDED", test_auc=0.70, measured=9000.0, run_folder=None)
 
 
 def decision(folder: Path, champion_auc: float, tolerance: float = 0.002) -> Path:
-    (folder / "evaluate").mkdir(parents=True, exist_ok=True)
-    (folder / "evaluate" / "decision.json").write_text(
-        json.dumps(
-            {"comparison": {"auc_a": 0.0, "auc_b": champion_auc}, "rule": {"tolerance": tolerance}}
-        )
-    )
+    """A run folder whose evaluate compared with a champion of ``champion_auc``."""
+    Decision(
+        blessed=True,
+        reasons=("forced",),
+        rule={"tolerance": tolerance},
+        comparison={"auc_a": 0.0, "auc_b": champion_auc},
+    ).write(folder / "evaluate")
     return folder
 
 
