@@ -97,6 +97,14 @@ def stop_deferred() -> Iterator[None]:
             raise Stopped(signum)
 
 
+def _stop(signum: int) -> None:
+    """Raise the stop now, or keep it for the end of the deferred section the main thread is in."""
+    if _Deferred.depth:
+        _Deferred.signum = signum
+        return
+    raise Stopped(signum)
+
+
 @contextlib.contextmanager
 def stop_tree_on_signals(
     signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP),
@@ -123,10 +131,7 @@ def stop_tree_on_signals(
         for sig in signals:  # a second signal while stopping must not interrupt the cleanup
             signal.signal(sig, signal.SIG_IGN)
         stop_descendants(grace_s)
-        if _Deferred.depth:
-            _Deferred.signum = signum  # raised when the section ends
-            return
-        raise Stopped(signum)
+        _stop(signum)
 
     swallowed: list[int] = []  # a stop Python swallowed, until the main code has it
     in_hook = threading.Event()
@@ -136,10 +141,7 @@ def stop_tree_on_signals(
             return
         signal.signal(signum, signal.SIG_IGN)
         swallowed.clear()
-        if _Deferred.depth:
-            _Deferred.signum = signum
-            return
-        raise Stopped(signum)
+        _stop(signum)
 
     def send_again(signum: int) -> None:
         while swallowed:  # a real signal: it also interrupts a read the main thread is blocked in

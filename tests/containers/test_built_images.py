@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pipelines.deploy import DeployConfig, deploy, rendered_containers
+from tests.commands import DOCUMENTED_SCHEMES, commands_of
 from tests.containers.conftest import run_in
-from tests.deploy.test_commands import commands_of
 
 pytestmark = pytest.mark.images
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,8 +71,6 @@ def test_every_rendered_command_resolves_inside_its_image(images, tmp_path):
 
 
 def test_torch_and_the_documented_filesystems_resolve_in_both_images(images):
-    from tests.deploy.test_commands import DOCUMENTED_SCHEMES
-
     engine, refs = images
     opts = {"s3": "anon=True", "gs": "token='anon'"}
     probe = "import torch, fsspec; print(torch.__version__); " + "; ".join(

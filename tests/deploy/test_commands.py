@@ -14,13 +14,12 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.util
-import re
-import shlex
 from pathlib import Path
 
 import pytest
 
 from pipelines.deploy import DeployConfig, deploy, rendered_containers
+from tests.commands import DOCUMENTED_SCHEMES, commands_of
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCKS = {
@@ -63,42 +62,6 @@ def environment(lock: Path) -> tuple[frozenset[str], frozenset[str], tuple[str, 
             elif len(file.parts) > 1 and not first.endswith((".dist-info", ".data")):
                 modules.add(first)
     return frozenset(scripts), frozenset(modules), tuple(unread)
-
-
-def commands_of(argv: list[str]) -> list[tuple[str, str | None]]:
-    """(executable, module run with -m/--module or None) of each command ``argv`` runs, including
-    those of a ``sh -c`` script (KFP's lightweight executor)."""
-    if not argv:
-        return []
-    if (
-        Path(argv[0]).name in ("sh", "bash")
-        and len(argv) > 2
-        and argv[1].startswith("-")
-        and "c" in argv[1]
-    ):
-        found = [(argv[0], None)]
-        script = argv[2]
-        found += [(m, None) for m in re.findall(r"\$\(\s*([A-Za-z0-9_.-]+)", script)]
-        for line in script.splitlines():
-            line = re.sub(r"\$\([^)]*\)", "X", line)  # substitutions: found above
-            try:
-                words = shlex.split(line)
-            except ValueError:
-                continue
-            words = [w for w in words if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w)]
-            if words and not words[0].startswith("$"):
-                found += commands_of(words)[:1] if words[0] not in ("if", "then", "fi") else []
-        return found
-    module = None
-    for flag in ("-m", "--module"):
-        if flag in argv[1:]:
-            module = argv[argv.index(flag, 1) + 1]
-            break
-    inner = []
-    wrappers = ("components.train.torchrun", "components.train.node")
-    if module in wrappers and "--module" in argv:  # our torchrun wrappers
-        inner = [(argv[0], argv[argv.index("--module") + 1])]
-    return [(argv[0], module), *inner]
 
 
 def problems(container: dict) -> list[str]:
@@ -155,10 +118,6 @@ def test_the_check_refuses_what_an_image_does_not_have():
     assert not problems(
         {"where": "w", "image": trainer, "argv": ["torchrun", "--module", "components.tune.trial"]}
     )
-
-
-DOCUMENTED_SCHEMES = ("s3", "gs")
-"""Object stores the docs promise for raw logs and storage (docs/stages.md, docs/cluster.md)."""
 
 
 def test_the_documented_object_stores_resolve_in_both_images():

@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components.common.cli import Exit
-from components.common.dataset import DENSE_FEATURES, SCHEMA_VERSION, SPLITS, array_specs
 from components.common.plan import read_plan
 from components.estimate import (
     EstimateConfig,
@@ -35,6 +34,7 @@ from components.train.model import (
     build_model,
     count_parameters,
 )
+from tests.planning import fake_dataset, profile_file
 
 DEBUG = NAMED_CONFIGS["debug"]
 SMALL = Vocab(item=4096, category=64, user=2048, gap=16, seq_len=20)
@@ -49,47 +49,9 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-NEG_LEN = 10
-
-
-def fake_dataset(
-    root, rows: int = 100_000, seq_len: int = 20, item: int = 1 << 18, user: int = 1 << 18
-):
-    """A folder DatasetMeta.read accepts (meta.json + empty array files): enough for the planner."""
-    root.mkdir(parents=True, exist_ok=True)
-    specs = array_specs(seq_len, NEG_LEN)
-    meta = {
-        "schema_version": SCHEMA_VERSION,
-        "seq_len": seq_len,
-        "neg_len": NEG_LEN,
-        "dense_features": {"names": list(DENSE_FEATURES)},
-        "arrays": {k: {"dtype": d, "row_shape": list(s)} for k, (d, s) in specs.items()},
-        "splits": {
-            s: {"rows": rows if s == "train" else rows // 10, "positive_rate": 0.08} for s in SPLITS
-        },
-        "buckets": {"item": item, "category": 1 << 12, "user": user, "gap": 16},
-        "context_features": {"hour": 24, "dow": 7},
-        "fingerprint": "test",
-    }
-    (root / "meta.json").write_text(json.dumps(meta))
-    for split in SPLITS:
-        (root / split).mkdir(exist_ok=True)
-        for name in specs:
-            (root / split / f"{name}.npy").write_bytes(b"")
-    return root
-
-
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     return fake_dataset(tmp_path_factory.mktemp("est") / "data")
-
-
-def profile_file(tmp_path, name="custom", **overrides):
-    doc = json.loads(Path(load_profile("a100-80gb").source).read_text())
-    doc |= {"name": name, **overrides}
-    path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps(doc))
-    return str(path)
 
 
 # ----------------------------------------------------------------------------- memory terms

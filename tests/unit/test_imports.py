@@ -130,3 +130,15 @@ def test_the_stages_build_on_each_other_one_way():
             ):
                 offenders.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
     assert not offenders, "a stage imports one it may not:\n" + "\n".join(offenders)
+
+
+def test_tests_take_helpers_from_helper_modules_not_from_other_tests():
+    # a test file's helpers change with its tests (and its mutation stamp): shared ones live in
+    # tests/<helper>.py, listed in tests/README.md
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for line, module in imported_modules(path.read_text())
+        if module.split(".")[0] == "tests" and module.split(".")[-1].startswith("test_")
+    ]
+    assert not offenders, "move what these share to a helper module:\n" + "\n".join(offenders)

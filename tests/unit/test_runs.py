@@ -7,6 +7,7 @@ import json
 import pytest
 
 from components.common.evaluation import Decision
+from components.common.plan import TrainPlan, write_plan
 from components.common.registration import Registration
 from components.common.runs import build_summary, record_stage, summary_text
 from components.common.storage import atomic_write_json
@@ -22,7 +23,7 @@ def test_summary_of_a_run_that_failed_in_training(tmp_path):
     atomic_write_json(data / "meta.json", meta_document(fingerprint="f" * 64, window=window))
     record_stage(run, "preprocess", 1.5)
     record_stage(run, "estimate", 0.25)
-    atomic_write_json(run / "plan.json", {"train": {"model": "debug", "nproc_per_node": 2}})
+    write_plan(run / "plan.json", TrainPlan(model="debug", nproc_per_node=2))
     summary = build_summary(run, data, str(raw), "ctr", "r1", status="FAILED", error="boom")
     assert summary["failed_stage"] == "train" and summary["run_date"] == "2026-01-05"
     assert summary["dataset_rows"] == {"train": 10, "val": 3, "test": 4}

@@ -30,7 +30,7 @@ from components.train import trainer
 from components.train.progress import Progress
 from components.train.runtime import Runtime
 from components.train.trainer import TrainConfig, train
-from tests.unit.test_estimate import fake_dataset, profile_file
+from tests.planning import fake_dataset, profile_file
 
 # round numbers so every term can be computed by hand
 PROFILE = dataclasses.replace(
