@@ -34,7 +34,8 @@ def free_port() -> int:
 
 
 def volume(folder: Path) -> Path:
-    from components.datagen.generator import DatagenConfig, generate
+    from components.datagen.config import DatagenConfig
+    from components.datagen.generator import generate
 
     generate(
         DatagenConfig(

@@ -79,7 +79,7 @@ from components.common.dataset_meta import DatasetMeta
 from components.common.schema import ITEM_ID, USER_ID
 from components.datagen.generator import written
 from components.datagen.hidden import HiddenEffects, id_index
-from components.evaluate.metrics import clustered_delong, summarize
+from components.evaluate.metrics import clustered_delong, paired_gauc, summarize
 from pipelines.parameters import DEFAULTS
 
 NAME = "quality"
@@ -381,6 +381,7 @@ def measure_world(world: World, root: Path, epochs: int) -> dict:
             **{k: test_delong[k] for k in ("delta", "ci_low", "ci_high", "p_value", "users")},
             "iid": {k: test_delong["iid"][k] for k in ("ci_low", "ci_high")},
         },
+        "gauc_vs_baselines": gauc_comparisons(scores, labels, users),
     }
     if truth is not None:
         result["oracle_gap"] = models["oracle"]["auc"] - models["dailyrec"]["auc"]
@@ -396,6 +397,20 @@ def measure_world(world: World, root: Path, epochs: int) -> dict:
         None if truth is None else known_effects(truth, test["dense"], hidden),
     )
     return result
+
+
+def gauc_comparisons(scores: dict[str, np.ndarray], labels, users) -> dict[str, dict]:
+    """dailyrec's GAUC minus each baseline's, with the interval (users as the unit): the ranking
+    of one user's items, where a feed competes."""
+    keep = ("delta", "ci_low", "ci_high", "p_value", "users")
+    return {
+        name: {
+            k: v
+            for k, v in paired_gauc(scores["dailyrec"], scores[name], labels, users).items()
+            if k in keep
+        }
+        for name in BASELINES
+    }
 
 
 def headroom(
@@ -459,6 +474,23 @@ def table(results: list[dict], host: dict) -> str:
             f"({v['ci_low']:+.4f} .. {v['ci_high']:+.4f}) | {gap} | {limited} | "
             f"{'yes' if r['margin_met'] else 'no'} |"
         )
+    lines += [
+        "",
+        "GAUC, the ranking of one user's items: dailyrec minus each baseline (95% CI, users "
+        "as the unit: the per-user AUC differences, weighted by rows).",
+        "",
+        f"| world | users | {' | '.join(f'vs {n}' for n in BASELINES)} |",
+        f"|---|---:|{'---|' * len(BASELINES)}",
+    ]
+    for r in results:
+        vs = r.get("gauc_vs_baselines")
+        if vs:
+            cells = [
+                f"{vs[n]['delta']:+.4f} ({vs[n]['ci_low']:+.4f} .. {vs[n]['ci_high']:+.4f})"
+                for n in BASELINES
+            ]
+            users = vs[BASELINES[0]]["users"]
+            lines.append(f"| {r['world']['name']} | {users:,} | {' | '.join(cells)} |")
     lines += [
         "",
         "dailyrec as served: the evaluate stage builds each test row with serving's own code "

@@ -7,7 +7,8 @@ import sys
 from typing import NoReturn
 
 from components.common.cli import Exit, add_config_flags, cli_parser, exit_for, field_docs
-from components.datagen.generator import DatagenConfig, extended, generate
+from components.datagen.config import DatagenConfig
+from components.datagen.generator import extended, generate
 
 PROG = "python -m components.datagen"
 

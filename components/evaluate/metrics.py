@@ -1,5 +1,6 @@
-"""Evaluation metrics for the CTR model: log loss, GAUC, calibration, ROC points, and the paired
-AUC comparison the gate reads (users as the unit, DeLong's i.i.d. figures beside it).
+"""Evaluation metrics for the CTR model: log loss, GAUC, calibration, ROC points, the paired
+AUC comparison the gate reads (users as the unit, DeLong's i.i.d. figures beside it) and the
+paired GAUC comparison (users as the unit).
 
 Pure numpy (no torch, no scikit-learn at runtime) so the evaluate stage stays light; AUC and
 tie-aware ranks come from :mod:`components.common.metrics` so every stage agrees on them.
@@ -23,6 +24,7 @@ __all__ = [
     "detectable_effect",
     "gauc",
     "logloss",
+    "paired_gauc",
     "roc_points",
     "summarize",
 ]
@@ -50,18 +52,14 @@ def logloss(prob: np.ndarray, labels: np.ndarray, eps: float = 1e-7) -> float:
     return float(-np.mean(y * np.log(p) + (1.0 - y) * np.log1p(-p)))
 
 
-def gauc(scores: np.ndarray, labels: np.ndarray, groups: np.ndarray) -> dict[str, Any]:
-    """Group AUC (Zhou et al., DIN 2018): impression-weighted mean of per-user AUC.
+def _user_aucs(
+    scores: np.ndarray, labels: np.ndarray, groups: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(group keys, AUC, rows) of each group with both classes, and the number of groups.
 
-    Global AUC also rewards ranking one user above another, which a feed never does; GAUC only
-    compares items shown to the same user. Users with a single class have no AUC and are left
-    out. Vectorized: one lexsort by (group, score), tie-aware mid-ranks within each group, and
-    per-group sums with ``np.bincount`` -- no Python loop per user.
-    """
-    scores, labels, groups = _vectors(finite_scores(scores), labels, groups)
+    Vectorized: one lexsort by (group, score), tie-aware mid-ranks within each group, and
+    per-group sums with ``np.bincount`` -- no Python loop per user."""
     n = len(scores)
-    if n == 0:
-        return {"gauc": math.nan, "groups": 0, "groups_counted": 0, "rows_counted": 0}
     order = np.lexsort((scores, groups))
     g = groups[order]
     s = scores[order]
@@ -86,16 +84,64 @@ def gauc(scores: np.ndarray, labels: np.ndarray, groups: np.ndarray) -> dict[str
     rank_sum = np.bincount(group_id, weights=np.where(y, ranks, 0.0), minlength=n_groups)
 
     ok = (pos > 0) & (neg > 0)
-    counted = int(ok.sum())
-    if counted == 0:
-        return {"gauc": math.nan, "groups": n_groups, "groups_counted": 0, "rows_counted": 0}
     auc = (rank_sum[ok] - pos[ok] * (pos[ok] + 1) / 2.0) / (pos[ok] * neg[ok])
-    weights = rows[ok]
+    return g[group_start][ok], auc, rows[ok], n_groups
+
+
+def gauc(scores: np.ndarray, labels: np.ndarray, groups: np.ndarray) -> dict[str, Any]:
+    """Group AUC (Zhou et al., DIN 2018): impression-weighted mean of per-user AUC.
+
+    Global AUC also rewards ranking one user above another, which a feed never does; GAUC only
+    compares items shown to the same user. Users with a single class have no AUC and are left
+    out.
+    """
+    scores, labels, groups = _vectors(finite_scores(scores), labels, groups)
+    if len(scores) == 0:
+        return {"gauc": math.nan, "groups": 0, "groups_counted": 0, "rows_counted": 0}
+    _, auc, weights, n_groups = _user_aucs(scores, labels, groups)
+    if len(auc) == 0:
+        return {"gauc": math.nan, "groups": n_groups, "groups_counted": 0, "rows_counted": 0}
     return {
         "gauc": float(np.sum(weights * auc) / np.sum(weights)),
         "groups": n_groups,
-        "groups_counted": counted,
+        "groups_counted": len(auc),
         "rows_counted": int(weights.sum()),
+    }
+
+
+def paired_gauc(
+    scores_a: np.ndarray,
+    scores_b: np.ndarray,
+    labels: np.ndarray,
+    groups: np.ndarray,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
+    """GAUC(a) - GAUC(b) on the same rows, with its interval, users as the unit.
+
+    GAUC is a ratio of sums over users (sum of rows * AUC over sum of rows), and each user's two
+    AUCs are paired: the variance is the ratio estimator's (linearized, with the n/(n-1)
+    correction), computed from the per-user differences. It holds however a user's rows are
+    correlated; it conditions on the users counted (those with both classes).
+    """
+    scores_a, scores_b, labels, groups = _vectors(
+        finite_scores(scores_a), finite_scores(scores_b), labels, groups
+    )
+    _, auc_a, weights, _ = _user_aucs(scores_a, labels, groups)
+    _, auc_b, _, _ = _user_aucs(scores_b, labels, groups)
+    users = len(weights)
+    if users < 2:
+        delta, se = math.nan, math.nan
+    else:
+        total = weights.sum()
+        diff = auc_a - auc_b
+        delta = float(np.sum(weights * diff) / total)
+        residual = weights * (diff - delta)
+        se = math.sqrt(users / (users - 1) * float(np.sum(residual**2))) / total
+    return {
+        "delta": delta,
+        **_interval(delta, se, confidence),
+        "confidence": confidence,
+        "users": users,
     }
 
 

@@ -14,7 +14,8 @@ import json
 import sys
 
 from components.common.cli import Exit, add_config_flags, cli_parser, exit_for
-from components.score.batch import ScoreConfig, score_day, summary_line
+from components.score.batch import score_day, summary_line
+from components.score.config import ScoreConfig
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,7 +18,8 @@ import uuid
 import pytest
 
 from benchmarks.distributed import with_secret_values
-from components.datagen.generator import DatagenConfig, generate
+from components.datagen.config import DatagenConfig
+from components.datagen.generator import generate
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.stage import preprocess
 from kube.dask import cluster_spec

@@ -23,9 +23,11 @@ import numpy as np
 import pytest
 
 from components.common.cli import Exit
+from components.common.evaluation import DECISION, METRICS
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.stage import preprocess
 from tests.conftest import START, random_events, write_day
+from tests.evaluations import forced_evaluation
 
 ROOT = Path(__file__).resolve().parents[2]
 CATEGORY = "CLI"
@@ -80,6 +82,7 @@ def env(tmp_path, monkeypatch) -> SimpleNamespace:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     (tmp_path / "empty.json").write_text("{}")
+    evaluation = forced_evaluation(tmp_path / "evaluation")
     return SimpleNamespace(
         tmp=tmp_path,
         missing=tmp_path / "missing",
@@ -87,6 +90,8 @@ def env(tmp_path, monkeypatch) -> SimpleNamespace:
         dead=f"http://127.0.0.1:{closed_port()}",
         sqlite=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}",
         empty_json=tmp_path / "empty.json",
+        metrics=evaluation / METRICS,  # as evaluate writes them: register reads them first
+        decision=evaluation / DECISION,
     )
 
 
@@ -377,7 +382,7 @@ CASES = [
         code=Exit.USAGE,
     ),
     Case(
-        "nonexistent checkpoint",
+        "metrics evaluate did not write",
         "components.register",
         lambda e: [
             "--checkpoint",
@@ -385,7 +390,24 @@ CASES = [
             "--metrics",
             s(e.empty_json),
             "--decision",
-            s(e.empty_json),
+            s(e.decision),
+            "--tracking-uri",
+            e.sqlite,
+        ],
+        "register: error: ",
+        lambda e: [s(e.empty_json), "dailyrec.metrics/v1"],
+        code=Exit.USAGE,
+    ),
+    Case(
+        "nonexistent checkpoint",
+        "components.register",
+        lambda e: [
+            "--checkpoint",
+            s(e.missing / "c.pt"),
+            "--metrics",
+            s(e.metrics),
+            "--decision",
+            s(e.decision),
             "--tracking-uri",
             e.sqlite,
         ],
@@ -400,9 +422,9 @@ CASES = [
             "--checkpoint",
             s(e.ckpt),
             "--metrics",
-            s(e.empty_json),
+            s(e.metrics),
             "--decision",
-            s(e.empty_json),
+            s(e.decision),
             "--tracking-uri",
             e.dead,
         ],

@@ -252,9 +252,9 @@ def test_undefined_interval_is_reported_as_undefined(fault_report):
     one_user = clustered_delong(rng.random(40), rng.random(40), labels, np.zeros(40))
     assert math.isnan(one_user["ci_high"])
     assert "from 1 users" in decide(0.7, champion, one_user, GateRule(min_auc=0.5)).reasons[1]
-    assert decide(0.7, champion, comparison, GateRule(min_auc=0.5, if_champion_unusable="ignore"))[
-        "blessed"
-    ]
+    assert decide(
+        0.7, champion, comparison, GateRule(min_auc=0.5, if_champion_unusable="ignore")
+    ).blessed
     assert not decide(
         0.4, champion, comparison, GateRule(min_auc=0.5, if_champion_unusable="ignore")
     ).blessed

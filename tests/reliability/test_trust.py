@@ -13,7 +13,8 @@ import pytest
 from components.common.cli import Exit
 from components.common.plan import TrainPlan, write_plan
 from components.datagen.__main__ import main
-from components.datagen.generator import DatagenConfig, generate
+from components.datagen.config import DatagenConfig
+from components.datagen.generator import generate
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.errors import InputError
 from components.preprocess.stage import preprocess

@@ -7,10 +7,13 @@ import argparse
 import dataclasses
 import datetime as dt
 import importlib
+from pathlib import Path
 
 import pytest
 
 from components.common.cli import add_config_flags
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # module, config classes, fields with a hand-written flag, fields without a flag, flags that are
 # not fields
@@ -25,7 +28,7 @@ CLIS = [
     # --hardware's help lists the profiles present; --out is where plan.json goes
     (
         "components.estimate.__main__",
-        ["components.estimate.planner.EstimateConfig"],
+        ["components.estimate.config.EstimateConfig"],
         ("hardware",),
         (),
         ("out",),
@@ -33,19 +36,19 @@ CLIS = [
     # --out is a Path; --append-days extends an existing dataset with its own config
     (
         "components.datagen.__main__",
-        ["components.datagen.generator.DatagenConfig"],
+        ["components.datagen.config.DatagenConfig"],
         ("out",),
         (),
         ("append_days",),
     ),
     # --json prints the full accounting
-    ("components.score.__main__", ["components.score.batch.ScoreConfig"], (), (), ("json",)),
+    ("components.score.__main__", ["components.score.config.ScoreConfig"], (), (), ("json",)),
     # --tracking-uri's default is $MLFLOW_TRACKING_URI; the rule's and the guards' fields are
     # flags of their own
     (
         "components.evaluate.__main__",
         [
-            "components.evaluate.stage.EvaluateConfig",
+            "components.evaluate.config.EvaluateConfig",
             "components.evaluate.decision.GateRule",
             "components.evaluate.guards.GuardRule",
         ],
@@ -57,7 +60,7 @@ CLIS = [
     # the switch --no-user-state
     (
         "components.register.__main__",
-        ["components.register.stage.RegisterConfig"],
+        ["components.register.config.RegisterConfig"],
         ("tracking_uri", "user_state"),
         (),
         (),
@@ -65,7 +68,7 @@ CLIS = [
     # --tracking-uri's default is $MLFLOW_TRACKING_URI
     (
         "components.train.__main__",
-        ["components.train.trainer.TrainConfig"],
+        ["components.train.config.TrainConfig"],
         ("tracking_uri",),
         (),
         (),
@@ -79,6 +82,18 @@ CLIS = [
         ("fresh",),
     ),
 ]
+
+
+def test_each_stage_declares_its_config_in_its_config_module():
+    # one place a newcomer looks for a stage's settings: components/<stage>/config.py
+    stages = sorted(p.parent.name for p in ROOT.glob("components/*/__main__.py"))
+    assert stages == sorted(module.split(".")[1] for module, *_ in CLIS), "a CLI is not listed"
+    for module, configs, *_ in CLIS:
+        stage = module.split(".")[1]
+        config = load(configs[0])
+        assert config.__module__ == f"components.{stage}.config", (
+            f"{config.__name__} is declared in {config.__module__}, not components/{stage}/config.py"
+        )
 
 
 def load(dotted: str):

@@ -22,7 +22,8 @@ from components.common.metrics import roc_auc
 from components.common.schema import datagen_summary
 from components.datagen import generator
 from components.datagen.__main__ import main
-from components.datagen.generator import DatagenConfig, generate
+from components.datagen.config import DatagenConfig
+from components.datagen.generator import generate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMALL = dict(

@@ -19,6 +19,7 @@ from components.evaluate.metrics import (
     detectable_effect,
     gauc,
     logloss,
+    paired_gauc,
     roc_points,
     summarize,
 )
@@ -465,6 +466,70 @@ def test_clustered_auc_of_one_model_matches_a_user_block_bootstrap() -> None:
     assert result["ci_high"] - result["auc"] == pytest.approx(1.959964 * result["se"], rel=1e-6)
     assert result["se"] > 1.3 * result["iid"]["se"] and result["users"] == 150
     assert result["iid"]["ci_low"] > result["ci_low"]
+
+
+def _skill_world(rng, users: int, edge: float = 1.0):
+    """Rows grouped by user (5 to 40 each); each model ranks each user's items with its own
+    noise, so one model is better for some users and worse for others -- the per-user AUC
+    differences a GAUC comparison must average. ``edge`` < 1 makes model a less noisy."""
+    rows = rng.integers(5, 41, users)
+    user = np.repeat(np.arange(users), rows)
+    quality = rng.normal(0, 1, len(user))
+    labels = (rng.uniform(size=len(user)) < 1 / (1 + np.exp(-(quality - 0.5)))).astype(int)
+    noise_a = edge * rng.lognormal(0, 0.6, users)[user]
+    noise_b = rng.lognormal(0, 0.6, users)[user]
+    a = quality + noise_a * rng.normal(0, 1, len(user))
+    b = quality + noise_b * rng.normal(0, 1, len(user))
+    return a, b, labels, user
+
+
+def test_paired_gauc_is_the_difference_of_the_two_gaucs() -> None:
+    a, b, labels, user = _skill_world(np.random.default_rng(0), 60)
+    result = paired_gauc(a, b, labels, user)
+    assert result["delta"] == pytest.approx(
+        gauc(a, labels, user)["gauc"] - gauc(b, labels, user)["gauc"], abs=1e-12
+    )
+    assert result["users"] == gauc(a, labels, user)["groups_counted"]
+    assert result["ci_high"] - result["delta"] == pytest.approx(1.959964 * result["se"], rel=1e-6)
+    swapped = paired_gauc(b, a, labels, user)
+    assert swapped["delta"] == pytest.approx(-result["delta"]) and swapped["se"] == pytest.approx(
+        result["se"]
+    )
+    assert paired_gauc(a, a, labels, user)["se"] == 0.0
+    one_user = paired_gauc(a, b, labels, np.zeros(len(a)))
+    assert one_user["users"] == 1 and math.isnan(one_user["se"]) and math.isnan(one_user["ci_low"])
+
+
+def test_paired_gauc_se_matches_a_user_block_bootstrap() -> None:
+    a, b, labels, user = _skill_world(np.random.default_rng(1), 200)
+    rng = np.random.default_rng(2)
+    rows_of = [np.flatnonzero(user == u) for u in range(200)]
+    deltas = []
+    for _ in range(300):
+        picked = rng.integers(0, 200, 200)
+        rows = np.concatenate([rows_of[i] for i in picked])
+        # each draw of a user is a user of its own
+        relabel = np.repeat(np.arange(200), [len(rows_of[i]) for i in picked])
+        deltas.append(
+            gauc(a[rows], labels[rows], relabel)["gauc"]
+            - gauc(b[rows], labels[rows], relabel)["gauc"]
+        )
+    assert paired_gauc(a, b, labels, user)["se"] == pytest.approx(np.std(deltas, ddof=1), rel=0.15)
+
+
+@pytest.mark.parametrize("edge", [1.0, 0.6])
+def test_paired_gauc_interval_covers_the_truth_95_percent_of_the_time(edge: float) -> None:
+    # equal models (edge 1: the truth is 0 by symmetry) and a better one (the truth measured on
+    # 50,000 users); 400 days of 150 users each
+    rng = np.random.default_rng(7)
+    truth = 0.0 if edge == 1.0 else paired_gauc(*_skill_world(rng, 50_000, edge))["delta"]
+    covered = 0
+    for _ in range(400):
+        r = paired_gauc(*_skill_world(rng, 150, edge))
+        covered += r["ci_low"] <= truth <= r["ci_high"]
+    assert 0.92 <= covered / 400 <= 0.98, covered / 400
+    if edge != 1.0:
+        assert truth > 0.02  # a real difference, not a second A/A
 
 
 def test_detectable_effect_formula() -> None:

@@ -1,6 +1,6 @@
 """The quality benchmark's headroom: what the logs still hold beyond a model's score (the users'
 and items' offsets their earlier rows reveal, and, on synthetic logs, every effect but the hidden
-ones)."""
+ones), and the GAUC comparison with each baseline."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from benchmarks.quality import (
 )
 from components.common.dataset import DENSE_FEATURES
 from components.datagen.hidden import HiddenEffects
+from components.evaluate.metrics import paired_gauc
 
 
 def _brute_force(keys, ts, residual, weight, prior_sd=OFFSET_PRIOR_SD):
@@ -207,3 +208,30 @@ def test_headroom_splits_the_known_effects_into_a_level_per_user_and_the_rest(mo
     assert gains["known_user_level"] > 0.03 and gains["known_effects"] > 0.03
     assert abs(gains["known_within_user"]) < 0.002
     assert abs(gains["offsets"]) < 0.002
+
+
+def test_the_report_compares_the_gauc_with_each_baseline_users_as_the_unit():
+    rng = np.random.default_rng(3)
+    users = np.repeat(np.arange(80), 12)
+    labels = rng.integers(0, 2, len(users))
+    scores = {
+        n: labels + rng.normal(0, s, len(users))
+        for n, s in zip(quality.BASELINES, (2, 3, 4), strict=True)
+    }
+    scores["dailyrec"] = labels + rng.normal(0, 1, len(users))
+    models = {n: {"auc": 0.7, "gauc": 0.6, "logloss": 0.3} for n in scores}
+    world = {
+        "world": {"name": "w"},
+        "rows": {"train": 10},
+        "models": models,
+        "best_baseline": "lightgbm",
+        "vs_best_baseline": {"delta": 0.001, "ci_low": -0.001, "ci_high": 0.003},
+        "margin_met": False,
+        "gauc_vs_baselines": quality.gauc_comparisons(scores, labels, users),
+    }
+    text = quality.table([world], {"cpus": 2, "cpu_model": "x"})
+    row = next(line for line in text.splitlines() if line.startswith("| w | 80 |"))
+    for name in quality.BASELINES:
+        r = paired_gauc(scores["dailyrec"], scores[name], labels, users)
+        assert r["delta"] > 0  # the less noisy model ranks each user's rows better
+        assert f"{r['delta']:+.4f} ({r['ci_low']:+.4f} .. {r['ci_high']:+.4f})" in row
