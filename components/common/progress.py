@@ -46,3 +46,25 @@ class PhaseTimer:
             elapsed = time.perf_counter() - start
             self.seconds[name] = round(elapsed, 3)
             self.logger.log(PROGRESS, "phase %s: %.2fs", name, elapsed)
+
+
+def compute_with_progress(collections: list) -> list:
+    """Compute Dask collections with a progress display that suits the active scheduler: the
+    distributed client's progress where one is active, else a local progress bar that short
+    computes keep quiet."""
+    import dask
+
+    try:
+        from distributed import default_client, progress
+
+        client = default_client()
+    except (ImportError, ValueError):
+        client = None
+    if client is None:
+        from dask.diagnostics import ProgressBar
+
+        with ProgressBar(minimum=1.0, dt=0.25):
+            return list(dask.compute(*collections))
+    futures = client.compute(collections)
+    progress(futures, notebook=False)
+    return client.gather(futures)

@@ -68,12 +68,112 @@ class EvaluateError(ValueError):
     """The candidate cannot be evaluated on this data; the message says which file and why."""
 
 
+@dataclasses.dataclass
+class TestScores:
+    """The test split as both models scored it on the dataset's features: the labels, the
+    users, the columns serving needs to rebuild each row, and each model's probabilities."""
+
+    labels: np.ndarray
+    users: np.ndarray
+    match: dict[str, np.ndarray]
+    candidate: np.ndarray
+    champion: np.ndarray | None
+    """None where there is no champion, or it could not score today's rows."""
+
+
 def evaluate(config: EvaluateConfig) -> Evaluation:
     """Score, compare, decide, write the outputs; return them."""
     started = time.perf_counter()
     import torch
 
     torch.set_num_threads(config.threads)
+    meta, vocab, candidate = _candidate_and_data(config)
+    with tempfile.TemporaryDirectory(prefix="dailyrec-champion-") as workdir:
+        champion, champion_model = find_champion(config, vocab, workdir)
+    window = WindowRows.read(config.data, meta)
+    profile = training_profile(window)
+    guards = run_guards(window, champion.pop("profile", None) or profile, config.guards)
+    del window
+
+    scores, champion = _score_test_split(config, meta, vocab, candidate, champion, champion_model)
+    if scores.champion is None:
+        champion_model = None
+    y, groups, prob = scores.labels, scores.users, scores.candidate
+    confidence = config.rule.confidence
+    candidate_metrics = summarize(prob, y, groups, config.bins)
+    curves = {"candidate": roc_points(prob, y)}
+    bins = {"candidate": calibration(prob, y, config.bins)["bins"]}
+    predictions = {"candidate": prob}
+    dataset_comparison = None
+    if scores.champion is not None:
+        name = f"champion v{champion['version']}"
+        champion = {**champion, "metrics": summarize(scores.champion, y, groups, config.bins)}
+        dataset_comparison = clustered_delong(prob, scores.champion, y, groups, confidence)
+        curves[name] = roc_points(scores.champion, y)
+        bins[name] = calibration(scores.champion, y, config.bins)["bins"]
+        predictions[name] = scores.champion
+    served = served_scores(
+        config,
+        meta,
+        {"user_key": groups, "label": y, **scores.match},
+        candidate,
+        champion_model,
+    )
+    served_auc = clustered_auc(served["candidate"], y, groups, confidence)
+    comparison = dataset_comparison
+    if champion_model is not None:  # the gate judges what each model serves
+        comparison = clustered_delong(
+            served["candidate"], served["champion"], y, groups, confidence
+        )
+        champion["served_auc"] = comparison["auc_b"]
+    verdict = decide(served_auc["auc"], champion, comparison, config.rule, guards)
+
+    metrics = Metrics(
+        **{f"test_{k}": candidate_metrics[k] for k in ("auc", "gauc", "logloss", "ece")},
+        model_name=config.model_name,
+        candidate=candidate_metrics,
+        test_auc_interval=clustered_auc(prob, y, groups, confidence),
+        served={
+            "auc": served_auc["auc"],
+            "auc_interval": served_auc,
+            "skew": clustered_delong(prob, served["candidate"], y, groups, confidence),
+            "snapshot_only_auc": clustered_auc(served["snapshot_only"], y, groups, confidence),
+        },
+        comparison_on_dataset_features=dataset_comparison,
+        candidate_checkpoint=str(config.checkpoint),
+        candidate_trained_on=candidate.info.get("dataset"),
+        champion=champion,
+        comparison=comparison,
+        calibration_bins=bins,
+        guards=guards,
+        data_profile=profile.state_dict(),  # register logs it with the version
+        dataset={
+            "path": str(config.data),
+            "fingerprint": meta.fingerprint,
+            "window": dataclasses.asdict(meta.window) if meta.window else None,
+            "test_rows": meta.split("test").rows,
+        },
+        plan_vs_actual=training_plan_vs_actual(config.checkpoint),
+    )
+    decision = dataclasses.replace(
+        verdict,
+        model_name=config.model_name,
+        test_auc=candidate_metrics["auc"],
+        served_auc=served_auc["auc"],
+        champion_version=champion.get("version"),
+        champion_status=champion["status"],
+        comparison=comparison,
+        candidate_checkpoint=str(config.checkpoint),
+    )
+    metrics = dataclasses.replace(metrics, seconds=time.perf_counter() - started)
+    result = _record(config, meta, metrics, decision, curves, bins, predictions)
+    log.info("evaluate: %s", result.line())
+    return result
+
+
+def _candidate_and_data(config: EvaluateConfig) -> tuple[DatasetMeta, Vocab, Any]:
+    """The dataset's meta, its vocabulary and the candidate, refused where the candidate cannot
+    score the data or the test split lacks a class."""
     meta = DatasetMeta.read(config.data)
     vocab = Vocab.from_meta(meta)
     candidate = load_scorer(config.checkpoint)
@@ -82,22 +182,22 @@ def evaluate(config: EvaluateConfig) -> Evaluation:
         raise EvaluateError(
             f"{config.checkpoint}: the candidate cannot score {config.data} ({'; '.join(problems)})"
         )
-    test = meta.split("test")
     try:
         meta.require_both_labels("test", "test AUC")
     except DatasetError as exc:
         raise EvaluateError(str(exc)) from None
-    with tempfile.TemporaryDirectory(prefix="dailyrec-champion-") as workdir:
-        champion, champion_model = find_champion(config, vocab, workdir)
-    window = WindowRows.read(config.data, meta)
-    profile = training_profile(window)
-    reference = champion.pop("profile", None) or profile
-    guards = run_guards(window, reference, config.guards)
-    del window
+    return meta, vocab, candidate
 
+
+def _score_test_split(
+    config: EvaluateConfig, meta, vocab, candidate, champion: dict, champion_model
+) -> tuple[TestScores, dict]:
+    """Both models' scores of the test split in one pass, and the champion's record: a champion
+    that cannot score the rows (an error, or scores NaN) is marked unusable, never dropped
+    silently."""
     log.info(
         "evaluate: scoring %d test rows with the candidate%s",
-        test.rows,
+        meta.split("test").rows,
         f" and champion v{champion['version']}" if champion_model is not None else "",
     )
     labels, users, candidate_logits, champion_probs = [], [], [], []
@@ -130,91 +230,29 @@ def evaluate(config: EvaluateConfig) -> Evaluation:
                     champion["version"],
                     champion["reason"],
                 )
-    y, groups = np.concatenate(labels), np.concatenate(users)
     prob = sigmoid(np.concatenate(candidate_logits))
     if not np.isfinite(prob).all():  # a diverged model: its AUC would depend on row order
         raise EvaluateError(
             f"{config.checkpoint}: the candidate scores {int((~np.isfinite(prob)).sum())} of "
             f"{len(prob)} test rows NaN or infinite (training diverged); not evaluated"
         )
-    candidate_metrics = summarize(prob, y, groups, config.bins)
-    auc_interval = clustered_auc(prob, y, groups, config.rule.confidence)
-    curves = {"candidate": roc_points(prob, y)}
-    bins = {"candidate": calibration(prob, y, config.bins)["bins"]}
-    predictions = {"candidate": prob}
-    comparison = None
-    if champion_model is not None and not np.isfinite(np.concatenate(champion_probs)).all():
+    champion_prob = np.concatenate(champion_probs) if champion_model is not None else None
+    if champion_prob is not None and not np.isfinite(champion_prob).all():
         champion = {**champion, "status": "unusable", "reason": "scores NaN or infinite"}
-        champion_model = None
-    if champion_model is not None:
-        champion_prob = np.concatenate(champion_probs)
-        champion = {**champion, "metrics": summarize(champion_prob, y, groups, config.bins)}
-        comparison = clustered_delong(prob, champion_prob, y, groups, config.rule.confidence)
-        curves[f"champion v{champion['version']}"] = roc_points(champion_prob, y)
-        bins[f"champion v{champion['version']}"] = calibration(champion_prob, y, config.bins)[
-            "bins"
-        ]
-        predictions[f"champion v{champion['version']}"] = champion_prob
-    served = served_scores(
-        config,
-        meta,
-        {"user_key": groups, "label": y, **{c: np.concatenate(v) for c, v in match.items()}},
-        candidate,
-        champion_model,
+        champion_prob = None
+    scores = TestScores(
+        labels=np.concatenate(labels),
+        users=np.concatenate(users),
+        match={c: np.concatenate(v) for c, v in match.items()},
+        candidate=prob,
+        champion=champion_prob,
     )
-    served_auc = clustered_auc(served["candidate"], y, groups, config.rule.confidence)
-    skew = clustered_delong(prob, served["candidate"], y, groups, config.rule.confidence)
-    dataset_comparison = comparison
-    if champion_model is not None:  # the gate judges what each model serves
-        comparison = clustered_delong(
-            served["candidate"], served["champion"], y, groups, config.rule.confidence
-        )
-        champion["served_auc"] = comparison["auc_b"]
-    verdict = decide(served_auc["auc"], champion, comparison, config.rule, guards)
+    return scores, champion
 
-    metrics = Metrics(
-        **{f"test_{k}": candidate_metrics[k] for k in ("auc", "gauc", "logloss", "ece")},
-        model_name=config.model_name,
-        candidate=candidate_metrics,
-        test_auc_interval=auc_interval,
-        served={
-            "auc": served_auc["auc"],
-            "auc_interval": served_auc,
-            "skew": skew,
-            "snapshot_only_auc": clustered_auc(
-                served["snapshot_only"], y, groups, config.rule.confidence
-            ),
-        },
-        comparison_on_dataset_features=dataset_comparison,
-        candidate_checkpoint=str(config.checkpoint),
-        candidate_trained_on=candidate.info.get("dataset"),
-        champion=champion,
-        comparison=comparison,
-        calibration_bins=bins,
-        guards=guards,
-        data_profile=profile.state_dict(),  # register logs it with the version
-        dataset={
-            "path": str(config.data),
-            "fingerprint": meta.fingerprint,
-            "window": dataclasses.asdict(meta.window) if meta.window else None,
-            "test_rows": test.rows,
-        },
-    )
-    decision = dataclasses.replace(
-        verdict,
-        model_name=config.model_name,
-        test_auc=candidate_metrics["auc"],
-        served_auc=served_auc["auc"],
-        champion_version=champion.get("version"),
-        champion_status=champion["status"],
-        comparison=comparison,
-        candidate_checkpoint=str(config.checkpoint),
-    )
-    metrics = dataclasses.replace(
-        metrics,
-        plan_vs_actual=training_plan_vs_actual(config.checkpoint),
-        seconds=time.perf_counter() - started,
-    )
+
+def _record(config, meta, metrics, decision, curves, bins, predictions) -> Evaluation:
+    """Write the outputs and, with a tracking URI, record them as this evaluation's MLflow run
+    (its id in the metrics)."""
     day = meta.window.end if meta.window else ""
     with tracked_run(config, day) as run:
         metrics = dataclasses.replace(metrics, mlflow_run_id=run.info.run_id if run else None)
@@ -222,9 +260,7 @@ def evaluate(config: EvaluateConfig) -> Evaluation:
         write_outputs(Path(config.out), metrics, decision, curves, bins, predictions, history)
         if run:
             log_evaluation(Path(config.out), metrics, decision)
-    result = Evaluation(metrics, decision)
-    log.info("evaluate: %s", result.line())
-    return result
+    return Evaluation(metrics, decision)
 
 
 EXPERIMENT = "dailyrec-evaluate"

@@ -63,7 +63,7 @@ from components.common.hashing import (
     is_public_key,
     key_fingerprint,
 )
-from components.common.progress import PhaseTimer, get_logger
+from components.common.progress import PhaseTimer, compute_with_progress, get_logger
 from components.common.storage import atomic_dir, remove_stale_temps
 from components.preprocess import accounting
 from components.preprocess import raw as rawio
@@ -313,24 +313,6 @@ def dask_scheduler(name: str, workers: int | None):
         yield client
 
 
-def _compute(collections: list):
-    """Compute with a progress display that suits the active scheduler."""
-    try:
-        from distributed import default_client, progress
-
-        client = default_client()
-    except (ImportError, ValueError):
-        client = None
-    if client is None:
-        from dask.diagnostics import ProgressBar
-
-        with ProgressBar(minimum=1.0, dt=0.25):  # short computes stay quiet
-            return list(dask.compute(*collections))
-    futures = client.compute(collections)
-    progress(futures, notebook=False)
-    return client.gather(futures)
-
-
 def _validate(fs, pieces, window: Window, config: PreprocessConfig, tmp: Path) -> list[dict]:
     (tmp / "_staging").mkdir()
     (tmp / "quarantine").mkdir()
@@ -338,7 +320,7 @@ def _validate(fs, pieces, window: Window, config: PreprocessConfig, tmp: Path) -
         dask.delayed(_validate_piece, pure=False)(fs, piece, i, config.max_skew_hours, tmp)
         for i, piece in enumerate(pieces)
     ]
-    counts = _compute(tasks)
+    counts = compute_with_progress(tasks)
     here = key_fingerprint()
     elsewhere = sorted({c.pop("key") for c in counts} - {here})
     if elsewhere:  # e.g. Dask workers started without the deployment's Secret
@@ -404,7 +386,7 @@ def _count_features(counts: list[dict], config: PreprocessConfig, tmp: Path) -> 
         str(tmp / "_bytime"), compute=False, name_function=lambda i: f"part-{i:06d}.parquet"
     )
     with bounded_disk_shuffle(config.shuffle_buffer_mb << 20, tmp / "_spill"):
-        _compute([written])
+        compute_with_progress([written])
     (tmp / "_counted").mkdir()
     state, duplicates = CounterState(), Counter()
     parts = sorted((tmp / "_bytime").glob("part-*.parquet"))
@@ -447,7 +429,7 @@ def _sequence(rows: int, window: Window, config: PreprocessConfig, tmp: Path) ->
     (tmp / USER_EVENTS_DIR).mkdir()
     log.info("sequence: %d staged rows -> %d partitions by user", rows, partitions)
     with bounded_disk_shuffle(config.shuffle_buffer_mb << 20, tmp / "_spill"):
-        (result,) = _compute([shards])
+        (result,) = compute_with_progress([shards])
     return result.sort_values("shard").reset_index(drop=True)
 
 

@@ -21,13 +21,14 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from components.common import schema
-from components.common.progress import get_logger
+from components.common.progress import compute_with_progress, get_logger
 from components.score.config import ScoreConfig
 
 log = get_logger(__name__)
@@ -42,7 +43,6 @@ def score_day(config: ScoreConfig) -> dict:
     from components.common.tracking import default_tracking_uri
     from components.preprocess import raw as rawio
     from components.preprocess.errors import InputError
-    from components.preprocess.stage import _compute
     from components.score.features import USER_STATE, Layout, Snapshot
     from components.train.inference import load_scorer
 
@@ -58,17 +58,7 @@ def score_day(config: ScoreConfig) -> dict:
             f"{window_end + dt.timedelta(days=1)} or later, or a version trained before "
             f"{config.date}"
         )
-    ignored: list = []
-    fs, days = rawio.list_days(config.raw, ignored)
-    if config.date not in days:
-        raise InputError(
-            f"{config.raw!r}: no folder {schema.day_folder_name(config.date)!r} to score"
-        )
-    files = rawio.list_files(fs, {config.date: days[config.date]}, ignored)
-    if not files:
-        raise InputError(
-            f"{config.raw!r}: {schema.day_folder_name(config.date)!r} holds no raw files"
-        )
+    fs, files, ignored = _day_files(config)
     pieces = rawio.plan_pieces(fs, files)
     out = Path(config.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -101,22 +91,60 @@ def score_day(config: ScoreConfig) -> dict:
             for i, piece in enumerate(pieces)
         ]
         with dask.config.set(scheduler=config.scheduler, num_workers=config.workers):
-            counts = _compute(tasks)
+            counts = compute_with_progress(tasks)
         written = _concat(sorted(Path(parts).glob("part-*.parquet")), out)
+    result = _accounting(counts, written, ignored)
+    result = {
+        "model_uri": f"models:/{name}/{version}",
+        "date": config.date.isoformat(),
+        "out": str(out),
+        **result,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    scored = result["rows"]["scored"]
+    labels = pq.read_table(out, columns=["label", "score"]) if scored else None
+    if labels is not None and 0 < pa.compute.sum(labels["label"]).as_py() < scored:
+        from components.common.metrics import roc_auc
+
+        result["auc"] = roc_auc(labels["score"].to_numpy(), labels["label"].to_numpy())
+    return result
+
+
+def _day_files(config: ScoreConfig) -> tuple[Any, list, list]:
+    """(filesystem, files, ignored) of the day to score; refused without its folder or files."""
+    from components.preprocess import raw as rawio
+    from components.preprocess.errors import InputError
+
+    ignored: list = []
+    fs, days = rawio.list_days(config.raw, ignored)
+    if config.date not in days:
+        raise InputError(
+            f"{config.raw!r}: no folder {schema.day_folder_name(config.date)!r} to score"
+        )
+    files = rawio.list_files(fs, {config.date: days[config.date]}, ignored)
+    if not files:
+        raise InputError(
+            f"{config.raw!r}: {schema.day_folder_name(config.date)!r} holds no raw files"
+        )
+    return fs, files, ignored
+
+
+def _accounting(counts: list[dict], written: int, ignored: list) -> dict:
+    """The pieces' counts summed: rows read = scored + quarantined = written + quarantined, or
+    the run fails (an internal invariant); the first examples and the files not read."""
+    from components.preprocess import raw as rawio
+
     read = sum(c["read"] for c in counts)
     quarantined = Counter()
     for c in counts:
         quarantined.update(c["quarantined"])
     scored = sum(c["scored"] for c in counts)
-    if read != scored + sum(quarantined.values()) or written != scored:  # an internal invariant
+    if read != scored + sum(quarantined.values()) or written != scored:
         raise RuntimeError(
             f"row accounting broken: read {read}, scored {scored}, written {written}, "
             f"quarantined {sum(quarantined.values())}"
         )
-    result = {
-        "model_uri": f"models:/{name}/{version}",
-        "date": config.date.isoformat(),
-        "out": str(out),
+    return {
         "rows": {
             "read": read,
             "scored": scored,
@@ -125,14 +153,7 @@ def score_day(config: ScoreConfig) -> dict:
         },
         "examples": [e for c in counts for e in c["examples"]][:5],
         "ignored": [{"path": rawio.printable_path(i.path), "reason": i.reason} for i in ignored],
-        "seconds": round(time.perf_counter() - started, 3),
     }
-    labels = pq.read_table(out, columns=["label", "score"]) if scored else None
-    if labels is not None and 0 < pa.compute.sum(labels["label"]).as_py() < scored:
-        from components.common.metrics import roc_auc
-
-        result["auc"] = roc_auc(labels["score"].to_numpy(), labels["label"].to_numpy())
-    return result
 
 
 def trained_until(client, name: str, version: int) -> dt.date | None:

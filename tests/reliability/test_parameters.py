@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from components.common.cli import Exit
+from components.common.evaluation import Metrics
 from components.evaluate.decision import GateRule, decide
 from components.evaluate.metrics import clustered_delong
 from components.evaluate.report import markdown
@@ -258,13 +259,18 @@ def test_undefined_interval_is_reported_as_undefined(fault_report):
     assert not decide(
         0.4, champion, comparison, GateRule(min_auc=0.5, if_champion_unusable="ignore")
     ).blessed
-    metrics = {
-        "model_name": "m",
-        "champion": {"version": 4, "metrics": None},
-        "comparison": comparison,
-        "candidate": {"rows": 51, "users": 5, "auc": 0.7},
-        "dataset": {"window": {"test_days": "d"}},
-    }
+    metrics = Metrics(
+        model_name="m",
+        test_auc=0.7,
+        test_gauc=math.nan,
+        test_logloss=math.nan,
+        test_ece=math.nan,
+        served={},
+        champion={"version": 4, "metrics": None},
+        comparison=comparison,
+        candidate={"rows": 51, "users": 5, "auc": 0.7},
+        dataset={"window": {"test_days": "d"}},
+    )
     text = markdown(metrics, verdict, {})
     assert (
         "undefined: the interval needs at least 2 clicks, 2 non-clicks and 2 users; the test "
