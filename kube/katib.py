@@ -113,7 +113,7 @@ class KatibConfig:
     data: str = ""
     """Dataset folder on the shared volume the trials train on: the current window's (make deploy
     passes :func:`window_dataset`); required, never a fixed date."""
-    root: str = "/mnt/dailyrec/tune/katib"
+    root: str = f"{MOUNT_PATH}/tune/katib"
     """Trial outputs go to <root>/<experiment>/<trial name>/ on the shared volume."""
     image: str | None = None
     """Trainer image; None (the default) = the TrainingRuntime's."""

@@ -121,19 +121,9 @@ def preprocess(config: PreprocessConfig) -> DatasetMeta:
             config.history_days,
         )
 
-    existing = _read_meta(out)
-    if existing and existing.get("fingerprint") == fingerprint and not config.force:
-        try:
-            verify_files(out, existing)
-        except DatasetMismatch as exc:  # never train on a cached dataset changed since
-            log.warning("not reusing the cached dataset: %s; building it again", exc)
-        else:
-            log.info(
-                "%r is up to date (fingerprint %s, every file as written); nothing to do",
-                str(out),
-                fingerprint[:12],
-            )
-            return DatasetMeta.from_document(existing, out / META_FILE)
+    cached = None if config.force else _up_to_date(out, fingerprint)
+    if cached is not None:
+        return cached
     if is_public_key():
         log.warning(
             "ids are hashed under the public default key ($%s unset): for generated data only; "
@@ -168,25 +158,49 @@ def preprocess(config: PreprocessConfig) -> DatasetMeta:
         meta["inputs"]["days_without_files"] = [d.isoformat() for d in missing]
         if missing:
             log.warning("no raw files for %s", ", ".join(map(str, missing)))
-        for split in SPLITS:
-            if rows[split] == 0:
-                raise InputError(
-                    f"{config.raw!r}: the {split} split ({window.split_range(split)}) has no usable rows"
-                )
-            info = meta["splits"][split]
-            if info["positives"] in (0, info["rows"]):  # no AUC, no early stop, no gate: refuse now
-                raise InputError(
-                    f"{config.raw!r}: the {split} split ({window.split_range(split)}) has "
-                    f"{info['rows']:,} rows and {'no' if info['positives'] == 0 else 'only'} "
-                    "clicks (label 1): were the labels logged? a model cannot be trained and "
-                    "judged on it"
-                )
+        _refuse_unusable_splits(meta["splits"], window, config.raw)
         meta[FILES_KEY] = record_files(tmp)
         # read back as every later stage reads it: a document they would refuse is never written
         written = DatasetMeta.from_document(meta, out / META_FILE)
         written.write(tmp)
     log.info("wrote %r", str(out))
     return written
+
+
+def _up_to_date(out: Path, fingerprint: str) -> DatasetMeta | None:
+    """The dataset at ``out`` if it was built from these inputs and every file is as written."""
+    existing = _read_meta(out)
+    if not existing or existing.get("fingerprint") != fingerprint:
+        return None
+    try:
+        verify_files(out, existing)
+    except DatasetMismatch as exc:  # never train on a cached dataset changed since
+        log.warning("not reusing the cached dataset: %s; building it again", exc)
+        return None
+    log.info(
+        "%r is up to date (fingerprint %s, every file as written); nothing to do",
+        str(out),
+        fingerprint[:12],
+    )
+    return DatasetMeta.from_document(existing, out / META_FILE)
+
+
+def _refuse_unusable_splits(splits: dict, window: Window, raw: str) -> None:
+    """A split without rows, or of one label only, leaves no AUC, no early stop and no gate:
+    refused now, naming the split's days."""
+    for split in SPLITS:
+        info = splits[split]
+        if info["rows"] == 0:
+            raise InputError(
+                f"{raw!r}: the {split} split ({window.split_range(split)}) has no usable rows"
+            )
+        if info["positives"] in (0, info["rows"]):
+            raise InputError(
+                f"{raw!r}: the {split} split ({window.split_range(split)}) has "
+                f"{info['rows']:,} rows and {'no' if info['positives'] == 0 else 'only'} "
+                "clicks (label 1): were the labels logged? a model cannot be trained and "
+                "judged on it"
+            )
 
 
 @dataclass(frozen=True)
