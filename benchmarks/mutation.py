@@ -98,6 +98,13 @@ MODULES = (
         what="paired AUC comparison, users as the unit and DeLong's (the gate's interval)",
     ),
     Module(
+        "gauc",
+        "components/evaluate/metrics.py",
+        ("tests/unit/test_evaluate_metrics.py",),
+        functions=("_user_aucs", "gauc", "paired_gauc"),
+        what="GAUC and its paired comparison, users as the unit (the quality benchmark's)",
+    ),
+    Module(
         "decision",
         "components/evaluate/decision.py",
         ("tests/unit/test_decision.py",),
@@ -268,6 +275,11 @@ _H_NO_KEYS = (
     "empty keys are never indexed"
 )
 _H_KEYS_MASKED = "keys of null or invalid values are replaced by 0 again for their rows"
+_ASTYPE = "numpy's astype(None) is astype(float64)"
+_GROUP_IDS = (
+    "group ids run 0 .. n_groups - 1 and the last group has a row, so bincount's length is "
+    "n_groups without minlength"
+)
 EQUIVALENT: dict[tuple[str, str], str] = {
     ("delong", "return float(np.sum((a + a.mean()) * (b - b.mean())) / (len(a) - 1))"): _CENTRED,
     ("delong", "return float(np.sum((a - a.mean()) * (b + b.mean())) / (len(a) - 1))"): _CENTRED,
@@ -285,6 +297,19 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "delong",
         "se = math.sqrt(max(var_delta, 0.0)) if (not math.isnan(var_delta)) or True else math.nan",
     ): "a NaN variance gives max(nan, 0.0) = nan and sqrt(nan) = nan: the guard only documents intent",
+    ("gauc", "new_run = new_group | np.r_[False, s[1:] != s[:-1]]"): (
+        "the first row always starts a group (new_group[0] is True), so the OR is True there "
+        "either way"
+    ),
+    ("gauc", "rows = np.bincount(group_id, minlength=n_groups).astype(None)"): _ASTYPE,
+    ("gauc", "pos = np.bincount(group_id, weights=y.astype(None), minlength=n_groups)"): _ASTYPE,
+    ("gauc", "y = labels[order].astype(None)"): (
+        "labels are 0/1: as float64 they are truthy exactly where they are as bool, and y is "
+        "only used where a truth value or a 0/1 weight is read"
+    ),
+    ("gauc", "rows = np.bincount(group_id, ).astype(np.float64)"): _GROUP_IDS,
+    ("gauc", "pos = np.bincount(group_id, weights=y.astype(np.float64), )"): _GROUP_IDS,
+    ("gauc", "rank_sum = np.bincount(group_id, weights=np.where(y, ranks, 0.0), )"): _GROUP_IDS,
     (
         "sequences",
         "first = np.searchsorted(click_key, group.astype(np.int64) * span, )",
