@@ -168,18 +168,25 @@ def test_known_effects_are_the_oracle_less_exactly_the_hidden_item_and_user_term
     np.testing.assert_allclose(known_effects(truth, dense, hidden), expected)
 
 
-def test_the_report_lists_each_models_headroom_and_na_without_an_oracle():
+def reported_world(**parts) -> dict:
+    """One world's result as the benchmark stores it, with ``parts`` added."""
     models = {
         n: {"auc": 0.7, "gauc": 0.6, "logloss": 0.3} for n in (*quality.BASELINES, "dailyrec")
     }
-    world = {
+    return {
         "world": {"name": "w"},
         "rows": {"train": 10},
         "models": models,
         "best_baseline": "lightgbm",
         "vs_best_baseline": {"delta": 0.001, "ci_low": -0.001, "ci_high": 0.003},
         "margin_met": False,
-        "headroom": {
+        **parts,
+    }
+
+
+def test_the_report_lists_each_models_headroom_and_na_without_an_oracle():
+    world = reported_world(
+        headroom={
             "dailyrec": {"offsets": 0.0004},
             "lightgbm": {
                 "offsets": 0.0012,
@@ -187,8 +194,8 @@ def test_the_report_lists_each_models_headroom_and_na_without_an_oracle():
                 "known_user_level": 0.0035,
                 "known_within_user": -0.0002,
             },
-        },
-    }
+        }
+    )
     text = quality.table([world], {"cpus": 2, "cpu_model": "x"})
     assert "| w | dailyrec | +0.0004 | n/a | n/a | n/a |" in text
     assert "| w | lightgbm | +0.0012 | +0.0041 | +0.0035 | -0.0002 |" in text
@@ -219,16 +226,7 @@ def test_the_report_compares_the_gauc_with_each_baseline_users_as_the_unit():
         for n, s in zip(quality.BASELINES, (2, 3, 4), strict=True)
     }
     scores["dailyrec"] = labels + rng.normal(0, 1, len(users))
-    models = {n: {"auc": 0.7, "gauc": 0.6, "logloss": 0.3} for n in scores}
-    world = {
-        "world": {"name": "w"},
-        "rows": {"train": 10},
-        "models": models,
-        "best_baseline": "lightgbm",
-        "vs_best_baseline": {"delta": 0.001, "ci_low": -0.001, "ci_high": 0.003},
-        "margin_met": False,
-        "gauc_vs_baselines": quality.gauc_comparisons(scores, labels, users),
-    }
+    world = reported_world(gauc_vs_baselines=quality.gauc_comparisons(scores, labels, users))
     text = quality.table([world], {"cpus": 2, "cpu_model": "x"})
     row = next(line for line in text.splitlines() if line.startswith("| w | 80 |"))
     for name in quality.BASELINES:
