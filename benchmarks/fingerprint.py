@@ -31,6 +31,10 @@ PACKAGES = ("components", "pipelines", "kube", "benchmarks")
 NOT_MEASURED = ("benchmarks.readme", "benchmarks.pipeline_graph", "benchmarks.fingerprint")
 """Helpers that publish a result, not code a benchmark measures."""
 
+CONFIG_PROFILES = "components/estimate/hardware/<named by configs>"
+"""The hardware profiles the shipped configs name (``hardware_profile``): what a benchmark that
+plans with a config's profile reads, and no other profile."""
+
 _TRAINING = ("components.train.__main__", "components.train.launch")
 _PREPROCESS = ("components.preprocess.__main__", "components.datagen.__main__")
 SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -43,14 +47,15 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             *_TRAINING,
             "components.evaluate.__main__",
         ),
-        ("configs", "components/estimate/hardware"),
+        ("configs", CONFIG_PROFILES),
     ),
     "preprocess": (("benchmarks.preprocess", *_PREPROCESS), ()),
     "loader": (("benchmarks.loader",), ("configs",)),
     "train": (("benchmarks.train", *_TRAINING), ("configs",)),
     "estimate": (
         ("benchmarks.estimate", *_TRAINING, "components.estimate.probe"),
-        ("configs", "components/estimate/hardware"),
+        # its refusal example plans prod on a100-80gb
+        ("configs", CONFIG_PROFILES, "components/estimate/hardware/a100-80gb.json"),
     ),
     "tune": (("benchmarks.tune", "components.tune.__main__", *_TRAINING), ("configs",)),
     "gpu": (("benchmarks.gpu",), ("configs", "components/estimate/hardware")),
@@ -73,7 +78,7 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # the estimate and the trainer at each share of negatives kept, on the quality worlds
     "downsampling": (
         ("benchmarks.downsampling", *_PREPROCESS, "components.estimate.__main__", *_TRAINING),
-        ("configs", "components/estimate/hardware"),
+        ("configs", CONFIG_PROFILES),
     ),
     # every fault-injection, bad-input and security check, and what they exercise
     "reliability": (("tests.reliability.*",), ()),
@@ -178,9 +183,19 @@ def module_closure(entries: tuple[str, ...], read: Reader = working_tree) -> dic
     return files
 
 
+def _config_profiles(read: Reader, listing: Callable[[str], list[str]]) -> list[str]:
+    names = set()
+    for path in listing("configs"):
+        if path.endswith(".json"):
+            name = json.loads(read(path) or "{}").get("hardware_profile")
+            names.update([name] if name else [])
+    return [f"components/estimate/hardware/{name}.json" for name in sorted(names)]
+
+
 def _data_files(paths: tuple[str, ...], read: Reader, listing: Callable[[str], list[str]]):
     for entry in paths:
-        for path in listing(entry):
+        found = _config_profiles(read, listing) if entry == CONFIG_PROFILES else listing(entry)
+        for path in found:
             text = read(path)
             if text is not None:
                 yield path, text

@@ -17,19 +17,18 @@ against the analytic count (``analytic_flops``). Peaks come from a small
 table by device name (vendor datasheets, dense, no sparsity) or
 ``--peak-flops``.
 
-A bf16 sweep over micro-batch sizes (``--batches``) then compares, per size, the
-estimate's memory model (``memory_breakdown``: tensors + workspace, the batches
-on the device) with ``torch.cuda.max_memory_allocated`` and
-``max_memory_reserved``, and the estimate's modelled step time (``time_model``
-with the device's hardware profile) with the measured one. From the sweep it
-derives the constants the hardware profile's time model needs (``constants``:
-MFU at each size, the step-time floor at the smallest, samples/s), to replace
-the cited ones in ``components/estimate/hardware/<profile>.json`` (each with
-this file as its source). Last, the step as the trainer's ``compile`` setting runs it
-(``--modes``: eager, ``torch.compile``, and compiled with CUDA graphs,
-``reduce-overhead``) in bf16 at each micro-batch of ``--mode-batches``: the step
-floor and samples/s per mode, the compiled floor the constant the profile's
-``step_latency_seconds`` takes for a compiled plan. One run takes a few minutes on
+A bf16 sweep over micro-batch sizes (``--batches``), the step run as GPU plans run it
+(``--sweep-mode``, default the estimate's ``compile`` for a GPU: torch.compile with CUDA
+graphs), then compares, per size, the estimate's memory model (``memory_breakdown``: tensors +
+workspace, the batches on the device) with ``torch.cuda.max_memory_allocated`` and
+``max_memory_reserved``, and the estimate's modelled step time (``time_model`` with the
+device's hardware profile) with the measured one. From the sweep it derives the constants the
+hardware profile's time model needs (``constants``: MFU at each size, the step-time floor at
+the smallest, samples/s), to replace the cited ones in
+``components/estimate/hardware/<profile>.json`` (each with this file as its source). Last, the
+step as each of the trainer's ``compile`` settings runs it (``--modes``: eager,
+``torch.compile``, and compiled with CUDA graphs, ``reduce-overhead``) in bf16 at each
+micro-batch of ``--mode-batches``: the step floor and samples/s per mode. One run takes a few minutes on
 an H200.
 
     python -m benchmarks.gpu               # needs CUDA; writes benchmarks/results/gpu.json
@@ -99,6 +98,9 @@ PROFILES: list[tuple[str, str]] = [
 ]
 BATCHES = "256,1024,4096,16384"
 MODES = "off,default,reduce-overhead"
+PLAN_MODE = "reduce-overhead"
+"""The ``compile`` setting the estimate gives a GPU plan: the sweep against the estimate and the
+profile's constants measure the step as such a plan runs it (a test holds the two equal)."""
 MODE_BATCHES = "256,4096,16384"
 SYNTHETIC_BATCHES = 4  # measure() keeps this many batches on the device
 
@@ -307,17 +309,13 @@ def against_estimate(run: dict, vocab: Vocab, profile_name: str | None) -> dict:
     return out
 
 
-def constants(
-    sweep: list[dict], peak: float | None, flops: float, modes: list[dict] | None = None
-) -> dict:
-    """What the hardware profile's time model needs, measured: MFU per size, the step floor (of
-    the step as GPU plans run it, compiled with CUDA graphs, when ``modes`` measured it)."""
+def constants(sweep: list[dict], peak: float | None, flops: float) -> dict:
+    """What the hardware profile's time model needs, measured on the sweep (the step as GPU
+    plans run it): MFU per size, MFU at the fastest size and the step floor at the smallest."""
     smallest = min(sweep, key=lambda r: r["batch"])
-    graphed = [r for r in modes or () if r["mode"] == "reduce-overhead"]
-    if graphed:
-        smallest = min(graphed, key=lambda r: (r["batch"], r["step_ms"]))
     best = max(sweep, key=lambda r: r["samples_per_s"])
     return {
+        "mode": best["mode"],
         "mfu_by_batch": {
             str(r["batch"]): (flops * r["samples_per_s"] / peak if peak else None) for r in sweep
         },
@@ -326,11 +324,10 @@ def constants(
         "at_batch": best["batch"],
         "step_latency_seconds": smallest["step_ms"] / 1000,
         "step_latency_batch": smallest["batch"],
-        "step_latency_mode": smallest.get("mode", "off"),
         "note": "mfu and samples_per_s at the fastest micro-batch; step_latency_seconds = the step at the "
-        "smallest (an upper bound on the floor), compiled with CUDA graphs as GPU plans run it when "
-        "measured. Put them in the device's hardware profile with "
-        "benchmarks/results/gpu.json as their source.",
+        "smallest (an upper bound on the floor); each of the step as GPU plans run it (compile = "
+        "mode). Put them in the device's hardware profile with benchmarks/results/gpu.json as "
+        "their source.",
     }
 
 
@@ -361,8 +358,9 @@ def readme_table(result: dict) -> str:
         lines += ["", f"- bf16 autocast / fp32: **{result['bf16_speedup']:.2f}x** samples/s"]
     lines += [
         "",
-        "bf16 micro-batch sweep against the estimate (memory: tensors + workspace + on-device "
-        "batches; step: the hardware profile's time model):",
+        f"bf16 micro-batch sweep against the estimate (compile = "
+        f"{result.get('sweep_mode', 'off')}; memory: tensors + workspace + on-device batches; "
+        "step: the hardware profile's time model):",
         "",
         "| micro-batch | samples/s | step (ms) | predicted step (ms) | MFU | allocated (GiB) | "
         "reserved (GiB) | predicted (GiB) | error vs reserved |",
@@ -429,6 +427,11 @@ def main(argv: list[str] | None = None) -> int:
         "--batches",
         default=None,
         help=f"bf16 micro-batch sweep against the estimate (default {BATCHES}; --dry 8,32)",
+    )
+    p.add_argument(
+        "--sweep-mode",
+        default=None,
+        help=f"compile setting of the sweep (default {PLAN_MODE}, as GPU plans run; --dry off)",
     )
     p.add_argument(
         "--modes",
@@ -499,15 +502,16 @@ def main(argv: list[str] | None = None) -> int:
         int(b) for b in (args.batches or ("8,32" if args.dry else BATCHES)).split(",") if b.strip()
     ]
     profile_name = profile_for(name, args.profile) if not args.dry else args.profile
+    sweep_mode = args.sweep_mode or ("off" if args.dry else PLAN_MODE)
     for size in sizes:
-        r = measure("bf16", vocab, size, steps, warmup, device)
+        r = measure("bf16", vocab, size, steps, warmup, device, mode=sweep_mode)
         r["achieved_flops"] = flops * r["samples_per_s"]
         r["mfu"] = r["achieved_flops"] / peak if peak else None
         r["estimate"] = against_estimate(r, vocab, profile_name)
         sweep.append(r)
         e = r["estimate"]
         print(
-            f"  bf16 x{size:6d} {r['samples_per_s']:12,.0f} samples/s  {r['step_ms']:8.2f} ms/step"
+            f"  bf16 {sweep_mode} x{size:6d} {r['samples_per_s']:12,.0f} samples/s  {r['step_ms']:8.2f} ms/step"
             + (f" (model {e['predicted_step_ms']:.2f})" if "predicted_step_ms" in e else "")
             + f"  allocated {r['peak_memory_bytes'] / 2**30:6.2f} GiB vs predicted "
             f"{e['predicted_bytes'] / 2**30:6.2f} GiB",
@@ -554,7 +558,8 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "sweep": sweep,
         "profile": profile_name,
-        "constants": constants(sweep, peak, flops, by_mode) if sweep else {},
+        "sweep_mode": sweep_mode,
+        "constants": constants(sweep, peak, flops) if sweep else {},
         "modes": by_mode,
         "step_floor_ms_by_mode": {
             mode: min(r["step_ms"] for r in by_mode if r["mode"] == mode)

@@ -118,3 +118,31 @@ def test_the_cli_reports_each_results_file():
     lines = [line for line in done.stdout.splitlines() if not line.startswith(" ")]
     assert sorted(line.partition(":")[0] for line in lines) == [p.stem for p in RESULTS]
     assert done.returncode == (1 if "stale" in done.stdout else 0), done.stdout + done.stderr
+
+
+def test_a_benchmark_that_plans_with_the_configs_profiles_reads_only_those(monkeypatch):
+    texts = {
+        "configs/a.json": json.dumps({"hardware_profile": "cpu-local"}),
+        "configs/b.json": json.dumps({"hardware_profile": "h200-141gb"}),
+        "configs/c.json": json.dumps({"other": 1}),
+        "components/estimate/hardware/cpu-local.json": "{}",
+        "components/estimate/hardware/h200-141gb.json": "{}",
+        "components/estimate/hardware/a100-80gb.json": "{}",
+    }
+
+    def listing(entry: str) -> list[str]:
+        return sorted(p for p in texts if p == entry or p.startswith(entry + "/"))
+
+    found = dict(
+        fingerprint._data_files(("configs", fingerprint.CONFIG_PROFILES), texts.get, listing)
+    )
+    assert sorted(found) == [
+        "components/estimate/hardware/cpu-local.json",
+        "components/estimate/hardware/h200-141gb.json",
+        "configs/a.json",
+        "configs/b.json",
+        "configs/c.json",
+    ]
+    quality = fingerprint.scope_files("quality")
+    assert "components/estimate/hardware/cpu-local.json" in quality
+    assert "components/estimate/hardware/h200-141gb.json" not in quality

@@ -391,18 +391,25 @@ def test_deadline_adds_devices(tmp_path):
         tight["estimate"]["times"]["total_seconds"] * 1.15 <= hours / 1.3 * 3600
     )  # with the headroom
     assert tight["train"].global_batch == 65536
-    # the fastest plan (2 GPUs) needs 0.66 of the single GPU's time: it fits a 1/1.5 deadline only
-    # without headroom for the estimate's error
-    fastest = estimate(EstimateConfig(**config, deadline_hours=hours / 1.5, deadline_margin=0.0))
-    assert (
-        fastest["estimate"]["times"]["total_seconds"]
-        <= hours / 1.5 * 3600
-        < fastest["estimate"]["times"]["total_seconds"] * 1.15
-    )
+    # the fastest plan: tighten the deadline (no headroom) until no plan meets it; each plan
+    # then takes over seconds / 1.04, more than a 10% longer deadline less 15% headroom allows
+    fastest = tight
+    while True:
+        seconds = fastest["estimate"]["times"]["total_seconds"]
+        try:
+            fastest = estimate(
+                EstimateConfig(**config, deadline_hours=seconds / 1.04 / 3600, deadline_margin=0.0)
+            )
+        except InfeasibleError:
+            break
+    assert fastest["train"].world_size > tight["train"].world_size
+    # a deadline 10% over the fastest plan's time is met only without headroom for the error
+    hours = seconds * 1.1 / 3600
+    assert estimate(EstimateConfig(**config, deadline_hours=hours, deadline_margin=0.0))
     with pytest.raises(
         InfeasibleError, match=r"cannot be met on h100-80gb .*15% headroom for the estimate's error"
     ):
-        estimate(EstimateConfig(**config, deadline_hours=hours / 1.5))
+        estimate(EstimateConfig(**config, deadline_hours=hours))
     with pytest.raises(EstimateError, match=r"deadline_margin must be in \[0, 1\), got 1.5"):
         EstimateConfig(**config, deadline_margin=1.5)
 
