@@ -152,9 +152,25 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
+def _canonical(node: object) -> str:
+    """The tree as text, fields that are empty left out: ``ast.dump`` of the same code differs
+    between Python versions (3.12 adds ``type_params=[]``), and a result measured on a machine
+    with another Python must stamp the same code the same way."""
+    if isinstance(node, ast.JoinedStr):  # 3.12 ends some format specs with an empty string
+        empty = [v for v in node.values if isinstance(v, ast.Constant) and v.value == ""]
+        node = ast.JoinedStr(values=[v for v in node.values if v not in empty])
+    if isinstance(node, ast.AST):
+        values = ((name, getattr(node, name, None)) for name in node._fields)
+        kept = [f"{name}={_canonical(v)}" for name, v in values if v is not None and v != []]
+        return f"{type(node).__name__}({', '.join(kept)})"
+    if isinstance(node, list):
+        return f"[{', '.join(_canonical(item) for item in node)}]"
+    return repr(node)
+
+
 def code_digest(text: str) -> str:
     """What a Python file does: its syntax tree without docstrings (not its layout or comments)."""
-    return hashlib.sha256(ast.dump(_strip_docstrings(ast.parse(text))).encode()).hexdigest()
+    return hashlib.sha256(_canonical(_strip_docstrings(ast.parse(text))).encode()).hexdigest()
 
 
 def module_closure(entries: tuple[str, ...], read: Reader = working_tree) -> dict[str, str]:

@@ -146,3 +146,31 @@ def test_a_benchmark_that_plans_with_the_configs_profiles_reads_only_those(monke
     quality = fingerprint.scope_files("quality")
     assert "components/estimate/hardware/cpu-local.json" in quality
     assert "components/estimate/hardware/h200-141gb.json" not in quality
+
+
+def test_the_digest_is_the_same_under_pythons_that_add_empty_fields():
+    import ast
+
+    text = "class A:\n    def f(self, x=None):\n        return [x]\n"
+    base = code_digest(text)
+    tree = ast.parse(text)
+    for node in ast.walk(tree):  # Python 3.12 gives these nodes an empty ``type_params``
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            node._fields = (*node._fields, "type_params")
+            node.type_params = []
+    assert fingerprint._canonical(fingerprint._strip_docstrings(tree)) == fingerprint._canonical(
+        fingerprint._strip_docstrings(ast.parse(text))
+    )
+    assert code_digest(text.replace("None", "0")) != base
+    assert code_digest(text.replace("[x]", "[]")) != base
+
+
+def test_the_digest_ignores_the_empty_strings_some_pythons_put_in_format_specs():
+    import ast
+
+    text = 'f"{a:<{b}} {c}"'
+    tree = ast.parse(text)
+    spec = tree.body[0].value.values[0].format_spec  # as Python 3.12 parses it
+    spec.values.append(ast.Constant(value=""))
+    assert fingerprint._canonical(tree) == fingerprint._canonical(ast.parse(text))
+    assert code_digest(text) != code_digest('f"{a:>{b}} {c}"')
