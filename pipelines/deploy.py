@@ -27,6 +27,7 @@ upload requests) and validated offline. `trigger` starts one run now, as the UI'
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import hashlib
 import json
@@ -499,8 +500,7 @@ def deploy(
     config: DeployConfig, client_factory: Any = None, run_command: Any = subprocess.run
 ) -> dict:
     """Do (or, dry, write down) every deploy step; returns the record, also saved as deploy.json."""
-    from components.common.storage import atomic_write_bytes, atomic_write_json
-    from kube.validate import DEFAULT_CRDS, crd_schemas, validate_cluster_spec, validate_objects
+    from components.common.storage import atomic_write_json
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -513,21 +513,63 @@ def deploy(
         "dry_run": config.dry_run,
         "steps": [],
     }
-    if (
-        not config.dry_run
-    ):  # first: a backend older than the pipeline needs runs it wrongly; change nothing then
+    client = None
+    if not config.dry_run:
+        # first: a backend older than the pipeline needs runs it wrongly; change nothing then
         from pipelines.kfp_version import check_backend
 
         client = (client_factory or _kfp_client)(config.host)
         record["kfp_backend"] = check_backend(client)
+    record["steps"].append(_images(config, version, run_command))
+    manifests, schemas, objects = _render_and_validate(config, refs, out, record)
+    package, request = _write_pipeline(config, refs, version, out, schemas)
+    record["checked"] = {
+        "objects": objects,
+        "examples": ["TrainJob", "DaskCluster"],
+        "pipeline": str(package),
+        "schedule": config.schedule,
+    }
+    apply = [
+        kubectl(),
+        "apply",
+        "--server-side",
+        "--field-manager=dailyrec-deploy",
+        "-f",
+        str(manifests),
+    ]
+    if config.dry_run:  # what a real deploy would do next, in its order
+        record["plan"] = [
+            {"step": "apply", "command": apply, "planned": True},
+            {"step": "id-key", "secret": ID_KEY_SECRET},
+            {"step": "upload", "pipeline": PIPELINE_NAME, "version": version},
+            {"step": "schedule", "cron": config.schedule},
+        ]
+    else:
+        record["steps"] += _apply_and_publish(
+            config, client, apply, package, request, version, run_command
+        )
+    atomic_write_json(out / "deploy.json", record)
+    return record
 
+
+def _images(config: DeployConfig, version: str, run_command: Any) -> dict:
+    """Build and push the images (skipped by a dry run or ``skip_images``): the step's record."""
     build = ["images/build.sh", config.registry, version, "--push"]
     if config.dry_run or config.skip_images:
-        record["steps"].append({"step": "images", "skipped": True, "command": build})
-    else:
-        if run_command(build, check=False, cwd=ROOT).returncode != 0:
-            raise DeployError(f"building or pushing the images failed: {' '.join(build)}")
-        record["steps"].append({"step": "images", "command": build})
+        return {"step": "images", "skipped": True, "command": build}
+    if run_command(build, check=False, cwd=ROOT).returncode != 0:
+        raise DeployError(f"building or pushing the images failed: {' '.join(build)}")
+    return {"step": "images", "command": build}
+
+
+def _render_and_validate(
+    config: DeployConfig, refs: dict[str, str], out: Path, record: dict
+) -> tuple[Path, Any, int]:
+    """Render the manifests and the TrainJob and DaskCluster examples into ``out``, validate them
+    all against the CRD schemas (``record`` notes the step and the validation); the manifests'
+    file, the schemas and the number of objects. Invalid objects stop the deploy before anything reaches the cluster."""
+    from components.common.storage import atomic_write_bytes, atomic_write_json
+    from kube.validate import DEFAULT_CRDS, crd_schemas, validate_cluster_spec, validate_objects
 
     objects = render_manifests(config.env, refs, out, config.image_pull_secrets)
     record["steps"].append(
@@ -553,11 +595,17 @@ def deploy(
     if problems:
         atomic_write_json(out / "deploy.json", record)
         raise DeployError("manifests do not validate:\n  " + "\n  ".join(problems[:20]))
+    return manifests, schemas, len(objects)
 
+
+def _write_pipeline(
+    config: DeployConfig, refs: dict[str, str], version: str, out: Path, schemas: Any
+) -> tuple[Path, dict]:
+    """The weekly Katib search (written and validated, applied by hand with kubectl), the
+    compiled pipeline and the recurring run's request: the package and the request."""
+    from components.common.storage import atomic_write_json
     from kube.katib import window_dataset, write_experiment
 
-    # the weekly search on the cluster, on the current window: written (and validated), applied by
-    # hand with kubectl
     write_experiment(
         out / "katib-experiment.yaml",
         config.env,
@@ -572,48 +620,39 @@ def deploy(
         out / "upload.json",
         {"pipeline": PIPELINE_NAME, "version": version, "package": str(package)},
     )
-    record["checked"] = {
-        "objects": len(objects),
-        "examples": ["TrainJob", "DaskCluster"],
-        "pipeline": str(package),
-        "schedule": config.schedule,
-    }
-    apply = [
-        kubectl(),
-        "apply",
-        "--server-side",
-        "--field-manager=dailyrec-deploy",
-        "-f",
-        str(manifests),
+    return package, request
+
+
+def _apply_and_publish(
+    config: DeployConfig,
+    client: Any,
+    apply: list[str],
+    package: Path,
+    request: dict,
+    version: str,
+    run_command: Any,
+) -> list[dict]:
+    """Apply the manifests, make the id key, upload the pipeline version and point the daily
+    recurring run at it: the steps' records."""
+    if run_command(apply, check=False).returncode != 0:
+        raise DeployError(f"kubectl apply failed: {' '.join(apply)}")
+    steps = [
+        {"step": "apply", "command": apply},
+        {"step": "id-key", "created": ensure_id_key(run_command)},
     ]
-    if config.dry_run:  # what a real deploy would do next, in its order
-        record["plan"] = [
-            {"step": "apply", "command": apply, "planned": True},
-            {"step": "id-key", "secret": ID_KEY_SECRET},
-            {"step": "upload", "pipeline": PIPELINE_NAME, "version": version},
-            {"step": "schedule", "cron": config.schedule},
-        ]
-    else:
-        if run_command(apply, check=False).returncode != 0:
-            raise DeployError(f"kubectl apply failed: {' '.join(apply)}")
-        record["steps"].append({"step": "apply", "command": apply})
-        record["steps"].append({"step": "id-key", "created": ensure_id_key(run_command)})
-        publisher = Publisher(client, profile_namespace())
-        pipeline_id, version_id, created = publisher.pipeline_version(package, version)
-        record["steps"].append(
-            {
-                "step": "upload",
-                "pipeline_id": pipeline_id,
-                "version_id": version_id,
-                "created": created,
-            }
-        )
-        recurring = publisher.replace_recurring_run(request, pipeline_id, version_id)
-        record["steps"].append(
-            {"step": "schedule", "recurring_run_id": recurring, "cron": config.schedule}
-        )
-    atomic_write_json(out / "deploy.json", record)
-    return record
+    publisher = Publisher(client, profile_namespace())
+    pipeline_id, version_id, created = publisher.pipeline_version(package, version)
+    steps.append(
+        {
+            "step": "upload",
+            "pipeline_id": pipeline_id,
+            "version_id": version_id,
+            "created": created,
+        }
+    )
+    recurring = publisher.replace_recurring_run(request, pipeline_id, version_id)
+    steps.append({"step": "schedule", "recurring_run_id": recurring, "cron": config.schedule})
+    return steps
 
 
 def ensure_id_key(run_command: Any = subprocess.run, namespace: str = NAMESPACE) -> bool:
@@ -686,7 +725,8 @@ def _kfp_client(host: str) -> Any:
     return kfp.Client(host=host, **client_auth())
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The deploy command and its ``trigger`` subcommand."""
     p = cli_parser("python -m pipelines.deploy", __doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command")
     p.add_argument(
@@ -754,37 +794,38 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="override a pipeline parameter (repeatable)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def _trigger(args: argparse.Namespace) -> int:
+    """Start one run of the deployed pipeline now, its parameters checked as the pipeline types them."""
+    if not args.host:
+        raise DeployRequestError("KFP_HOST is required")
+    from pipelines.local import LocalRunError, load_config, set_overrides
+    from pipelines.parameters import DEPLOYMENT
+    from pipelines.params import check_parameters
+
+    try:  # typed as the pipeline declares them, and checked before anything is submitted
+        overrides = set_overrides(args.set)
+        baked = [name for name in overrides if name in DEPLOYMENT]
+        if baked:  # the deployed pipeline takes them as constants: the backend would refuse
+            raise DeployRequestError(
+                f"--set {baked[0]}: a deployment setting, baked into the deployed pipeline "
+                f"(not a run parameter): change it with make deploy"
+            )
+        params = check_parameters(load_config(None, overrides))
+    except LocalRunError as exc:
+        raise DeployRequestError(str(exc)) from None
+    run_id = Publisher(_kfp_client(args.host), profile_namespace()).trigger(params, args.version)
+    print(f"started run {run_id} of {PIPELINE_NAME}")
+    return Exit.OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         if args.command == "trigger":
-            if not args.host:
-                raise DeployRequestError("KFP_HOST is required")
-            bad = [item for item in args.set if "=" not in item]
-            if bad:  # dict() of it would say only "dictionary update sequence element #0 ..."
-                raise DeployRequestError(f"--set {bad[0]!r}: expected KEY=VALUE")
-            from pipelines.local import LocalRunError, load_config
-            from pipelines.parameters import DEPLOYMENT
-            from pipelines.params import check_parameters
-
-            baked = [item.split("=", 1)[0] for item in args.set]
-            baked = [name for name in baked if name in DEPLOYMENT]
-            if baked:  # the deployed pipeline takes them as constants: the backend would refuse
-                raise DeployRequestError(
-                    f"--set {baked[0]}: a deployment setting, baked into the deployed pipeline "
-                    f"(not a run parameter): change it with make deploy"
-                )
-
-            try:  # typed as the pipeline declares them, and checked before anything is submitted
-                params = check_parameters(
-                    load_config(None, dict(item.split("=", 1) for item in args.set))
-                )
-            except LocalRunError as exc:
-                raise DeployRequestError(str(exc)) from None
-            run_id = Publisher(_kfp_client(args.host), profile_namespace()).trigger(
-                params, args.version
-            )
-            print(f"started run {run_id} of {PIPELINE_NAME}")
-            return Exit.OK
+            return _trigger(args)
         config = DeployConfig(
             env=args.env,
             registry=args.registry,

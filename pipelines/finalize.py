@@ -150,10 +150,34 @@ def finalize_run(
         from components.common.monitoring import push_run_outcome as push
     push(summary)  # to $DAILYREC_PUSHGATEWAY when set; never raises
 
+    summary["cleanup"] = _cleanup(
+        run.train if outcome.failed else None,
+        delete_trainjob,
+        storage_root,
+        rid,
+        tracking_uri,
+        model_name,
+        retention_days,
+    )
+    write_summary(folder, summary)
+    return summary
+
+
+def _cleanup(
+    failed_train: Path | None,
+    delete_trainjob: Callable[[str], bool] | None,
+    storage_root: str,
+    rid: str,
+    tracking_uri: str,
+    model_name: str,
+    retention_days: int,
+) -> dict:
+    """After the summary is written: delete a failed run's TrainJob (``failed_train``: its
+    training folder), then the retention pass; what was done and what failed, for the summary."""
     cleanup: dict = {"state": "done", "errors": []}
-    if outcome.failed and delete_trainjob is not None:
+    if failed_train is not None and delete_trainjob is not None:
         try:
-            cleanup["trainjob"] = "deleted" if delete_trainjob(str(run.train)) else "none"
+            cleanup["trainjob"] = "deleted" if delete_trainjob(str(failed_train)) else "none"
         except Exception as exc:  # an API error must not lose the summary written above
             cleanup["trainjob"] = "failed"
             cleanup["errors"].append(f"deleting the TrainJob: {_why(exc)}")
@@ -168,9 +192,7 @@ def finalize_run(
             print(f"[dailyrec] warning: cleanup: {problem}", flush=True)
     elif "retention" in cleanup:
         print(f"[dailyrec] {cleanup['retention']['line']}", flush=True)
-    summary["cleanup"] = cleanup
-    write_summary(folder, summary)
-    return summary
+    return cleanup
 
 
 def _why(exc: BaseException) -> str:

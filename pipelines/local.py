@@ -19,6 +19,7 @@ and temp files stay under the run folder (`runs/<run id>/kfp/`).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as dt
 import inspect
@@ -62,6 +63,14 @@ def pipeline_parameters(pipeline=None) -> dict:
 
     parameters = inspect.signature(pipeline.pipeline_func).parameters
     return {name: p.default for name, p in parameters.items()}
+
+
+def set_overrides(items: list[str]) -> dict[str, str]:
+    """The parameters of repeated ``--set KEY=VALUE`` options, as given (strings)."""
+    bad = [item for item in items if "=" not in item]
+    if bad:  # dict() of it would say only "dictionary update sequence element #0 ..."
+        raise LocalRunError(f"--set {bad[0]!r}: expected KEY=VALUE")
+    return dict(item.split("=", 1) for item in items)
 
 
 def load_config(path: str | Path | None, overrides: dict | None = None, pipeline=None) -> dict:
@@ -446,7 +455,8 @@ def parameters_help(pipeline=None) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """make run's command line."""
     p = cli_parser("python -m pipelines.local", __doc__.splitlines()[0], epilog=parameters_help())
     p.add_argument("--config", default=DEFAULT_CONFIG, help="JSON file of pipeline parameters")
     p.add_argument(
@@ -484,23 +494,31 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="print everything KFP's runner prints (the executor JSON, every task's full log)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def _checked_parameters(args: argparse.Namespace) -> dict:
+    """The run's parameters (--config, --set, --data), checked as the pipeline types them, and
+    the raw folder there: a bad request fails here, before anything runs."""
+    overrides = set_overrides(args.set)
+    if args.data:
+        overrides["raw_uri"] = args.data
+    params = load_config(args.config, overrides)
+    if args.run_id is not None:
+        safe_name(args.run_id, "run id")  # (run_local checks it too) before the folder check
+    check_parameters({**params, "run_id": resolve_run_id(params, args.run_id)})
+    raw = params.get("raw_uri") or str(Path(args.root) / "raw")
+    if "://" not in raw and not Path(raw).is_dir():  # fail now, not minutes into the pipeline
+        raise LocalRunError(f"raw events folder {raw} does not exist (--data or raw_uri)")
+    return params
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     from pipelines.task_containers import ContainerRunError
 
     try:
-        bad = [item for item in args.set if "=" not in item]
-        if bad:  # dict() of it would say only "dictionary update sequence element #0 ..."
-            raise LocalRunError(f"--set {bad[0]!r}: expected KEY=VALUE")
-        overrides = dict(item.split("=", 1) for item in args.set)
-        if args.data:
-            overrides["raw_uri"] = args.data
-        params = load_config(args.config, overrides)
-        if args.run_id is not None:
-            safe_name(args.run_id, "run id")  # (run_local checks it too) before the folder check
-        check_parameters({**params, "run_id": resolve_run_id(params, args.run_id)})
-        raw = params.get("raw_uri") or str(Path(args.root) / "raw")
-        if "://" not in raw and not Path(raw).is_dir():  # fail now, not minutes into the pipeline
-            raise LocalRunError(f"raw events folder {raw} does not exist (--data or raw_uri)")
+        params = _checked_parameters(args)
     except (LocalRunError, ValueError) as exc:
         print(f"run: error: {exc}", file=sys.stderr)
         return Exit.USAGE  # checked before anything runs: a LocalRunError here is a bad request

@@ -40,7 +40,6 @@ def train_op(
         best_val_auc: best validation AUC.
         warm_started: whether the champion's weights were applied.
     """
-    import contextlib
     import time
     from collections import namedtuple
     from pathlib import Path
@@ -53,37 +52,13 @@ def train_op(
     from components.common.storage import atomic_write_bytes
     from components.train.launch import LaunchSpec, launch
     from pipelines.finalize import warm_start_record
-
-    @contextlib.contextmanager
-    def final_when_spent(launcher: str):
-        """torchrun exits non-zero once its own restarts are spent: that failure is final (a TrainJob
-        backend says so itself). Killed by a signal (this pod stopped), it is not."""
-        from components.common.attempts import FinalError
-        from components.train.launch import LaunchError
-
-        try:
-            yield
-        except LaunchError as exc:
-            if launcher == "local" and (exc.exit_status or 0) > 0:
-                raise FinalError(str(exc), exc.exit_status) from exc
-            raise
+    from pipelines.training import champion_start, final_when_spent
 
     started = time.perf_counter()
     data_dir = read_pointer(dataset.path)
     # the artifact is the plan; the trainer processes (other pods on a cluster) read it from shared storage
     plan_path = atomic_write_bytes(RunFolder(Path(run_dir)).plan, Path(plan.path).read_bytes())
-    init_from = champion = None
-    if warm_start and tracking_uri:
-        from components.common.registry import champion_checkpoint
-        from components.common.registry_read import NoRegistry, connect_readonly
-
-        try:  # a reader: the registry is opened read-only
-            client = connect_readonly(tracking_uri)
-        except NoRegistry:  # the first run: nothing to start from
-            client = None
-        found = client and champion_checkpoint(client, model_name, str(Path(run_dir) / "champion"))
-        if found:
-            champion, init_from = found
+    champion, init_from = champion_start(warm_start, tracking_uri, model_name, run_dir)
     backend = None  # torchrun in this task's pod
     if launcher == "trainjob":
         from kube.client import TrainJobBackend
