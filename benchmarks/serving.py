@@ -322,8 +322,9 @@ def readme_table(result: dict) -> str:
         "",
         f"- memory growth over all request sizes: **{result['memory_growth_mib']:,.0f} MiB**, "
         f"{result['memory_growth_first_batch_mib']:,.0f} MiB of it by the first request of a full "
-        f"batch ({result['batch_size']:,} rows, `params.batch_size`); bounded beyond it: a "
-        "user's state is assembled once per request, and rows, events and bytes are bounded",
+        f"batch ({result['batch_size']:,} rows, `params.batch_size`), the rest with the rows of "
+        f"the larger requests (up to {SIZES[-1]:,}: a request's rows are featurized together, then "
+        "scored a batch at a time); the body bound caps a request",
     ]
     return "\n".join(lines)
 
