@@ -35,13 +35,16 @@ from components.common.plan import TrainPlan
 WORLD = next(w for w in WORLDS if isinstance(w, MovieLens))
 
 
+def check_shift(shift: int, world: MovieLens = WORLD) -> None:
+    """A window ``shift`` days earlier must keep training days; a ValueError says the range."""
+    most = world.window_days - world.val_days - world.test_days
+    if not 0 < shift < most:
+        raise ValueError(f"--shift must leave training days: 0 < shift < {most}, got {shift}")
+
+
 def dev_window(last_day: str, shift: int, world: MovieLens = WORLD) -> dict[str, str | int]:
     """The window ``shift`` days before the benchmark's: same first day, same split lengths."""
-    if not 0 < shift < world.window_days - world.val_days - world.test_days:
-        raise ValueError(
-            f"--shift must leave training days: 0 < shift < "
-            f"{world.window_days - world.val_days - world.test_days}, got {shift}"
-        )
+    check_shift(shift, world)
     end = dt.date.fromisoformat(last_day) - dt.timedelta(days=shift)
     return {
         "end_date": end.isoformat(),
@@ -167,10 +170,11 @@ def main(argv: list[str] | None = None) -> int:
             p.error(
                 f"variant {name}: {', '.join(unknown)} not a plan field ({', '.join(sorted(fields))})"
             )
-    try:
-        data = prepare(root, args.shift)
+    try:  # before the logs are fetched
+        check_shift(args.shift)
     except ValueError as exc:
         p.error(str(exc))
+    data = prepare(root, args.shift)
     results: dict[str, list[dict]] = {}
     for name, overrides in args.variants:
         for seed in seeds:

@@ -157,8 +157,8 @@ def _canonical(node: object) -> str:
     between Python versions (3.12 adds ``type_params=[]``), and a result measured on a machine
     with another Python must stamp the same code the same way."""
     if isinstance(node, ast.JoinedStr):  # 3.12 ends some format specs with an empty string
-        empty = [v for v in node.values if isinstance(v, ast.Constant) and v.value == ""]
-        node = ast.JoinedStr(values=[v for v in node.values if v not in empty])
+        values = [v for v in node.values if not (isinstance(v, ast.Constant) and v.value == "")]
+        node = ast.JoinedStr(values=values)
     if isinstance(node, ast.AST):
         values = ((name, getattr(node, name, None)) for name in node._fields)
         kept = [f"{name}={_canonical(v)}" for name, v in values if v is not None and v != []]
