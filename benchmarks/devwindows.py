@@ -29,7 +29,7 @@ import numpy as np
 
 from benchmarks import movielens
 from benchmarks.measure import run_measured
-from benchmarks.worlds import CONFIG, SCRATCH, WORLDS, MovieLens
+from benchmarks.worlds import CONFIG, SCRATCH, WORLDS, MovieLens, plan_and_train
 from components.common.plan import TrainPlan
 
 WORLD = next(w for w in WORLDS if isinstance(w, MovieLens))
@@ -83,27 +83,10 @@ def prepare(root: Path, shift: int) -> Path:
 
 def train(data: Path, work: Path, overrides: dict, seed: int) -> Path:
     """The estimate's plan with ``overrides`` and ``seed``, trained as the pipeline trains."""
-    from components.common.plan import read_plan, write_plan
-
-    config = json.loads(CONFIG.read_text())
     shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    plan = work / "plan.json"
-    run_measured(
-        [sys.executable, "-m", "components.estimate", "--data", str(data), "--out", str(plan)]
-        + ["--model", config["model_config"], "--hardware", config["hardware_profile"]]
-        + ["--global-batch", str(config["global_batch"])]
-        + ["--max-epochs", str(config["max_epochs"])]
-    )
-    planned, doc = read_plan(plan)
-    changed = dataclasses.replace(planned, seed=seed, **overrides)  # checked by TrainPlan
-    write_plan(plan, changed, doc["rationale"], doc["estimate"])
-    out = work / "train"
-    run_measured(
-        [sys.executable, "-m", "components.train.launch"]
-        + ["--data", str(data), "--plan", str(plan), "--out", str(out)]
-    )
-    return out / "best.pt"
+    max_epochs = json.loads(CONFIG.read_text())["max_epochs"]
+    flags = ["--max-epochs", str(max_epochs)]
+    return plan_and_train(data, work, flags, {"seed": seed, **overrides}) / "best.pt"
 
 
 def judge(data: Path, checkpoint: Path) -> dict:

@@ -48,7 +48,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.measure import machine
 from benchmarks.readme import NO_README_HELP, publish, rate
-from components.common.plan import TrainPlan
+from components.common.plan import GPU_COMPILE, TrainPlan
 from components.estimate.hardware import HardwareError, load_profile
 from components.estimate.memory import MemorySetup, batch_bytes_per_sample, memory_breakdown
 from components.estimate.timemodel import (
@@ -98,9 +98,9 @@ PROFILES: list[tuple[str, str]] = [
 ]
 BATCHES = "256,1024,4096,16384"
 MODES = "off,default,reduce-overhead"
-PLAN_MODE = "reduce-overhead"
+PLAN_MODE = GPU_COMPILE
 """The ``compile`` setting the estimate gives a GPU plan: the sweep against the estimate and the
-profile's constants measure the step as such a plan runs it (a test holds the two equal)."""
+profile's constants measure the step as such a plan runs it."""
 MODE_BATCHES = "256,4096,16384"
 SYNTHETIC_BATCHES = 4  # measure() keeps this many batches on the device
 

@@ -128,57 +128,12 @@ def train_dailyrec(
     from components.common.train_summary import TrainSummary
     from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
 
-    config = json.loads(CONFIG.read_text())
-    plan = work / "plan.json"
-    run_measured(
-        [
-            sys.executable,
-            "-m",
-            "components.estimate",
-            "--data",
-            str(data),
-            "--model",
-            config["model_config"],
-            "--hardware",
-            config["hardware_profile"],
-            "--global-batch",
-            str(config["global_batch"]),
-            "--max-epochs",
-            str(epochs),
-            *(["--negative-keep", str(negative_keep)] if negative_keep is not None else []),
-            *(
-                ["--negatives-per-positive", str(negatives_per_positive)]
-                if negatives_per_positive is not None
-                else []
-            ),
-            "--out",
-            str(plan),
-        ]
-    )
-    if seed:
-        from components.common.plan import read_plan, write_plan
-
-        trained, doc = read_plan(plan)
-        write_plan(plan, replace(trained, seed=seed), doc["rationale"], doc["estimate"])
-    out = work / "train"
-    shutil.rmtree(out, ignore_errors=True)
+    flags = ["--max-epochs", str(epochs)]
+    flags += ["--negative-keep", str(negative_keep)] if negative_keep is not None else []
+    if negatives_per_positive is not None:
+        flags += ["--negatives-per-positive", str(negatives_per_positive)]
     started = time.perf_counter()
-    # restarts resume from the last checkpoint, as the pipeline's own launch does after a crash
-    run_measured(
-        [
-            sys.executable,
-            "-m",
-            "components.train.launch",
-            "--data",
-            str(data),
-            "--plan",
-            str(plan),
-            "--out",
-            str(out),
-            "--max-restarts",
-            "2",
-        ]
-    )
+    out = plan_and_train(data, work, flags, {"seed": seed} if seed else {})
     seconds = time.perf_counter() - started
     summary = TrainSummary.read(out)
     scorer = load_scorer(out / "best.pt")
@@ -193,6 +148,33 @@ def train_dailyrec(
         "negative_keep": summary.negative_keep,
         **({"served": served(data, out / "best.pt", work / "evaluate")} if serve else {}),
     }
+
+
+def plan_and_train(data: Path, work: Path, flags: list[str], changes: dict) -> Path:
+    """The estimate's plan for ``data`` (the shipped config's model, hardware and global batch,
+    then ``flags`` of ``python -m components.estimate``), with the plan fields in ``changes``
+    replaced (checked by TrainPlan), trained by the pipeline's launcher; its output folder."""
+    from components.common.plan import read_plan, write_plan
+
+    config = json.loads(CONFIG.read_text())
+    work.mkdir(parents=True, exist_ok=True)
+    plan = work / "plan.json"
+    run_measured(
+        [sys.executable, "-m", "components.estimate", "--data", str(data), "--out", str(plan)]
+        + ["--model", config["model_config"], "--hardware", config["hardware_profile"]]
+        + ["--global-batch", str(config["global_batch"]), *flags]
+    )
+    if changes:
+        planned, doc = read_plan(plan)
+        write_plan(plan, replace(planned, **changes), doc["rationale"], doc["estimate"])
+    out = work / "train"
+    shutil.rmtree(out, ignore_errors=True)
+    # restarts resume from the last checkpoint, as the pipeline's own launch does after a crash
+    run_measured(
+        [sys.executable, "-m", "components.train.launch", "--data", str(data)]
+        + ["--plan", str(plan), "--out", str(out), "--max-restarts", "2"]
+    )
+    return out
 
 
 def served(data: Path, checkpoint: Path, out: Path) -> dict:

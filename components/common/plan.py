@@ -20,6 +20,9 @@ PLAN_FORMAT = "dailyrec.plan/v1"
 PRECISIONS = ("fp32", "bf16", "fp16")
 SPARSE_MODES = ("auto", "on", "off")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+GPU_COMPILE = "reduce-overhead"
+"""The compile mode the estimate plans on GPUs: their steps are launch-bound, and CUDA graphs
+replay one as a single launch (benchmarks/results/gpu.json); on CPU plans compile nothing."""
 MEMORY_FRACTION = 0.88
 """Share of the device memory a plan may use by default (the estimate stage, the tuner's
 architecture filter, Katib trials). It tolerates a peak 13.6% above the memory model's;

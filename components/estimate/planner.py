@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common.dataset_meta import DatasetMeta
-from components.common.plan import TrainPlan, write_plan
+from components.common.plan import GPU_COMPILE, TrainPlan, write_plan
 from components.estimate.config import EstimateConfig, EstimateError, InfeasibleError
 from components.estimate.hardware import TIME_FIELDS, HardwareProfile, load_profile
 from components.estimate.memory import (
@@ -68,7 +68,10 @@ from components.estimate.timemodel import (
 )
 from components.train.model import ModelConfig, Vocab, model_config
 
-MAX_MICRO_BATCH = 1 << 16
+MAX_MICRO_BATCH = 1 << 15
+"""Rows per micro-batch at most. cuDNN's fused attention takes batches below 2^16 only: at
+65,536 the compiled step failed in its backward on an H200 (PyTorch issue 181085), while 32,768
+ran within 5% of the throughput plateau (docs/performance.md)."""
 
 
 # ----------------------------------------------------------------------------- choices
@@ -289,8 +292,7 @@ class Planner:
             precision=self.precision,
             activation_checkpointing=c.checkpointing,
             sparse_embeddings="auto",
-            # GPU steps are launch-bound (benchmarks/results/gpu.json); on CPU no gain measured
-            compile="reduce-overhead" if self.gpu else "off",
+            compile=GPU_COMPILE if self.gpu else "off",
             lr=training.lr * config.global_batch / training.global_batch,
             warmup_fraction=training.warmup_fraction,
             weight_decay=training.weight_decay,

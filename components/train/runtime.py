@@ -38,7 +38,10 @@ class Runtime:
         return self.world_size > 1
 
 
-def init_runtime() -> Runtime:
+def local_runtime() -> Runtime:
+    """This process's place in the launch (torchrun's variables) and device, before it joins
+    the process group: what a plan is checked against, so that every rank refuses a plan the
+    same way instead of one rank leaving while its peers connect."""
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -47,11 +50,24 @@ def init_runtime() -> Runtime:
         torch.cuda.set_device(device)
     else:
         device, backend = torch.device("cpu"), "gloo"
-    if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(
-            backend=backend, init_method="env://", rank=rank, world_size=world_size
-        )
     return Runtime(rank, world_size, local_rank, device, backend)
+
+
+def join_group(runtime: Runtime) -> Runtime:
+    """Join the launch's process group (a no-op for one process); ``runtime`` back."""
+    if runtime.distributed and not dist.is_initialized():
+        dist.init_process_group(
+            backend=runtime.backend,
+            init_method="env://",
+            rank=runtime.rank,
+            world_size=runtime.world_size,
+        )
+    return runtime
+
+
+def init_runtime() -> Runtime:
+    """This process's runtime, in its process group."""
+    return join_group(local_runtime())
 
 
 def autocast_for(precision: str, device: torch.device):

@@ -65,7 +65,8 @@ from components.train.runtime import (
     check_plan_for_device,
     compiled,
     gather_predictions,
-    init_runtime,
+    join_group,
+    local_runtime,
     to_device,
     use_sparse,
 )
@@ -130,13 +131,14 @@ class Trainer:
     ) -> None:
         self.started, self.started_wall = time.perf_counter(), time.time()
         self.config, self.on_epoch = config, on_epoch
-        self.runtime = runtime = init_runtime()
-        self.out = Path(config.out)
-        self.out.mkdir(parents=True, exist_ok=True)
+        runtime = local_runtime()
         plan, self.plan_doc = read_plan(config.plan) if config.plan else (TrainPlan(), None)
         if config.max_epochs:
             plan = plan.replace(max_epochs=config.max_epochs)
         self.plan = plan = check_plan_for_device(plan, runtime)
+        self.runtime = runtime = join_group(runtime)
+        self.out = Path(config.out)
+        self.out.mkdir(parents=True, exist_ok=True)
         self._open_data()
         self._build_model()
         # the rows trained on: every row, or the positives and each epoch's sample of the negatives

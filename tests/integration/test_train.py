@@ -243,10 +243,12 @@ def test_restarted_workers_get_their_own_store_not_the_agents(tmp_path):
 
 def test_launcher_surfaces_each_ranks_error(tiny_dataset, tmp_path):
     plan = plan_file(tmp_path / "plan.json", nproc_per_node=2, precision="fp16")
+    # every rank checks the plan before it joins the process group: each refuses it in its
+    # own words, none is left waiting for a peer that already left
     with pytest.raises(
         LaunchError,
         match=r"rank 0: ValueError: plan.train.precision fp16 needs a CUDA device"
-        r".*rank 1: ValueError",
+        r".*rank 1: ValueError: plan.train.precision fp16",
     ):
         launch(LaunchSpec.of(data=str(tiny_dataset), out=str(tmp_path / "fail"), plan=plan))
 

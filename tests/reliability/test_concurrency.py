@@ -151,6 +151,7 @@ def test_second_run_is_refused_naming_the_holder_and_waits_when_asked(tmp_path, 
     )
 
 
+@pytest.mark.slow
 def test_the_mlflow_database_is_never_left_half_created(tmp_path, fault_report):
     code = (
         "from components.common.tracking import connect, sqlite_uri\n"
@@ -196,6 +197,7 @@ def test_the_mlflow_database_is_never_left_half_created(tmp_path, fault_report):
     )
 
 
+@pytest.mark.slow
 def test_make_ui_prepares_the_registry_before_the_server_opens_it(tmp_path, fault_report):
     """``make ui`` runs ``python -m components.common.tracking DB`` first: mlflow ui would create the
     database in place, non-atomically; an interrupted empty one is repaired, a damaged one named."""

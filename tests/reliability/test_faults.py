@@ -46,6 +46,7 @@ def run_ok(command: list[str], **kwargs) -> subprocess.CompletedProcess:
 # ----------------------------------------------------------------------------- training
 
 
+@pytest.mark.slow
 def test_rank_killed_mid_epoch_resumes_and_finishes_like_an_uninterrupted_run(
     tiny_dataset, tmp_path, fault_report
 ):
@@ -135,6 +136,7 @@ def _tree(folder: Path) -> dict[str, bytes]:
     return files
 
 
+@pytest.mark.slow
 def test_preprocessing_killed_while_writing_never_leaves_a_complete_looking_output(
     tmp_path, fault_report
 ):
@@ -250,6 +252,7 @@ def mlflow_server(tmp_path):
         proc.wait()
 
 
+@pytest.mark.slow
 def test_tracking_server_dying_mid_training_and_before_registration(
     tiny_dataset, tmp_path, mlflow_server, fault_report
 ):

@@ -32,6 +32,7 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_readers_leave_a_copied_registry_as_it_was(
     world,
     registered,

@@ -60,6 +60,7 @@ def _locations(db: Path) -> list[str]:
         ]
 
 
+@pytest.mark.slow
 def test_a_moved_registry_points_at_its_new_place(tmp_path, fault_report):
     fault_report(
         "registry",
@@ -76,6 +77,7 @@ def test_a_moved_registry_points_at_its_new_place(tmp_path, fault_report):
     assert file_locations and all(x.startswith(new.resolve().as_uri()) for x in file_locations)
 
 
+@pytest.mark.slow
 def test_a_second_path_to_the_same_registry_rewrites_nothing(tmp_path, fault_report):
     fault_report(
         "registry",
@@ -132,6 +134,7 @@ def test_a_registry_path_with_a_question_mark_is_refused_by_name(tmp_path, fault
     assert not (tmp_path / "what?").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["runs #1", "100% local", "a=b&c"])
 def test_a_registry_in_a_folder_with_uri_characters_is_probed_read_only(
     tmp_path, name, fault_report

@@ -174,3 +174,28 @@ def test_the_digest_ignores_the_empty_strings_some_pythons_put_in_format_specs()
     spec.values.append(ast.Constant(value=""))
     assert fingerprint._canonical(tree) == fingerprint._canonical(ast.parse(text))
     assert code_digest(text) != code_digest('f"{a:>{b}} {c}"')
+
+
+def _slow_checks() -> set[str]:
+    import ast
+
+    folder = fingerprint.ROOT / "tests" / "reliability"
+    return {
+        f"tests/reliability/{path.name}::{node.name}"
+        for path in sorted(folder.glob("test_*.py"))
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.FunctionDef)
+        and any(ast.unparse(d) == "pytest.mark.slow" for d in node.decorator_list)
+    }
+
+
+def test_the_stored_reliability_run_has_each_slow_check_and_passed_them_all():
+    """``make test`` leaves the slow checks to ``make test-reliability``: its stored run (fresh
+    by the stamp above) must hold a row of each, and every row passed."""
+    rows = json.loads((readme.RESULTS / "reliability.json").read_text())["rows"]
+    ran = {row["test"].split("[")[0] for row in rows}
+    slow = _slow_checks()
+    assert len(slow) >= 10  # the parse found them
+    assert not slow - ran, f"not in the stored run: {sorted(slow - ran)}; make test-reliability"
+    failed = [row["test"] for row in rows if row["result"] != "passed"]
+    assert not failed, f"failed or skipped in the stored run: {failed}"
