@@ -25,7 +25,7 @@ NEGATIVE_KEEP = 1.0
 """The daily run's share of the training negatives: the smallest that trained models of the same
 quality as every row on each world of benchmarks/downsampling.py (its ``chosen``; a test holds
 the two equal; docs/performance.md)."""
-NEGATIVES_PER_POSITIVE = 3.0
+NEGATIVES_PER_POSITIVE = 12.0
 """The daily run's most training negatives per positive: the smallest whole number that keeps, on
 each world of benchmarks/downsampling.py, at least the smallest share of the same quality as every
 row measured there (its ``chosen_ratio``; a test holds the two equal; docs/performance.md). Where

@@ -373,17 +373,6 @@ def test_infeasible_deadline(dataset):
         )
 
 
-def test_a_gpu_micro_batch_stays_below_what_cudnn_attention_takes(tmp_path):
-    # cuDNN's fused attention backward fails at 2^16 rows and more (PyTorch issue 181085)
-    data = fake_dataset(tmp_path / "big", rows=2_000_000_000)
-    config = EstimateConfig(
-        data=str(data), model="prod", hardware="h200-141gb", global_batch=1 << 18, probe=False
-    )
-    plan = estimate(config)["train"]
-    assert plan.micro_batch == 1 << 15
-    assert plan.micro_batch * plan.grad_accum * plan.world_size == 1 << 18
-
-
 def test_deadline_adds_devices(tmp_path):
     # a compute-bound request (big global batch): more GPUs finish sooner
     data = fake_dataset(tmp_path / "big", rows=2_000_000_000)

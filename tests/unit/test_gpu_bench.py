@@ -35,3 +35,14 @@ def test_constants_take_mfu_at_the_fastest_size_and_the_floor_at_the_smallest():
     assert c["step_latency_seconds"] == pytest.approx(0.004) and c["step_latency_batch"] == 256
     assert c["mode"] == PLAN_MODE
     assert constants(sweep, peak=None, flops=4e7)["mfu"] is None
+
+
+def test_a_gpu_micro_batch_stays_below_what_cudnn_attention_takes(tmp_path):
+    # cuDNN's fused attention backward fails at 2^16 rows and more (PyTorch issue 181085)
+    data = fake_dataset(tmp_path / "big", rows=2_000_000_000)
+    config = EstimateConfig(
+        data=str(data), model="prod", hardware="h200-141gb", global_batch=1 << 18, probe=False
+    )
+    plan = estimate(config)["train"]
+    assert plan.micro_batch == 1 << 15
+    assert plan.micro_batch * plan.grad_accum * plan.world_size == 1 << 18
