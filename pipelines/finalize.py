@@ -18,6 +18,7 @@ then written again, and never hides the outcome.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,15 +27,8 @@ from components.common.lock import LockBusy, storage_lock
 from components.common.paths import PathError, inside, safe_name
 from components.common.progress import get_logger
 from components.common.run_record import RunRecord, RunRecordError
-from components.common.runs import (
-    STAGES,
-    RunFolder,
-    build_summary,
-    claimed_by_other,
-    run_dir,
-    summary_text,
-    write_summary,
-)
+from components.common.run_summary import RunSummary
+from components.common.runs import STAGES, RunFolder, claimed_by_other, run_dir
 from components.common.storage import remove_stale_temps
 
 log = get_logger(__name__)
@@ -101,8 +95,8 @@ def finalize_run(
     tracking_uri: str = "",
     retention_days: int = 0,
     delete_trainjob: Callable[[str], bool] | None = None,
-    push: Callable[[dict], object] | None = None,
-) -> dict:
+    push: Callable[[RunSummary], object] | None = None,
+) -> RunSummary:
     """Decide, summarise, push, clean up; returns the summary as written last.
 
     ``delete_trainjob(train_out)``: deletes the TrainJob of a training output folder (True when
@@ -123,34 +117,26 @@ def finalize_run(
     error = outcome.error
     if refused:
         error = f"{refused}; {error or ''}".rstrip("; ")
-    summary = build_summary(
-        folder,
-        data_dir,
-        raw_uri,
-        model_name,
-        rid,
-        status=outcome.status,
-        error=error,
+    summary = RunSummary.build(
+        folder, data_dir, raw_uri, model_name, rid, status=outcome.status, error=error
     )
-    if summary.get("champion_version") is None and tracking_uri:  # registered nothing, or failed
-        summary["champion_version"] = champion_version(tracking_uri, model_name)
-    # this run's records (an earlier run of the same id may have left its own)
-    summary["stage_seconds"] = {s: done[s]["seconds"] if s in done else None for s in STAGES}
-    summary["total_seconds"] = round(sum(v for v in summary["stage_seconds"].values() if v), 3)
-    summary["failed_stage"] = (
-        next((s for s in STAGES if s not in done), None) if outcome.failed else None
+    champion = summary.champion_version
+    if champion is None and tracking_uri:  # registered nothing, or failed before evaluate
+        champion = champion_version(tracking_uri, model_name)
+    summary = dataclasses.replace(
+        summary,
+        champion_version=champion,
+        kfp_state=state,
+        outcome_from=outcome.decided_by,
+        cleanup={"state": "pending"},
     )
-    summary["warm_start"] = (done.get("train") or {}).get("warm_start")
-    summary["kfp_state"] = state
-    summary["outcome_from"] = outcome.decided_by
-    summary["cleanup"] = {"state": "pending"}
-    write_summary(folder, summary)
-    print(run_text(summary), flush=True)
+    summary.write(folder)
+    print(summary.text(), flush=True)
     if push is None:
         from components.common.monitoring import push_run_outcome as push
     push(summary)  # to $DAILYREC_PUSHGATEWAY when set; never raises
 
-    summary["cleanup"] = _cleanup(
+    cleanup = _cleanup(
         run.train if outcome.failed else None,
         delete_trainjob,
         storage_root,
@@ -159,7 +145,8 @@ def finalize_run(
         model_name,
         retention_days,
     )
-    write_summary(folder, summary)
+    summary = dataclasses.replace(summary, cleanup=cleanup)
+    summary.write(folder)
     return summary
 
 
@@ -243,15 +230,3 @@ def warm_start_record(
         reason = (trained or {}).get("reason") or "not applied"
         line = f"{model_name} v{version}'s weights not used ({reason}): trained from scratch"
     return {"asked": asked, "version": version, "applied": applied, "line": line}
-
-
-def run_text(summary: dict) -> str:
-    """The readable end of a run: :func:`components.common.runs.summary_text`, with where its
-    training started from."""
-    text = summary_text(summary)
-    warm = summary.get("warm_start")
-    if not isinstance(warm, dict) or "line" not in warm:
-        return text
-    lines = text.split("\n")
-    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("  model ")), len(lines))
-    return "\n".join([*lines[:at], f"  warm     {warm['line']}", *lines[at:]])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import inspect
 import json
@@ -34,14 +35,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from components.common.cli import Exit, cli_parser, exit_for, signal_exit
+from components.common.final_status import CANCELED, FAILED
 from components.common.lock import LockBusy, storage_lock
 from components.common.paths import PathError, inside, safe_name
 from components.common.proctree import Stopped, orphan_watchdog, stop_tree_on_signals
+from components.common.run_summary import RunSummary
 from components.common.runs import OWNER, SUMMARY, run_dir
 from components.common.storage import atomic_write_json
 from components.common.tracking import sqlite_uri
 from pipelines.console import RunConsole
-from pipelines.finalize import run_text
 from pipelines.params import check_parameters
 
 DEFAULT_CONFIG = "configs/local.json"
@@ -128,7 +130,7 @@ def run_local(
     verbose: bool = False,
     runner: str = "subprocess",
     image: str = LOCAL_IMAGE,
-) -> dict:
+) -> RunSummary:
     """Run the pipeline locally; return the run's summary (also on failure: status says so). The terminal
     gets a short console, ``runs/<run id>/logs/`` every line (``verbose``: the terminal gets them too).
     ``runner``: ``subprocess`` (tasks in this environment) or ``docker`` (tasks in ``image``)."""
@@ -161,17 +163,11 @@ def run_local(
             write_stopped_summary(folder, run_id, str(exc))
             raise
         seconds = time.perf_counter() - started
-        try:
-            summary = json.loads((folder / SUMMARY).read_text())
-        except (OSError, ValueError):
-            summary = {
-                "run_id": run_id,
-                "status": "FAILED",
-                "error": "the pipeline wrote no summary",
-            }
-        summary["wall_seconds"] = round(seconds, 1)
-        summary["logs"] = str(logs)
-        atomic_write_json(folder / SUMMARY, summary)
+        summary = RunSummary.find(folder) or RunSummary(
+            run_id, FAILED, error="the pipeline wrote no summary", run_folder=str(folder)
+        )
+        summary = dataclasses.replace(summary, wall_seconds=round(seconds, 1), logs=str(logs))
+        summary.write(folder)
         latest = root / "runs" / "latest"
         latest.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(folder / SUMMARY, latest / SUMMARY)
@@ -251,11 +247,8 @@ def quiet_console(logs: Path, verbose: bool = False) -> Iterator[RunConsole | No
 
 def write_stopped_summary(folder: Path, run_id: str, reason: str) -> None:
     """The summary of a run stopped by a signal (its exit handler never ran)."""
-    try:
-        summary = json.loads((folder / SUMMARY).read_text())
-    except (OSError, ValueError):
-        summary = {"run_id": run_id}
-    atomic_write_json(folder / SUMMARY, {**summary, "status": "CANCELED", "error": reason})
+    summary = RunSummary.find(folder) or RunSummary(run_id, CANCELED, run_folder=str(folder))
+    dataclasses.replace(summary, status=CANCELED, error=reason).write(folder)
 
 
 def resolve_run_id(params: dict, run_id: str | None) -> str:
@@ -274,9 +267,7 @@ def close_dead_runs(root: Path, run_id: str, tracking_uri: str) -> list[str]:
     not finish; an MLflow run of the root's own SQLite registry still RUNNING (its process killed
     by SIGKILL or with the machine) is ended KILLED. A registry on a server is left alone: other
     roots' live runs may use it."""
-    from components.common.final_status import stage_records
-    from components.common.run_record import RUN_RECORD
-    from components.common.runs import STAGES, write_summary
+    from components.common.run_record import RUN_RECORD, RunRecord
 
     said = []
     runs = root / "runs"
@@ -285,20 +276,21 @@ def close_dead_runs(root: Path, run_id: str, tracking_uri: str) -> list[str]:
             continue
         if (folder / SUMMARY).exists():
             continue
-        done = stage_records(folder, STAGES)
-        stage = next((s for s in STAGES if s not in done), None)
-        write_summary(
+        why = f"the run ended without a summary (its process was killed); closed by run {run_id}"
+        record = RunRecord.find(folder)  # what the exit handler would have read
+        summary = RunSummary.build(
             folder,
-            {
-                "run_id": folder.name,
-                "status": "FAILED",
-                "failed_stage": stage,
-                "error": f"the run ended without a summary (its process was killed); closed by run {run_id}",
-                "stage_seconds": {s: done[s]["seconds"] if s in done else None for s in STAGES},
-            },
+            record.data_dir if record else "",
+            record.raw_uri if record else "",
+            "",
+            folder.name,
+            FAILED,
+            why,
         )
+        summary.write(folder)
         said.append(
-            f"run {folder.name} ended without a summary (killed in {stage}): recorded FAILED"
+            f"run {folder.name} ended without a summary (killed in {summary.failed_stage}): "
+            "recorded FAILED"
         )
     db = runs / "mlflow.db"
     if not tracking_uri and db.is_file():
@@ -539,14 +531,14 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # e.g. a --root that cannot be created
         print(f"run: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return exit_for(exc)
-    print("\n" + (run_text(summary) if "stage_seconds" in summary else json.dumps(summary)))
+    print("\n" + summary.text())
     print(
-        f"  wall     {summary['wall_seconds']:.0f}s  summary: {Path(args.root) / 'runs' / summary['run_id'] / SUMMARY}"
+        f"  wall     {summary.wall_seconds:.0f}s  summary: {Path(args.root) / 'runs' / summary.run_id / SUMMARY}"
     )
     print(
-        f"  logs     {summary['logs']}/ (<task>.log per task, pipeline.log: the KFP runner's transcript)"
+        f"  logs     {summary.logs}/ (<task>.log per task, pipeline.log: the KFP runner's transcript)"
     )
-    return Exit.OK if summary.get("status") == "SUCCEEDED" else Exit.FAILED
+    return Exit.OK if summary.succeeded else Exit.FAILED
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ Grafana: the values are those the exit handler pushes (:func:`components.common.
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import subprocess
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from components.common.cli import Exit, HelpFormatter, cli_parser
 from components.common.evaluation import Decision
+from components.common.run_summary import RunSummary
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "manifests" / "monitoring" / "rules.yaml"
@@ -160,7 +160,7 @@ def serve(root: Path, ports: Ports) -> int:
 # ----------------------------------------------------------------------------- static panels
 
 
-def run_values(summary: dict, decision: Decision | None) -> dict:
+def run_values(summary: RunSummary, decision: Decision | None) -> dict:
     """One run's panel values: what the exit handler pushes for it (``run_outcome``)."""
     from components.common.monitoring import run_outcome
     from components.common.runs import STAGES
@@ -172,9 +172,9 @@ def run_values(summary: dict, decision: Decision | None) -> dict:
         return None if found is None or found != found else found  # NaN: the run has none
 
     return {
-        "run_id": summary.get("run_id"),
-        "run_date": summary.get("run_date"),
-        "status": summary.get("status"),
+        "run_id": summary.run_id,
+        "run_date": summary.run_date,
+        "status": summary.status,
         "succeeded": value("dailyrec_run_succeeded") == 1,
         "blessed": value("dailyrec_run_blessed"),
         "test_auc": value("dailyrec_run_test_auc"),
@@ -187,15 +187,15 @@ def run_values(summary: dict, decision: Decision | None) -> dict:
 
 
 def read_runs(root: Path) -> list[dict]:
-    """Every run under ``root/runs`` that wrote a summary, oldest first (by its end time)."""
-    from components.common.runs import RunFolder
+    """Every daily run under ``root/runs`` that wrote a summary, oldest first (by its end time);
+    ``runs/latest`` (a copy of the newest) once, as its own run."""
+    from components.common.runs import SUMMARY, RunFolder
 
     found = []
-    for path in sorted((Path(root) / "runs").glob("*/summary.json")):
-        try:
-            summary = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # a summary being written, or damaged: not a run to draw
+    for path in sorted((Path(root) / "runs").glob(f"*/{SUMMARY}")):
+        summary = RunSummary.find(path)  # None: being written, damaged, or another pipeline's
+        if summary is None or summary.run_id != path.parent.name:
+            continue  # runs/latest holds a copy of a run drawn under its own folder
         decision = Decision.find(RunFolder(path.parent).evaluate)
         found.append((path.stat().st_mtime, run_values(summary, decision)))
     return [values for _, values in sorted(found, key=lambda pair: pair[0])]

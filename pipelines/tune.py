@@ -30,6 +30,9 @@ from pipelines.steps import prepare_data
 
 PIPELINE_NAME = "dailyrec-tune"
 DEFAULT_CONFIG = "configs/tune.json"
+TUNE_RUN_FORMAT = "dailyrec.tune-run/v1"
+"""The format of a search run's ``runs/<run id>/summary.json`` (the search's own summary, with the
+run's status, wall-clock seconds and log folder): another document than a daily run's summary."""
 TUNE_RESOURCES = ("4", "16Gi", "24Gi")
 """cpu request, memory request, memory limit of the tune task (trials train inside it)."""
 
@@ -163,6 +166,7 @@ def _run_tune(params: dict, run_id: str, folder: Path, verbose: bool) -> dict:
     except (OSError, ValueError):
         summary = {"status": "FAILED", "error": f"the search wrote no summary (see {logs})"}
     summary.update(
+        format=TUNE_RUN_FORMAT,  # not a daily run's summary: the dashboard leaves it out
         run_id=run_id,
         pipeline=PIPELINE_NAME,
         wall_seconds=round(time.perf_counter() - started, 1),

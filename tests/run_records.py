@@ -3,48 +3,36 @@ decision.json), written by hand: for the monitoring tests, which push or draw th
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from components.common.evaluation import Decision
+from components.common.run_summary import RunSummary
 
-SUMMARY_KEYS = {
-    "run_id",
-    "run_date",
-    "dataset_rows",
-    "test_auc",
-    "test_gauc",
-    "oracle_auc",
-    "blessed",
-    "decision_reasons",
-    "model_name",
-    "model_version",
-    "champion_version",
-    "stage_seconds",
-    "plan",
-    "status",
-}
+SUMMARY_KEYS = {f.name for f in dataclasses.fields(RunSummary)} - {"source"} | {"format"}
+"""The keys of every summary.json the exit handler writes."""
 
 
-def summary(status="SUCCEEDED", test_auc=0.70, measured=9000.0, run_folder=None) -> dict:
-    return {
-        "run_id": "r1",
-        "status": status,
-        "model_name": "dailyrec",
-        "test_auc": test_auc,
-        "blessed": status == "SUCCEEDED",
-        "champion_version": 3,
-        "total_seconds": 100.0,
-        "stage_seconds": {
+def summary(status="SUCCEEDED", test_auc=0.70, measured=9000.0, run_folder=None) -> RunSummary:
+    return RunSummary(
+        run_id="r1",
+        status=status,
+        model_name="dailyrec",
+        test_auc=test_auc,
+        blessed=status == "SUCCEEDED",
+        champion_version=3,
+        total_seconds=100.0,
+        stage_seconds={
             "preprocess": 10.0,
             "estimate": 2.0,
             "train": 80.0,
             "evaluate": 5.0,
             "register": 3.0 if status == "SUCCEEDED" else None,
         },
-        "dataset_rows": {"train": 1000, "val": 200, "test": 200},
-        "plan_vs_actual": {"samples_per_s": {"measured": measured, "predicted": 10000.0}},
-        "run_folder": str(run_folder) if run_folder else None,
-    }
+        dataset_rows={"train": 1000, "val": 200, "test": 200},
+        plan_vs_actual={"samples_per_s": {"measured": measured, "predicted": 10000.0}},
+        run_folder=str(run_folder) if run_folder else "",
+    )
 
 
 def decision(folder: Path, champion_auc: float, tolerance: float = 0.002) -> Path:

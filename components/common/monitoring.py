@@ -17,7 +17,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway, start_http_server
 
@@ -26,12 +26,14 @@ from components.common.progress import get_logger
 from components.common.runs import STAGES, RunFolder
 from components.common.tracking import check_no_credentials, redact
 
+if TYPE_CHECKING:
+    from components.common.run_summary import RunSummary
+
 log = get_logger(__name__)
 
 PORT_ENV = "DAILYREC_METRICS_PORT"
 PUSHGATEWAY_ENV = "DAILYREC_PUSHGATEWAY"
 JOB = "dailyrec"
-SUCCEEDED = ("SUCCEEDED", "COMPLETE")
 """The Pushgateway job of the daily runs; one group per model name (label ``model``)."""
 
 TRAINING_METRICS = {
@@ -106,7 +108,7 @@ class TrainingMetrics:
 
 
 def run_outcome(
-    summary: dict, decision: Decision | None = None, now: float | None = None
+    summary: RunSummary, decision: Decision | None = None, now: float | None = None
 ) -> CollectorRegistry:
     """The run's outcome as gauges (the names in :data:`RUN_METRICS`), from its summary and, for the
     champion's AUC and the tolerance, evaluate's decision.json. A value the run does not have is NaN
@@ -124,9 +126,7 @@ def run_outcome(
             gauges[name] = Gauge(name, RUN_METRICS[name], list(labels or {}), registry=registry)
         (gauges[name].labels(**labels) if labels else gauges[name]).set(float(value))
 
-    succeeded = (
-        summary.get("status") in SUCCEEDED
-    )  # kfp.local says SUCCEEDED, a KFP backend COMPLETE
+    succeeded = summary.succeeded
     gauge("dailyrec_run_succeeded", int(succeeded))
     gauge("dailyrec_run_finished_timestamp_seconds", now)
     if succeeded:  # pushadd keeps the previous value when this run failed
@@ -134,17 +134,17 @@ def run_outcome(
     for stage in STAGES:
         gauge(
             "dailyrec_run_stage_seconds",
-            (summary.get("stage_seconds") or {}).get(stage),
+            summary.stage_seconds.get(stage),
             {"stage": stage},
         )
-    gauge("dailyrec_run_total_seconds", summary.get("total_seconds"))
-    gauge("dailyrec_run_test_auc", summary.get("test_auc"))
-    blessed = summary.get("blessed")
+    gauge("dailyrec_run_total_seconds", summary.total_seconds)
+    gauge("dailyrec_run_test_auc", summary.test_auc)
+    blessed = summary.blessed
     gauge("dailyrec_run_blessed", None if blessed is None else int(bool(blessed)))
-    gauge("dailyrec_run_champion_version", summary.get("champion_version"))
+    gauge("dailyrec_run_champion_version", summary.champion_version)
     for split in ("train", "val", "test"):
-        gauge("dailyrec_run_rows", (summary.get("dataset_rows") or {}).get(split), {"split": split})
-    throughput = (summary.get("plan_vs_actual") or {}).get("samples_per_s") or {}
+        gauge("dailyrec_run_rows", summary.dataset_rows.get(split), {"split": split})
+    throughput = (summary.plan_vs_actual or {}).get("samples_per_s") or {}
     gauge("dailyrec_run_train_samples_per_second", throughput.get("measured"))
     gauge("dailyrec_run_planned_samples_per_second", throughput.get("predicted"))
     comparison = (decision.comparison if decision else None) or {}
@@ -153,7 +153,9 @@ def run_outcome(
     return registry
 
 
-def push_run_outcome(summary: dict, gateway: str | None = None, now: float | None = None) -> bool:
+def push_run_outcome(
+    summary: RunSummary, gateway: str | None = None, now: float | None = None
+) -> bool:
     """Push the run's outcome to the Pushgateway (``gateway``, else ``$DAILYREC_PUSHGATEWAY``; neither: do
     nothing). Group: job ``dailyrec``, label ``model``. POST (pushadd): metrics this run has no value
     for (the last success time of a failed run) keep their previous value. A failed push is logged,
@@ -166,7 +168,7 @@ def push_run_outcome(summary: dict, gateway: str | None = None, now: float | Non
     except ValueError as exc:
         log.warning("%s", str(exc).split(". Pass")[0])
         return False
-    folder = summary.get("run_folder")  # no decision: the run ended before evaluate
+    folder = summary.run_folder  # no decision: the run ended before evaluate
     decision = Decision.find(RunFolder(Path(folder)).evaluate) if folder else None
     registry = run_outcome(summary, decision, now)
     try:
@@ -174,7 +176,7 @@ def push_run_outcome(summary: dict, gateway: str | None = None, now: float | Non
             gateway,
             job=JOB,
             registry=registry,
-            grouping_key={"model": summary.get("model_name") or "dailyrec"},
+            grouping_key={"model": summary.model_name or "dailyrec"},
             timeout=10,
         )
     except OSError as exc:  # URLError, a refused connection, an HTTP error status

@@ -1,4 +1,4 @@
-"""The run folder: where one pipeline run keeps its small outputs, and its summary.
+"""The run folder: where one pipeline run keeps its small outputs.
 
 Layout under a storage root (a local folder or a mounted volume)::
 
@@ -8,29 +8,23 @@ Layout under a storage root (a local folder or a mounted volume)::
     runs/<run id>/evaluate/        metrics.json, decision.json, report.md, plots
     runs/<run id>/registration.json
     runs/<run id>/stages/<stage>.json   wall-clock seconds of each stage
-    runs/<run id>/summary.json     the run's summary (written by the pipeline's exit handler)
+    runs/<run id>/summary.json     the run's summary (the exit handler: :mod:`components.common.run_summary`)
     runs/<run id>/owner.json       the KFP run that uses the folder (:func:`claim_run_dir`)
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.common import schema
-from components.common.dataset import SPLITS, DatasetError, folder_name
-from components.common.dataset_meta import DatasetMeta
-from components.common.evaluation import TEST_METRICS, Decision, Metrics
-from components.common.plan import BRIEF, TrainPlan, drift_lines, read_plan
-from components.common.registration import REGISTRATION, Registration
+from components.common.dataset import folder_name
+from components.common.records import read_record
+from components.common.registration import REGISTRATION
 from components.common.storage import atomic_write_bytes, atomic_write_json
-from components.common.train_summary import TrainSummary
 
 STAGES = ("preprocess", "estimate", "train", "evaluate", "register")
 SUMMARY = "summary.json"
@@ -141,7 +135,7 @@ def claim_run_dir(folder: str | Path, kfp_run_id: str) -> Path:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
-        owner = (_read(path) or {}).get("kfp_run_id")
+        owner = read_record(path).get("kfp_run_id")
         if owner == kfp_run_id:
             return run.path
         if owner is not None and not run.summary.is_file():
@@ -161,7 +155,7 @@ def claim_run_dir(folder: str | Path, kfp_run_id: str) -> Path:
 
 def claimed_by_other(folder: str | Path, kfp_run_id: str) -> str | None:
     """The other KFP run that claimed ``folder``; None when unclaimed or ours."""
-    owner = (_read(RunFolder(Path(folder)).owner) or {}).get("kfp_run_id")
+    owner = read_record(RunFolder(Path(folder)).owner).get("kfp_run_id")
     return owner if owner not in (None, kfp_run_id) else None
 
 
@@ -172,155 +166,3 @@ def record_stage(folder: str | Path, stage: str, seconds: float, **info: Any) ->
         RunFolder(Path(folder)).stage_record(stage),
         {"stage": stage, "seconds": round(seconds, 3), "finished": time.time(), **info},
     )
-
-
-def _read(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _number(value: Any) -> float | None:
-    return None if not isinstance(value, int | float) or math.isnan(value) else float(value)
-
-
-def build_summary(
-    folder: str | Path,
-    data_dir: str | Path,
-    raw_uri: str,
-    model_name: str,
-    run_id: str,
-    status: str = "SUCCEEDED",
-    error: str | None = None,
-) -> dict:
-    """The run's summary from what its stages left in ``folder``; stages that did not run are null."""
-    run = RunFolder(Path(folder))
-    meta = _dataset_meta(data_dir)
-    plan = _train_plan(run.plan)
-    train = TrainSummary.find(run.train)
-    metrics = Metrics.find(run.evaluate)
-    decision = Decision.find(run.evaluate)
-    registration = Registration.find(run.registration)
-    stages = {}
-    for stage in STAGES:
-        record = _read(run.stage_record(stage))
-        stages[stage] = record["seconds"] if record else None
-    window = dataclasses.asdict(meta.window) if meta and meta.window else {}
-    if registration:
-        champion = registration.champion_version
-    else:
-        champion = decision.champion_version if decision else None
-    failed_stage = (
-        next((s for s in STAGES if stages[s] is None), None) if status != "SUCCEEDED" else None
-    )
-    if failed_stage == "register" and decision and not decision.blessed:
-        failed_stage = None  # not blessed: register was skipped, the run failed after evaluate
-    return {
-        "run_id": run_id,
-        "status": status,
-        "error": error,
-        "failed_stage": failed_stage,
-        "run_date": window.get("end"),
-        "window": window,
-        "dataset": str(data_dir),
-        "dataset_fingerprint": meta.fingerprint if meta else None,
-        "dataset_rows": {
-            s: meta.splits[s].rows if meta and s in meta.splits else None for s in SPLITS
-        },
-        "best_val_auc": _number(train.best_val_auc) if train else None,
-        "epochs_run": train.epochs_run if train else None,
-        **{k: _number(getattr(metrics, k, None)) for k in TEST_METRICS},
-        "served_auc": _number(metrics.served.get("auc")) if metrics else None,
-        "oracle_auc": oracle_auc(raw_uri, window.get("test_days")),
-        "blessed": decision.blessed if decision else None,
-        "decision_reasons": list(decision.reasons) if decision else None,
-        "model_name": model_name,
-        "model_version": registration.version if registration else None,
-        "champion_version": champion,
-        "previous_version": registration.previous_version if registration else None,
-        "model_card": registration.model_card if registration else None,
-        "stage_seconds": stages,
-        "total_seconds": round(sum(v for v in stages.values() if v), 3),
-        "plan": plan.brief() if plan else dict.fromkeys(BRIEF),
-        "plan_vs_actual": train.plan_vs_actual if train else None,
-        "run_folder": str(run.path),
-    }
-
-
-def _train_plan(path: Path) -> TrainPlan | None:
-    """The run's plan, or None where estimate left none (or one no stage could read)."""
-    try:
-        return read_plan(path)[0]
-    except ValueError:
-        return None
-
-
-def _dataset_meta(data_dir: str | Path) -> DatasetMeta | None:
-    """The dataset's meta.json, or None where preprocess left none (or one no stage could read)."""
-    try:
-        return DatasetMeta.read(data_dir, splits=()) if str(data_dir) else None
-    except DatasetError:
-        return None
-
-
-def oracle_auc(raw_uri: str, test_days: str | None) -> float | None:
-    """Mean Bayes-optimal AUC of the test days when the raw data is generated (its description,
-    :func:`components.common.schema.datagen_summary`, says)."""
-    doc = _read(schema.datagen_summary(raw_uri)) if raw_uri and "://" not in raw_uri else None
-    if not doc or not test_days:
-        return None
-    first, _, last = test_days.partition(" .. ")
-    values = [v for day, v in doc.get("oracle_auc", {}).items() if first <= day <= (last or first)]
-    return round(sum(values) / len(values), 4) if values else None
-
-
-def write_summary(folder: str | Path, summary: dict) -> Path:
-    return atomic_write_json(RunFolder(Path(folder)).summary, summary)
-
-
-def summary_text(summary: dict) -> str:
-    """The readable end of a run."""
-
-    def f(value, fmt=".4f"):
-        return "—" if value is None else format(value, fmt)
-
-    rows = summary["dataset_rows"]
-    verdict = {True: "BLESSED", False: "NOT BLESSED"}.get(summary["blessed"], "not evaluated")
-    lines = [
-        f"run {summary['run_id']}: {summary['status']}"
-        + (f" in stage {summary['failed_stage']}" if summary.get("failed_stage") else "")
-        + (f" ({summary['error']})" if summary["error"] else ""),
-        f"  data     {summary['run_date']}  train {f(rows['train'], ',')} / val {f(rows['val'], ',')} / "
-        f"test {f(rows['test'], ',')} rows",
-        f"  plan     {summary['plan'].get('model')} on {summary['plan'].get('nproc_per_node')} process(es), "
-        f"micro-batch {summary['plan'].get('micro_batch')} x accum {summary['plan'].get('grad_accum')}, "
-        f"{summary['plan'].get('precision')}",
-        f"  model    best val AUC {f(summary['best_val_auc'])} after {summary['epochs_run']} epoch(s); "
-        f"test AUC {f(summary['test_auc'])}  GAUC {f(summary['test_gauc'])}"
-        + (f"  served AUC {f(summary['served_auc'])}" if summary.get("served_auc") else "")
-        + (f"  (oracle {f(summary['oracle_auc'])})" if summary["oracle_auc"] else ""),
-        f"  decision {verdict}"
-        + "".join(f"\n           - {r}" for r in summary["decision_reasons"] or []),
-        f"  registry {summary['model_name']}: "
-        + (
-            f"version {summary['model_version']} registered; "
-            if summary["model_version"]
-            else "nothing registered; "
-        )
-        + (
-            f"champion = v{summary['champion_version']}"
-            if summary["champion_version"]
-            else "no champion"
-        )
-        + (
-            f", previous = v{summary['previous_version']}"
-            if summary.get("previous_version")
-            else ""
-        ),
-        *([f"  card     {summary['model_card']}"] if summary.get("model_card") else []),
-        "  seconds  "
-        + ", ".join(f"{k} {f(summary['stage_seconds'].get(k), '.1f')}" for k in STAGES),
-    ]
-    lines += [f"  estimate {line}" for line in drift_lines(summary.get("plan_vs_actual"))]
-    return "\n".join(lines)

@@ -4,6 +4,7 @@ Pushgateway that a run's outcome reaches, stopped with make; the dashboard's pan
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import pytest
 
 from components.common.monitoring import push_run_outcome
 from pipelines.monitor import PLOTS, TOOLS, read_runs
+from pipelines.tune import TUNE_RUN_FORMAT
 from tests.run_records import decision, summary
 from tests.tools import ROOT, missing, start_make, user_env
 
@@ -99,9 +101,8 @@ def make_dashboard(root) -> subprocess.CompletedProcess:
 
 def write_run(root, run_id: str, **kwargs) -> None:
     folder = root / "runs" / run_id
-    record = summary(run_folder=folder, **kwargs) | {"run_id": run_id, "run_date": run_id[:10]}
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "summary.json").write_text(json.dumps(record))
+    record = summary(run_folder=folder, **kwargs)
+    dataclasses.replace(record, run_id=run_id, run_date=run_id[:10]).write(folder)
 
 
 def test_make_dashboard_draws_the_panels_from_the_runs_summaries(tmp_path):
@@ -112,6 +113,14 @@ def test_make_dashboard_draws_the_panels_from_the_runs_summaries(tmp_path):
     time.sleep(0.05)
     write_run(tmp_path, "2026-01-16-c", status="FAILED", test_auc=None)
     (tmp_path / "runs" / "2026-01-17-d").mkdir()  # a run still going: no summary yet
+    latest = tmp_path / "runs" / "latest"  # make run's copy of the newest: drawn once
+    latest.mkdir()
+    shutil.copyfile(tmp_path / "runs" / "2026-01-16-c" / "summary.json", latest / "summary.json")
+    tune = tmp_path / "runs" / "tune-1"  # a search's run: not a daily run to draw
+    tune.mkdir()
+    (tune / "summary.json").write_text(
+        json.dumps({"format": TUNE_RUN_FORMAT, "run_id": "tune-1", "status": "SUCCEEDED"})
+    )
     runs = read_runs(tmp_path)
     assert [r["run_id"] for r in runs] == ["2026-01-14-a", "2026-01-15-b", "2026-01-16-c"]
     # the values the exit handler pushes for each run

@@ -14,12 +14,12 @@ from mlflow import MlflowClient
 from components.common.evaluation import Decision
 from components.common.images import RUNTIME_IMAGE
 from components.common.registration import Registration
-from components.common.runs import STAGES, summary_text
+from components.common.run_summary import RunSummary
+from components.common.runs import STAGES
 from components.common.tracking import sqlite_uri
 from components.datagen import generate
 from components.datagen.generator import extended
 from pipelines.compile import compile_pipeline
-from pipelines.finalize import run_text
 from pipelines.local import LocalRunError, load_config, run_local
 from pipelines.parameters import DEPLOYMENT
 from tests.run_records import SUMMARY_KEYS
@@ -231,21 +231,21 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
         ["--config", str(config), "--data", str(raw), "--root", str(root), "--run-id", "day1"]
     )
     check_console(capsys.readouterr().out, code, root / "runs" / "day1")
-    first = json.loads((root / "runs" / "day1" / "summary.json").read_text())
-    assert first["status"] == "SUCCEEDED", first
-    assert set(first) >= SUMMARY_KEYS
-    assert first["run_date"] == "2026-01-05" and first["plan"]["model"] == "debug"
+    written = json.loads((root / "runs" / "day1" / "summary.json").read_text())
+    assert set(written) == SUMMARY_KEYS  # every field, null where a stage has none
+    first = RunSummary.from_document(written)
+    assert first.status == "SUCCEEDED", first
+    assert first.run_date == "2026-01-05" and first.plan["model"] == "debug"
     # cpu-local plans one training process per core: torchrun with 2 on a 2-core machine
     trained = json.loads((root / "runs" / "day1" / "train" / "train_summary.json").read_text())
     cores = max(n for n in range(1, (os.cpu_count() or 1) + 1) if 512 % n == 0)
-    assert trained["world_size"] == first["plan"]["nproc_per_node"] == cores
+    assert trained["world_size"] == first.plan["nproc_per_node"] == cores
     assert (
-        set(first["dataset_rows"]) == {"train", "val", "test"}
-        and first["dataset_rows"]["test"] == 2500
+        set(first.dataset_rows) == {"train", "val", "test"} and first.dataset_rows["test"] == 2500
     )
-    assert 0.0 < first["test_auc"] < 1.0 and 0.0 < first["oracle_auc"] < 1.0
-    assert first["blessed"] and first["model_version"] == 1 and first["champion_version"] == 1
-    assert all(first["stage_seconds"][s] is not None for s in STAGES)
+    assert 0.0 < first.test_auc < 1.0 and 0.0 < first.oracle_auc < 1.0
+    assert first.blessed and first.model_version == 1 and first.champion_version == 1
+    assert all(first.stage_seconds[s] is not None for s in STAGES)
     run = root / "runs" / "day1"
     for name in (
         "plan.json",
@@ -260,11 +260,11 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     # the artifacts that link dataset -> plan -> model -> evaluation -> registration keep their metadata
     meta = artifact_metadata(run)
     dataset = meta["preprocess-op/dataset"]
-    assert {s: dataset[f"{s}_rows"] for s in ("train", "val", "test")} == first["dataset_rows"]
+    assert {s: dataset[f"{s}_rows"] for s in ("train", "val", "test")} == first.dataset_rows
     assert dataset["uri"] == str(root / "datasets" / f"2026-01-05-{dataset['fingerprint'][:12]}")
     assert meta["estimate-op/plan"]["model"] == "debug"
     assert meta["train-op/model"]["checkpoint"] == str(run / "train" / "best.pt")
-    assert meta["evaluate-op/metrics"]["test_auc"] == pytest.approx(first["test_auc"], abs=1e-6)
+    assert meta["evaluate-op/metrics"]["test_auc"] == pytest.approx(first.test_auc, abs=1e-6)
     assert (
         meta["register-op/registration"]["version"]
         == 1
@@ -276,40 +276,38 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     registration = Registration.read(run)
     run_of_card = client.get_model_version("dailyrec", "1").run_id
     assert registration.model_card == f"runs:/{run_of_card}/model_card/model_card.md"
-    assert first["model_card"] == registration.model_card  # linked from the run summary
+    assert first.model_card == registration.model_card  # linked from the run summary
     folder = pathlib.Path(
         client.download_artifacts(run_of_card, "model_card", str(tmp_path / "card"))
     )
     card = json.loads((folder / "model_card.json").read_text())
     evaluation = json.loads((run / "evaluate" / "metrics.json").read_text())
-    assert card["test"]["auc"] == pytest.approx(first["test_auc"], abs=1e-9)
+    assert card["test"]["auc"] == pytest.approx(first.test_auc, abs=1e-9)
     assert card["test"]["auc_interval"] == evaluation["test_auc_interval"]
-    assert card["test"]["served_auc"] == pytest.approx(first["served_auc"], abs=1e-9)
+    assert card["test"]["served_auc"] == pytest.approx(first.served_auc, abs=1e-9)
     assert card["test"]["train_serve_skew"] == evaluation["served"]["skew"]
-    assert card["data"]["rows"] == first["dataset_rows"]
+    assert card["data"]["rows"] == first.dataset_rows
     assert card["data"]["dataset_fingerprint"] == dataset["fingerprint"]
     assert card["model"] == {
         "name": "dailyrec",
         "version": 1,
         "aliases_at_registration": ["champion"],
     }
-    assert card["gate"]["reasons"] == first["decision_reasons"]
+    assert card["gate"]["reasons"] == list(first.decision_reasons)
     assert card["lineage"]["evaluation_run_id"] == evaluation["mlflow_run_id"]
     assert card["lineage"]["training_run_id"] == trained["mlflow_run_id"]
     page = (folder / "model_card.md").read_text()
-    assert (
-        page.startswith("# dailyrec v1: blessed — champion") and f"{first['test_auc']:.4f}" in page
-    )
+    assert page.startswith("# dailyrec v1: blessed — champion") and f"{first.test_auc:.4f}" in page
 
     # day 2: tomorrow's logs; meets yesterday's champion; a floor it cannot reach -> not blessed
     generate(extended(raw, 1))
     second = run_local(tiny_params(raw_uri=str(raw), min_auc=0.99), root, run_id="day2")
-    assert second["status"] == "SUCCEEDED", second
-    assert second["run_date"] == "2026-01-06"
-    assert second["blessed"] is False and second["model_version"] is None
+    assert second.status == "SUCCEEDED", second
+    assert second.run_date == "2026-01-06"
+    assert second.blessed is False and second.model_version is None
     # register ran (no condition in the exit handler) and registered nothing
-    assert second["champion_version"] == 1 and second["stage_seconds"]["register"] is not None
-    reasons = " ".join(second["decision_reasons"])
+    assert second.champion_version == 1 and second.stage_seconds["register"] is not None
+    reasons = " ".join(second.decision_reasons)
     assert "< min_auc 0.9900" in reasons and "vs champion v1" in reasons
     # the comparison takes users as the unit and says what it could have detected
     decision = Decision.read(root / "runs" / "day2" / "evaluate")
@@ -330,11 +328,11 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     train_record = json.loads((root / "runs" / "day2" / "stages" / "train.json").read_text())
     assert train_record["warm_start"]["applied"] is True  # initialized from champion v1
     # the summary and its readable end say where training started from
-    assert second["warm_start"] == train_record["warm_start"]
-    assert str(second["warm_start"]["version"]) == "1"
-    assert "  warm     from dailyrec v1's weights" in run_text(second)
-    assert first["warm_start"]["applied"] is False
-    assert "  warm     no champion of dailyrec yet: trained from scratch" in run_text(first)
+    assert second.warm_start == train_record["warm_start"]
+    assert str(second.warm_start["version"]) == "1"
+    assert "  warm     from dailyrec v1's weights" in second.text()
+    assert first.warm_start["applied"] is False
+    assert "  warm     no champion of dailyrec yet: trained from scratch" in first.text()
     assert json.loads((root / "runs" / "latest" / "summary.json").read_text())["run_id"] == "day2"
     # KFP's working folders stayed inside the run folders
     assert (root / "runs" / "day2" / "kfp" / "outputs").is_dir()
@@ -343,8 +341,8 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     empty = tmp_path / "empty"
     (empty / "dt=2026-01-01").mkdir(parents=True)
     broken = run_local(tiny_params(raw_uri=str(empty)), root, run_id="broken")
-    assert broken["status"] == "FAILED" and broken["failed_stage"] == "preprocess"
-    assert broken["champion_version"] == 1 and "champion = v1" in summary_text(broken)
+    assert broken.status == "FAILED" and broken.failed_stage == "preprocess"
+    assert broken.champion_version == 1 and "champion = v1" in broken.text()
 
 
 @pytest.mark.integration
@@ -352,8 +350,8 @@ def test_failed_run_still_writes_its_summary(tmp_path, local_env):
     empty = tmp_path / "raw"
     (empty / "dt=2026-01-01").mkdir(parents=True)
     summary = run_local(tiny_params(raw_uri=str(empty)), tmp_path / "store", run_id="broken")
-    assert summary["status"] == "FAILED" and summary["blessed"] is None
-    assert summary["failed_stage"] == "preprocess"
+    assert summary.status == "FAILED" and summary.blessed is None
+    assert summary.failed_stage == "preprocess"
     assert (
         json.loads((tmp_path / "store" / "runs" / "broken" / "summary.json").read_text())["status"]
         == "FAILED"

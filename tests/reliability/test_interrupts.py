@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from components.common.cli import Exit, exit_for
+from components.common.run_summary import RunSummary
 from components.common.storage import NoSpaceError, atomic_write_bytes, disk_full_as
 from tests.reliability.waiting import trainer_processes, wait_for
 from tests.small_run import local_run, small_world
@@ -269,6 +270,8 @@ def test_the_next_run_closes_what_a_killed_run_left_open(tmp_path, fault_report)
     left = json.loads((store / "runs" / "killed" / "summary.json").read_text())
     assert left["status"] == "FAILED" and left["failed_stage"] == "train", left
     assert "killed" in left["error"] and "closed by run next" in left["error"]
+    assert left["dataset_rows"]["train"] > 0  # what it had done: from its run record and stages
+    assert left["stage_seconds"]["preprocess"] > 0 and left["format"] == RunSummary.FORMAT
     assert "run killed ended without a summary (killed in train): recorded FAILED" in after.stdout
     assert "was left RUNNING by a killed run: ended KILLED" in after.stdout
     assert running_mlflow_runs(store) == []

@@ -14,17 +14,19 @@ from components.common.document import Document
 from components.common.evaluation import Decision, Metrics
 from components.common.registration import Registration
 from components.common.run_record import RunRecord
+from components.common.run_summary import RunSummary
 from components.common.train_summary import TrainSummary
 from tests.tools import ROOT
 
-DOCUMENTS = (RunRecord, TrainSummary, Metrics, Decision, Registration)
+DOCUMENTS = (RunRecord, TrainSummary, Metrics, Decision, Registration, RunSummary)
 
 
 def documented_block(kind: type[Document]) -> str:
     """The field list (the first code block) of the docs/data.md section whose heading names the
     document's file."""
     text = (ROOT / "docs" / "data.md").read_text()
-    heading = re.search(rf"^## .*{re.escape(kind.FILE)}.*$", text, re.M)
+    # the file name whole: summary.json's section is not train_summary.json's
+    heading = re.search(rf"^## .*\W{re.escape(kind.FILE)}\W.*$", text, re.M)
     assert heading, f"docs/data.md has no section for {kind.FILE}"
     block = re.search(r"^```\n(.*?)^```$", text[heading.end() :], re.M | re.S)
     assert block, f"docs/data.md's {kind.FILE} section has no field list"
@@ -76,6 +78,12 @@ SAMPLES = {
     ),
     Registration: Registration(
         "dailyrec", "0" * 64, True, registered=True, version=2, aliases=("champion",)
+    ),
+    RunSummary: RunSummary(
+        run_id="r1", status="FAILED", error="boom", failed_stage="train",
+        dataset_rows={"train": 10, "val": 3, "test": 4}, decision_reasons=("x", "y"),
+        stage_seconds={"preprocess": 1.5, "estimate": 0.2, "train": None}, total_seconds=1.7,
+        cleanup={"state": "done", "errors": []},
     ),
 }  # fmt: skip
 

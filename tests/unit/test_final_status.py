@@ -7,6 +7,7 @@ import json
 import pytest
 
 from components.common.final_status import final_status, stage_records
+from components.common.run_summary import RunSummary
 from components.common.runs import STAGES, claim_run_dir, record_stage
 from kube.trainjob import trainjob_name
 from pipelines.daily import finalize
@@ -201,10 +202,10 @@ def test_finalize_pushes_the_outcome_before_cleaning_up(tmp_path):
         "kfp-1",
         "m",
         delete_trainjob=deleter,
-        push=lambda s: order.append(("push", s["status"])),
+        push=lambda s: order.append(("push", s.status)),
     )
     assert order == [("push", "FAILED"), "delete"]
-    assert summary["cleanup"]["errors"] == ["deleting the TrainJob: RuntimeError: API down"]
+    assert summary.cleanup["errors"] == ["deleting the TrainJob: RuntimeError: API down"]
 
 
 OLD = 1_000_000_000.0
@@ -221,7 +222,7 @@ def finished_long_ago(root, rid: str):
     return folder
 
 
-def finalize_with_retention(root, tracking_uri: str) -> dict:
+def finalize_with_retention(root, tracking_uri: str) -> RunSummary:
     from pipelines.finalize import finalize_run
 
     claim_run_dir(root / "runs" / "r1", "kfp-1")
@@ -254,17 +255,17 @@ def test_finalize_applies_retention_keeping_the_registrys_champion_lineage(tmp_p
     )
     client.set_registered_model_alias("m", "champion", version.version)
     summary = finalize_with_retention(tmp_path, uri)
-    retention = summary["cleanup"]["retention"]
+    retention = summary.cleanup["retention"]
     assert retention["removed_runs"] == ["old-other"] and retention["protected"] == ["old-champion"]
     assert (tmp_path / "runs" / "old-champion").is_dir() and (tmp_path / "runs" / "r1").is_dir()
     written = json.loads((tmp_path / "runs" / "r1" / "summary.json").read_text())
-    assert written["cleanup"] == summary["cleanup"]
+    assert written["cleanup"] == summary.cleanup
 
 
 def test_retention_is_skipped_when_the_registry_cannot_say_what_the_champion_needs(tmp_path):
     folder = finished_long_ago(tmp_path, "old")
     summary = finalize_with_retention(tmp_path, "http://127.0.0.1:9")
-    assert "registry is unreachable" in summary["cleanup"]["retention"]["skipped"]
+    assert "registry is unreachable" in summary.cleanup["retention"]["skipped"]
     assert folder.is_dir()
 
 
@@ -283,9 +284,9 @@ def test_finalize_reads_the_run_record_and_says_when_it_cannot(tmp_path, capsys,
     summary = finalize_run("FAILED", "boom", str(tmp_path), "r1", "kfp-1", "m", push=lambda s: None)
     said = capsys.readouterr().out
     if record == "written":
-        assert summary["dataset"] == str(tmp_path / "datasets" / "d1")
+        assert summary.dataset == str(tmp_path / "datasets" / "d1")
         assert "run.json" not in said
     else:
-        assert summary["dataset"] == "" and summary["status"] == "FAILED"
+        assert summary.dataset == "" and summary.status == "FAILED"
         reason = "no run record" if record == "absent" else "unreadable"
         assert f"finalize: {folder / 'run.json'}: {reason}" in said

@@ -10,7 +10,8 @@ import torch
 
 from components.common.retention import DAY_S, apply_retention, tree_bytes
 from components.common.run_record import RunRecord
-from components.common.runs import claim_run_dir, point_latest, write_summary
+from components.common.run_summary import RunSummary
+from components.common.runs import claim_run_dir, point_latest
 from tests.run_records import run_record
 
 START = 1_800_000_000.0
@@ -34,7 +35,7 @@ def day_of_runs(root, day: int, finished: bool = True) -> str:
     torch.save({"w": torch.zeros(RUN_BYTES // 4)}, folder / "train" / "best.pt")
     point_latest(data)
     if finished:
-        write_summary(folder, {"run_id": rid, "status": "SUCCEEDED"})
+        RunSummary(rid, "SUCCEEDED").write(folder)
         os.utime(folder / "summary.json", (when + 3600, when + 3600))
     return rid
 

@@ -1,15 +1,18 @@
-"""The run folder's summary: built from whatever the stages left, failures included."""
+"""The run folder and its summary: built from whatever the stages left, failures included."""
 
 from __future__ import annotations
 
 import json
+import re
+import time
 
 import pytest
 
 from components.common.evaluation import Decision
 from components.common.plan import TrainPlan, write_plan
 from components.common.registration import Registration
-from components.common.runs import build_summary, record_stage, summary_text
+from components.common.run_summary import RunSummary, RunSummaryError
+from components.common.runs import claim_run_dir, record_stage
 from components.common.storage import atomic_write_json
 from tests.meta_docs import meta_document
 
@@ -24,21 +27,22 @@ def test_summary_of_a_run_that_failed_in_training(tmp_path):
     record_stage(run, "preprocess", 1.5)
     record_stage(run, "estimate", 0.25)
     write_plan(run / "plan.json", TrainPlan(model="debug", nproc_per_node=2))
-    summary = build_summary(run, data, str(raw), "ctr", "r1", status="FAILED", error="boom")
-    assert summary["failed_stage"] == "train" and summary["run_date"] == "2026-01-05"
-    assert summary["dataset_rows"] == {"train": 10, "val": 3, "test": 4}
-    assert summary["oracle_auc"] == 0.8  # the test day only
-    assert summary["stage_seconds"] == {
+    summary = RunSummary.build(run, data, str(raw), "ctr", "r1", status="FAILED", error="boom")
+    assert summary.failed_stage == "train" and summary.run_date == "2026-01-05"
+    assert summary.dataset_rows == {"train": 10, "val": 3, "test": 4}
+    assert summary.oracle_auc == 0.8  # the test day only
+    assert summary.stage_seconds == {
         "preprocess": 1.5,
         "estimate": 0.25,
         "train": None,
         "evaluate": None,
         "register": None,
     }
-    assert summary["test_auc"] is None and summary["blessed"] is None
-    text = summary_text(summary)
+    assert summary.total_seconds == 1.75 and summary.plan["nproc_per_node"] == 2
+    assert summary.test_auc is None and summary.blessed is None
+    text = summary.text()
     assert "FAILED in stage train (boom)" in text and "debug on 2 process(es)" in text
-    json.dumps(summary)  # machine-readable as is
+    assert RunSummary.read(summary.write(run)) == summary  # machine-readable, read back whole
 
 
 def test_not_blessed_run_is_not_a_register_failure(tmp_path):
@@ -46,13 +50,13 @@ def test_not_blessed_run_is_not_a_register_failure(tmp_path):
     for stage in ("preprocess", "estimate", "train", "evaluate"):
         record_stage(run, stage, 1.0)
     Decision(blessed=False, reasons=("x",), rule={}, champion_version=3).write(run / "evaluate")
-    summary = build_summary(run, tmp_path / "none", "", "ctr", "r2")
-    assert summary["failed_stage"] is None and summary["champion_version"] == 3
-    assert summary["model_version"] is None and summary["oracle_auc"] is None
-    assert "NOT BLESSED" in summary_text(
-        summary
-    ) and "nothing registered; champion = v3" in summary_text(summary)
-    assert summary["model_card"] is None and "card " not in summary_text(summary)
+    summary = RunSummary.build(run, tmp_path / "none", "", "ctr", "r2")
+    assert summary.failed_stage is None and summary.champion_version == 3
+    assert summary.model_version is None and summary.oracle_auc is None
+    assert summary.decision_reasons == ("x",)
+    text = summary.text()
+    assert "NOT BLESSED" in text and "nothing registered; champion = v3" in text
+    assert summary.model_card is None and "card " not in text
 
 
 def test_the_summary_links_the_registered_versions_card(tmp_path):
@@ -61,9 +65,43 @@ def test_the_summary_links_the_registered_versions_card(tmp_path):
         record_stage(run, stage, 1.0)
     card = "runs:/0123abcd/model_card/model_card.md"
     Registration("ctr", "k" * 64, True, registered=True, version=4, model_card=card).write(run)
-    summary = build_summary(run, tmp_path / "none", "", "ctr", "r3")
-    assert summary["model_card"] == card
-    assert f"  card     {card}" in summary_text(summary).splitlines()
+    summary = RunSummary.build(run, tmp_path / "none", "", "ctr", "r3")
+    assert summary.model_card == card and summary.model_version == 4
+    assert f"  card     {card}" in summary.text().splitlines()
+
+
+def test_the_summary_counts_only_this_runs_stage_records_and_says_where_training_started(
+    tmp_path,
+):
+    run = tmp_path / "run"
+    record_stage(run, "preprocess", 4.0)  # an earlier run of the same id got this far
+    time.sleep(0.01)
+    claim_run_dir(run, "kfp-2")
+    warm = {"asked": True, "version": "3", "applied": True, "line": "from ctr v3's weights"}
+    record_stage(run, "train", 2.0, warm_start=warm)
+    summary = RunSummary.build(run, tmp_path / "none", "", "ctr", "r4", status="FAILED")
+    assert summary.stage_seconds["preprocess"] is None and summary.failed_stage == "preprocess"
+    assert summary.stage_seconds["train"] == 2.0 and summary.warm_start == warm
+    lines = summary.text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  model "))
+    assert lines[at + 1] == "  warm     from ctr v3's weights"
+
+
+def test_a_summary_no_reader_can_use_is_refused_naming_the_file(tmp_path):
+    path = tmp_path / "summary.json"
+    for doc, why in (
+        ({"status": "SUCCEEDED"}, "no 'run_id' field"),
+        ({"run_id": "", "status": "SUCCEEDED"}, "run_id ''"),
+        ({"run_id": "r1", "status": "COMPLETE"}, "status 'COMPLETE'"),
+        ({"format": "dailyrec.run-summary/v9", "run_id": "r1", "status": "FAILED"}, "format is"),
+    ):
+        path.write_text(json.dumps(doc))
+        with pytest.raises(RunSummaryError, match=re.escape(str(path)) + ".*" + re.escape(why)):
+            RunSummary.read(path)
+    assert RunSummary.find(path) is None
+    # written before summaries carried a format: read as the first version
+    path.write_text(json.dumps({"run_id": "r1", "status": "CANCELED", "error": "SIGTERM"}))
+    assert RunSummary.read(path).error == "SIGTERM"
 
 
 def test_a_run_folder_belongs_to_one_unfinished_kfp_run(tmp_path):

@@ -14,7 +14,7 @@ import torch
 
 from components.common.evaluation import Decision, Metrics
 from components.common.plan import DRIFT_FACTOR, drift_lines, plan_vs_actual, write_plan
-from components.common.runs import summary_text
+from components.common.run_summary import RunSummary
 from components.estimate import (
     EstimateConfig,
     EstimateError,
@@ -424,27 +424,21 @@ def test_run_summary_and_evaluate_report_show_plan_vs_reality():
             "peak_memory_bytes": 3 * 2**30,
         },
     )
-    summary = {
-        "run_id": "r",
-        "status": "SUCCEEDED",
-        "error": None,
-        "run_date": "2026-01-01",
-        "dataset_rows": {"train": 1, "val": 1, "test": 1},
-        "plan": {},
-        "best_val_auc": 0.7,
-        "epochs_run": 1,
-        "test_auc": 0.7,
-        "test_gauc": 0.6,
-        "oracle_auc": None,
-        "blessed": True,
-        "decision_reasons": [],
-        "model_name": "m",
-        "model_version": 1,
-        "champion_version": 1,
-        "stage_seconds": {},
-        "plan_vs_actual": pva,
-    }
-    text = summary_text(summary)
+    summary = RunSummary(
+        run_id="r",
+        status="SUCCEEDED",
+        run_date="2026-01-01",
+        best_val_auc=0.7,
+        epochs_run=1,
+        test_auc=0.7,
+        test_gauc=0.6,
+        blessed=True,
+        model_name="m",
+        model_version=1,
+        champion_version=1,
+        plan_vs_actual=pva,
+    )
+    text = summary.text()
     assert "  estimate DRIFT: seconds more than 2x off the plan" in text  # 200 vs 60
     metrics = Metrics(
         model_name="m",
