@@ -160,7 +160,36 @@ def serve(root: Path, ports: Ports) -> int:
 # ----------------------------------------------------------------------------- static panels
 
 
-def run_values(summary: RunSummary, decision: Decision | None) -> dict:
+@dataclass(frozen=True)
+class RunPanel:
+    """One run as the dashboard draws it: the values the exit handler pushes for it
+    (:func:`components.common.monitoring.run_outcome`); None where the run has none."""
+
+    run_id: str
+    run_date: str | None
+    status: str
+    succeeded: bool
+    blessed: float | None
+    test_auc: float | None
+    champion_test_auc: float | None
+    tolerance: float | None
+    stage_seconds: dict[str, float | None]
+    samples_per_second: float | None
+    planned_samples_per_second: float | None
+
+    @property
+    def label(self) -> str:
+        return self.run_date or self.run_id
+
+    @property
+    def gate(self) -> float | None:
+        """The lowest AUC the gate let through: the champion's, less the tolerance."""
+        if self.champion_test_auc is None or self.tolerance is None:
+            return None
+        return self.champion_test_auc - self.tolerance
+
+
+def run_values(summary: RunSummary, decision: Decision | None) -> RunPanel:
     """One run's panel values: what the exit handler pushes for it (``run_outcome``)."""
     from components.common.monitoring import run_outcome
     from components.common.runs import STAGES
@@ -171,22 +200,22 @@ def run_values(summary: RunSummary, decision: Decision | None) -> dict:
         found = registry.get_sample_value(name, labels)
         return None if found is None or found != found else found  # NaN: the run has none
 
-    return {
-        "run_id": summary.run_id,
-        "run_date": summary.run_date,
-        "status": summary.status,
-        "succeeded": value("dailyrec_run_succeeded") == 1,
-        "blessed": value("dailyrec_run_blessed"),
-        "test_auc": value("dailyrec_run_test_auc"),
-        "champion_test_auc": value("dailyrec_run_champion_test_auc"),
-        "tolerance": value("dailyrec_run_auc_tolerance"),
-        "stage_seconds": {s: value("dailyrec_run_stage_seconds", stage=s) for s in STAGES},
-        "samples_per_second": value("dailyrec_run_train_samples_per_second"),
-        "planned_samples_per_second": value("dailyrec_run_planned_samples_per_second"),
-    }
+    return RunPanel(
+        run_id=summary.run_id,
+        run_date=summary.run_date,
+        status=summary.status,
+        succeeded=value("dailyrec_run_succeeded") == 1,
+        blessed=value("dailyrec_run_blessed"),
+        test_auc=value("dailyrec_run_test_auc"),
+        champion_test_auc=value("dailyrec_run_champion_test_auc"),
+        tolerance=value("dailyrec_run_auc_tolerance"),
+        stage_seconds={s: value("dailyrec_run_stage_seconds", stage=s) for s in STAGES},
+        samples_per_second=value("dailyrec_run_train_samples_per_second"),
+        planned_samples_per_second=value("dailyrec_run_planned_samples_per_second"),
+    )
 
 
-def read_runs(root: Path) -> list[dict]:
+def read_runs(root: Path) -> list[RunPanel]:
     """Every daily run under ``root/runs`` that wrote a summary, oldest first (by its end time);
     ``runs/latest`` (a copy of the newest) once, as its own run."""
     from components.common.runs import SUMMARY, RunFolder
@@ -201,6 +230,59 @@ def read_runs(root: Path) -> list[dict]:
     return [values for _, values in sorted(found, key=lambda pair: pair[0])]
 
 
+def _auc_panel(ax, runs: list[RunPanel], x: list[int]) -> None:
+    ax.plot(x, [r.test_auc for r in runs], "o-", label="candidate")
+    ax.plot(x, [r.champion_test_auc for r in runs], "s--", label="champion, same test day")
+    gate = [r.gate for r in runs]
+    ax.plot(x, gate, "_", color="grey", markersize=18, label="champion - tolerance (the gate)")
+    for i, r in enumerate(runs):
+        if r.blessed == 1:
+            ax.annotate(
+                "blessed",
+                (i, r.test_auc),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=8,
+            )
+    ax.set(title="Test AUC: candidate vs champion", ylabel="test AUC")
+    ax.legend()
+
+
+def _stages_panel(ax, runs: list[RunPanel], x: list[int]) -> None:
+    bottom = [0.0] * len(runs)
+    for stage in runs[0].stage_seconds:
+        heights = [r.stage_seconds.get(stage) or 0.0 for r in runs]
+        ax.bar(x, heights, bottom=bottom, label=stage)
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    ax.set(title="Stage seconds", ylabel="seconds")
+    ax.legend(fontsize=8)
+
+
+def _throughput_panel(ax, runs: list[RunPanel], x: list[int]) -> None:
+    ax.plot(x, [r.samples_per_second for r in runs], "o-", label="measured")
+    ax.plot(x, [r.planned_samples_per_second for r in runs], "s--", label="planned")
+    ax.set(title="Training throughput vs plan", ylabel="samples / s")
+    ax.legend()
+
+
+def _runs_panel(ax, runs: list[RunPanel], x: list[int]) -> None:
+    ax.bar(x, [1] * len(runs), color=["tab:green" if r.succeeded else "tab:red" for r in runs])
+    for i, r in enumerate(runs):
+        word = r.status + ("\nblessed" if r.blessed == 1 else "")
+        ax.text(i, 0.5, word, ha="center", va="center", fontsize=7, color="white")
+    ax.set(title="Runs (green: succeeded)", yticks=[])
+
+
+PANELS = (
+    (PLOTS[0], (8, 4), _auc_panel),
+    (PLOTS[1], (8, 4), _stages_panel),
+    (PLOTS[2], (8, 4), _throughput_panel),
+    (PLOTS[3], (8, 2.6), _runs_panel),
+)
+"""Each panel: its file, its size in inches, what draws it."""
+
+
 def plots(root: Path, out: Path) -> list[Path]:
     """The dashboard's key panels from the runs' summaries, as PNGs in ``out``."""
     import matplotlib
@@ -212,68 +294,17 @@ def plots(root: Path, out: Path) -> list[Path]:
     if not runs:
         raise MonitorError(f"no runs/*/summary.json under {root}: make run first")
     out.mkdir(parents=True, exist_ok=True)
-    labels = [r["run_date"] or r["run_id"] for r in runs]
     x = list(range(len(runs)))
     written = []
-
-    def save(fig, name: str) -> None:
+    for name, size, draw in PANELS:
+        fig, ax = plt.subplots(figsize=size)
+        draw(ax, runs, x)
+        ax.set(xticks=x, xticklabels=[r.label for r in runs])
         fig.autofmt_xdate()
         fig.tight_layout()
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
         written.append(out / name)
-
-    fig, ax = plt.subplots(figsize=(8, 4))
-    ax.plot(x, [r["test_auc"] for r in runs], "o-", label="candidate")
-    ax.plot(x, [r["champion_test_auc"] for r in runs], "s--", label="champion, same test day")
-    floor = [
-        None
-        if r["champion_test_auc"] is None or r["tolerance"] is None
-        else r["champion_test_auc"] - r["tolerance"]
-        for r in runs
-    ]
-    ax.plot(x, floor, "_", color="grey", markersize=18, label="champion - tolerance (the gate)")
-    for i, r in enumerate(runs):
-        if r["blessed"] == 1:
-            ax.annotate(
-                "blessed",
-                (i, r["test_auc"]),
-                textcoords="offset points",
-                xytext=(0, 6),
-                ha="center",
-                fontsize=8,
-            )
-    ax.set(title="Test AUC: candidate vs champion", ylabel="test AUC", xticks=x, xticklabels=labels)
-    ax.legend()
-    save(fig, PLOTS[0])
-
-    fig, ax = plt.subplots(figsize=(8, 4))
-    bottom = [0.0] * len(runs)
-    for stage in runs[0]["stage_seconds"]:
-        heights = [r["stage_seconds"].get(stage) or 0.0 for r in runs]
-        ax.bar(x, heights, bottom=bottom, label=stage)
-        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    ax.set(title="Stage seconds", ylabel="seconds", xticks=x, xticklabels=labels)
-    ax.legend(fontsize=8)
-    save(fig, PLOTS[1])
-
-    fig, ax = plt.subplots(figsize=(8, 4))
-    ax.plot(x, [r["samples_per_second"] for r in runs], "o-", label="measured")
-    ax.plot(x, [r["planned_samples_per_second"] for r in runs], "s--", label="planned")
-    ax.set(title="Training throughput vs plan", ylabel="samples / s", xticks=x, xticklabels=labels)
-    ax.legend()
-    save(fig, PLOTS[2])
-
-    fig, ax = plt.subplots(figsize=(8, 2.6))
-    colors = ["tab:green" if r["succeeded"] else "tab:red" for r in runs]
-    ax.bar(x, [1] * len(runs), color=colors)
-    for i, r in enumerate(runs):
-        word = r["status"] or "?"
-        if r["blessed"] == 1:
-            word += "\nblessed"
-        ax.text(i, 0.5, word, ha="center", va="center", fontsize=7, color="white")
-    ax.set(title="Runs (green: succeeded)", yticks=[], xticks=x, xticklabels=labels)
-    save(fig, PLOTS[3])
     return written
 
 

@@ -122,12 +122,12 @@ def test_make_dashboard_draws_the_panels_from_the_runs_summaries(tmp_path):
         json.dumps({"format": TUNE_RUN_FORMAT, "run_id": "tune-1", "status": "SUCCEEDED"})
     )
     runs = read_runs(tmp_path)
-    assert [r["run_id"] for r in runs] == ["2026-01-14-a", "2026-01-15-b", "2026-01-16-c"]
+    assert [r.run_id for r in runs] == ["2026-01-14-a", "2026-01-15-b", "2026-01-16-c"]
     # the values the exit handler pushes for each run
-    assert runs[1]["test_auc"] == 0.705 and runs[1]["champion_test_auc"] == 0.71
-    assert runs[1]["tolerance"] == 0.002 and runs[0]["champion_test_auc"] is None
-    assert runs[2]["succeeded"] is False and runs[2]["stage_seconds"]["register"] is None
-    assert runs[1]["samples_per_second"] == 7000.0
+    assert runs[1].test_auc == 0.705 and runs[1].champion_test_auc == 0.71
+    assert runs[1].tolerance == 0.002 and runs[0].champion_test_auc is None
+    assert runs[2].succeeded is False and runs[2].stage_seconds["register"] is None
+    assert runs[1].samples_per_second == 7000.0 and runs[1].gate == pytest.approx(0.708)
     done = make_dashboard(tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     out = tmp_path / "runs" / "dashboard"
