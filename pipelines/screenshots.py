@@ -112,18 +112,14 @@ def _chromium(url: str, *args: str) -> str:
     return done.stdout
 
 
-def rendered_text(url: str) -> str:
-    """The visible text of the page at ``url`` once its scripts ran (the DOM, tags removed)."""
-    dom = _chromium(url, "--dump-dom")
-    dom = re.sub(r"(?s)<(script|style)\b.*?</\1>", " ", dom)
-    return " ".join(re.sub(r"<[^>]+>", " ", dom).split())
-
-
-def screenshot(url: str, path: Path) -> Path:
-    _chromium(url, f"--screenshot={path}")
+def render(url: str, path: Path) -> str:
+    """A screenshot of the page at ``url`` into ``path``, and its visible text once its scripts
+    ran (the DOM, tags removed), from one browser start."""
+    dom = _chromium(url, "--dump-dom", f"--screenshot={path}")
     if not path.is_file():
         raise ScreenshotError(f"the browser wrote no screenshot of {url}")
-    return path
+    dom = re.sub(r"(?s)<(script|style)\b.*?</\1>", " ", dom)
+    return " ".join(re.sub(r"<[^>]+>", " ", dom).split())
 
 
 def pages(tracking_uri: str, model_name: str) -> dict[str, str]:
@@ -171,8 +167,8 @@ def take(
     with mlflow_ui(tracking_uri) as base:
         for name, route in routes.items():
             url = f"{base}/#{route}?{UI_VIEW}"
-            shot = screenshot(url, out / f"{name}.png")
-            shown[name] = {"route": route, "png": shot.name, "text": rendered_text(url)}
+            text = render(url, out / f"{name}.png")
+            shown[name] = {"route": route, "png": f"{name}.png", "text": text}
     (out / "pages.json").write_text(json.dumps(shown, indent=2))
     return shown
 
