@@ -176,12 +176,7 @@ def _run_tune(params: dict, run_id: str, folder: Path, verbose: bool) -> dict:
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    from components.common.lock import LockBusy
-    from components.common.paths import PathError
-    from components.common.proctree import Stopped, stop_tree_on_signals
-    from pipelines.local import LocalRunError, load_config
-
+def _parser():
     p = cli_parser("python -m pipelines.tune", __doc__.splitlines()[0])
     p.add_argument("--config", default=DEFAULT_CONFIG, help="JSON file of dailyrec-tune parameters")
     p.add_argument(
@@ -207,12 +202,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="print everything KFP's runner prints (the executor JSON, every trial's full log)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from components.common.lock import LockBusy
+    from components.common.paths import PathError
+    from components.common.proctree import Stopped, stop_tree_on_signals
+    from pipelines.local import LocalRunError, load_config, set_overrides
+
+    args = _parser().parse_args(argv)
     if args.compile:
         print(f"compiled {compile_tune(args.compile)}")
         return Exit.OK
     try:
-        overrides = dict(item.split("=", 1) for item in args.set)
+        overrides = set_overrides(args.set)
         if args.data:
             overrides["raw_uri"] = args.data
         params = load_config(args.config, overrides, pipeline=tune_pipeline)

@@ -134,3 +134,19 @@ def test_config_flags_follow_the_field_types():
 
     with pytest.raises(TypeError, match=r"Listed.sizes: no flag for type tuple\[int, \.\.\.\]"):
         add_config_flags(argparse.ArgumentParser(), Listed)
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--set", "trials"], "--set 'trials': expected KEY=VALUE"),
+        (["--set", "trial=3"], "unknown pipeline parameter(s) trial"),
+    ],
+)
+def test_make_tune_reads_set_as_make_run_does(argv, says, capsys, tmp_path):
+    from pipelines.tune import main
+
+    assert main([*argv, "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tune: error: ") and says in err
+    assert "Traceback" not in err and "\n" not in err.strip()
