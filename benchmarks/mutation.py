@@ -1040,7 +1040,7 @@ def readme_table(result: dict) -> str:
     return table(result["modules"])
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.mutation", description=__doc__.splitlines()[0]
     )
@@ -1072,6 +1072,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run nothing: re-read the finished runs under build/mutation/ into the results",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     modules = {m.name: m for m in MODULES}
     if args.functions:
