@@ -168,9 +168,7 @@ def run_local(
         )
         summary = dataclasses.replace(summary, wall_seconds=round(seconds, 1), logs=str(logs))
         summary.write(folder)
-        latest = root / "runs" / "latest"
-        latest.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(folder / SUMMARY, latest / SUMMARY)
+        summary.write(run_dir(root, "latest"))  # atomically, as every summary is written
         shutil.rmtree(folder / "kfp" / "tmp", ignore_errors=True)
         return summary
 
