@@ -115,72 +115,80 @@ def time_rows(
     epochs: int,
     work: Path,
 ) -> list[dict]:
-    rows = []
-    for size, data in datasets.items():
-        for model in models:
-            for nproc in procs:
-                hardware = profile_for(nproc, work)
-                common = {
-                    "data": str(data),
-                    "model": model,
-                    "hardware": hardware,
-                    "max_epochs": epochs,
-                }
-                raw = estimate(EstimateConfig(**common, probe=False))
-                started = time.perf_counter()
-                calibrated = estimate(EstimateConfig(**common, probe=True))
-                probe_seconds = time.perf_counter() - started
-                run = work / f"{size}-{model}-{nproc}"
-                run.mkdir(parents=True, exist_ok=True)
-                plan_path = write_plan(
-                    run / "plan.json",
-                    calibrated["train"],
-                    calibrated["rationale"],
-                    calibrated["estimate"],
-                )
-                seconds, summary = train_wall(data, plan_path, run / "train")
-                ran = summary.epochs_run
-                row = {
-                    "size": size,
-                    "model": model,
-                    "nproc": nproc,
-                    "train_rows": raw["estimate"]["dataset"]["train_rows"],
-                    "epochs_run": ran,
-                    "measured_seconds": round(seconds, 2),
-                    "trainer_process_seconds": round(summary.process_seconds or 0, 2),
-                    "uncalibrated_seconds": round(predicted_for(raw, ran), 2),
-                    "calibrated_seconds": round(predicted_for(calibrated, ran), 2),
-                    "probe_seconds": round(probe_seconds, 2),
-                    "measured_samples_per_s": round(summary.samples_per_s, 1),
-                    "calibrated_samples_per_s": round(
-                        calibrated["estimate"]["throughput"]["samples_per_s"], 1
-                    ),
-                    "uncalibrated_samples_per_s": round(
-                        raw["estimate"]["throughput"]["samples_per_s"], 1
-                    ),
-                    "micro_batch": calibrated["train"].micro_batch,
-                    # the run's cost at the profile's prices: planned (calibrated) and measured
-                    "usd_per_hour": calibrated["estimate"]["cost"]["usd_per_hour"],
-                }
-                row["planned_usd"] = row["usd_per_hour"] * row["calibrated_seconds"] / 3600
-                row["measured_usd"] = row["usd_per_hour"] * seconds / 3600
-                for kind in ("uncalibrated", "calibrated"):
-                    row[f"{kind}_error"] = (row[f"{kind}_seconds"] - seconds) / seconds
-                deadline = DEADLINE_FACTOR * seconds / 3600
-                try:
-                    estimate(EstimateConfig(**common, probe=True, deadline_hours=deadline))
-                    row["deadline_refused"], row["deadline_message"] = False, None
-                except InfeasibleError as exc:
-                    row["deadline_refused"], row["deadline_message"] = True, str(exc)
-                rows.append(row)
-                print(
-                    f"{size:5s} {model:5s} x{nproc}: measured {seconds:6.1f}s  uncalibrated "
-                    f"{row['uncalibrated_seconds']:6.1f}s ({row['uncalibrated_error']:+.0%})  calibrated "
-                    f"{row['calibrated_seconds']:6.1f}s ({row['calibrated_error']:+.0%})  deadline "
-                    f"{DEADLINE_FACTOR:g}x {'refused' if row['deadline_refused'] else 'ACCEPTED'}",
-                    flush=True,
-                )
-    return rows
+    """One timed training run per dataset size, model and process count, against its plans."""
+    return [
+        _time_row(size, data, model, nproc, epochs, work)
+        for size, data in datasets.items()
+        for model in models
+        for nproc in procs
+    ]
+
+
+def _deadline_refused(common: dict, seconds: float) -> tuple[bool, str | None]:
+    """Whether the calibrated plan refuses a deadline of DEADLINE_FACTOR x the measured time,
+    and its message."""
+    deadline = DEADLINE_FACTOR * seconds / 3600
+    try:
+        estimate(EstimateConfig(**common, probe=True, deadline_hours=deadline))
+    except InfeasibleError as exc:
+        return True, str(exc)
+    return False, None
+
+
+def _time_row(size: str, data: Path, model: str, nproc: int, epochs: int, work: Path) -> dict:
+    """Plan (uncalibrated, then probed), train, and compare the plans with the measured run."""
+    hardware = profile_for(nproc, work)
+    common = {
+        "data": str(data),
+        "model": model,
+        "hardware": hardware,
+        "max_epochs": epochs,
+    }
+    raw = estimate(EstimateConfig(**common, probe=False))
+    started = time.perf_counter()
+    calibrated = estimate(EstimateConfig(**common, probe=True))
+    probe_seconds = time.perf_counter() - started
+    run = work / f"{size}-{model}-{nproc}"
+    run.mkdir(parents=True, exist_ok=True)
+    plan_path = write_plan(
+        run / "plan.json",
+        calibrated["train"],
+        calibrated["rationale"],
+        calibrated["estimate"],
+    )
+    seconds, summary = train_wall(data, plan_path, run / "train")
+    ran = summary.epochs_run
+    row = {
+        "size": size,
+        "model": model,
+        "nproc": nproc,
+        "train_rows": raw["estimate"]["dataset"]["train_rows"],
+        "epochs_run": ran,
+        "measured_seconds": round(seconds, 2),
+        "trainer_process_seconds": round(summary.process_seconds or 0, 2),
+        "uncalibrated_seconds": round(predicted_for(raw, ran), 2),
+        "calibrated_seconds": round(predicted_for(calibrated, ran), 2),
+        "probe_seconds": round(probe_seconds, 2),
+        "measured_samples_per_s": round(summary.samples_per_s, 1),
+        "calibrated_samples_per_s": round(calibrated["estimate"]["throughput"]["samples_per_s"], 1),
+        "uncalibrated_samples_per_s": round(raw["estimate"]["throughput"]["samples_per_s"], 1),
+        "micro_batch": calibrated["train"].micro_batch,
+        # the run's cost at the profile's prices: planned (calibrated) and measured
+        "usd_per_hour": calibrated["estimate"]["cost"]["usd_per_hour"],
+    }
+    row["planned_usd"] = row["usd_per_hour"] * row["calibrated_seconds"] / 3600
+    row["measured_usd"] = row["usd_per_hour"] * seconds / 3600
+    for kind in ("uncalibrated", "calibrated"):
+        row[f"{kind}_error"] = (row[f"{kind}_seconds"] - seconds) / seconds
+    row["deadline_refused"], row["deadline_message"] = _deadline_refused(common, seconds)
+    print(
+        f"{size:5s} {model:5s} x{nproc}: measured {seconds:6.1f}s  uncalibrated "
+        f"{row['uncalibrated_seconds']:6.1f}s ({row['uncalibrated_error']:+.0%})  calibrated "
+        f"{row['calibrated_seconds']:6.1f}s ({row['calibrated_error']:+.0%})  deadline "
+        f"{DEADLINE_FACTOR:g}x {'refused' if row['deadline_refused'] else 'ACCEPTED'}",
+        flush=True,
+    )
+    return row
 
 
 def impossible_deadline(data: Path) -> dict:
@@ -238,7 +246,8 @@ def memory_rows(data: Path, batches: dict[str, tuple[int, ...]], work: Path) -> 
     return rows
 
 
-def readme_table(result: dict) -> str:
+def _time_table(result: dict) -> list[str]:
+    """Training time: measured against the plan, uncalibrated and probed; deadlines."""
     s = result["summary"]
     lines = [
         f"Measured by `python -m benchmarks.estimate` on {result['machine'].get('cpus')} cores "
@@ -283,7 +292,14 @@ def readme_table(result: dict) -> str:
         f"- deadlines at {DEADLINE_FACTOR:g}x the measured time refused: {s['deadlines_refused']} of "
         f"{s['deadlines_tried']} (an accepted one is a run the plan under-predicted by more than "
         f"{1 - DEADLINE_FACTOR:.0%})",
-        "",
+    ]
+    return lines
+
+
+def _memory_table(result: dict) -> list[str]:
+    """Peak memory: measured against the plan's prediction."""
+    s = result["summary"]
+    lines = [
         "Peak memory of a 1-process, 1-epoch training run (rank 0's peak RSS) against the plan's "
         "resident peak per process (tensors, loader, workspace, checkpoint buffer, process baseline, "
         "mapped train split; the cpu-local process baseline was fitted to the debug / 64 row):",
@@ -303,10 +319,16 @@ def readme_table(result: dict) -> str:
         f"of under-prediction: {'covers' if s['memory_margin_covers_error'] else 'does not cover'} "
         "the largest measured one.",
     ]
-    return "\n".join(lines)
+    return lines
 
 
-def main(argv: list[str] | None = None) -> int:
+def readme_table(result: dict) -> str:
+    """The published block from the stored results file."""
+    return "\n\n".join("\n".join(lines) for lines in (_time_table(result), _memory_table(result)))
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The benchmark's command line."""
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.estimate", description=__doc__.splitlines()[0]
     )
@@ -331,7 +353,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--results", default=None, help="where to write the JSON (default benchmarks/results)"
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def _summary(time_results: list[dict], memory_results: list[dict]) -> dict:
+    """The worst errors of the time and memory models, and whether they meet the targets."""
+    fraction = EstimateConfig.memory_fraction
+    summary = {
+        "calibrated_max_abs_error": max(abs(r["calibrated_error"]) for r in time_results),
+        "uncalibrated_max_abs_error": max(abs(r["uncalibrated_error"]) for r in time_results),
+        "deadlines_refused": sum(r["deadline_refused"] for r in time_results),
+        "deadlines_tried": len(time_results),
+        "memory_min_error": min(r["error"] for r in memory_results),
+        "memory_max_error": max(r["error"] for r in memory_results),
+        "memory_fraction": fraction,
+        "target_abs_error": TARGET,
+    }
+    summary["time_target_met"] = (
+        summary["calibrated_max_abs_error"] <= TARGET
+        and summary["calibrated_max_abs_error"] < summary["uncalibrated_max_abs_error"]
+    )
+    summary["memory_margin_covers_error"] = 1 / fraction - 1 >= max(
+        0.0, -summary["memory_min_error"]
+    )
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-estimate-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -353,24 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         else make_dataset(work / "data-memory", *MEMORY_SIZE)
     )
     memory_results = memory_rows(memory_data, QUICK_MEMORY if args.quick else MEMORY_BATCHES, work)
-    fraction = EstimateConfig.memory_fraction
-    summary = {
-        "calibrated_max_abs_error": max(abs(r["calibrated_error"]) for r in time_results),
-        "uncalibrated_max_abs_error": max(abs(r["uncalibrated_error"]) for r in time_results),
-        "deadlines_refused": sum(r["deadline_refused"] for r in time_results),
-        "deadlines_tried": len(time_results),
-        "memory_min_error": min(r["error"] for r in memory_results),
-        "memory_max_error": max(r["error"] for r in memory_results),
-        "memory_fraction": fraction,
-        "target_abs_error": TARGET,
-    }
-    summary["time_target_met"] = (
-        summary["calibrated_max_abs_error"] <= TARGET
-        and summary["calibrated_max_abs_error"] < summary["uncalibrated_max_abs_error"]
-    )
-    summary["memory_margin_covers_error"] = 1 / fraction - 1 >= max(
-        0.0, -summary["memory_min_error"]
-    )
+    summary = _summary(time_results, memory_results)
     result = {
         "benchmark": NAME,
         "quick": args.quick,

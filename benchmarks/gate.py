@@ -167,79 +167,106 @@ GUARD_WORLD = {"users": 4000, "items": 3000, "categories": 60, "events_per_day":
 """The guards' generated world (a smaller make-run world: the guards read rates and shares)."""
 
 
-def guards(quick: bool, seed: int = 21) -> dict:
-    """False alarms of the data guards over normal days, and each breakage's detection."""
-    import datetime as dt
-    import shutil
-    import tempfile
-    from pathlib import Path
+GUARD_WINDOW, GUARD_HISTORY = 11, 3
+"""Window and history days of the guards' datasets: the daily pipeline's defaults."""
 
+
+def _guard_dataset(source, end, out):
+    """The window ending ``end`` of the raw logs ``source``, preprocessed into ``out``."""
     from components.common.dataset_meta import DatasetMeta
-    from components.datagen import DatagenConfig, generate
-    from components.datagen.breakage import BREAKAGES, break_day
-    from components.evaluate.guards import GuardRule, WindowRows, run_guards, training_profile
     from components.preprocess.config import PreprocessConfig
     from components.preprocess.stage import preprocess
 
-    window, history = 11, 3  # the daily pipeline's defaults
+    preprocess(
+        PreprocessConfig(
+            raw=str(source),
+            out=str(out),
+            end_date=end,
+            days=GUARD_WINDOW,
+            history_days=GUARD_HISTORY,
+        )
+    )
+    return out, DatasetMeta.read(out)
+
+
+def _normal_days(raw, root, ends, rule) -> tuple[dict, list, int, dict]:
+    """Each day's window checked against the day before's profile, as yesterday's champion
+    would be: ``(profiles by end day, alarms, day checks, largest value by check)``."""
+    import datetime as dt
+    import shutil
+
+    from components.evaluate.guards import WindowRows, run_guards, training_profile
+
+    profiles, alarms, checked, largest = {}, [], 0, {}
+    for end in ends:
+        data, meta = _guard_dataset(raw, end, root / f"d{end}")
+        rows = WindowRows.read(data, meta)
+        profiles[end] = training_profile(rows)
+        before = profiles.get(end - dt.timedelta(days=1))
+        if before is not None:  # yesterday's model is the champion
+            result = run_guards(rows, before, rule)
+            alarms += result["findings"]
+            checked += len(result["days"])
+            for day in result["days"]:
+                for name, value in day["values"].items():
+                    kind = name.split(":")[0]
+                    if value is not None:
+                        largest[kind] = max(largest.get(kind, -math.inf), value)
+        shutil.rmtree(data)
+    return profiles, alarms, checked, largest
+
+
+def _breakages(raw, root, last, profile, rule) -> list[dict]:
+    """Each breakage applied to the last day of a copy of ``raw``, checked against ``profile``."""
+    import shutil
+
+    from components.datagen.breakage import BREAKAGES, break_day
+    from components.evaluate.guards import WindowRows, run_guards
+
+    detected = []
+    for name, (breakage, words) in BREAKAGES.items():
+        copy = root / "broken"
+        shutil.copytree(raw, copy)
+        break_day(copy, last, breakage)
+        data, meta = _guard_dataset(copy, last, root / "broken-data")
+        result = run_guards(WindowRows.read(data, meta), profile, rule)
+        named = [f for f in result["findings"] if f.startswith(last.isoformat())]
+        detected.append(
+            {
+                "breakage": name,
+                "blocked": result["blocked"],
+                "expected_check_named": any(words in f for f in named),
+                "findings": named,
+            }
+        )
+        shutil.rmtree(copy)
+        shutil.rmtree(data)
+    return detected
+
+
+def guards(quick: bool, seed: int = 21) -> dict:
+    """False alarms of the data guards over normal days, and each breakage's detection."""
+    import datetime as dt
+    import tempfile
+    from pathlib import Path
+
+    from components.datagen import DatagenConfig, generate
+    from components.evaluate.guards import GuardRule
+
     normal_days = 4 if quick else 24
     first = dt.date(2026, 1, 1)
-    total = history + window + normal_days
+    total = GUARD_HISTORY + GUARD_WINDOW + normal_days
     rule = GuardRule()
     with tempfile.TemporaryDirectory(prefix="bench-guards-") as tmp:
         root = Path(tmp)
         raw = root / "raw"
         generate(DatagenConfig(out=raw, days=total, seed=seed, **GUARD_WORLD))
-
-        def dataset(source: Path, end: dt.date, name: str):
-            out = root / name
-            preprocess(
-                PreprocessConfig(
-                    raw=str(source), out=str(out), end_date=end, days=window, history_days=history
-                )
-            )
-            return out, DatasetMeta.read(out)
-
         last = first + dt.timedelta(days=total - 1)
         ends = [last - dt.timedelta(days=i) for i in range(normal_days, -1, -1)]
-        profiles, alarms, checked, largest = {}, [], 0, {}
-        for end in ends:
-            data, meta = dataset(raw, end, f"d{end}")
-            rows = WindowRows.read(data, meta)
-            profiles[end] = training_profile(rows)
-            before = profiles.get(end - dt.timedelta(days=1))
-            if before is not None:  # yesterday's model is the champion
-                result = run_guards(rows, before, rule)
-                alarms += result["findings"]
-                checked += len(result["days"])
-                for day in result["days"]:
-                    for name, value in day["values"].items():
-                        kind = name.split(":")[0]
-                        if value is not None:
-                            largest[kind] = max(largest.get(kind, -math.inf), value)
-            shutil.rmtree(data)
-        detected = []
-        for name, (breakage, words) in BREAKAGES.items():
-            copy = root / "broken"
-            shutil.copytree(raw, copy)
-            break_day(copy, last, breakage)
-            data, meta = dataset(copy, last, "broken-data")
-            result = run_guards(
-                WindowRows.read(data, meta), profiles[last - dt.timedelta(days=1)], rule
-            )
-            named = [f for f in result["findings"] if f.startswith(last.isoformat())]
-            detected.append(
-                {
-                    "breakage": name,
-                    "blocked": result["blocked"],
-                    "expected_check_named": any(words in f for f in named),
-                    "findings": named,
-                }
-            )
-            shutil.rmtree(copy)
-            shutil.rmtree(data)
+        profiles, alarms, checked, largest = _normal_days(raw, root, ends, rule)
+        detected = _breakages(raw, root, last, profiles[last - dt.timedelta(days=1)], rule)
     return {
-        "world": {**GUARD_WORLD, "window_days": window, "history_days": history},
+        "world": {**GUARD_WORLD, "window_days": GUARD_WINDOW, "history_days": GUARD_HISTORY},
         "runs": len(ends) - 1,
         "day_checks": checked,
         "false_alarms": len(alarms),

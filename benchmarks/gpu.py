@@ -171,6 +171,31 @@ def counted_flops(config: ModelConfig, seq_len: int, rows: int = 8) -> float:
     return counter.get_total_flops() / rows
 
 
+def _timed(step, batches: list[dict], warmup: int, steps: int, device: torch.device):
+    """``warmup`` untimed then ``steps`` timed calls of ``step``: ``(seconds, peak memory, what
+    measured it, the allocator's reserved peak or None)`` (CUDA events and the allocator's peak
+    on a GPU, wall time and the process's peak RSS on CPU)."""
+    cuda = device.type == "cuda"
+    for i in range(warmup):
+        step(batches[i % len(batches)])
+    if cuda:
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+    t0 = time.perf_counter()
+    for i in range(steps):
+        step(batches[i % len(batches)])
+    if not cuda:
+        seconds = time.perf_counter() - t0
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return seconds, peak, "process_max_rss", None
+    end.record()
+    torch.cuda.synchronize(device)
+    seconds = start.elapsed_time(end) / 1000
+    peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_memory_allocated"
+    return seconds, peak, kind, int(torch.cuda.max_memory_reserved(device))
+
+
 def measure(
     precision: str,
     vocab: Vocab,
@@ -208,25 +233,7 @@ def measure(
         optim.step(None)
         optim.zero_grad()
 
-    for i in range(warmup):
-        step(batches[i % len(batches)])
-    if cuda:
-        torch.cuda.synchronize(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-    t0 = time.perf_counter()
-    for i in range(steps):
-        step(batches[i % len(batches)])
-    reserved = None
-    if cuda:
-        end.record()
-        torch.cuda.synchronize(device)
-        seconds = start.elapsed_time(end) / 1000
-        peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_memory_allocated"
-        reserved = int(torch.cuda.max_memory_reserved(device))
-    else:
-        seconds = time.perf_counter() - t0
-        peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process_max_rss"
+    seconds, peak, kind, reserved = _timed(step, batches, warmup, steps, device)
     return {
         "precision": precision,
         "mode": mode,
@@ -239,6 +246,41 @@ def measure(
         "peak_memory_bytes": int(peak),
         "peak_memory_reserved_bytes": reserved,
         "peak_memory_kind": kind,
+    }
+
+
+def _predicted_step(run: dict, vocab: Vocab, profile_name: str) -> dict:
+    """The profile's time model for this run's step next to the measured one (nothing for a
+    profile that does not load)."""
+    config = model_config(MODEL)
+    try:
+        profile = load_profile(profile_name)
+    except HardwareError:
+        return {}
+    params = count_parameters(MODEL, vocab)
+    t = time_model(
+        profile=profile,
+        flops=flops_per_sample(config, vocab),
+        micro_batch=run["batch"],
+        grad_accum=1,
+        nproc=1,
+        nnodes=1,
+        reduced_bytes=0,
+        optimizer_params=params["total"],
+        embedding_bytes=embedding_bytes_per_sample(config, vocab, sparse=False),
+        steps_per_epoch=1,
+        val_rows=0,
+        checkpoint_bytes=0,
+        max_epochs=1,
+        max_lost_seconds=600,
+        mfu=profile.mfu,
+    )
+    return {
+        "profile": profile_name,
+        "predicted_step_ms": 1000 * t["step_seconds"],
+        "bound": t["bound"],
+        "step_error": (t["step_seconds"] * 1000 - run["step_ms"]) / run["step_ms"],
+        "optimizer_bytes_per_step": params["total"] * OPTIMIZER_BYTES_PER_PARAM,
     }
 
 
@@ -277,35 +319,7 @@ def against_estimate(run: dict, vocab: Vocab, profile_name: str | None) -> dict:
             "peak_memory_reserved_bytes"
         ]
     if profile_name:
-        try:
-            profile = load_profile(profile_name)
-        except HardwareError:
-            return out
-        params = count_parameters(MODEL, vocab)
-        t = time_model(
-            profile=profile,
-            flops=flops_per_sample(config, vocab),
-            micro_batch=run["batch"],
-            grad_accum=1,
-            nproc=1,
-            nnodes=1,
-            reduced_bytes=0,
-            optimizer_params=params["total"],
-            embedding_bytes=embedding_bytes_per_sample(config, vocab, sparse=False),
-            steps_per_epoch=1,
-            val_rows=0,
-            checkpoint_bytes=0,
-            max_epochs=1,
-            max_lost_seconds=600,
-            mfu=profile.mfu,
-        )
-        out |= {
-            "profile": profile_name,
-            "predicted_step_ms": 1000 * t["step_seconds"],
-            "bound": t["bound"],
-            "step_error": (t["step_seconds"] * 1000 - run["step_ms"]) / run["step_ms"],
-            "optimizer_bytes_per_step": params["total"] * OPTIMIZER_BYTES_PER_PARAM,
-        }
+        out |= _predicted_step(run, vocab, profile_name)
     return out
 
 
@@ -331,7 +345,8 @@ def constants(sweep: list[dict], peak: float | None, flops: float) -> dict:
     }
 
 
-def readme_table(result: dict) -> str:
+def _precision_table(result: dict) -> list[str]:
+    """The model and device, then each precision's speed, MFU and peak memory."""
     dev, params = result["device"], result["parameters"]
     peak = result["peak_flops"]
     lines = [
@@ -356,8 +371,12 @@ def readme_table(result: dict) -> str:
         )
     if result.get("bf16_speedup"):
         lines += ["", f"- bf16 autocast / fp32: **{result['bf16_speedup']:.2f}x** samples/s"]
-    lines += [
-        "",
+    return lines
+
+
+def _sweep_table(result: dict) -> list[str]:
+    """The bf16 micro-batch sweep against the estimate's step time and memory."""
+    lines = [
         f"bf16 micro-batch sweep against the estimate (compile = "
         f"{result.get('sweep_mode', 'off')}; memory: tensors + workspace + on-device batches; "
         "step: the hardware profile's time model):",
@@ -378,30 +397,45 @@ def readme_table(result: dict) -> str:
             + f"{e['predicted_bytes'] / 2**30:.2f} | "
             + (f"{e['reserved_error']:+.1%} |" if "reserved_error" in e else "— |")
         )
-    if result.get("modes"):
-        lines += [
-            "",
-            "The step as the trainer's `compile` setting runs it (bf16):",
-            "",
-            "| compile | micro-batch | samples/s | step (ms) |",
-            "|---|---:|---:|---:|",
-        ]
-        for r in result["modes"]:
-            lines.append(
-                f"| {r['mode']} | {r['batch']:,} | {r['samples_per_s']:,.0f} | {r['step_ms']:.2f} |"
-            )
+    return lines
+
+
+def _mode_table(result: dict) -> list[str]:
+    """The step under each compile setting (nothing when none was compared)."""
+    if not result.get("modes"):
+        return []
+    return [
+        "The step as the trainer's `compile` setting runs it (bf16):",
+        "",
+        "| compile | micro-batch | samples/s | step (ms) |",
+        "|---|---:|---:|---:|",
+        *[
+            f"| {r['mode']} | {r['batch']:,} | {r['samples_per_s']:,.0f} | {r['step_ms']:.2f} |"
+            for r in result["modes"]
+        ],
+    ]
+
+
+def _constants_line(result: dict) -> list[str]:
+    """The profile constants the sweep measured (nothing without a known peak)."""
     c = result["constants"]
-    if c.get("mfu") is not None:
-        lines += [
-            "",
-            f"- measured constants for the `{result.get('profile')}` profile: MFU {c['mfu']:.3f} at "
-            f"micro-batch {c['at_batch']:,} ({c['samples_per_s']:,.0f} samples/s); step floor "
-            f"<= {1000 * c['step_latency_seconds']:.2f} ms (micro-batch {c['step_latency_batch']})",
-        ]
-    return "\n".join(lines)
+    if c.get("mfu") is None:
+        return []
+    return [
+        f"- measured constants for the `{result.get('profile')}` profile: MFU {c['mfu']:.3f} at "
+        f"micro-batch {c['at_batch']:,} ({c['samples_per_s']:,.0f} samples/s); step floor "
+        f"<= {1000 * c['step_latency_seconds']:.2f} ms (micro-batch {c['step_latency_batch']})"
+    ]
 
 
-def main(argv: list[str] | None = None) -> int:
+def readme_table(result: dict) -> str:
+    """The published block from the stored results file."""
+    sections = (_precision_table, _sweep_table, _mode_table, _constants_line)
+    return "\n\n".join("\n".join(lines) for lines in (f(result) for f in sections) if lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The benchmark's command line."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
         "--dry",
@@ -457,7 +491,139 @@ def main(argv: list[str] | None = None) -> int:
         help="JSON output (default: benchmarks/results/gpu.json; --dry: a temp file)",
     )
     p.add_argument("--no-readme", action="store_true", help=NO_README_HELP)
-    args = p.parse_args(argv)
+    return p
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """What every timed run of one invocation shares: the device, the vocabulary, the steps,
+    the FLOPs per sample and the device's peak (None: unknown)."""
+
+    device: torch.device
+    name: str
+    total_memory: int | None
+    vocab: Vocab
+    steps: int
+    warmup: int
+    flops: float
+    peak: float | None
+    peak_source: str | None
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Setup:
+        """The CUDA device (or, with ``--dry``, the CPU and a tiny vocabulary) and its peak."""
+        if args.dry:
+            torch.set_num_threads(1)
+            device, vocab = torch.device("cpu"), DRY_VOCAB
+            name, total_memory = "cpu (--dry)", None
+        else:
+            device = torch.device("cuda", torch.cuda.current_device())
+            vocab = REFERENCE_VOCAB[MODEL]
+            props = torch.cuda.get_device_properties(device)
+            name, total_memory = props.name, props.total_memory
+        if args.peak_flops:
+            peak, source = args.peak_flops, "--peak-flops"
+        else:
+            peak = None if args.dry else peak_for(name)
+            source = "datasheet table" if peak else None
+        return cls(
+            device=device,
+            name=name,
+            total_memory=total_memory,
+            vocab=vocab,
+            steps=args.steps or (2 if args.dry else 50),
+            warmup=args.warmup if args.warmup is not None else (1 if args.dry else 10),
+            flops=counted_flops(model_config(MODEL), vocab.seq_len),
+            peak=peak,
+            peak_source=source,
+        )
+
+    def device_info(self) -> dict:
+        """The device and the torch and CUDA versions, as the results file records them."""
+        return {
+            "name": self.name,
+            "type": self.device.type,
+            "total_memory_bytes": self.total_memory,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+        }
+
+    def measure(self, precision: str, batch: int, mode: str = "off") -> dict:
+        """One timed run (:func:`measure`) on this setup."""
+        return measure(
+            precision, self.vocab, batch, self.steps, self.warmup, self.device, mode=mode
+        )
+
+    def with_mfu(self, r: dict) -> dict:
+        """The run with its achieved FLOP/s and model FLOPs utilization (None without a peak)."""
+        r["achieved_flops"] = self.flops * r["samples_per_s"]
+        r["mfu"] = r["achieved_flops"] / self.peak if self.peak else None
+        return r
+
+
+def _precision_runs(setup: Setup, precisions: str, batch: int) -> list[dict]:
+    """Each precision at ``batch``."""
+    runs = []
+    for precision in [s.strip() for s in precisions.split(",") if s.strip()]:
+        r = setup.with_mfu(setup.measure(precision, batch))
+        runs.append(r)
+        print(
+            f"  {precision:5s} {r['samples_per_s']:12,.0f} samples/s  {r['step_ms']:8.2f} ms/step  "
+            f"peak {r['peak_memory_bytes'] / 2**30:6.2f} GiB"
+            + (f"  MFU {100 * r['mfu']:.2f}%" if r["mfu"] is not None else ""),
+            flush=True,
+        )
+    return runs
+
+
+def _sweep(setup: Setup, sizes: list[int], mode: str, profile_name: str | None) -> list[dict]:
+    """bf16 at each micro-batch in ``sizes``, each against the estimate's prediction."""
+    sweep = []
+    for size in sizes:
+        r = setup.with_mfu(setup.measure("bf16", size, mode=mode))
+        r["estimate"] = against_estimate(r, setup.vocab, profile_name)
+        sweep.append(r)
+        e = r["estimate"]
+        print(
+            f"  bf16 {mode} x{size:6d} {r['samples_per_s']:12,.0f} samples/s  {r['step_ms']:8.2f} ms/step"
+            + (f" (model {e['predicted_step_ms']:.2f})" if "predicted_step_ms" in e else "")
+            + f"  allocated {r['peak_memory_bytes'] / 2**30:6.2f} GiB vs predicted "
+            f"{e['predicted_bytes'] / 2**30:6.2f} GiB",
+            flush=True,
+        )
+    return sweep
+
+
+def _mode_runs(setup: Setup, modes: list[str], sizes: list[int]) -> list[dict]:
+    """bf16 under each of the trainer's compile settings, at each micro-batch in ``sizes``."""
+    by_mode = []
+    for mode in modes:
+        for size in sizes:
+            r = setup.measure("bf16", size, mode=mode)
+            by_mode.append(r)
+            print(
+                f"  bf16 {mode:16s} x{size:6d} {r['samples_per_s']:12,.0f} samples/s  "
+                f"{r['step_ms']:8.2f} ms/step",
+                flush=True,
+            )
+    return by_mode
+
+
+def _batches(text: str) -> list[int]:
+    """Micro-batches given as a comma-separated list."""
+    return [int(b) for b in text.split(",") if b.strip()]
+
+
+def _bf16_speedup(runs: list[dict]) -> float | None:
+    """bf16's samples/s over fp32's (None unless both ran)."""
+    by = {r["precision"]: r for r in runs}
+    if "bf16" in by and "fp32" in by:
+        return rate(by["bf16"]["samples_per_s"], by["fp32"]["samples_per_s"])
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if not args.dry and not torch.cuda.is_available():
         print(
             "gpu.py: error: no CUDA device (torch.cuda.is_available() is False); "
@@ -466,110 +632,43 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     batch = args.batch or (32 if args.dry else 4096)
-    steps = args.steps or (2 if args.dry else 50)
-    warmup = args.warmup if args.warmup is not None else (1 if args.dry else 10)
-    if args.dry:
-        torch.set_num_threads(1)
-        device, vocab = torch.device("cpu"), DRY_VOCAB
-        name, total_memory = "cpu (--dry)", None
-    else:
-        device, vocab = torch.device("cuda", torch.cuda.current_device()), REFERENCE_VOCAB[MODEL]
-        props = torch.cuda.get_device_properties(device)
-        name, total_memory = props.name, props.total_memory
-    if args.peak_flops:
-        peak, source = args.peak_flops, "--peak-flops"
-    else:
-        peak = None if args.dry else peak_for(name)
-        source = "datasheet table" if peak else None
-
-    config = model_config(MODEL)
-    flops = counted_flops(config, vocab.seq_len)
-    analytic = analytic_flops(config, vocab.seq_len)
-    runs = []
-    for precision in [s.strip() for s in args.precisions.split(",") if s.strip()]:
-        r = measure(precision, vocab, batch, steps, warmup, device)
-        r["achieved_flops"] = flops * r["samples_per_s"]
-        r["mfu"] = r["achieved_flops"] / peak if peak else None
-        runs.append(r)
-        print(
-            f"  {precision:5s} {r['samples_per_s']:12,.0f} samples/s  {r['step_ms']:8.2f} ms/step  "
-            f"peak {r['peak_memory_bytes'] / 2**30:6.2f} GiB"
-            + (f"  MFU {100 * r['mfu']:.2f}%" if r["mfu"] is not None else ""),
-            flush=True,
-        )
-    sweep = []
-    sizes = [
-        int(b) for b in (args.batches or ("8,32" if args.dry else BATCHES)).split(",") if b.strip()
-    ]
-    profile_name = profile_for(name, args.profile) if not args.dry else args.profile
+    setup = Setup.of(args)
+    runs = _precision_runs(setup, args.precisions, batch)
+    sizes = _batches(args.batches or ("8,32" if args.dry else BATCHES))
+    profile_name = profile_for(setup.name, args.profile) if not args.dry else args.profile
     sweep_mode = args.sweep_mode or ("off" if args.dry else PLAN_MODE)
-    for size in sizes:
-        r = measure("bf16", vocab, size, steps, warmup, device, mode=sweep_mode)
-        r["achieved_flops"] = flops * r["samples_per_s"]
-        r["mfu"] = r["achieved_flops"] / peak if peak else None
-        r["estimate"] = against_estimate(r, vocab, profile_name)
-        sweep.append(r)
-        e = r["estimate"]
-        print(
-            f"  bf16 {sweep_mode} x{size:6d} {r['samples_per_s']:12,.0f} samples/s  {r['step_ms']:8.2f} ms/step"
-            + (f" (model {e['predicted_step_ms']:.2f})" if "predicted_step_ms" in e else "")
-            + f"  allocated {r['peak_memory_bytes'] / 2**30:6.2f} GiB vs predicted "
-            f"{e['predicted_bytes'] / 2**30:6.2f} GiB",
-            flush=True,
-        )
-    by_mode = []
+    sweep = _sweep(setup, sizes, sweep_mode, profile_name)
     modes = [m.strip() for m in (args.modes or ("off" if args.dry else MODES)).split(",") if m]
-    mode_sizes = [
-        int(b) for b in (args.mode_batches or ("8" if args.dry else MODE_BATCHES)).split(",")
-    ]
-    for mode in modes:
-        for size in mode_sizes:
-            r = measure("bf16", vocab, size, steps, warmup, device, mode=mode)
-            by_mode.append(r)
-            print(
-                f"  bf16 {mode:16s} x{size:6d} {r['samples_per_s']:12,.0f} samples/s  "
-                f"{r['step_ms']:8.2f} ms/step",
-                flush=True,
-            )
-    by = {r["precision"]: r for r in runs}
+    mode_sizes = _batches(args.mode_batches or ("8" if args.dry else MODE_BATCHES))
+    by_mode = _mode_runs(setup, modes, mode_sizes)
     result = {
         "benchmark": NAME,
         "dry": args.dry,
         "machine": machine(),
-        "device": {
-            "name": name,
-            "type": device.type,
-            "total_memory_bytes": total_memory,
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-        },
+        "device": setup.device_info(),
         "model": MODEL,
-        "vocab": dataclasses.asdict(vocab),
-        "parameters": count_parameters(MODEL, vocab),
+        "vocab": dataclasses.asdict(setup.vocab),
+        "parameters": count_parameters(MODEL, setup.vocab),
         "sparse_embeddings": False,
         "optimizer": "AdamW(fused=True)",
         "batch": batch,
-        "steps": steps,
-        "warmup_steps": warmup,
-        "flops_per_sample": flops,
-        "analytic_flops_per_sample": analytic,
-        "peak_flops": peak,
-        "peak_flops_source": source,
+        "steps": setup.steps,
+        "warmup_steps": setup.warmup,
+        "flops_per_sample": setup.flops,
+        "analytic_flops_per_sample": analytic_flops(model_config(MODEL), setup.vocab.seq_len),
+        "peak_flops": setup.peak,
+        "peak_flops_source": setup.peak_source,
         "runs": runs,
         "sweep": sweep,
         "profile": profile_name,
         "sweep_mode": sweep_mode,
-        "constants": constants(sweep, peak, flops) if sweep else {},
+        "constants": constants(sweep, setup.peak, setup.flops) if sweep else {},
         "modes": by_mode,
         "step_floor_ms_by_mode": {
             mode: min(r["step_ms"] for r in by_mode if r["mode"] == mode)
             for mode in {r["mode"] for r in by_mode}
         },
-        "bf16_speedup": (
-            rate(by["bf16"]["samples_per_s"], by["fp32"]["samples_per_s"])
-            if "bf16" in by and "fp32" in by
-            else None
-        ),
+        "bf16_speedup": _bf16_speedup(runs),
     }
     publish(
         NAME,

@@ -440,7 +440,8 @@ def headroom(
     return out
 
 
-def table(results: list[dict], host: dict) -> str:
+def _model_table(results: list[dict], host: dict) -> list[str]:
+    """Each model's test AUC, GAUC and logloss, per world."""
     lines = [
         f"Test AUC / GAUC / logloss, same rows and split per world ({host['cpus']} x "
         f"{host['cpu_model']}). Goal: dailyrec >= best baseline + {MARGIN} with the "
@@ -458,8 +459,12 @@ def table(results: list[dict], host: dict) -> str:
                 f"| {r['world']['name']} | {r['rows']['train']:,} | {name} | {m['auc']:.4f} "
                 f"| {m['gauc']:.4f} | {m['logloss']:.4f} |"
             )
-    lines += [
-        "",
+    return lines
+
+
+def _margin_table(results: list[dict]) -> list[str]:
+    """dailyrec against the best baseline and the oracles, per world."""
+    lines = [
         f"| world | dailyrec - best baseline (95% CI, users as the unit) | oracle gap | data-limited oracle gap | "
         f">= +{MARGIN} with the interval above 0 |",
         "|---|---|---:|---:|---|",
@@ -474,8 +479,12 @@ def table(results: list[dict], host: dict) -> str:
             f"({v['ci_low']:+.4f} .. {v['ci_high']:+.4f}) | {gap} | {limited} | "
             f"{'yes' if r['margin_met'] else 'no'} |"
         )
-    lines += [
-        "",
+    return lines
+
+
+def _gauc_table(results: list[dict]) -> list[str]:
+    """GAUC: dailyrec minus each baseline, per world."""
+    lines = [
         "GAUC, the ranking of one user's items: dailyrec minus each baseline (95% CI, users "
         "as the unit: the per-user AUC differences, weighted by rows).",
         "",
@@ -491,8 +500,12 @@ def table(results: list[dict], host: dict) -> str:
             ]
             users = vs[BASELINES[0]]["users"]
             lines.append(f"| {r['world']['name']} | {users:,} | {' | '.join(cells)} |")
-    lines += [
-        "",
+    return lines
+
+
+def _served_table(results: list[dict]) -> list[str]:
+    """dailyrec as served against the dataset's features, per world."""
+    lines = [
         "dailyrec as served: the evaluate stage builds each test row with serving's own code "
         "from the state at the start of the row's day (a split of several days is served one "
         "day at a time, as the daily pipeline serves it), with each user's earlier events of "
@@ -512,8 +525,12 @@ def table(results: list[dict], host: dict) -> str:
                 f"| {skew['delta']:+.4f} ({skew['ci_low']:+.4f} .. {skew['ci_high']:+.4f}) "
                 f"| {served['snapshot_only_auc']:.4f} |"
             )
-    lines += [
-        "",
+    return lines
+
+
+def _headroom_table(results: list[dict]) -> list[str]:
+    """Headroom: what a stacked regression gains on top of each model, per world."""
+    lines = [
         "Headroom: test AUC a logistic regression stacked on the model's logit gains (fitted on "
         "one half of the test rows, scored on the other) from each user's and item's offset "
         "that their earlier rows reveal against a LightGBM blind to them, and (synthetic "
@@ -528,7 +545,19 @@ def table(results: list[dict], host: dict) -> str:
         for name, gains in r.get("headroom", {}).items():
             cells = [f"{gains[k]:+.4f}" if k in gains else "n/a" for k in HEADROOM]
             lines.append(f"| {r['world']['name']} | {name} | {' | '.join(cells)} |")
-    return "\n".join(lines)
+    return lines
+
+
+def table(results: list[dict], host: dict) -> str:
+    """The quality tables, one per question, from the worlds' results."""
+    sections = [
+        _model_table(results, host),
+        _margin_table(results),
+        _gauc_table(results),
+        _served_table(results),
+        _headroom_table(results),
+    ]
+    return "\n\n".join("\n".join(lines) for lines in sections)
 
 
 def readme_table(result: dict) -> str:

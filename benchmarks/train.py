@@ -30,6 +30,7 @@ benchmarks/results/train.json and the block between
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 import tempfile
@@ -270,7 +271,8 @@ def readme_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The benchmark's command line."""
     p = dataset_benchmark_parser(__doc__, "train")
     p.add_argument(
         "--rows",
@@ -300,8 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--work", default=None, help="folder for the subset and run outputs (default: a temp dir)"
     )
-    args = p.parse_args(argv)
-    src = require_dataset(args.data, "train.py")
+    return p
+
+
+def _runs(src: Path, args: argparse.Namespace) -> tuple[dict, dict, list[dict]]:
+    """The naive run, then the tuned ones, on a subset of ``src``: ``(rows taken, naive, tuned)``."""
     rows = args.rows if args.rows is not None else (2048 if args.quick else 200_000)
     eval_rows = args.eval_rows if args.eval_rows is not None else (512 if args.quick else 20_000)
     naive_steps = args.naive_steps or (2 if args.quick else 30)
@@ -335,6 +340,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{100 * r['data_wait_fraction']:5.1f}%",
                 flush=True,
             )
+    return taken, naive, tuned
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    src = require_dataset(args.data, "train.py")
+    taken, naive, tuned = _runs(src, args)
     result = {
         "benchmark": NAME,
         "machine": machine(),

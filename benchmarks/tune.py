@@ -142,6 +142,65 @@ def sample_configs(config: TuneConfig, n: int, seed: int) -> list[dict]:
     return [suggest(study.ask(), config.space, archs) for _ in range(n)]
 
 
+def _search_command(
+    data: Path, out: Path, arm: str, pruner: str, size: dict, trials: int, enqueue: Path
+) -> list[str]:
+    """The search CLI of one arm: the same enqueued configurations, its own pruner."""
+    return [
+        sys.executable,
+        "-m",
+        "components.tune",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--base-model",
+        BASE_MODEL,
+        "--hardware",
+        "cpu-local",
+        "--global-batch",
+        str(size["global_batch"]),
+        "--max-epochs",
+        str(size["max_epochs"]),
+        "--trials",
+        str(trials),
+        "--pruner",
+        pruner,
+        "--min-epochs",
+        "1",
+        "--reduction-factor",
+        str(REDUCTION_FACTOR),
+        "--sampler",
+        "random",
+        "--seed",
+        str(SEED),
+        "--space",
+        json.dumps(SPACE.as_dict()),
+        "--enqueue",
+        str(enqueue),
+        "--storage",
+        "memory",
+        "--fresh",
+        "--study-name",
+        f"bench-{arm}",
+    ]
+
+
+def _arm_result(work: Path, arm: str, code: int, seconds: float) -> dict:
+    """One arm's search summary with its wall time (its log's tail if it failed)."""
+    if code != 0:
+        tail = (work / f"{arm}.log").read_text()[-3000:]
+        raise SystemExit(f"python -m benchmarks.tune: the {arm} search failed ({code}):\n{tail}")
+    summary = json.loads((work / arm / SUMMARY_FILE).read_text())
+    print(
+        f"{arm:8s}: {summary['trials']} trials, {summary['pruned']} pruned, "
+        f"{summary['epochs_spent']} epochs, "
+        f"best val AUC {summary['best_val_auc']:.4f}, {seconds:.0f}s",
+        flush=True,
+    )
+    return {**summary, "wall_seconds": round(seconds, 1)}
+
+
 def run_arms(data: Path, work: Path, size: dict, configs: list[dict]) -> dict[str, dict]:
     """The baseline and ASHA searches as two concurrent CLI processes; their summaries."""
     enqueue = work / "configs.json"
@@ -149,44 +208,7 @@ def run_arms(data: Path, work: Path, size: dict, configs: list[dict]) -> dict[st
     procs, logs = {}, {}
     for arm, pruner in (("baseline", "none"), ("asha", "asha")):
         out = work / arm
-        cmd = [
-            sys.executable,
-            "-m",
-            "components.tune",
-            "--data",
-            str(data),
-            "--out",
-            str(out),
-            "--base-model",
-            BASE_MODEL,
-            "--hardware",
-            "cpu-local",
-            "--global-batch",
-            str(size["global_batch"]),
-            "--max-epochs",
-            str(size["max_epochs"]),
-            "--trials",
-            str(len(configs)),
-            "--pruner",
-            pruner,
-            "--min-epochs",
-            "1",
-            "--reduction-factor",
-            str(REDUCTION_FACTOR),
-            "--sampler",
-            "random",
-            "--seed",
-            str(SEED),
-            "--space",
-            json.dumps(SPACE.as_dict()),
-            "--enqueue",
-            str(enqueue),
-            "--storage",
-            "memory",
-            "--fresh",
-            "--study-name",
-            f"bench-{arm}",
-        ]
+        cmd = _search_command(data, out, arm, pruner, size, len(configs), enqueue)
         logs[arm] = open(work / f"{arm}.log", "w")  # noqa: SIM115 (closed below)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         procs[arm] = (
@@ -199,24 +221,12 @@ def run_arms(data: Path, work: Path, size: dict, configs: list[dict]) -> dict[st
             if arm not in ended and proc.poll() is not None:
                 ended[arm] = time.perf_counter()
         time.sleep(0.2)
-    results = {}
-    for arm, (proc, started) in procs.items():
-        code, seconds = proc.returncode, ended[arm] - started
-        logs[arm].close()
-        if code != 0:
-            tail = (work / f"{arm}.log").read_text()[-3000:]
-            raise SystemExit(
-                f"python -m benchmarks.tune: the {arm} search failed ({code}):\n{tail}"
-            )
-        summary = json.loads((work / arm / SUMMARY_FILE).read_text())
-        results[arm] = {**summary, "wall_seconds": round(seconds, 1)}
-        print(
-            f"{arm:8s}: {summary['trials']} trials, {summary['pruned']} pruned, "
-            f"{summary['epochs_spent']} epochs, "
-            f"best val AUC {summary['best_val_auc']:.4f}, {seconds:.0f}s",
-            flush=True,
-        )
-    return results
+    for log in logs.values():
+        log.close()
+    return {
+        arm: _arm_result(work, arm, proc.returncode, ended[arm] - started)
+        for arm, (proc, started) in procs.items()
+    }
 
 
 def train_summaries(work: Path, arm: str) -> dict[int, TrainSummary]:
@@ -426,7 +436,8 @@ def readme_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The benchmark's command line."""
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.tune", description=__doc__.splitlines()[0]
     )
@@ -438,7 +449,11 @@ def main(argv: list[str] | None = None) -> int:
         "--results", default=None, help="JSON output (default: benchmarks/results/tune.json)"
     )
     p.add_argument("--no-readme", action="store_true")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     size = QUICK if args.quick else FULL
     work = Path(args.work) / ("quick" if args.quick else "full")
     work.mkdir(parents=True, exist_ok=True)

@@ -107,6 +107,48 @@ def scratch_limit(input_bytes: int, workers: int) -> str:
     return memory_quantity(max(2 * 2**30, -(-2 * input_bytes // max(workers, 1)) // 2**20 * 2**20))
 
 
+POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": 10001,
+    "runAsGroup": 10001,
+    "fsGroup": 10001,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+"""The Dask pods' securityContext: non-root (the image's user), the runtime's seccomp profile."""
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "privileged": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+"""The Dask containers' securityContext: no capabilities, a read-only root filesystem."""
+
+
+def _lock_down(pod: dict, role: str, argv, resources: dict, scratch: str | None) -> None:
+    """One role's pod spec from the operator's template: its command, the shared volume and a
+    scratch emptyDir, resources, and locked down like the trainer pods."""
+    # no API token (they call no Kubernetes API), no service links, non-root, the runtime's
+    # seccomp profile, no capabilities, a read-only root filesystem (scratch space is an
+    # emptyDir). Who may reach the scheduler's port 8786 is the NetworkPolicy "dask"
+    # (manifests/base/networkpolicies.yaml): this run's pipeline pods and Dask pods only.
+    pod["serviceAccountName"] = SERVICE_ACCOUNT
+    empty_dir = {"sizeLimit": scratch} if scratch else {}
+    pod["volumes"] = [STORAGE.volume(), {"name": "scratch", "emptyDir": empty_dir}]
+    pod["automountServiceAccountToken"] = False
+    pod["enableServiceLinks"] = False
+    pod["securityContext"] = copy.deepcopy(POD_SECURITY)
+    for container in pod["containers"]:
+        container["command"], container["args"] = (list(part) for part in argv)
+        container["volumeMounts"] = [STORAGE.mount(), {"name": "scratch", "mountPath": "/tmp"}]
+        container.setdefault("resources", copy.deepcopy(resources))
+        container["securityContext"] = copy.deepcopy(CONTAINER_SECURITY)
+        container.setdefault("env", []).append(
+            {"name": "DASK_TEMPORARY_DIRECTORY", "value": "/tmp"}
+        )
+        if role == "worker":  # workers hash the ids: the deployment's key, never a value here
+            container["env"].append(copy.deepcopy(ID_KEY_ENV))
+
+
 def cluster_spec(
     name: str,
     workers: int,
@@ -139,7 +181,6 @@ def cluster_spec(
     }
     if owner:  # garbage-collected with the task's pod if the task dies before deleting it
         meta["ownerReferences"] = [dict(owner)]
-    empty_dir = {"sizeLimit": scratch} if scratch else {}
     argv = commands(target)
     for role in ("scheduler", "worker"):
         # the operator copies this metadata onto the role's pods (and adds the run's labels)
@@ -147,35 +188,5 @@ def cluster_spec(
             "labels": {"app.kubernetes.io/part-of": "dailyrec", **NO_SIDECAR},
             "annotations": dict(NO_SIDECAR),
         }
-        pod = spec["spec"][role]["spec"]
-        pod["serviceAccountName"] = SERVICE_ACCOUNT
-        # locked down like the trainer pods: no API token (they call no Kubernetes API), no service
-        # links, non-root, the runtime's seccomp profile, no capabilities, a read-only root filesystem
-        # (scratch space is an emptyDir). Who may reach the scheduler's port 8786 is the NetworkPolicy
-        # "dask" (manifests/base/networkpolicies.yaml): this run's pipeline pods and Dask pods only.
-        pod["volumes"] = [STORAGE.volume(), {"name": "scratch", "emptyDir": dict(empty_dir)}]
-        pod["automountServiceAccountToken"] = False
-        pod["enableServiceLinks"] = False
-        pod["securityContext"] = {
-            "runAsNonRoot": True,
-            "runAsUser": 10001,
-            "runAsGroup": 10001,
-            "fsGroup": 10001,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        }
-        for container in pod["containers"]:
-            container["command"], container["args"] = (list(part) for part in argv[role])
-            container["volumeMounts"] = [STORAGE.mount(), {"name": "scratch", "mountPath": "/tmp"}]
-            container.setdefault("resources", copy.deepcopy(resources))
-            container["securityContext"] = {
-                "allowPrivilegeEscalation": False,
-                "privileged": False,
-                "readOnlyRootFilesystem": True,
-                "capabilities": {"drop": ["ALL"]},
-            }
-            container.setdefault("env", []).append(
-                {"name": "DASK_TEMPORARY_DIRECTORY", "value": "/tmp"}
-            )
-            if role == "worker":  # workers hash the ids: the deployment's key, never a value here
-                container["env"].append(copy.deepcopy(ID_KEY_ENV))
+        _lock_down(spec["spec"][role]["spec"], role, argv[role], resources, scratch)
     return spec

@@ -266,33 +266,15 @@ def parameters(
     return out
 
 
-def trial_template(config: KatibConfig, target: Any, hardware: str) -> dict:
-    """The trialTemplate: a TrainJob (build_trainjob) running the trial CLI with placeholders."""
-    from components.train.backend import LaunchSpec
-    from components.tune.config import TuneConfig
-    from kube.trainjob import build_trainjob
-
-    tracking = target.env.get("MLFLOW_TRACKING_URI")
-    out = f"{config.root.rstrip('/')}/{config.name}/${{trialParameters.trialName}}"
-    spec = LaunchSpec.of(
-        data=config.data,
-        out=out,
-        tracking_uri=tracking,
-        experiment=TuneConfig.__dataclass_fields__["experiment"].default,
-    )
-    plan = TrainPlan(model=config.base_model, nproc_per_node=1, nnodes=1)
-    job = build_trainjob(spec, plan, target, labels={"dailyrec.io/experiment": config.name})
-    for key in ("name", "namespace"):  # Katib names the trial's job itself
-        job["metadata"].pop(key, None)
+def _trial_args(config: KatibConfig, hardware: str) -> list[str]:
+    """The trial CLI's own arguments: the search settings, and each sampled parameter as Katib's
+    placeholder (hyperband's epochs too)."""
     epochs = (
         "${trialParameters.maxEpochs}"
         if config.algorithm == "hyperband"
         else str(config.max_epochs)
     )
-    trainer = job["spec"]["trainer"]
-    trainer["command"] = ["torchrun", "--module", "components.tune.trial"]
-    trainer["args"] = [
-        *trainer["args"],
+    return [
         "--base-model",
         config.base_model,
         "--hardware",
@@ -309,6 +291,10 @@ def trial_template(config: KatibConfig, target: Any, hardware: str) -> dict:
             for a in (flag, f"${{trialParameters.{name}}}")
         ],
     ]
+
+
+def _trial_parameters(config: KatibConfig) -> list[dict]:
+    """The trialTemplate's parameters: the sampled ones, hyperband's epochs, the trial's name."""
     trial_parameters = [
         {"name": name, "reference": param, "description": f"{param} of the trial"}
         for name, (param, _) in TRIAL_PARAMETERS.items()
@@ -328,12 +314,36 @@ def trial_template(config: KatibConfig, target: Any, hardware: str) -> dict:
             "description": "the trial's name: its output folder",
         }
     )
+    return trial_parameters
+
+
+def trial_template(config: KatibConfig, target: Any, hardware: str) -> dict:
+    """The trialTemplate: a TrainJob (build_trainjob) running the trial CLI with placeholders."""
+    from components.train.backend import LaunchSpec
+    from components.tune.config import TuneConfig
+    from kube.trainjob import build_trainjob
+
+    tracking = target.env.get("MLFLOW_TRACKING_URI")
+    out = f"{config.root.rstrip('/')}/{config.name}/${{trialParameters.trialName}}"
+    spec = LaunchSpec.of(
+        data=config.data,
+        out=out,
+        tracking_uri=tracking,
+        experiment=TuneConfig.__dataclass_fields__["experiment"].default,
+    )
+    plan = TrainPlan(model=config.base_model, nproc_per_node=1, nnodes=1)
+    job = build_trainjob(spec, plan, target, labels={"dailyrec.io/experiment": config.name})
+    for key in ("name", "namespace"):  # Katib names the trial's job itself
+        job["metadata"].pop(key, None)
+    trainer = job["spec"]["trainer"]
+    trainer["command"] = ["torchrun", "--module", "components.tune.trial"]
+    trainer["args"] = [*trainer["args"], *_trial_args(config, hardware)]
     return {
         "primaryContainerName": "node",
         "primaryPodLabels": dict(PRIMARY_POD_LABELS),
         "successCondition": SUCCESS,
         "failureCondition": FAILURE,
-        "trialParameters": trial_parameters,
+        "trialParameters": _trial_parameters(config),
         "trialSpec": job,
     }
 

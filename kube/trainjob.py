@@ -58,6 +58,34 @@ def resources_per_node(plan: TrainPlan, target: TrainJobTarget) -> dict[str, dic
     return {"requests": dict(sized), "limits": dict(sized)}
 
 
+def _placement_patches(m, target: TrainJobTarget) -> list | None:
+    """The runtime patch that places the trainer's pods (node selector, tolerations); None when
+    the target places nothing. ``m`` is the Trainer API's models module."""
+    if not (target.node_selector or target.tolerations):
+        return None
+    pod = m.TrainerV1alpha1PodTemplatePatch(
+        spec=m.TrainerV1alpha1PodSpecPatch(
+            node_selector=target.node_selector or None, tolerations=target.tolerations or None
+        )
+    )
+    replicated = m.TrainerV1alpha1ReplicatedJobPatch(
+        name=TRAINER_CONTAINER,
+        template=m.TrainerV1alpha1JobTemplatePatch(
+            spec=m.TrainerV1alpha1JobSpecPatch(template=pod)
+        ),
+    )
+    return [
+        m.TrainerV1alpha1RuntimePatch(
+            manager=MANAGER,
+            training_runtime_spec=m.TrainerV1alpha1TrainingRuntimeSpecPatch(
+                template=m.TrainerV1alpha1JobSetTemplatePatch(
+                    spec=m.TrainerV1alpha1JobSetSpecPatch(replicated_jobs=[replicated])
+                )
+            ),
+        )
+    ]
+
+
 def build_trainjob(
     spec: LaunchSpec, plan: TrainPlan, target: TrainJobTarget, labels: dict[str, str] | None = None
 ) -> dict:
@@ -75,29 +103,6 @@ def build_trainjob(
         "PET_RDZV_CONF": f"timeout={int(target.rendezvous_timeout_s)}",
         **target.env,
     }
-    patches = None
-    if target.node_selector or target.tolerations:
-        pod = m.TrainerV1alpha1PodTemplatePatch(
-            spec=m.TrainerV1alpha1PodSpecPatch(
-                node_selector=target.node_selector or None, tolerations=target.tolerations or None
-            )
-        )
-        replicated = m.TrainerV1alpha1ReplicatedJobPatch(
-            name=TRAINER_CONTAINER,
-            template=m.TrainerV1alpha1JobTemplatePatch(
-                spec=m.TrainerV1alpha1JobSpecPatch(template=pod)
-            ),
-        )
-        patches = [
-            m.TrainerV1alpha1RuntimePatch(
-                manager=MANAGER,
-                training_runtime_spec=m.TrainerV1alpha1TrainingRuntimeSpecPatch(
-                    template=m.TrainerV1alpha1JobSetTemplatePatch(
-                        spec=m.TrainerV1alpha1JobSetSpecPatch(replicated_jobs=[replicated])
-                    )
-                ),
-            )
-        ]
     job = m.TrainerV1alpha1TrainJob(
         api_version=f"{GROUP}/{VERSION}",
         kind="TrainJob",
@@ -120,7 +125,7 @@ def build_trainjob(
                 args=spec.trainer_args(),
                 env=[{"name": k, "value": v} for k, v in sorted(env.items())],
             ),
-            runtime_patches=patches,
+            runtime_patches=_placement_patches(m, target),
         ),
     )
     return job.to_dict()

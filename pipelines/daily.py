@@ -15,6 +15,8 @@ resolve the schedule-time placeholder and would sleep through backoffs of failur
 deterministic there, so its build has neither (:data:`pipelines.steps.LOCAL`).
 """
 
+from types import SimpleNamespace
+
 from kfp import dsl
 
 from components.common.images import RUNTIME_IMAGE
@@ -34,6 +36,10 @@ from pipelines.steps import (
 )
 
 PIPELINE_NAME = "dailyrec-daily"
+DESCRIPTION = (
+    "Daily retraining of the dailyrec BST click-through model: "
+    "preprocess, estimate, train, evaluate, register."
+)
 BACKEND_FEATURES = (
     ((2, 14), "the exit handler takes dsl.PipelineTaskFinalStatus"),
     (
@@ -156,13 +162,106 @@ def check_parameters(
     check(params)
 
 
+def _finalize_task(p, runner: Runner):
+    """The exit handler's task: ``finalize`` for this run, hardened and never cached."""
+    exit_task = finalize(
+        storage_root=p.storage_root,
+        run_id=p.run_id,
+        kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+        model_name=p.model_name,
+        tracking_uri=p.tracking_uri,
+        launcher=p.launcher,
+        cluster_target=p.cluster_target,
+        retention_days=p.retention_days,
+    )
+    harden(on_cluster(exit_task, "finalize"), "finalize", runner.retries)
+    exit_task.set_caching_options(False)
+    return exit_task
+
+
+def _estimate_and_train(p, window, data, runner: Runner):
+    """The estimate and train tasks on the preprocessed window: ``(plan, trained)``."""
+    dataset, run_dir = data.outputs["dataset"], window.outputs["run_dir"]
+    plan = task_settings(
+        estimate_op(
+            dataset=dataset,
+            run_dir=run_dir,
+            model_config=p.model_config,
+            hardware_profile=p.hardware_profile,
+            global_batch=p.global_batch,
+            deadline_hours=p.deadline_hours,
+            max_epochs=p.max_epochs,
+            negative_keep=p.negative_keep,
+            negatives_per_positive=p.negatives_per_positive,
+            preprocess_seconds=data.outputs["seconds"],
+        ),
+        "estimate-op",
+        "estimate",
+        runner,
+    )
+    trained = task_settings(
+        train_op(
+            dataset=dataset,
+            plan=plan.outputs["plan"],
+            run_dir=run_dir,
+            warm_start=p.warm_start,
+            model_name=p.model_name,
+            tracking_uri=p.tracking_uri,
+            launcher=p.launcher,
+            max_restarts=p.max_restarts,
+            cluster_target=p.cluster_target,
+        ),
+        "train-op",
+        "train",
+        runner,
+    )
+    return plan, trained
+
+
+def _evaluate_and_register(p, window, data, plan, trained, runner: Runner) -> None:
+    """The evaluate task, sized by the plan, then register (which skips a candidate not blessed)."""
+    run_dir = window.outputs["run_dir"]
+    evaluated = task_settings(
+        evaluate_op(
+            dataset=data.outputs["dataset"],
+            model=trained.outputs["model"],
+            run_dir=run_dir,
+            model_name=p.model_name,
+            tracking_uri=p.tracking_uri,
+            min_auc=p.min_auc,
+            tolerance=p.tolerance,
+            guards_report_only=p.guards_report_only,
+        ),
+        "evaluate-op",
+        "evaluate",
+        runner,
+    )
+    # sized from the test split (estimate reads the dataset's meta.json), not a fixed pod
+    sized_by(evaluated, plan.outputs["evaluate_cpu"], plan.outputs["evaluate_memory"])
+    # no dsl.If here: a sub-DAG inside the exit handler leaves the exit DAG's state stale
+    # on a KFP backend (the state is recomputed only after a container task finishes), so
+    # register always runs and does nothing for a candidate that is not blessed
+    task_settings(
+        register_op(
+            model=trained.outputs["model"],
+            evaluation=evaluated.outputs["metrics"],
+            run_dir=run_dir,
+            model_name=p.model_name,
+            tracking_uri=p.tracking_uri,
+            run_id=window.outputs["run_id"],
+        ),
+        "register-op",
+        "register",
+        runner,
+    )
+
+
 def daily_pipeline(runner: Runner = CLUSTER):
     """The ``dailyrec-daily`` pipeline built for ``runner`` (``pipelines.steps.CLUSTER`` or ``LOCAL``)."""
 
     @dsl.pipeline(
         name=PIPELINE_NAME,
-        description="Daily retraining of the dailyrec BST click-through model: "
-        "preprocess, estimate, train, evaluate, register.",
+        description=DESCRIPTION,
         # a backstop past every task's worst case (pipelines/steps.py): a run never meets the next
         # day's; kfp.local has no deadline of its own
         pipeline_config=dsl.PipelineConfig(active_deadline_seconds=RUN_DEADLINE_S)
@@ -203,103 +302,16 @@ def daily_pipeline(runner: Runner = CLUSTER):
         # first: the parameters exactly as given (locals() holds them, and the enclosing runner)
         parameters = dict(locals())
         parameters.pop("runner", None)
-        exit_task = finalize(
-            storage_root=storage_root,
-            run_id=run_id,
-            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-            model_name=model_name,
-            tracking_uri=tracking_uri,
-            launcher=launcher,
-            cluster_target=cluster_target,
-            retention_days=retention_days,
-        )
-        harden(on_cluster(exit_task, "finalize"), "finalize", runner.retries)
-        exit_task.set_caching_options(False)
-        with dsl.ExitHandler(exit_task, name="daily-run"):
+        p = SimpleNamespace(**parameters)  # the same channels, by attribute for the steps below
+        with dsl.ExitHandler(_finalize_task(p, runner), name="daily-run"):
             checked = task_settings(
                 check_parameters(**parameters), "check-parameters", "check parameters", runner
             )
             window, data = prepare_data(
-                raw_uri=raw_uri,
-                storage_root=storage_root,
-                run_date=run_date,
-                window_days=window_days,
-                history_days=history_days,
-                seq_len=seq_len,
-                run_id=run_id,
-                dask_workers=dask_workers,
-                cluster_target=cluster_target,
-                after=checked,
-                schedule_time=runner.schedule_time,
-                retries=runner.retries,
+                p, after=checked, schedule_time=runner.schedule_time, retries=runner.retries
             )
-            dataset, run_dir = data.outputs["dataset"], window.outputs["run_dir"]
-            plan = task_settings(
-                estimate_op(
-                    dataset=dataset,
-                    run_dir=run_dir,
-                    model_config=model_config,
-                    hardware_profile=hardware_profile,
-                    global_batch=global_batch,
-                    deadline_hours=deadline_hours,
-                    max_epochs=max_epochs,
-                    negative_keep=negative_keep,
-                    negatives_per_positive=negatives_per_positive,
-                    preprocess_seconds=data.outputs["seconds"],
-                ),
-                "estimate-op",
-                "estimate",
-                runner,
-            )
-            trained = task_settings(
-                train_op(
-                    dataset=dataset,
-                    plan=plan.outputs["plan"],
-                    run_dir=run_dir,
-                    warm_start=warm_start,
-                    model_name=model_name,
-                    tracking_uri=tracking_uri,
-                    launcher=launcher,
-                    max_restarts=max_restarts,
-                    cluster_target=cluster_target,
-                ),
-                "train-op",
-                "train",
-                runner,
-            )
-            evaluated = task_settings(
-                evaluate_op(
-                    dataset=dataset,
-                    model=trained.outputs["model"],
-                    run_dir=run_dir,
-                    model_name=model_name,
-                    tracking_uri=tracking_uri,
-                    min_auc=min_auc,
-                    tolerance=tolerance,
-                    guards_report_only=guards_report_only,
-                ),
-                "evaluate-op",
-                "evaluate",
-                runner,
-            )
-            # sized from the test split (estimate reads the dataset's meta.json), not a fixed pod
-            sized_by(evaluated, plan.outputs["evaluate_cpu"], plan.outputs["evaluate_memory"])
-            # no dsl.If here: a sub-DAG inside the exit handler leaves the exit DAG's state stale
-            # on a KFP backend (the state is recomputed only after a container task finishes), so
-            # register always runs and does nothing for a candidate that is not blessed
-            task_settings(
-                register_op(
-                    model=trained.outputs["model"],
-                    evaluation=evaluated.outputs["metrics"],
-                    run_dir=run_dir,
-                    model_name=model_name,
-                    tracking_uri=tracking_uri,
-                    run_id=window.outputs["run_id"],
-                ),
-                "register-op",
-                "register",
-                runner,
-            )
+            plan, trained = _estimate_and_train(p, window, data, runner)
+            _evaluate_and_register(p, window, data, plan, trained, runner)
 
     return daily
 

@@ -725,6 +725,29 @@ def _kfp_client(host: str) -> Any:
     return kfp.Client(host=host, **client_auth())
 
 
+def _add_trigger(sub) -> None:
+    """The ``trigger`` subcommand: one run of the deployed pipeline now."""
+    trig = sub.add_parser(
+        "trigger",
+        help="start one run now (as the UI's Create run)",
+        formatter_class=HelpFormatter,
+        description="Start one run of the deployed pipeline now (as the UI's Create run).",
+    )
+    trig.add_argument(
+        "--host",
+        default=os.environ.get("KFP_HOST") or None,
+        help="KFP API endpoint (default: $KFP_HOST)",
+    )
+    trig.add_argument("--version", default=None, help="pipeline version (default: the newest)")
+    trig.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a pipeline parameter (repeatable)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     """The deploy command and its ``trigger`` subcommand."""
     p = cli_parser("python -m pipelines.deploy", __doc__.splitlines()[0])
@@ -775,25 +798,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a docker-registry Secret in the namespace for a private REGISTRY (repeatable; "
         "default: none, the registry is public or the nodes can pull)",
     )
-    trig = sub.add_parser(
-        "trigger",
-        help="start one run now (as the UI's Create run)",
-        formatter_class=HelpFormatter,
-        description="Start one run of the deployed pipeline now (as the UI's Create run).",
-    )
-    trig.add_argument(
-        "--host",
-        default=os.environ.get("KFP_HOST") or None,
-        help="KFP API endpoint (default: $KFP_HOST)",
-    )
-    trig.add_argument("--version", default=None, help="pipeline version (default: the newest)")
-    trig.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a pipeline parameter (repeatable)",
-    )
+    _add_trigger(sub)
     return p
 
 

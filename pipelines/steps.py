@@ -99,37 +99,24 @@ def harden(task, name: str, retries: bool = True):
     return task
 
 
-def prepare_data(
-    *,
-    raw_uri,
-    storage_root,
-    run_date,
-    window_days,
-    history_days,
-    seq_len,
-    run_id,
-    dask_workers,
-    cluster_target,
-    after=None,
-    schedule_time: str = "",
-    retries: bool = False,
-):
+def prepare_data(params, *, after=None, schedule_time: str = "", retries: bool = False):
     """The resolve-window and preprocess tasks every dailyrec pipeline starts with: ``(window, data)``.
 
-    Arguments are pipeline parameters (channels), and the runner's schedule time and retry
-    choice. Only preprocess is cached, keyed on the input fingerprint that the never-cached
-    resolve task computes from today's files; it takes no artifact input, so that key stays
-    the same from run to run.
+    ``params`` holds the pipeline's parameters (channels) by name: ``raw_uri``, ``storage_root``,
+    ``run_date``, ``window_days``, ``history_days``, ``seq_len``, ``run_id``, ``dask_workers``,
+    ``cluster_target``; then the runner's schedule time and retry choice. Only preprocess is
+    cached, keyed on the input fingerprint that the never-cached resolve task computes from
+    today's files; it takes no artifact input, so that key stays the same from run to run.
     """
     window = resolve_window(
-        raw_uri=raw_uri,
-        storage_root=storage_root,
-        run_date=run_date,
+        raw_uri=params.raw_uri,
+        storage_root=params.storage_root,
+        run_date=params.run_date,
         schedule_time=schedule_time,
-        window_days=window_days,
-        history_days=history_days,
-        seq_len=seq_len,
-        run_id=run_id,
+        window_days=params.window_days,
+        history_days=params.history_days,
+        seq_len=params.seq_len,
+        run_id=params.run_id,
         kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
     )
     if after is not None:
@@ -141,12 +128,12 @@ def prepare_data(
         raw_uri=window.outputs["raw_uri"],
         data_dir=window.outputs["data_dir"],
         end_date=window.outputs["end_date"],
-        window_days=window_days,
-        history_days=history_days,
-        seq_len=seq_len,
+        window_days=params.window_days,
+        history_days=params.history_days,
+        seq_len=params.seq_len,
         input_fingerprint=window.outputs["input_fingerprint"],
-        dask_workers=dask_workers,
-        cluster_target=cluster_target,
+        dask_workers=params.dask_workers,
+        cluster_target=params.cluster_target,
     )
     harden(on_cluster(data, "preprocess-op"), "preprocess-op", retries)
     data.set_caching_options(True)  # same files + window + config + code => same dataset

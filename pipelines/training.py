@@ -40,3 +40,13 @@ def final_when_spent(launcher: str) -> Iterator[None]:
         if launcher == "local" and (exc.exit_status or 0) > 0:
             raise FinalError(str(exc), exc.exit_status) from exc
         raise
+
+
+def launch_backend(launcher: str, cluster_target: str):
+    """The launcher's backend: None runs torchrun in this task's pod; ``trainjob`` a Kubeflow
+    Trainer TrainJob placed by ``cluster_target``."""
+    if launcher != "trainjob":
+        return None
+    from kube.client import TrainJobBackend
+
+    return TrainJobBackend.from_cluster_target(cluster_target)

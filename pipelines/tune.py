@@ -17,6 +17,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from kfp import compiler, dsl, kubernetes
 
@@ -39,6 +40,17 @@ TUNE_RESOURCES = ("4", "16Gi", "24Gi")
 
 TUNE = pipeline_defaults()
 """The search settings' defaults (TuneConfig's), as the pipeline's parameters take them."""
+
+
+def _tune_task_settings(tuned) -> None:
+    """The search task's volume, label, MLflow client, resources; never cached."""
+    kubernetes.mount_pvc(tuned, pvc_name=PVC, mount_path=MOUNT_PATH)
+    kubernetes.add_pod_label(tuned, TASK_LABEL, "tune-op")
+    mlflow_client(tuned)
+    cpu, memory, memory_limit = TUNE_RESOURCES
+    tuned.set_cpu_request(cpu).set_memory_request(memory).set_memory_limit(memory_limit)
+    tuned.set_caching_options(False)
+    tuned.set_display_name("tune")
 
 
 @dsl.pipeline(
@@ -87,30 +99,14 @@ def tune_pipeline(
         run_id: folder name of this run under storage_root/runs; empty = the KFP run id.
     """
     given = dict(locals())  # the parameters, before anything else is a local
-    window, data = prepare_data(
-        raw_uri=raw_uri,
-        storage_root=storage_root,
-        run_date=run_date,
-        window_days=window_days,
-        history_days=history_days,
-        seq_len=seq_len,
-        run_id=run_id,
-        dask_workers=dask_workers,
-        cluster_target=cluster_target,
-    )
+    window, data = prepare_data(SimpleNamespace(**given))
     tuned = tune_op(
         dataset=data.outputs["dataset"],
         run_dir=window.outputs["run_dir"],
         storage_root=storage_root,
         **{name: given[name] for name in PIPELINE_PARAMETERS},
     )
-    kubernetes.mount_pvc(tuned, pvc_name=PVC, mount_path=MOUNT_PATH)
-    kubernetes.add_pod_label(tuned, TASK_LABEL, "tune-op")
-    mlflow_client(tuned)
-    cpu, memory, memory_limit = TUNE_RESOURCES
-    tuned.set_cpu_request(cpu).set_memory_request(memory).set_memory_limit(memory_limit)
-    tuned.set_caching_options(False)
-    tuned.set_display_name("tune")
+    _tune_task_settings(tuned)
 
 
 def compile_tune(out: str | Path) -> Path:

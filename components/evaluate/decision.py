@@ -104,6 +104,62 @@ def detectable(comparison: dict | None, rule: GateRule) -> float | None:
     return detectable_effect(se, rule.tolerance, rule.confidence)
 
 
+def _against_champion(champion: dict, comparison: dict | None, rule: GateRule) -> tuple[bool, str]:
+    """(whether the champion lets the candidate pass, why) by ``champion["status"]``."""
+    status = champion["status"]
+    version = champion.get("version")
+    if status == "none":
+        return True, "no champion registered yet: nothing to compare with"
+    if status == "scored" and not comparison_defined(comparison):
+        ok = rule.if_champion_unusable == "ignore"
+        return ok, (
+            f"AUC vs champion v{version}: undefined ({undefined_why(comparison or {})}); "
+            f"policy if_champion_unusable={rule.if_champion_unusable}: "
+            + ("judged on min_auc alone" if ok else "not blessed, the champion stays")
+        )
+    if status == "scored":
+        upper, bound = comparison["ci_high"], -rule.tolerance
+        ok = upper >= bound
+        return ok, (
+            f"AUC vs champion v{version}: {comparison['delta']:+.4f} "
+            f"({100 * rule.confidence:.0f}% CI {comparison['ci_low']:+.4f} .. {upper:+.4f}, "
+            f"{comparison.get('users')} users as the unit); "
+            + (
+                f"upper bound >= -tolerance {bound:+.4f}: not significantly worse"
+                if ok
+                else f"upper bound < -tolerance {bound:+.4f}: significantly worse than the champion"
+            )
+            + f"; this day detects a loss of {detectable(comparison, rule):.4f} AUC (80% power)"
+        )
+    if status == "unusable":
+        ok = rule.if_champion_unusable == "ignore"
+        return ok, (
+            f"champion v{version} could not be scored on today's data "
+            f"({champion.get('reason')}); policy if_champion_unusable="
+            f"{rule.if_champion_unusable}: "
+            + ("judged on min_auc alone" if ok else "not blessed until resolved")
+        )
+    raise ValueError(f"unknown champion status {status!r}")
+
+
+def _guard_verdict(guards: dict | None) -> tuple[bool, list[str]]:
+    """(whether the data guards let the candidate pass, why; nothing when they did not run)."""
+    if guards is None:
+        return True, []
+    if not guards["findings"]:
+        return True, [
+            f"data guards: {len(guards['days'])} new day(s) in line with the window "
+            f"{guards['reference']['days']}"
+        ]
+    ok = not guards["blocked"]
+    findings = guards["findings"]
+    return ok, [
+        ("data guards: not blessed, " if not ok else "data guards (not enforced): ")
+        + "; ".join(findings[:3])
+        + (f"; and {len(findings) - 3} more" if len(findings) > 3 else "")
+    ]
+
+
 def decide(
     candidate_auc: float,
     champion: dict,
@@ -120,61 +176,15 @@ def decide(
     :func:`components.evaluate.guards.run_guards`' result: its findings block the candidate
     (unless the guards are off, when they are only reported).
     """
-    reasons = []
     floor_ok = not math.isnan(candidate_auc) and candidate_auc >= rule.min_auc
-    reasons.append(
-        f"served AUC {candidate_auc:.4f} {'>=' if floor_ok else '<'} min_auc {rule.min_auc:.4f}"
-    )
     status = champion["status"]
-    if status == "none":
-        gate_ok = True
-        reasons.append("no champion registered yet: nothing to compare with")
-    elif status == "scored" and not comparison_defined(comparison):
-        version = champion.get("version")
-        gate_ok = rule.if_champion_unusable == "ignore"
-        reasons.append(
-            f"AUC vs champion v{version}: undefined ({undefined_why(comparison or {})}); "
-            f"policy if_champion_unusable={rule.if_champion_unusable}: "
-            + ("judged on min_auc alone" if gate_ok else "not blessed, the champion stays")
-        )
-    elif status == "scored":
-        version = champion.get("version")
-        upper, bound = comparison["ci_high"], -rule.tolerance
-        gate_ok = upper >= bound
-        reasons.append(
-            f"AUC vs champion v{version}: {comparison['delta']:+.4f} "
-            f"({100 * rule.confidence:.0f}% CI {comparison['ci_low']:+.4f} .. {upper:+.4f}, "
-            f"{comparison.get('users')} users as the unit); "
-            + (
-                f"upper bound >= -tolerance {bound:+.4f}: not significantly worse"
-                if gate_ok
-                else f"upper bound < -tolerance {bound:+.4f}: significantly worse than the champion"
-            )
-            + f"; this day detects a loss of {detectable(comparison, rule):.4f} AUC (80% power)"
-        )
-    elif status == "unusable":
-        gate_ok = rule.if_champion_unusable == "ignore"
-        reasons.append(
-            f"champion v{champion.get('version')} could not be scored on today's data "
-            f"({champion.get('reason')}); policy if_champion_unusable="
-            f"{rule.if_champion_unusable}: "
-            + ("judged on min_auc alone" if gate_ok else "not blessed until resolved")
-        )
-    else:
-        raise ValueError(f"unknown champion status {status!r}")
-    guards_ok = True
-    if guards is not None and guards["findings"]:
-        guards_ok = not guards["blocked"]
-        reasons.append(
-            ("data guards: not blessed, " if not guards_ok else "data guards (not enforced): ")
-            + "; ".join(guards["findings"][:3])
-            + (f"; and {len(guards['findings']) - 3} more" if len(guards["findings"]) > 3 else "")
-        )
-    elif guards is not None:
-        reasons.append(
-            f"data guards: {len(guards['days'])} new day(s) in line with the window "
-            f"{guards['reference']['days']}"
-        )
+    gate_ok, gate_reason = _against_champion(champion, comparison, rule)
+    guards_ok, guard_reasons = _guard_verdict(guards)
+    reasons = [
+        f"served AUC {candidate_auc:.4f} {'>=' if floor_ok else '<'} min_auc {rule.min_auc:.4f}",
+        gate_reason,
+        *guard_reasons,
+    ]
     return Decision(
         blessed=bool(floor_ok and gate_ok and guards_ok),
         reasons=tuple(reasons),

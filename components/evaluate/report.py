@@ -187,6 +187,82 @@ def served_lines(served: dict | None, champion: dict) -> list[str]:
     return lines
 
 
+def _interval_lines(interval: dict | None) -> list[str]:
+    """The candidate's test AUC with its interval over users (nothing when it is undefined)."""
+    if not interval or interval.get("se") != interval.get("se"):  # NaN: too few users or labels
+        return []
+    return [
+        f"Candidate's test AUC {interval['auc']:.4f}, "
+        f"{100 * interval['confidence']:.0f}% CI [{interval['ci_low']:.4f}, "
+        f"{interval['ci_high']:.4f}] with the {interval['users']} users as the unit.",
+        "",
+    ]
+
+
+def _comparison_lines(comparison: dict | None, decision: Decision) -> list[str]:
+    """The AUC delta against the champion: the interval the gate reads, the rows-as-independent
+    one for scale, and the loss this test day can detect."""
+    if not comparison:
+        return []
+    if not comparison_defined(comparison):
+        return [
+            f"AUC delta (candidate − champion): undefined: {undefined_why(comparison)}; "
+            "see the decision above.",
+            "",
+        ]
+    level = f"{100 * comparison['confidence']:.0f}%"
+    iid = comparison.get("iid") or {}
+    lines = [
+        f"AUC delta (candidate − champion): {comparison['delta']:+.4f}, {level} CI "
+        f"[{comparison['ci_low']:+.4f}, {comparison['ci_high']:+.4f}] with the "
+        f"{comparison.get('users')} users as the unit (p = {comparison['p_value']:.3g}); "
+        "the gate reads this interval.",
+        "",
+    ]
+    if iid.get("se"):
+        lines += [
+            f"Rows taken as independent (DeLong), the same delta would read {level} CI "
+            f"[{iid['ci_low']:+.4f}, {iid['ci_high']:+.4f}]: "
+            f"{comparison['se'] / iid['se']:.1f}x narrower than the users allow.",
+            "",
+        ]
+    if decision.detectable_effect is not None:
+        lines += [
+            f"Detectable effect: this test day refuses a true loss of "
+            f"{decision.detectable_effect:.4f} AUC with 80% power; a smaller loss may "
+            'pass as "not significantly worse".',
+            "",
+        ]
+    return lines
+
+
+def _plan_lines(pva: dict | None) -> list[str]:
+    """Training's plan against what it measured (seconds, throughput, peak memory), drift flagged."""
+    if not pva:
+        return []
+    from components.common.plan import drift_lines
+
+    lines = [
+        "## Training: plan vs reality",
+        "",
+        "| measure | planned | measured | ratio |",
+        "|---|---:|---:|---:|",
+    ]
+    for key, unit, scale in (
+        ("seconds", "s", 1),
+        ("samples_per_s", "/s", 1),
+        ("peak_memory_bytes", "GiB", 2**30),
+    ):
+        c = pva.get(key)
+        if c:
+            flag = " **DRIFT**" if c["drift"] else ""
+            lines.append(
+                f"| {key.replace('_', ' ')} | {c['predicted'] / scale:,.2f} {unit} | "
+                f"{c['measured'] / scale:,.2f} {unit} | x{c['ratio']:.2f}{flag} |"
+            )
+    return [*lines, "", *drift_lines(pva)[: 1 if pva["drift"] else 0], ""]
+
+
 def markdown(metrics: Metrics, decision: Decision, images: dict[str, str]) -> str:
     """The report: verdict, reasons, metric table, plots (``images``: title -> link or data URI)."""
     champion = metrics.champion
@@ -212,69 +288,10 @@ def markdown(metrics: Metrics, decision: Decision, images: dict[str, str]) -> st
         _row("click rate", "positive_rate", candidate, scored),
         "",
     ]
-    interval = metrics.test_auc_interval
-    if interval and interval.get("se") == interval.get("se"):  # NaN: too few users or labels
-        lines += [
-            f"Candidate's test AUC {interval['auc']:.4f}, "
-            f"{100 * interval['confidence']:.0f}% CI [{interval['ci_low']:.4f}, "
-            f"{interval['ci_high']:.4f}] with the {interval['users']} users as the unit.",
-            "",
-        ]
+    lines += _interval_lines(metrics.test_auc_interval)
     lines += served_lines(metrics.served, champion)
-    comparison = metrics.comparison
-    if comparison and not comparison_defined(comparison):
-        lines += [
-            f"AUC delta (candidate − champion): undefined: {undefined_why(comparison)}; "
-            "see the decision above.",
-            "",
-        ]
-    elif comparison:
-        level = f"{100 * comparison['confidence']:.0f}%"
-        iid = comparison.get("iid") or {}
-        lines += [
-            f"AUC delta (candidate − champion): {comparison['delta']:+.4f}, {level} CI "
-            f"[{comparison['ci_low']:+.4f}, {comparison['ci_high']:+.4f}] with the "
-            f"{comparison.get('users')} users as the unit (p = {comparison['p_value']:.3g}); "
-            "the gate reads this interval.",
-            "",
-        ]
-        if iid.get("se"):
-            lines += [
-                f"Rows taken as independent (DeLong), the same delta would read {level} CI "
-                f"[{iid['ci_low']:+.4f}, {iid['ci_high']:+.4f}]: "
-                f"{comparison['se'] / iid['se']:.1f}x narrower than the users allow.",
-                "",
-            ]
-        if decision.detectable_effect is not None:
-            lines += [
-                f"Detectable effect: this test day refuses a true loss of "
-                f"{decision.detectable_effect:.4f} AUC with 80% power; a smaller loss may "
-                'pass as "not significantly worse".',
-                "",
-            ]
-    pva = metrics.plan_vs_actual
-    if pva:
-        from components.common.plan import drift_lines
-
-        lines += [
-            "## Training: plan vs reality",
-            "",
-            "| measure | planned | measured | ratio |",
-            "|---|---:|---:|---:|",
-        ]
-        for key, unit, scale in (
-            ("seconds", "s", 1),
-            ("samples_per_s", "/s", 1),
-            ("peak_memory_bytes", "GiB", 2**30),
-        ):
-            c = pva.get(key)
-            if c:
-                flag = " **DRIFT**" if c["drift"] else ""
-                lines.append(
-                    f"| {key.replace('_', ' ')} | {c['predicted'] / scale:,.2f} {unit} | "
-                    f"{c['measured'] / scale:,.2f} {unit} | x{c['ratio']:.2f}{flag} |"
-                )
-        lines += ["", *drift_lines(pva)[: 1 if pva["drift"] else 0], ""]
+    lines += _comparison_lines(metrics.comparison, decision)
+    lines += _plan_lines(metrics.plan_vs_actual)
     lines += guard_lines(metrics.guards)
     lines += [f"![{title}]({src})" for title, src in images.items()]
     return "\n".join(lines) + "\n"

@@ -81,6 +81,71 @@ class TestScores:
     """None where there is no champion, or it could not score today's rows."""
 
 
+@dataclasses.dataclass
+class _DatasetSide:
+    """Each model's test scores on the dataset's features, by model name (``candidate``,
+    ``champion vN``): curves, calibration bins, predictions; the candidate's summary and the
+    comparison of the two (None without a champion scored)."""
+
+    candidate: dict
+    curves: dict
+    bins: dict
+    predictions: dict
+    comparison: dict | None = None
+
+
+def _on_dataset_features(
+    config: EvaluateConfig, scores, champion: dict
+) -> tuple[_DatasetSide, dict]:
+    """The metrics on the dataset's features; the champion gains its own when it was scored."""
+    y, groups, prob = scores.labels, scores.users, scores.candidate
+    side = _DatasetSide(
+        candidate=summarize(prob, y, groups, config.bins),
+        curves={"candidate": roc_points(prob, y)},
+        bins={"candidate": calibration(prob, y, config.bins)["bins"]},
+        predictions={"candidate": prob},
+    )
+    if scores.champion is not None:
+        name = f"champion v{champion['version']}"
+        champion = {**champion, "metrics": summarize(scores.champion, y, groups, config.bins)}
+        side.comparison = clustered_delong(prob, scores.champion, y, groups, config.rule.confidence)
+        side.curves[name] = roc_points(scores.champion, y)
+        side.bins[name] = calibration(scores.champion, y, config.bins)["bins"]
+        side.predictions[name] = scores.champion
+    return side, champion
+
+
+def _as_served(
+    config: EvaluateConfig, meta, scores, candidate, champion_model, champion: dict, on_dataset
+) -> tuple[dict, dict, dict | None]:
+    """What each model scores as served (raw ids through its own state): ``(served summary,
+    the candidate's served AUC, the comparison the gate judges)``. With a champion model that
+    comparison is on served scores, and the champion gains its ``served_auc``; without, it is the
+    comparison ``on_dataset`` features."""
+    y, groups, confidence = scores.labels, scores.users, config.rule.confidence
+    served = served_scores(
+        config,
+        meta,
+        {"user_key": groups, "label": y, **scores.match},
+        candidate,
+        champion_model,
+    )
+    served_auc = clustered_auc(served["candidate"], y, groups, confidence)
+    comparison = on_dataset
+    if champion_model is not None:  # the gate judges what each model serves
+        comparison = clustered_delong(
+            served["candidate"], served["champion"], y, groups, confidence
+        )
+        champion["served_auc"] = comparison["auc_b"]
+    summary = {
+        "auc": served_auc["auc"],
+        "auc_interval": served_auc,
+        "skew": clustered_delong(scores.candidate, served["candidate"], y, groups, confidence),
+        "snapshot_only_auc": clustered_auc(served["snapshot_only"], y, groups, confidence),
+    }
+    return summary, served_auc, comparison
+
+
 def evaluate(config: EvaluateConfig) -> Evaluation:
     """Score, compare, decide, write the outputs; return them."""
     started = time.perf_counter()
@@ -100,51 +165,24 @@ def evaluate(config: EvaluateConfig) -> Evaluation:
         champion_model = None
     y, groups, prob = scores.labels, scores.users, scores.candidate
     confidence = config.rule.confidence
-    candidate_metrics = summarize(prob, y, groups, config.bins)
-    curves = {"candidate": roc_points(prob, y)}
-    bins = {"candidate": calibration(prob, y, config.bins)["bins"]}
-    predictions = {"candidate": prob}
-    dataset_comparison = None
-    if scores.champion is not None:
-        name = f"champion v{champion['version']}"
-        champion = {**champion, "metrics": summarize(scores.champion, y, groups, config.bins)}
-        dataset_comparison = clustered_delong(prob, scores.champion, y, groups, confidence)
-        curves[name] = roc_points(scores.champion, y)
-        bins[name] = calibration(scores.champion, y, config.bins)["bins"]
-        predictions[name] = scores.champion
-    served = served_scores(
-        config,
-        meta,
-        {"user_key": groups, "label": y, **scores.match},
-        candidate,
-        champion_model,
+    side, champion = _on_dataset_features(config, scores, champion)
+    served, served_auc, comparison = _as_served(
+        config, meta, scores, candidate, champion_model, champion, side.comparison
     )
-    served_auc = clustered_auc(served["candidate"], y, groups, confidence)
-    comparison = dataset_comparison
-    if champion_model is not None:  # the gate judges what each model serves
-        comparison = clustered_delong(
-            served["candidate"], served["champion"], y, groups, confidence
-        )
-        champion["served_auc"] = comparison["auc_b"]
     verdict = decide(served_auc["auc"], champion, comparison, config.rule, guards)
 
     metrics = Metrics(
-        **{f"test_{k}": candidate_metrics[k] for k in ("auc", "gauc", "logloss", "ece")},
+        **{f"test_{k}": side.candidate[k] for k in ("auc", "gauc", "logloss", "ece")},
         model_name=config.model_name,
-        candidate=candidate_metrics,
+        candidate=side.candidate,
         test_auc_interval=clustered_auc(prob, y, groups, confidence),
-        served={
-            "auc": served_auc["auc"],
-            "auc_interval": served_auc,
-            "skew": clustered_delong(prob, served["candidate"], y, groups, confidence),
-            "snapshot_only_auc": clustered_auc(served["snapshot_only"], y, groups, confidence),
-        },
-        comparison_on_dataset_features=dataset_comparison,
+        served=served,
+        comparison_on_dataset_features=side.comparison,
         candidate_checkpoint=str(config.checkpoint),
         candidate_trained_on=candidate.info.get("dataset"),
         champion=champion,
         comparison=comparison,
-        calibration_bins=bins,
+        calibration_bins=side.bins,
         guards=guards,
         data_profile=profile.state_dict(),  # register logs it with the version
         dataset={
@@ -158,7 +196,7 @@ def evaluate(config: EvaluateConfig) -> Evaluation:
     decision = dataclasses.replace(
         verdict,
         model_name=config.model_name,
-        test_auc=candidate_metrics["auc"],
+        test_auc=side.candidate["auc"],
         served_auc=served_auc["auc"],
         champion_version=champion.get("version"),
         champion_status=champion["status"],
@@ -166,7 +204,7 @@ def evaluate(config: EvaluateConfig) -> Evaluation:
         candidate_checkpoint=str(config.checkpoint),
     )
     metrics = dataclasses.replace(metrics, seconds=time.perf_counter() - started)
-    result = _record(config, meta, metrics, decision, curves, bins, predictions)
+    result = _record(config, meta, metrics, decision, side.curves, side.bins, side.predictions)
     log.info("evaluate: %s", result.line())
     return result
 

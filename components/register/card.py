@@ -104,6 +104,50 @@ def _served(t: dict) -> list[str]:
     ]
 
 
+def _guard_section(guards: dict) -> list[str]:
+    """The data guards' reference window, verdict and findings (nothing when they did not run)."""
+    if not guards:
+        return []
+    return [
+        "",
+        "## Data guards",
+        "",
+        f"- reference window {(guards.get('reference') or {}).get('days')}; "
+        + ("blocked" if guards.get("blocked") else "no block"),
+        *[f"- {f}" for f in guards.get("findings") or []],
+    ]
+
+
+def _plan_section(pva: dict) -> list[str]:
+    """Training's plan against what it measured (nothing without a plan)."""
+    if not pva:
+        return []
+    return ["", "## Plan vs what happened", ""] + [
+        f"- {key.replace('_', ' ')}: planned {_f(c['predicted'], ',.1f')}, measured "
+        f"{_f(c['measured'], ',.1f')} (x{_f(c.get('ratio'), '.2f')})"
+        for key, c in pva.items()
+        if isinstance(c, dict) and "predicted" in c
+    ]
+
+
+def _lineage_section(lin: dict) -> list[str]:
+    """Dataset → training run → evaluation run → model version, and the pipeline run."""
+    return [
+        "",
+        "## Lineage",
+        "",
+        f"- dataset `{lin['dataset_fingerprint']}` → training run `{lin['training_run_id']}` → "
+        f"evaluation run `{lin['evaluation_run_id']}` → `{lin['model_version']}`"
+        + (
+            f" (aliases at registration: {', '.join(lin['aliases_at_registration'])})"
+            if lin["aliases_at_registration"]
+            else ""
+        ),
+        f"- pipeline run `{lin['pipeline_run_id']}`",
+        "",
+    ]
+
+
 def markdown(card: dict) -> str:
     """The card as the page a person reads in the MLflow UI."""
     m, d, t, g = card["model"], card["data"], card["test"], card["gate"]
@@ -142,38 +186,7 @@ def markdown(card: dict) -> str:
     ]
     if g.get("detectable_effect") is not None:
         lines.append(f"- detectable effect: {_f(g['detectable_effect'])} AUC at 80% power")
-    guards = card.get("guards") or {}
-    if guards:
-        lines += [
-            "",
-            "## Data guards",
-            "",
-            f"- reference window {(guards.get('reference') or {}).get('days')}; "
-            + ("blocked" if guards.get("blocked") else "no block"),
-            *[f"- {f}" for f in guards.get("findings") or []],
-        ]
-    pva = card.get("plan_vs_actual") or {}
-    if pva:
-        lines += ["", "## Plan vs what happened", ""]
-        for key, c in pva.items():
-            if isinstance(c, dict) and "predicted" in c:
-                lines.append(
-                    f"- {key.replace('_', ' ')}: planned {_f(c['predicted'], ',.1f')}, measured "
-                    f"{_f(c['measured'], ',.1f')} (x{_f(c.get('ratio'), '.2f')})"
-                )
-    lin = card["lineage"]
-    lines += [
-        "",
-        "## Lineage",
-        "",
-        f"- dataset `{lin['dataset_fingerprint']}` → training run `{lin['training_run_id']}` → "
-        f"evaluation run `{lin['evaluation_run_id']}` → `{lin['model_version']}`"
-        + (
-            f" (aliases at registration: {', '.join(lin['aliases_at_registration'])})"
-            if lin["aliases_at_registration"]
-            else ""
-        ),
-        f"- pipeline run `{lin['pipeline_run_id']}`",
-        "",
-    ]
+    lines += _guard_section(card.get("guards") or {})
+    lines += _plan_section(card.get("plan_vs_actual") or {})
+    lines += _lineage_section(card["lineage"])
     return "\n".join(lines)

@@ -42,21 +42,40 @@ DEFAULT_TIMEOUT = 60
 log = logging.getLogger("dailyrec.serve")
 
 
+def _error(status: int, code: str, message: str):
+    """An answer other than 200: ``{"error_code", "message"}`` with the message on one line."""
+    from fastapi.responses import Response
+
+    from components.score.protocol import JSON
+
+    body = json.dumps({"error_code": code, "message": " ".join(message.split())})
+    return Response(content=body, status_code=status, media_type=JSON)
+
+
+async def _read_body(request: Request) -> bytes:
+    """The request's body, refused (413) once it passes MAX_BYTES: by its declared length
+    before reading, else as it streams in."""
+    from components.score.protocol import MAX_BYTES, ProtocolError, too_large
+
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BYTES:
+        raise ProtocolError(too_large(int(declared)), 413)
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > MAX_BYTES:
+            raise ProtocolError(too_large(None), 413)
+        parts.append(part)
+    return b"".join(parts)
+
+
 def create_app(model_dir: str, timeout: int = DEFAULT_TIMEOUT):
     """MLflow's scoring app for ``model_dir`` with the strict ``/invocations`` (module docstring)."""
     import mlflow.pyfunc
     from fastapi.responses import Response
     from mlflow.pyfunc import scoring_server
 
-    from components.score.protocol import (
-        JSON,
-        MAX_BYTES,
-        BadRequest,
-        Overdue,
-        ProtocolError,
-        parse_body,
-        too_large,
-    )
+    from components.score.protocol import JSON, BadRequest, Overdue, ProtocolError, parse_body
 
     os.environ[TIMEOUT_ENV] = str(timeout)  # MLflow's app reads its timeout when it is built
     pyfunc = mlflow.pyfunc.load_model(model_dir)
@@ -66,38 +85,24 @@ def create_app(model_dir: str, timeout: int = DEFAULT_TIMEOUT):
         r for r in app.router.routes if getattr(r, "path", "") != "/invocations"
     ]
 
-    def error(status: int, code: str, message: str) -> Response:
-        body = json.dumps({"error_code": code, "message": " ".join(message.split())})
-        return Response(content=body, status_code=status, media_type=JSON)
-
-    async def read(request: Request) -> bytes:
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > MAX_BYTES:
-            raise ProtocolError(too_large(int(declared)), 413)
-        parts, size = [], 0
-        async for part in request.stream():
-            size += len(part)
-            if size > MAX_BYTES:
-                raise ProtocolError(too_large(None), 413)
-            parts.append(part)
-        return b"".join(parts)
-
     @app.post("/invocations")
     async def invocations(request: Request) -> Response:
         deadline = time.monotonic() + timeout
         try:
-            frame, params = parse_body(await read(request), request.headers.get("content-type"))
+            frame, params = parse_body(
+                await _read_body(request), request.headers.get("content-type")
+            )
             scores = await asyncio.to_thread(model.score, frame, params["batch_size"], deadline)
         except ProtocolError as exc:
             code = {413: "REQUEST_LIMIT_EXCEEDED", 415: "INVALID_PARAMETER_VALUE"}
-            return error(exc.status, code.get(exc.status, "BAD_REQUEST"), str(exc))
+            return _error(exc.status, code.get(exc.status, "BAD_REQUEST"), str(exc))
         except BadRequest as exc:
-            return error(400, "BAD_REQUEST", exc.message)
+            return _error(400, "BAD_REQUEST", exc.message)
         except Overdue:
-            return error(504, "DEADLINE_EXCEEDED", f"scoring took longer than {timeout} s")
+            return _error(504, "DEADLINE_EXCEEDED", f"scoring took longer than {timeout} s")
         except Exception:
             log.exception("scoring failed")
-            return error(
+            return _error(
                 500, "INTERNAL_ERROR", "the model failed on this request (see the server log)"
             )
         return Response(

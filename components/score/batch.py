@@ -38,26 +38,14 @@ def score_day(config: ScoreConfig) -> dict:
     """Score every valid row of the day; write ``out``; return the accounting."""
     import dask
 
-    from components.common.dataset import COUNT_STATE_FILE
-    from components.common.integrity import WEIGHTS, open_model, verified_download
+    from components.common.integrity import open_model
     from components.common.tracking import default_tracking_uri
     from components.preprocess import raw as rawio
-    from components.preprocess.errors import InputError
-    from components.score.features import USER_STATE, Layout, Snapshot
-    from components.train.inference import load_scorer
+    from components.score.features import Layout
 
     started = time.perf_counter()
     client, name, version = open_model(config.tracking_uri or default_tracking_uri(), config.model)
-    window_end = trained_until(client, name, version)
-    if window_end is not None and config.date <= window_end:
-        # the snapshot holds each user's state at the window's end: rows of a day before it
-        # would be scored with their own later events
-        raise InputError(
-            f"{config.date} is inside models:/{name}/{version}'s training window (up to "
-            f"{window_end}): a version scores the days after its window; score "
-            f"{window_end + dt.timedelta(days=1)} or later, or a version trained before "
-            f"{config.date}"
-        )
+    _check_after_window(client, name, version, config.date)
     fs, files, ignored = _day_files(config)
     pieces = rawio.plan_pieces(fs, files)
     out = Path(config.out)
@@ -66,16 +54,7 @@ def score_day(config: ScoreConfig) -> dict:
         tempfile.TemporaryDirectory(prefix="dailyrec-score-") as model_dir,
         tempfile.TemporaryDirectory(prefix=".score-", dir=out.parent) as parts,
     ):
-        local = verified_download(client, name, version, model_dir)
-        scorer = load_scorer(local / WEIGHTS, threads=1)
-        if not (local / "artifacts" / USER_STATE).is_file():
-            raise InputError(
-                f"models:/{name}/{version} carries no users' state (registered with "
-                f"--no-user-state): batch scoring by ids needs them"
-            )
-        snapshot = Snapshot.load(
-            local / "artifacts" / COUNT_STATE_FILE, local / "artifacts" / USER_STATE
-        )
+        scorer, snapshot = _load_model(client, name, version, model_dir)
         log.info(
             "score: %d files, %d pieces of %s with models:/%s/%s",
             len(files),
@@ -101,13 +80,55 @@ def score_day(config: ScoreConfig) -> dict:
         **result,
         "seconds": round(time.perf_counter() - started, 3),
     }
+    _add_auc(result, out)
+    return result
+
+
+def _check_after_window(client, name: str, version: str, date: dt.date) -> None:
+    """Refuse a day inside the version's training window (a bad ``date`` for this model)."""
+    from components.preprocess.errors import InputError
+
+    window_end = trained_until(client, name, version)
+    if window_end is not None and date <= window_end:
+        # the snapshot holds each user's state at the window's end: rows of a day before it
+        # would be scored with their own later events
+        raise InputError(
+            f"{date} is inside models:/{name}/{version}'s training window (up to "
+            f"{window_end}): a version scores the days after its window; score "
+            f"{window_end + dt.timedelta(days=1)} or later, or a version trained before "
+            f"{date}"
+        )
+
+
+def _load_model(client, name: str, version: str, model_dir: str):
+    """The version's scorer and its users' state, from a verified download into ``model_dir``."""
+    from components.common.dataset import COUNT_STATE_FILE
+    from components.common.integrity import WEIGHTS, verified_download
+    from components.preprocess.errors import InputError
+    from components.score.features import USER_STATE, Snapshot
+    from components.train.inference import load_scorer
+
+    local = verified_download(client, name, version, model_dir)
+    scorer = load_scorer(local / WEIGHTS, threads=1)
+    if not (local / "artifacts" / USER_STATE).is_file():
+        raise InputError(
+            f"models:/{name}/{version} carries no users' state (registered with "
+            f"--no-user-state): batch scoring by ids needs them"
+        )
+    snapshot = Snapshot.load(
+        local / "artifacts" / COUNT_STATE_FILE, local / "artifacts" / USER_STATE
+    )
+    return scorer, snapshot
+
+
+def _add_auc(result: dict, out: Path) -> None:
+    """The scored rows' AUC, when the day has labels of both kinds."""
     scored = result["rows"]["scored"]
     labels = pq.read_table(out, columns=["label", "score"]) if scored else None
     if labels is not None and 0 < pa.compute.sum(labels["label"]).as_py() < scored:
         from components.common.metrics import roc_auc
 
         result["auc"] = roc_auc(labels["score"].to_numpy(), labels["label"].to_numpy())
-    return result
 
 
 def _day_files(config: ScoreConfig) -> tuple[Any, list, list]:

@@ -40,8 +40,6 @@ def evaluate_op(
         report: the evaluation report (Markdown, with the ROC and calibration plots).
         Output: blessed: whether the candidate passed the gate and may be registered.
     """
-    import json
-    import math
     import time
     from pathlib import Path
 
@@ -50,10 +48,10 @@ def evaluate_op(
     from components.common.proctree import stop_tree_on_signals
     from components.common.runs import RunFolder, record_stage
     from components.common.storage import disk_full_as
-    from components.evaluate import report as reporting
     from components.evaluate.decision import GateRule
     from components.evaluate.guards import GuardRule
     from components.evaluate.stage import EvaluateConfig, evaluate
+    from pipelines.outputs import publish_evaluation
 
     started = time.perf_counter()
     out = RunFolder(Path(run_dir)).evaluate
@@ -73,24 +71,7 @@ def evaluate_op(
                 guards=GuardRule(report_only=guards_report_only),
             )
         )
-    m, decision = result.metrics, result.decision
-    for key, value in m.numbers().items():
-        if not math.isnan(value):
-            metrics.log_metric(key, round(value, 6))
-    if m.comparison and not math.isnan(m.comparison["delta"]):
-        metrics.log_metric("auc_delta_vs_champion", round(m.comparison["delta"], 6))
-    metrics.log_metric("blessed", int(decision.blessed))
-    points = json.loads((out / "roc.json").read_text())["candidate"]
-    # the UI wants finite thresholds: the (0, 0) point's +inf becomes 1 (probabilities)
-    roc.log_roc_curve(
-        [p["fpr"] for p in points],
-        [p["tpr"] for p in points],
-        [min(p["threshold"], 1.0) for p in points],
-    )
-    images = {
-        title: reporting.data_uri((out / name).read_bytes())
-        for title, name in reporting.PLOTS.items()
-    }
-    Path(report.path).write_text(reporting.markdown(m, decision, images))
+    publish_evaluation(result, out, metrics, roc, report)
+    decision = result.decision
     record_stage(run_dir, "evaluate", time.perf_counter() - started, blessed=decision.blessed)
     return decision.blessed

@@ -55,15 +55,10 @@ def resolve_window(
         end_date: the window's last day, YYYY-MM-DD.
         input_fingerprint: the preprocess cache key (files, window, config, code).
     """
-    from collections import namedtuple
-
     from components.common.attempts import attempt, final_record
     from components.common.paths import inside, safe_name
-    from components.common.run_record import RunRecord
-    from components.common.runs import claim_run_dir, dataset_dir, run_dir
-    from components.preprocess.config import PreprocessConfig
-    from components.preprocess.logical_date import logical_end_date
-    from components.preprocess.stage import resolve_inputs
+    from components.common.runs import claim_run_dir, run_dir
+    from pipelines.window import resolve_run_window
 
     # run_id comes from the run form: it must not name a folder outside the storage root
     rid = safe_name(run_id or kfp_run_id, "run_id")
@@ -72,43 +67,17 @@ def resolve_window(
     )
     # bad input (no such days, an unreadable listing) fails every attempt alike: not retried
     with attempt(final_record(folder, "resolve-window"), "resolve-window"):
-        raw = raw_uri or f"{storage_root.rstrip('/')}/raw"
-        end = logical_end_date(run_date, schedule_time)
-        config = PreprocessConfig(
-            raw=raw,
-            out=storage_root,
-            end_date=end,
-            days=window_days,
-            history_days=history_days,
-            seq_len=seq_len,
-        )
-        found = resolve_inputs(config)
-        end_date = found.window.end.isoformat()
-        data = inside(
-            storage_root, dataset_dir(storage_root, end_date, found.fingerprint), "dataset folder"
-        )
-        RunRecord(
-            run_id=rid,
-            raw_uri=raw,
-            data_dir=str(data),
-            end_date=end_date,
+        return resolve_run_window(
+            folder,
+            rid,
+            raw_uri=raw_uri,
+            storage_root=storage_root,
             run_date=run_date,
             schedule_time=schedule_time,
             window_days=window_days,
             history_days=history_days,
             seq_len=seq_len,
-            input_fingerprint=found.fingerprint,
-            files=len(found.files),
-        ).write(folder)
-        how = "run_date" if run_date else "schedule time" if end else "latest day present"
-        print(
-            f"run {rid}: window ending {end_date} ({how}; {len(found.files)} raw files), dataset {data}"
         )
-        out = namedtuple(
-            "Resolved",
-            ["raw_uri", "data_dir", "run_dir", "run_id", "end_date", "input_fingerprint"],
-        )
-        return out(raw, str(data), str(folder), rid, end_date, found.fingerprint)
 
 
 @dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
@@ -158,6 +127,7 @@ def preprocess_op(
     from components.common.storage import disk_full_as
     from components.preprocess.config import PreprocessConfig
     from components.preprocess.stage import format_summary, preprocess
+    from pipelines.window import check_unchanged
 
     started = time.perf_counter()
     config = PreprocessConfig(
@@ -184,11 +154,7 @@ def preprocess_op(
         cluster as address,
     ):
         meta = preprocess(dataclasses.replace(config, scheduler=address) if address else config)
-    if meta.fingerprint != input_fingerprint:
-        raise RuntimeError(
-            f"{data_dir}: fingerprint {str(meta.fingerprint)[:12]} differs from the resolved "
-            f"{input_fingerprint[:12]}: the raw files changed during the run"
-        )
+    check_unchanged(meta.fingerprint, input_fingerprint, data_dir)
     print(format_summary(meta))
     point_latest(data_dir)  # datasets/latest: what the Katib experiment trains on
     dataset.metadata.update(write_pointer(dataset.path, meta, data_dir))

@@ -52,18 +52,13 @@ def train_op(
     from components.common.storage import atomic_write_bytes
     from components.train.launch import LaunchSpec, launch
     from pipelines.finalize import warm_start_record
-    from pipelines.training import champion_start, final_when_spent
+    from pipelines.outputs import publish_model
+    from pipelines.training import champion_start, final_when_spent, launch_backend
 
     started = time.perf_counter()
-    data_dir = read_pointer(dataset.path)
     # the artifact is the plan; the trainer processes (other pods on a cluster) read it from shared storage
     plan_path = atomic_write_bytes(RunFolder(Path(run_dir)).plan, Path(plan.path).read_bytes())
     champion, init_from = champion_start(warm_start, tracking_uri, model_name, run_dir)
-    backend = None  # torchrun in this task's pod
-    if launcher == "trainjob":
-        from kube.client import TrainJobBackend
-
-        backend = TrainJobBackend.from_cluster_target(cluster_target)
     out = RunFolder(Path(run_dir)).train
     # a TrainJob that failed after its JobSet restarts (or torchrun after its own) is final: a KFP
     # retry of this task fails at once instead of launching the GPUs again
@@ -74,7 +69,7 @@ def train_op(
     ):
         summary = launch(
             LaunchSpec.of(
-                data=data_dir,
+                data=read_pointer(dataset.path),
                 out=str(out),
                 plan=str(plan_path),
                 init_from=init_from,
@@ -82,19 +77,10 @@ def train_op(
                 experiment=f"{model_name}-train",
                 max_restarts=max_restarts,
             ),
-            backend,
+            launch_backend(launcher, cluster_target),
         )
     print(summary.line())
-    checkpoint = str(out / "best.pt")
-    model.metadata.update(
-        {
-            "checkpoint": checkpoint,
-            "best_val_auc": summary.best_val_auc,
-            "epochs_run": summary.epochs_run,
-        }
-    )
-    with open(model.path, "w") as fh:  # a pointer: the checkpoint stays on shared storage
-        fh.write(checkpoint + "\n")
+    publish_model(model, str(out / "best.pt"), summary)
     warm = warm_start_record(warm_start, model_name, champion, summary.warm_start)
     get_logger("components.train").log(PROGRESS, "warm start: %s", warm["line"])
     record_stage(run_dir, "train", time.perf_counter() - started, warm_start=warm)

@@ -55,7 +55,6 @@ def tune_op(
         best_val_auc: the best trial's validation AUC.
     """
     given = dict(locals())  # the parameters, before anything else is a local
-    import shutil
     import time
     from collections import namedtuple
     from pathlib import Path
@@ -66,6 +65,7 @@ def tune_op(
     from components.common.runs import record_stage
     from components.tune.config import PIPELINE_PARAMETERS, config_from_parameters
     from components.tune.study import summary_text, tune
+    from pipelines.outputs import publish_search
 
     torch.set_num_threads(1)  # trials train in this process (the plan's cpu_threads says the same)
     started = time.perf_counter()
@@ -76,24 +76,7 @@ def tune_op(
     )
     summary = tune(config)
     print(summary_text(summary))
-    latest = Path(storage_root) / "tuned" / "latest.json"
-    latest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(summary["tuned_file"], latest)
-    print(f"also at {latest}")
-    shutil.copyfile(summary["tuned_file"], tuned.path)
-    tuned.metadata.update(
-        {"path": summary["tuned_file"], "latest": str(latest), **summary["best_params"]}
-    )
-    for key in (
-        "best_val_auc",
-        "trials",
-        "complete",
-        "pruned",
-        "failed",
-        "epochs_spent",
-        "epochs_if_unpruned",
-    ):
-        metrics.log_metric(key, summary[key])
+    publish_search(summary, storage_root, tuned, metrics)
     record_stage(run_dir, "tune", time.perf_counter() - started, tuned=summary["tuned_file"])
     return namedtuple("Tuned", ["tuned_path", "best_val_auc"])(
         summary["tuned_file"], float(summary["best_val_auc"])
