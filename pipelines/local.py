@@ -298,19 +298,34 @@ def close_dead_runs(root: Path, run_id: str, tracking_uri: str) -> list[str]:
     return said
 
 
-def _end_running_mlflow_runs(db: Path) -> list[str]:
-    """End KILLED every run of the SQLite registry ``db`` still RUNNING (looked up read-only first:
-    MLflow is only started when there is something to end)."""
+def _running_mlflow_runs(db: Path) -> list[tuple[str, str, str]]:
+    """``(run id, name, experiment)`` of each run the SQLite registry ``db`` has RUNNING; none
+    when it holds no runs table (not a registry, or not yet).
+
+    Looked up writable (``mode=rw``, never creating the file): a process killed in the middle of
+    a write leaves a hot journal that only a writer may roll back, and a read-only connection
+    fails on it ("attempt to write a readonly database"). A registry this user may only read is
+    looked up read-only."""
     import sqlite3
 
-    try:
-        with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)) as conn:
-            left = conn.execute(
-                "select r.run_uuid, r.name, e.name from runs r join experiments e "
-                "on r.experiment_id = e.experiment_id where r.status = 'RUNNING'"
-            ).fetchall()
-    except sqlite3.Error:  # no runs table yet, or not a registry: nothing to end
-        return []
+    query = (
+        "select r.run_uuid, r.name, e.name from runs r join experiments e "
+        "on r.experiment_id = e.experiment_id where r.status = 'RUNNING'"
+    )
+    for mode in ("rw", "ro"):
+        try:
+            uri = f"{db.as_uri()}?mode={mode}"
+            with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as conn:
+                return conn.execute(query).fetchall()
+        except sqlite3.Error:  # not writable here, no runs table yet, or not a registry
+            continue
+    return []
+
+
+def _end_running_mlflow_runs(db: Path) -> list[str]:
+    """End KILLED every run of the SQLite registry ``db`` still RUNNING (looked up with sqlite3
+    first: MLflow is only started when there is something to end)."""
+    left = _running_mlflow_runs(db)
     if not left:
         return []
     from mlflow import MlflowClient

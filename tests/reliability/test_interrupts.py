@@ -282,3 +282,53 @@ def test_the_next_run_closes_what_a_killed_run_left_open(tmp_path, fault_report)
         "the next run records the dead run FAILED in its stage and ends its MLflow runs KILLED, "
         "saying so",
     )
+
+
+@pytest.mark.integration
+def test_a_registry_write_cut_by_sigkill_does_not_hide_the_open_run(tmp_path, fault_report):
+    """A rank killed in the middle of an MLflow write leaves the SQLite registry with a hot journal:
+    a read-only look finds nothing there; the next run's start still ends the open run KILLED."""
+    import sqlite3
+
+    from mlflow import MlflowClient
+
+    from components.common.tracking import sqlite_uri
+    from pipelines.local import close_dead_runs
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    client = MlflowClient(sqlite_uri(runs))
+    run = client.create_run(client.create_experiment("dailyrec-train"), run_name="train-day")
+    db = runs / "mlflow.db"
+    writer = (  # a write transaction big enough to spill into the file, then SIGKILL
+        "import sqlite3, sys, time\n"
+        "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "c.execute('pragma cache_size=2')\n"
+        "c.execute('begin immediate')\n"
+        "c.execute(\"update runs set status = 'FINISHED'\")\n"
+        "c.execute('create table spill (x text)')\n"
+        "c.executemany('insert into spill values (?)', [('x' * 200,)] * 20000)\n"
+        "print('mid-write', flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", writer, str(db)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == b"mid-write"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert (runs / "mlflow.db-journal").is_file()
+    reader = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
+    with contextlib.closing(reader), pytest.raises(sqlite3.OperationalError, match="readonly"):
+        reader.execute("select status from runs").fetchall()  # the trap a read-only look meets
+    said = close_dead_runs(tmp_path, "next", "")
+    assert said == [
+        "MLflow run train-day (dailyrec-train) was left RUNNING by a killed run: ended KILLED"
+    ]
+    assert client.get_run(run.info.run_id).info.status == "KILLED"
+    fault_report(
+        "interrupts",
+        "a rank killed by SIGKILL in the middle of an MLflow write (SQLite registry, hot journal)",
+        "the next run's start rolls the write back and ends the open MLflow run KILLED "
+        "(a read-only look would fail on the journal and find nothing)",
+    )
