@@ -172,7 +172,7 @@ GUARD_WINDOW, GUARD_HISTORY = 11, 3
 
 
 def _guard_dataset(source, end, out):
-    """The window ending ``end`` of the raw logs ``source``, preprocessed into ``out``."""
+    """The window ending ``end`` of the raw logs ``source``, preprocessed into ``out``: its meta."""
     from components.common.dataset_meta import DatasetMeta
     from components.preprocess.config import PreprocessConfig
     from components.preprocess.stage import preprocess
@@ -186,7 +186,7 @@ def _guard_dataset(source, end, out):
             history_days=GUARD_HISTORY,
         )
     )
-    return out, DatasetMeta.read(out)
+    return DatasetMeta.read(out)
 
 
 def _normal_days(raw, root, ends, rule) -> tuple[dict, list, int, dict]:
@@ -199,7 +199,8 @@ def _normal_days(raw, root, ends, rule) -> tuple[dict, list, int, dict]:
 
     profiles, alarms, checked, largest = {}, [], 0, {}
     for end in ends:
-        data, meta = _guard_dataset(raw, end, root / f"d{end}")
+        data = root / f"d{end}"
+        meta = _guard_dataset(raw, end, data)
         rows = WindowRows.read(data, meta)
         profiles[end] = training_profile(rows)
         before = profiles.get(end - dt.timedelta(days=1))
@@ -228,7 +229,8 @@ def _breakages(raw, root, last, profile, rule) -> list[dict]:
         copy = root / "broken"
         shutil.copytree(raw, copy)
         break_day(copy, last, breakage)
-        data, meta = _guard_dataset(copy, last, root / "broken-data")
+        data = root / "broken-data"
+        meta = _guard_dataset(copy, last, data)
         result = run_guards(WindowRows.read(data, meta), profile, rule)
         named = [f for f in result["findings"] if f.startswith(last.isoformat())]
         detected.append(

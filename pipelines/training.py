@@ -50,3 +50,14 @@ def launch_backend(launcher: str, cluster_target: str):
     from kube.client import TrainJobBackend
 
     return TrainJobBackend.from_cluster_target(cluster_target)
+
+
+def warm_start_outcome(asked: bool, model_name: str, champion, trained: dict | None) -> dict:
+    """What training started from (:func:`pipelines.finalize.warm_start_record`), also said on
+    the run's progress log."""
+    from components.common.progress import PROGRESS, get_logger
+    from pipelines.finalize import warm_start_record
+
+    warm = warm_start_record(asked, model_name, champion, trained)
+    get_logger("components.train").log(PROGRESS, "warm start: %s", warm["line"])
+    return warm

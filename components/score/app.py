@@ -32,6 +32,17 @@ import os
 import time
 
 from fastapi import Request  # at module level: FastAPI resolves the route's annotations here
+from fastapi.responses import Response
+
+from components.score.protocol import (
+    JSON,
+    MAX_BYTES,
+    BadRequest,
+    Overdue,
+    ProtocolError,
+    parse_body,
+    too_large,
+)
 
 MODEL_ENV = "DAILYREC_SERVE_MODEL"
 """The verified model folder :func:`app_from_env` serves (set by ``components.score.serve``)."""
@@ -42,12 +53,8 @@ DEFAULT_TIMEOUT = 60
 log = logging.getLogger("dailyrec.serve")
 
 
-def _error(status: int, code: str, message: str):
+def _error(status: int, code: str, message: str) -> Response:
     """An answer other than 200: ``{"error_code", "message"}`` with the message on one line."""
-    from fastapi.responses import Response
-
-    from components.score.protocol import JSON
-
     body = json.dumps({"error_code": code, "message": " ".join(message.split())})
     return Response(content=body, status_code=status, media_type=JSON)
 
@@ -55,8 +62,6 @@ def _error(status: int, code: str, message: str):
 async def _read_body(request: Request) -> bytes:
     """The request's body, refused (413) once it passes MAX_BYTES: by its declared length
     before reading, else as it streams in."""
-    from components.score.protocol import MAX_BYTES, ProtocolError, too_large
-
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_BYTES:
         raise ProtocolError(too_large(int(declared)), 413)
@@ -72,10 +77,7 @@ async def _read_body(request: Request) -> bytes:
 def create_app(model_dir: str, timeout: int = DEFAULT_TIMEOUT):
     """MLflow's scoring app for ``model_dir`` with the strict ``/invocations`` (module docstring)."""
     import mlflow.pyfunc
-    from fastapi.responses import Response
     from mlflow.pyfunc import scoring_server
-
-    from components.score.protocol import JSON, BadRequest, Overdue, ProtocolError, parse_body
 
     os.environ[TIMEOUT_ENV] = str(timeout)  # MLflow's app reads its timeout when it is built
     pyfunc = mlflow.pyfunc.load_model(model_dir)

@@ -72,6 +72,6 @@ def evaluate_op(
             )
         )
     publish_evaluation(result, out, metrics, roc, report)
-    decision = result.decision
-    record_stage(run_dir, "evaluate", time.perf_counter() - started, blessed=decision.blessed)
-    return decision.blessed
+    blessed = result.decision.blessed
+    record_stage(run_dir, "evaluate", time.perf_counter() - started, blessed=blessed)
+    return blessed

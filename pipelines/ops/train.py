@@ -47,29 +47,29 @@ def train_op(
     from components.common.attempts import attempt, final_record
     from components.common.dataset import read_pointer
     from components.common.proctree import stop_tree_on_signals
-    from components.common.progress import PROGRESS, get_logger
     from components.common.runs import RunFolder, record_stage
     from components.common.storage import atomic_write_bytes
     from components.train.launch import LaunchSpec, launch
-    from pipelines.finalize import warm_start_record
+    from pipelines import training
     from pipelines.outputs import publish_model
-    from pipelines.training import champion_start, final_when_spent, launch_backend
 
     started = time.perf_counter()
+    data_dir = read_pointer(dataset.path)
     # the artifact is the plan; the trainer processes (other pods on a cluster) read it from shared storage
     plan_path = atomic_write_bytes(RunFolder(Path(run_dir)).plan, Path(plan.path).read_bytes())
-    champion, init_from = champion_start(warm_start, tracking_uri, model_name, run_dir)
+    champion, init_from = training.champion_start(warm_start, tracking_uri, model_name, run_dir)
+    backend = training.launch_backend(launcher, cluster_target)  # None: torchrun in this task's pod
     out = RunFolder(Path(run_dir)).train
     # a TrainJob that failed after its JobSet restarts (or torchrun after its own) is final: a KFP
     # retry of this task fails at once instead of launching the GPUs again
     with (
         stop_tree_on_signals(),  # a pod's SIGTERM: the ranks end their MLflow run KILLED
         attempt(final_record(run_dir, "train"), "train"),
-        final_when_spent(launcher),
+        training.final_when_spent(launcher),
     ):
         summary = launch(
             LaunchSpec.of(
-                data=read_pointer(dataset.path),
+                data=data_dir,
                 out=str(out),
                 plan=str(plan_path),
                 init_from=init_from,
@@ -77,12 +77,11 @@ def train_op(
                 experiment=f"{model_name}-train",
                 max_restarts=max_restarts,
             ),
-            launch_backend(launcher, cluster_target),
+            backend,
         )
     print(summary.line())
     publish_model(model, str(out / "best.pt"), summary)
-    warm = warm_start_record(warm_start, model_name, champion, summary.warm_start)
-    get_logger("components.train").log(PROGRESS, "warm start: %s", warm["line"])
+    warm = training.warm_start_outcome(warm_start, model_name, champion, summary.warm_start)
     record_stage(run_dir, "train", time.perf_counter() - started, warm_start=warm)
     return namedtuple("Trained", ["best_val_auc", "warm_started"])(
         float(summary.best_val_auc), warm["applied"]
