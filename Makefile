@@ -10,6 +10,8 @@ VENV ?= .venv
 #: torch build of make install: auto (CPU unless nvidia-smi lists a GPU), cpu or cuda
 TORCH ?= auto
 PY := $(VENV)/bin/python
+# A benchmark run under the recorder: its result is stamped with the modules its processes loaded.
+RECORD = $(PY) -m benchmarks.record
 STAMP := $(VENV)/.installed
 # Recipes run as in an activated venv, from a plain shell too: what they start finds the venv's
 # console scripts (uvicorn, mlflow, kubectl) as the venv's python does.
@@ -59,6 +61,8 @@ TUNE_CONFIG ?= configs/tune.json
 PYTEST_ARGS ?=
 #: modules of make mutation (names in benchmarks/mutation.py; empty = all)
 MODULES ?=
+#: make bench-stale PLAN=1: say what is stale and how long measuring it takes; run nothing
+PLAN ?=
 #: cluster overlay of make compile/deploy (manifests/overlays/: a100, local; none: local launcher)
 ENV ?= a100
 #: Kubeflow Pipelines endpoint of make deploy/trigger (https://…)
@@ -76,7 +80,7 @@ SKIP_IMAGES ?=
 #: docker-registry Secret(s) in the namespace for a private registry, comma-separated
 IMAGE_PULL_SECRETS ?=
 
-.PHONY: help install run data next-day preprocess tune compile ui screenshots serve monitor dashboard images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-quality bench-downsampling bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-serving bench-gate docs lint format clean clean-data clean-runs
+.PHONY: help install run data next-day preprocess tune compile ui screenshots serve monitor dashboard images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-stale bench-quality bench-downsampling bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-serving bench-gate docs lint format clean clean-data clean-runs
 
 help: ## list the targets and the variables they read (make run DATA=… CONFIG=…)
 	@echo "targets:"
@@ -176,9 +180,10 @@ test-tools: ## install Prometheus, the Pushgateway, promtool and Chromium with a
 test: install test-tools ## run the test suite (unit, integration, deploy, fast reliability checks; tiny data; one worker per core)
 	$(PY) -m pytest -q -m "not slow and not images" -n auto --dist loadfile $(PYTEST_ARGS)
 
-test-reliability: install ## every fault-injection, bad-input and security test; writes docs/reliability.md's table
-	DAILYREC_RELIABILITY_REPORT=benchmarks/results/reliability.json $(PY) -m pytest -q tests/reliability $(PYTEST_ARGS)
-	$(PY) -m tests.reliability.report benchmarks/results/reliability.json
+test-reliability: install ## every fault-injection, bad-input and security test, the slow ones too; writes docs/reliability.md's table
+	DAILYREC_RELIABILITY_REPORT=benchmarks/results/reliability.json $(RECORD) reliability -- \
+	  $(PY) -m pytest -q tests/reliability $(PYTEST_ARGS)
+	$(PY) -m benchmarks.readme reliability
 
 mutation: $(VENV)/.mutation ## mutation testing (mutmut) of the critical modules [MODULES=…] -> benchmarks/results/mutation.json, docs/
 	$(PY) -m benchmarks.mutation $(if $(MODULES),--only $(MODULES))
@@ -191,34 +196,36 @@ bench: bench-quality bench-downsampling bench-preprocess bench-loader bench-trai
 	-$(PY) -m benchmarks.fingerprint
 
 bench-quality bench-downsampling bench-preprocess bench-estimate bench-tune: $(VENV)/.bench
-	$(PY) -m benchmarks.$(@:bench-%=%)
+	$(RECORD) $(@:bench-%=%) -- $(PY) -m benchmarks.$(@:bench-%=%)
 
 bench-loader bench-train: $(VENV)/.bench data preprocess
-	$(PY) -m benchmarks.$(@:bench-%=%) --data $(DATASET)
+	$(RECORD) $(@:bench-%=%) -- $(PY) -m benchmarks.$(@:bench-%=%) --data $(DATASET)
 
 bench-images: install ## image sizes and cold build times (images/build.sh without layer cache) -> benchmarks/results/images.json, docs/containers.md
-	$(PY) -m benchmarks.images
+	$(RECORD) images -- $(PY) -m benchmarks.images
 
 bench-distributed: install ## preprocess on 1 vs 2 Dask worker containers, training on 1 vs 2 node containers (after make images) -> benchmarks/results/distributed.json, docs/containers.md
-	$(PY) -m benchmarks.distributed
+	$(RECORD) distributed -- $(PY) -m benchmarks.distributed
 
 bench-serving: $(VENV)/.bench ## the scoring server vs mlflow models serve: requests/s, p50/p99, memory by request size -> benchmarks/results/serving.json, docs/performance.md
-	$(PY) -m benchmarks.serving
+	$(RECORD) serving -- $(PY) -m benchmarks.serving
 
 bench-gate: $(VENV)/.bench ## the champion gate by simulation: interval coverage, false refusals, power, speed on 10 M rows -> benchmarks/results/gate.json, docs/stages.md
-	$(PY) -m benchmarks.gate
+	$(RECORD) gate -- $(PY) -m benchmarks.gate
+
+bench-stale: $(VENV)/.bench ## measure again exactly the stale results and mutation modules, cheapest first (says how long first; PLAN=1: only say)
+	$(PY) -m benchmarks.rerun $(if $(PLAN),--plan)
 
 bench-gpu: $(VENV)/.bench
-	@if $(PY) -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then $(PY) -m benchmarks.gpu; \
+	@if $(PY) -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then $(RECORD) gpu -- $(PY) -m benchmarks.gpu; \
 	else echo "no CUDA device: python -m benchmarks.gpu --dry only (benchmarks/results/gpu.json kept)"; $(PY) -m benchmarks.gpu --dry; fi
 
 $(VENV)/.bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	@touch $@
 
-docs: install ## rewrite the generated blocks of README.md and docs/ from benchmarks/results/ and the compiled pipeline (no measuring)
+docs: install ## rewrite the generated blocks of README.md and docs/ from benchmarks/results/ and the compiled pipeline, marking each stale result (no measuring)
 	$(PY) -m benchmarks.readme
-	$(PY) -m tests.reliability.report benchmarks/results/reliability.json
 
 lint: install ## ruff: lint and check the formatting (what CI checks)
 	$(PY) -m ruff check .

@@ -1,22 +1,29 @@
 """Which code a stored benchmark result measured, so a published number cannot outlive its code.
 
 Every ``benchmarks/results/<name>.json`` carries a ``code`` stamp: the commit it was measured
-at and a fingerprint of the code it measured. The code is the benchmark's own module and every
-repository module it reaches through imports (``components``, ``pipelines``, ``kube``,
-``benchmarks``), followed from the entry points in ``SCOPES`` (the benchmark itself plus the
-modules it starts as subprocesses, such as ``python -m components.preprocess``), and the data
-files that steer it (model configs, hardware profiles). Each Python file counts by its syntax
-tree without docstrings, so formatting, comments and wording leave a fingerprint as it is; a
-change to what the code does does not. ``tests/unit/test_bench_results.py`` recomputes every
-stamp and names the benchmark to re-run when one no longer matches.
+at, the digest of every file of its scope, and the run's seconds. The scope of a run made under
+the recorder (``python -m benchmarks.record``, what every ``make bench-*`` does) is the
+repository modules its processes loaded and the data files that steer it (model configs,
+hardware profiles, image recipes); a result measured without it falls back on the static
+closure: the benchmark's own module and every repository module it reaches through imports
+(``components``, ``pipelines``, ``kube``, ``benchmarks``), followed from the entry points in
+``SCOPES``. Each Python file counts by its syntax tree without docstrings, so formatting,
+comments and wording leave a digest as it is; a change to what the code does does not.
+
+A result whose scope changed since is stale: ``make docs`` marks its published block
+(``Stale.mark``), ``tests/unit/test_bench_results.py`` holds the marks true, and
+``make bench-stale`` (``benchmarks/rerun.py``) measures it again.
 
     python -m benchmarks.fingerprint            # each results file: fresh or stale, and why
+    python -m benchmarks.fingerprint --scopes   # and how each scope compares with its closure
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
+import functools
 import hashlib
 import json
 import subprocess
@@ -28,18 +35,44 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("components", "pipelines", "kube", "benchmarks")
 """Top-level packages of the repository; imports of anything else are libraries."""
 
-NOT_MEASURED = ("benchmarks.readme", "benchmarks.pipeline_graph", "benchmarks.fingerprint")
+NOT_MEASURED = (
+    "benchmarks.readme",
+    "benchmarks.pipeline_graph",
+    "benchmarks.fingerprint",
+    "benchmarks.record",
+    "benchmarks.rerun",
+)
 """Helpers that publish a result, not code a benchmark measures."""
 
 CONFIG_PROFILES = "components/estimate/hardware/<named by configs>"
 """The hardware profiles the shipped configs name (``hardware_profile``): what a benchmark that
 plans with a config's profile reads, and no other profile."""
 
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """What a results file depends on. A result recorded by ``python -m benchmarks.record`` (every
+    ``make bench-*``) depends on the repository modules its processes loaded, the modules of
+    ``elsewhere`` and the ``data``; one that recorded nothing falls back on the static import
+    closure of ``entries``."""
+
+    entries: tuple[str, ...]
+    """The benchmark and the modules it starts as subprocesses (the fallback's roots)."""
+    data: tuple[str, ...] = ()
+    """Data files or folders that steer it (model configs, hardware profiles, image recipes)."""
+    elsewhere: tuple[str, ...] = ()
+    """Modules run where no recorder reaches (inside containers): their static closure counts."""
+
+
 _TRAINING = ("components.train.__main__", "components.train.launch")
 _PREPROCESS = ("components.preprocess.__main__", "components.datagen.__main__")
-SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    # name: (entry modules, data files or folders)
-    "quality": (
+_IN_CONTAINERS = (
+    "components.preprocess.__main__",
+    "components.train.node",
+    "components.train.__main__",
+)
+SCOPES: dict[str, Scope] = {
+    "quality": Scope(
         (
             "benchmarks.quality",
             *_PREPROCESS,
@@ -49,39 +82,31 @@ SCOPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
         ("configs", CONFIG_PROFILES),
     ),
-    "preprocess": (("benchmarks.preprocess", *_PREPROCESS), ()),
-    "loader": (("benchmarks.loader",), ("configs",)),
-    "train": (("benchmarks.train", *_TRAINING), ("configs",)),
-    "estimate": (
+    "preprocess": Scope(("benchmarks.preprocess", *_PREPROCESS)),
+    "loader": Scope(("benchmarks.loader",), ("configs",)),
+    "train": Scope(("benchmarks.train", *_TRAINING), ("configs",)),
+    "estimate": Scope(
         ("benchmarks.estimate", *_TRAINING, "components.estimate.probe"),
         # its refusal example plans prod on a100-80gb
         ("configs", CONFIG_PROFILES, "components/estimate/hardware/a100-80gb.json"),
     ),
-    "tune": (("benchmarks.tune", "components.tune.__main__", *_TRAINING), ("configs",)),
-    "gpu": (("benchmarks.gpu",), ("configs", "components/estimate/hardware")),
+    "tune": Scope(("benchmarks.tune", "components.tune.__main__", *_TRAINING), ("configs",)),
+    "gpu": Scope(("benchmarks.gpu",), ("configs", "components/estimate/hardware")),
     # the Dockerfiles, locks and build scripts under images/ steer what is built
-    "images": (("benchmarks.images",), ("images",)),
+    "images": Scope(("benchmarks.images",), ("images",)),
     # measured in those images: what the DaskCluster's and the TrainJob's containers run
-    "distributed": (
-        (
-            "benchmarks.distributed",
-            "components.preprocess.__main__",
-            "components.train.node",
-            "components.train.__main__",
-        ),
-        ("images",),
-    ),
+    "distributed": Scope(("benchmarks.distributed", *_IN_CONTAINERS), ("images",), _IN_CONTAINERS),
     # the scoring server and the model version it serves (built by the benchmark)
-    "serving": (("benchmarks.serving", "components.score.serve", "components.score.app"), ()),
+    "serving": Scope(("benchmarks.serving", "components.score.serve", "components.score.app")),
     # the champion gate's interval, checked by simulation and on real logs (preprocessed)
-    "gate": (("benchmarks.gate", *_PREPROCESS), ()),
+    "gate": Scope(("benchmarks.gate", *_PREPROCESS)),
     # the estimate and the trainer at each share of negatives kept, on the quality worlds
-    "downsampling": (
+    "downsampling": Scope(
         ("benchmarks.downsampling", *_PREPROCESS, "components.estimate.__main__", *_TRAINING),
         ("configs", CONFIG_PROFILES),
     ),
     # every fault-injection, bad-input and security check, and what they exercise
-    "reliability": (("tests.reliability.*",), ()),
+    "reliability": Scope(("tests.reliability.*",)),
 }
 """What each results file measured. A mutation result is stamped per module instead
 (``benchmarks.mutation``): the mutated file and the tests run against it."""
@@ -228,24 +253,46 @@ def _tracked(commit: str | None) -> Callable[[str], list[str]]:
     return listing
 
 
+def file_digest(path: str, text: str) -> str:
+    """One file's part of a stamp: a Python file by what it does (:func:`code_digest`), any other
+    by its bytes."""
+    body = code_digest(text) if path.endswith(".py") else hashlib.sha256(text.encode()).hexdigest()
+    return body[:16]
+
+
+def digests(files: dict[str, str]) -> dict[str, str]:
+    """{path: :func:`file_digest`} of ``files`` ({path: text})."""
+    return {path: file_digest(path, files[path]) for path in sorted(files)}
+
+
 def digest_files(files: dict[str, str]) -> str:
+    """The fingerprint of ``files`` ({path: text}): one digest of every file's digest."""
+    return fingerprint_of(digests(files))
+
+
+def fingerprint_of(file_digests: dict[str, str]) -> str:
     h = hashlib.sha256()
-    for path in sorted(files):
-        text = files[path]
-        body = (
-            code_digest(text) if path.endswith(".py") else hashlib.sha256(text.encode()).hexdigest()
-        )
-        h.update(f"{path}\0{body}\n".encode())
+    for path in sorted(file_digests):
+        h.update(f"{path}\0{file_digests[path]}\n".encode())
     return h.hexdigest()[:16]
 
 
 def scope_files(name: str, commit: str | None = None) -> dict[str, str]:
-    """{path: text} of what the ``name`` benchmark measures, now or at ``commit``."""
-    entries, data = SCOPES[name]
+    """{path: text} of what the ``name`` benchmark could measure, now or at ``commit``: the static
+    import closure of its entries and its data files (the fallback of a result that recorded
+    nothing; :func:`loaded_stamp` is what a recorded run stamps)."""
+    scope = SCOPES[name]
     read = at_commit(commit) if commit else working_tree
     listing = _tracked(commit)
+    files = module_closure(_expand(scope.entries, listing), read)
+    files.update(_data_files(scope.data, read, listing))
+    return files
+
+
+def _expand(entries: tuple[str, ...], listing: Callable[[str], list[str]]) -> tuple[str, ...]:
+    """The entries with each ``pkg.*`` replaced by every module of the package's folder."""
     expanded = []
-    for entry in entries:  # ``pkg.*``: every module of the package folder
+    for entry in entries:
         if entry.endswith(".*"):
             folder = entry[:-2].replace(".", "/")
             paths = [
@@ -256,9 +303,18 @@ def scope_files(name: str, commit: str | None = None) -> dict[str, str]:
             expanded.extend(p.removesuffix(".py").replace("/", ".") for p in paths)
         else:
             expanded.append(entry)
-    files = module_closure(tuple(expanded), read)
-    files.update(_data_files(data, read, listing))
-    return files
+    return tuple(expanded)
+
+
+def data_files(name: str) -> dict[str, str]:
+    """{path: text} of the data files that steer the ``name`` benchmark, now."""
+    return dict(_data_files(SCOPES[name].data, working_tree, _tracked(None)))
+
+
+def elsewhere_files(name: str) -> dict[str, str]:
+    """{path: text}: the static closure of what the ``name`` benchmark runs out of a recorder's
+    reach (inside containers)."""
+    return module_closure(SCOPES[name].elsewhere)
 
 
 def head_commit() -> str:
@@ -266,23 +322,41 @@ def head_commit() -> str:
     return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
-def stamp_for(files: dict[str, str], commit: str | None = None) -> dict:
-    """The ``code`` stamp of a result over ``files``: where it was measured and what."""
-    if commit is None:
-        commit = head_commit()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", *sorted(files)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        commit += "+changes" if dirty else ""
-    return {"commit": commit, "fingerprint": digest_files(files), "files": len(files)}
+def _commit_of(paths: list[str]) -> str:
+    """HEAD, with ``+changes`` when any of ``paths`` differs from it in the working tree."""
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", *paths], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    return head_commit() + ("+changes" if dirty else "")
 
 
-def stamp(name: str) -> dict:
-    """The ``code`` stamp of the ``name`` benchmark measured on the working tree now."""
-    return stamp_for(scope_files(name))
+def stamp_of(
+    file_digests: dict[str, str],
+    scope: str,
+    commit: str | None = None,
+    seconds: float | None = None,
+) -> dict:
+    """A ``code`` stamp: the commit, how the scope was found (``loaded``: recorded in the run;
+    ``imports``: the static closure; ``files``: named), every file's digest, and the run's
+    wall seconds (what ``make bench-stale`` expects the next run to take)."""
+    stamp = {
+        "commit": commit or _commit_of(sorted(file_digests)),
+        "fingerprint": fingerprint_of(file_digests),
+        "scope": scope,
+        "files": dict(sorted(file_digests.items())),
+    }
+    return stamp if seconds is None else {**stamp, "seconds": round(seconds, 1)}
+
+
+def stamp_for(files: dict[str, str], commit: str | None = None, scope: str = "files") -> dict:
+    """The ``code`` stamp of a result over ``files`` ({path: text})."""
+    return stamp_of(digests(files), scope, commit)
+
+
+def stamp(name: str, seconds: float | None = None) -> dict:
+    """The ``code`` stamp of the ``name`` benchmark run on the working tree now without a
+    recorder: its static scope."""
+    return stamp_of(digests(scope_files(name)), "imports", seconds=seconds)
 
 
 def mutation_files(path: str, tests: list[str], commit: str | None = None) -> dict[str, str]:
@@ -291,38 +365,78 @@ def mutation_files(path: str, tests: list[str], commit: str | None = None) -> di
     return {p: read(p) for p in (path, *tests) if read(p) is not None}
 
 
-def stale(results: Path) -> list[str]:
-    """Why the stored result ``results`` (a results/*.json) no longer describes the code; empty
-    when it does."""
-    name = results.stem
-    data = json.loads(results.read_text())
-    rerun = f"re-run `{RERUN.get(name, f'make bench-{name}')}`" + (
-        f" on a machine with {NEEDS[name]}" if name in NEEDS else ""
-    )
-    if name == "mutation":
-        problems = []
-        for row in data["modules"]:
-            code = row.get("code")
-            now = digest_files(mutation_files(row["path"], row["tests"]))
-            if not code or code["fingerprint"] != now:
-                measured = code["commit"][:12] if code else "an unrecorded commit"
-                problems.append(
-                    f"mutation module {row['module']} was measured on {measured}: its code or "
-                    f"tests changed since; re-run `make mutation MODULES={row['module']}`"
-                )
-        return problems
-    code = data.get("code")
-    if not code:
-        return [f"{results.name} records no code fingerprint; {rerun}"]
-    if name not in SCOPES:
-        return [f"{results.name}: no scope in benchmarks/fingerprint.py SCOPES"]
-    now = digest_files(scope_files(name))
-    if code["fingerprint"] != now:
-        return [
-            f"{results.name} was measured on commit {code['commit'][:12]}; the code it measures "
-            f"changed since: {rerun}"
-        ]
-    return []
+@functools.lru_cache(maxsize=4096)
+def _digest_now(path: str, size: int, mtime: float) -> str | None:
+    text = working_tree(path)
+    return None if text is None else file_digest(path, text)
+
+
+def digest_now(path: str) -> str | None:
+    """The working tree's digest of ``path``, None when it is gone (cached while unchanged)."""
+    try:
+        info = (ROOT / path).stat()
+    except OSError:
+        return None
+    return _digest_now(path, info.st_size, info.st_mtime)
+
+
+def changed_since(code: dict, also: dict[str, str] | None = None) -> list[str]:
+    """The files of the stamp ``code`` whose digest differs now (or that are gone), and the files
+    of ``also`` ({path: text}: today's data files) the stamp did not have."""
+    recorded = code["files"]
+    paths = set(recorded) | set(also or {})
+    return sorted(p for p in paths if recorded.get(p) != digest_now(p))
+
+
+MARK = "**Stale:**"
+"""How a published block says its figures were measured on other code (one line each)."""
+SHOWN = 3
+"""Changed files a mark names before it counts the rest."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Stale:
+    """A stored result (or mutation module) whose code changed since it was measured."""
+
+    subject: str
+    """What was measured: ``quality.json``, ``mutation module hashing``."""
+    commit: str
+    """Where: the stamp's commit, or ``an unrecorded commit``."""
+    changed: tuple[str, ...]
+    """The files of its scope changed since; empty when the stamp records none."""
+    rerun: str
+    """The command that measures this one again."""
+    needs: str | None = None
+    """Hardware only some machines have (``a CUDA device``), or None."""
+
+    def short(self) -> str:
+        """The commit as people cite one: its first 12 hex digits (and ``+changes``)."""
+        if " " in self.commit:
+            return self.commit
+        head, plus, rest = self.commit.partition("+")
+        return f"commit {head[:12]}{plus}{rest}"
+
+    def why(self) -> str:
+        if not self.changed:
+            return "its stamp names no files (measured before stamps did)"
+        named = ", ".join(f"`{p}`" for p in self.changed[:SHOWN])
+        more = len(self.changed) - SHOWN
+        return f"changed since: {named}" + (f" and {more} more" if more > 0 else "")
+
+    def line(self) -> str:
+        """What ``python -m benchmarks.fingerprint`` prints."""
+        return f"{self.subject} measured on {self.short()}; {self.why()}; re-run `{self.rerun}`" + (
+            f" on a machine with {self.needs}" if self.needs else ""
+        )
+
+    def mark(self) -> str:
+        """The line under the published block (``make docs``)."""
+        return (
+            f"{MARK} {self.subject} was measured on {self.short()}; {self.why()}. "
+            f"`make bench-stale` measures it again (this one alone: `{self.rerun}`"
+            + (f", on a machine with {self.needs}" if self.needs else "")
+            + ")."
+        )
 
 
 RERUN = {
@@ -333,20 +447,83 @@ NEEDS = {"gpu": "a CUDA device"}
 """Results only a machine with this hardware can measure again."""
 
 
+def rerun_command(name: str) -> str:
+    """The command that measures the ``name`` result again."""
+    return RERUN.get(name, f"make bench-{name}")
+
+
+def staleness(results: Path) -> list[Stale]:
+    """What of the stored result ``results`` (a results/*.json) no longer describes the code:
+    nothing when it does; one entry per stale module of the mutation results."""
+    name = results.stem
+    data = json.loads(results.read_text())
+    if name == "mutation":
+        return [
+            found
+            for row in data["modules"]
+            if (
+                found := _stale(
+                    row.get("code"),
+                    f"mutation module {row['module']}",
+                    f"make mutation MODULES={row['module']}",
+                )
+            )
+        ]
+    if name not in SCOPES:
+        raise ValueError(f"{results.name}: no scope in benchmarks/fingerprint.py SCOPES")
+    found = _stale(data.get("code"), results.name, rerun_command(name), data_files(name))
+    return [dataclasses.replace(found, needs=NEEDS.get(name))] if found else []
+
+
+def _stale(code: dict | None, subject: str, rerun: str, also: dict | None = None) -> Stale | None:
+    if not code or not isinstance(code.get("files"), dict):  # no stamp, or one without digests
+        commit = (code or {}).get("commit") or "an unrecorded commit"
+        return Stale(subject, commit, (), rerun)
+    changed = changed_since(code, also)
+    return Stale(subject, code["commit"], tuple(changed), rerun) if changed else None
+
+
+def stale(results: Path) -> list[str]:
+    """Why the stored result ``results`` no longer describes the code, a line each; empty when
+    it does."""
+    return [found.line() for found in staleness(results)]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.fingerprint",
-        description="Say which stored benchmark results still describe the code.",
+        description="Say which stored benchmark results still describe the code (a stale one is "
+        "marked in the docs by `make docs` and measured again by `make bench-stale`).",
     )
-    p.parse_args(argv)
-    worst = 0
+    p.add_argument(
+        "--scopes",
+        action="store_true",
+        help="also compare each result's scope with the static import closure of its benchmark",
+    )
+    args = p.parse_args(argv)
+    any_stale = False
     for results in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
         problems = stale(results)
+        any_stale |= bool(problems)
         print(f"{results.stem}: {'fresh' if not problems else 'stale'}")
         for line in problems:
             print(f"  {line}")
-        worst = max(worst, 1 if problems else 0)
-    return worst
+        if args.scopes and results.stem in SCOPES:
+            print(f"  {scope_size(results)}")
+    return 1 if any_stale else 0
+
+
+def scope_size(results: Path) -> str:
+    """How the result's scope compares with its benchmark's static import closure."""
+    code = json.loads(results.read_text()).get("code") or {}
+    static = len(scope_files(results.stem))
+    files = code.get("files")
+    if code.get("scope") != "loaded" or not isinstance(files, dict):
+        return f"scope: the static closure, {static} files (not recorded in a run)"
+    return (
+        f"scope: {len(files)} files loaded in the run, of {static} in the static closure "
+        f"({static - len(files)} fewer, {1 - len(files) / static:.0%})"
+    )
 
 
 if __name__ == "__main__":

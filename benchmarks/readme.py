@@ -8,8 +8,9 @@ never touch the documentation or benchmarks/results/.
 
 ``python -m benchmarks.readme`` (``make docs``) rewrites every block that needs no
 measurement: each benchmark's table from its stored results file (after a change to a
-table's wording), the picture of the pipeline from the compiled pipeline and the table of its
-parameters from their declaration.
+table's wording) with a stale mark under it when its code changed since it was measured, the
+picture of the pipeline from the compiled pipeline and the table of its parameters from their
+declaration.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import re
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +47,9 @@ PUBLISHED = (
 FROM_CODE = ("pipeline-graph", "pipeline-parameters", "exit-statuses")
 """Blocks drawn from the code itself: the compiled pipeline's picture, the daily pipeline's
 parameters (:mod:`pipelines.parameters`), the CLIs' exit statuses (:func:`exit_statuses`)."""
+MEASURED = (*PUBLISHED, "reliability")
+"""Every block drawn from a results file (the reliability table from the tests' own report),
+each with its stale marks."""
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -141,12 +146,19 @@ def publish(
     from components.common.storage import atomic_write_json
 
     if name in SCOPES:  # which code this measured (benchmarks/fingerprint.py)
-        result = {**result, "code": stamp(name)}
+        result = {**result, "code": stamp(name, seconds=_process_seconds())}
     out = atomic_write_json(results_path(name, results, throwaway=throwaway), repo_relative(result))
     print("\n" + table + f"\n\nwrote {out}")
     if readme and not throwaway:  # --quick / --dry figures are no measurement
         update_block(name, table)
     return out
+
+
+def _process_seconds() -> float:
+    """How long this process has run: the benchmark's wall time, as ``make bench-stale`` plans."""
+    import psutil
+
+    return time.time() - psutil.Process().create_time()
 
 
 def quick_main(
@@ -187,15 +199,58 @@ def dataset_benchmark_parser(doc: str, name: str) -> argparse.ArgumentParser:
 
 
 def table_from_results(name: str, results: Path = RESULTS) -> str:
-    """The ``name`` block as its benchmark renders it from the stored results file (no measuring);
-    a result the code has moved on from says so under its table."""
-    from benchmarks.fingerprint import stale
-
-    module = importlib.import_module(f"benchmarks.{name}")
+    """The ``name`` block as its benchmark renders it from the stored results file (no measuring),
+    with a mark under it for each part whose code changed since it was measured."""
     path = results / f"{name}.json"
-    table = module.readme_table(json.loads(path.read_text()))
-    problems = stale(path)
-    return table + "".join(f"\n\n**Measured on older code.** {line}" for line in problems)
+    return _body(name, json.loads(path.read_text())) + marks(path)
+
+
+def _body(name: str, result: dict) -> str:
+    if name == "reliability":  # written by the tests' own report (make test-reliability)
+        from tests.reliability.report import table
+
+        return table(result["rows"]).strip("\n")
+    return importlib.import_module(f"benchmarks.{name}").readme_table(result)
+
+
+def marks(path: Path) -> str:
+    """The stale marks of the stored result ``path``, each on its own line under the table."""
+    from benchmarks.fingerprint import staleness
+
+    return "".join(f"\n\n{found.mark()}" for found in staleness(path))
+
+
+def read_block(name: str, root: Path | None = None) -> str | None:
+    """The text between the ``name`` block's markers, wherever it lives; None when no file has it."""
+    home = block_home(name, root)
+    if home is None:
+        return None
+    start, end = markers(name)
+    text = home.read_text()
+    return text[text.index(start) + len(start) : text.index(end)].strip("\n")
+
+
+def mark_problems(name: str, root: Path | None = None, results: Path = RESULTS) -> list[str]:
+    """Where the ``name`` block's stale marks say other than its results file: a stale result (or
+    mutation module) without its mark, or a mark on one that is fresh."""
+    from benchmarks.fingerprint import staleness
+
+    block = read_block(name, root)
+    if block is None:
+        return [f"no file of README.md, docs/*.md holds the {name} block"]
+    expected, found = [s.mark() for s in staleness(results / f"{name}.json")], marks_in(block)
+    return [f"{name}: stale but not marked: {m}" for m in expected if m not in found] + [
+        f"{name}: marked stale, but its code is as measured: {m}"
+        for m in found
+        if m not in expected
+    ]
+
+
+def marks_in(block: str) -> list[str]:
+    """The stale marks a published block carries."""
+    from benchmarks.fingerprint import MARK
+
+    return [line for line in block.splitlines() if line.startswith(MARK)]
 
 
 def _markdown(docstring: str) -> str:
@@ -232,13 +287,13 @@ def main(argv: list[str] | None = None) -> int:
         "names",
         nargs="*",
         metavar="NAME",
-        help=f"blocks to rewrite (default: all): {', '.join((*FROM_CODE, *PUBLISHED))}",
+        help=f"blocks to rewrite (default: all): {', '.join((*FROM_CODE, *MEASURED))}",
     )
     args = p.parse_args(argv)
-    unknown = sorted(set(args.names) - {*FROM_CODE, *PUBLISHED})
+    unknown = sorted(set(args.names) - {*FROM_CODE, *MEASURED})
     if unknown:
         p.error(f"unknown block {', '.join(unknown)}")
-    for name in args.names or (*FROM_CODE, *PUBLISHED):
+    for name in args.names or (*FROM_CODE, *MEASURED):
         if name == "pipeline-graph":
             from benchmarks.pipeline_graph import compiled_pipeline, mermaid
 
@@ -258,7 +313,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         home = update_block(name, text)
         if home is not None:
-            print(f"{name}: {home.relative_to(ROOT)}")
+            stale = len(marks_in(text))
+            print(
+                f"{name}: {home.relative_to(ROOT)}" + (f" (marked stale: {stale})" if stale else "")
+            )
     return 0
 
 
