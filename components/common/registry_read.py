@@ -97,8 +97,8 @@ def connect_readonly(tracking_uri: str, attempts: int = 3) -> Any:
     from mlflow import MlflowClient
 
     uri = readonly_uri(db)
-    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    try:
+    try:  # MLflow reads the schema as it builds its store: a damaged file fails here already
+        client = MlflowClient(tracking_uri=uri, registry_uri=uri)
         client.search_experiments(max_results=1)
     except Exception as exc:  # damaged, half-created (MLflow tried to create its tables), locked
         problem = sqlite_problem(db) or f"{db}: unreadable: {type(exc).__name__}: {exc}"[:400]

@@ -190,6 +190,13 @@ def sqlite_problem(db: Path) -> str | None:
     try:
         revision, tables = _schema_of(db)
     except sqlite3.DatabaseError as exc:
+        if _journal(db).is_file():  # a writer killed mid-write: only a writer may roll it back
+            return (
+                f"{db}: a write to it was cut by a kill (its journal {_journal(db).name} is beside "
+                f"it) and a read-only look cannot roll it back: run `python -m "
+                f"components.common.tracking {db}` (or the next `make run`) as a user who may write "
+                f"it, which rolls the cut write back"
+            )
         return (
             f"{db}: not a usable SQLite database ({exc}); move it aside (it is not the registry any more) "
             f"and rerun to start a new one, or restore it from a backup"
@@ -206,6 +213,28 @@ def sqlite_problem(db: Path) -> str | None:
             f"`mlflow db upgrade sqlite:///{db}` (an interrupted migration: restore the backup first)"
         )
     return None
+
+
+def _journal(db: Path) -> Path:
+    """The rollback journal SQLite keeps beside ``db`` while a write is under way."""
+    return db.with_name(db.name + "-journal")
+
+
+def roll_back_cut_write(db: Path) -> str | None:
+    """Roll back a write a kill cut short (a hot journal beside ``db``) by opening ``db`` writable
+    once, never creating it; what was done, or None when there was nothing to roll back or this
+    user may not write it."""
+    import sqlite3
+
+    if not _journal(db).is_file():
+        return None
+    try:
+        uri = f"{db.resolve().as_uri()}?mode=rw"
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as con:
+            con.execute("select count(*) from sqlite_master").fetchone()  # a reader rolls back
+    except sqlite3.Error:
+        return None
+    return None if _journal(db).is_file() else f"{db}: rolled back a write a kill had cut short"
 
 
 def _holds_data(db: Path) -> bool:
@@ -411,17 +440,19 @@ def _like_prefix(text: str) -> str:
 
 
 def prepare_sqlite(db: Path) -> str | None:
-    """Make ``db`` a sound MLflow database before a server opens it: created atomically when absent, an
-    interrupted empty creation repaired, a moved registry's artifact locations rewritten; returns what
+    """Make ``db`` a sound MLflow database before a server opens it: created atomically when absent, a
+    write cut by a kill rolled back, an interrupted empty creation repaired, a moved registry's artifact locations rewritten; returns what
     was done, or raises TrackingError with what to do."""
     if not db.exists():
         ensure_sqlite(db)
         return f"created {db}"
+    rolled_back = roll_back_cut_write(db)
     repaired = repair_sqlite(db)
     problem = None if repaired else sqlite_problem(db)
     if problem:
         raise TrackingError(problem)
-    return repaired or relocate_sqlite(db)
+    done = [rolled_back, repaired or relocate_sqlite(db)]
+    return "; ".join(line for line in done if line) or None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -284,18 +284,13 @@ def test_the_next_run_closes_what_a_killed_run_left_open(tmp_path, fault_report)
     )
 
 
-@pytest.mark.integration
-def test_a_registry_write_cut_by_sigkill_does_not_hide_the_open_run(tmp_path, fault_report):
-    """A rank killed in the middle of an MLflow write leaves the SQLite registry with a hot journal:
-    a read-only look finds nothing there; the next run's start still ends the open run KILLED."""
-    import sqlite3
-
+def _cut_registry_write(runs: Path) -> tuple[Path, str]:
+    """A local registry with a run RUNNING, and a write to it cut by SIGKILL mid-transaction
+    (a hot journal beside it): the database and the run's id."""
     from mlflow import MlflowClient
 
     from components.common.tracking import sqlite_uri
-    from pipelines.local import close_dead_runs
 
-    runs = tmp_path / "runs"
     runs.mkdir()
     client = MlflowClient(sqlite_uri(runs))
     run = client.create_run(client.create_experiment("dailyrec-train"), run_name="train-day")
@@ -318,6 +313,23 @@ def test_a_registry_write_cut_by_sigkill_does_not_hide_the_open_run(tmp_path, fa
         proc.kill()
         proc.wait(timeout=30)
     assert (runs / "mlflow.db-journal").is_file()
+    return db, run.info.run_id
+
+
+@pytest.mark.integration
+def test_a_registry_write_cut_by_sigkill_does_not_hide_the_open_run(tmp_path, fault_report):
+    """A rank killed in the middle of an MLflow write leaves the SQLite registry with a hot journal:
+    a read-only look finds nothing there; the next run's start still ends the open run KILLED."""
+    import sqlite3
+
+    from mlflow import MlflowClient
+
+    from components.common.tracking import sqlite_uri
+    from pipelines.local import close_dead_runs
+
+    runs = tmp_path / "runs"
+    db, run_id = _cut_registry_write(runs)
+    client = MlflowClient(sqlite_uri(runs))
     reader = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
     with contextlib.closing(reader), pytest.raises(sqlite3.OperationalError, match="readonly"):
         reader.execute("select status from runs").fetchall()  # the trap a read-only look meets
@@ -325,10 +337,46 @@ def test_a_registry_write_cut_by_sigkill_does_not_hide_the_open_run(tmp_path, fa
     assert said == [
         "MLflow run train-day (dailyrec-train) was left RUNNING by a killed run: ended KILLED"
     ]
-    assert client.get_run(run.info.run_id).info.status == "KILLED"
+    assert client.get_run(run_id).info.status == "KILLED"
     fault_report(
         "interrupts",
         "a rank killed by SIGKILL in the middle of an MLflow write (SQLite registry, hot journal)",
         "the next run's start rolls the write back and ends the open MLflow run KILLED "
         "(a read-only look would fail on the journal and find nothing)",
+    )
+
+
+@pytest.mark.integration
+def test_a_reader_meeting_a_cut_write_says_how_to_recover_and_the_tool_recovers(
+    tmp_path, fault_report
+):
+    """Serving and scoring look the registry up read-only: after a killed write and before any
+    run they refuse naming the cut write and the command that rolls it back, which does."""
+    from components.common.registry_read import connect_readonly
+    from components.common.tracking import TrackingError, sqlite_uri
+
+    db, run_id = _cut_registry_write(tmp_path / "runs")
+    with pytest.raises(TrackingError) as refused:
+        connect_readonly(sqlite_uri(db.parent))
+    command = f"python -m components.common.tracking {db}"
+    assert "a write to it was cut by a kill" in str(refused.value)
+    assert f"`{command}`" in str(refused.value)
+    done = subprocess.run(
+        [sys.executable, "-m", "components.common.tracking", str(db)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"{db}: rolled back a write a kill had cut short" in done.stdout
+    assert not (db.parent / "mlflow.db-journal").exists()
+    client = connect_readonly(sqlite_uri(db.parent))
+    assert client.get_run(run_id).info.status == "RUNNING"  # the cut write is gone whole
+    fault_report(
+        "interrupts",
+        "a read-only reader (make serve, scoring) meets a registry write cut by SIGKILL",
+        "refused in one line naming the cut write and `python -m components.common.tracking DB`, "
+        "which rolls the write back; the registry then reads as before the write",
     )
