@@ -47,6 +47,8 @@ USERS ?= 20000
 ITEMS ?= 50000
 #: events a day of the sample logs
 EVENTS_PER_DAY ?= 100000
+#: item categories of the sample logs (at most ITEMS; empty: the generator's default, or ITEMS when fewer)
+CATEGORIES ?=
 #: seed of the sample logs
 SEED ?= 7
 #: window days of make preprocess (make run takes it from CONFIG)
@@ -108,7 +110,7 @@ data: install ## generate the synthetic sample logs into data/raw (skipped if pr
 	@if [ "$(DATA)" != "$(SAMPLE)" ]; then test -d "$(DATA)" || { echo "DATA=$(DATA): no such folder"; exit 2; }; \
 	elif [ -f $(SAMPLE)/_datagen.json ] || [ -f $(SAMPLE)/datagen.json ]; then echo "$(SAMPLE) exists: keeping it (make clean-data to regenerate)"; \
 	else $(PY) -m components.datagen --out $(SAMPLE) --days $(DAYS) --users $(USERS) --items $(ITEMS) \
-	  --events-per-day $(EVENTS_PER_DAY) --seed $(SEED); fi
+	  --events-per-day $(EVENTS_PER_DAY) $(if $(CATEGORIES),--categories $(CATEGORIES)) --seed $(SEED); fi
 
 next-day: install ## append tomorrow to the sample logs; the next `make run` retrains and meets the champion
 	$(PY) -m components.datagen --out $(SAMPLE) --append-days 1
@@ -235,11 +237,12 @@ format: install ## ruff: format the code and apply the safe lint fixes
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-clean-data: ## delete the sample logs and datasets (data/, datasets/)
-	rm -rf data datasets
+clean-data: ## delete the sample logs (data/) and ROOT's datasets (refused while a run holds ROOT's lock)
+	rm -rf data
+	@if [ -x $(PY) ]; then $(PY) -m pipelines.clean datasets --root $(ROOT); else rm -rf $(ROOT)/datasets; fi
 
-clean-runs: ## delete local runs and the local MLflow registry (runs/)
-	rm -rf runs
+clean-runs: ## delete ROOT's local runs and its local MLflow registry (refused while a run holds ROOT's lock)
+	@if [ -x $(PY) ]; then $(PY) -m pipelines.clean runs --root $(ROOT); else rm -rf $(ROOT)/runs; fi
 
 clean: ## delete the venv, caches, generated data and runs
 	rm -rf $(VENV) data datasets runs .pytest_cache .ruff_cache .hypothesis build benchmarks/scratch

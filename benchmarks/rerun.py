@@ -130,20 +130,18 @@ def describe(steps: list[Step]) -> str:
 
 def run(steps: list[Step]) -> int:
     runnable = [s for s in steps if s.blocked is None]
-    left = sum(s.seconds or 0 for s in runnable)
     failed, started = [], time.monotonic()
     for i, step in enumerate(runnable, 1):
         print(
             f"\nbench-stale [{i}/{len(runnable)}] {' '.join(step.command)}: expected "
-            f"{step.expected()}; {_duration(time.monotonic() - started)} spent, about "
-            f"{_duration(left)} to go",
+            f"{step.expected()}; {_duration(time.monotonic() - started)} spent; "
+            f"{_to_go(runnable[i - 1 :])}",
             flush=True,
         )
         begun = time.monotonic()
         command = (os.environ.get("MAKE", "make"), *step.command[1:])
         code = subprocess.call(command, cwd=ROOT)
         took = time.monotonic() - begun
-        left = max(0.0, left - (step.seconds or 0))
         print(f"bench-stale [{i}/{len(runnable)}] {step.what}: exit {code} in {_duration(took)}")
         if code != 0:
             failed.append(step.what)
@@ -152,6 +150,15 @@ def run(steps: list[Step]) -> int:
     if failed:
         print(f"bench-stale: failed: {', '.join(failed)}: their results stay marked stale")
     return 1 if failed else 0
+
+
+def _to_go(steps: list[Step]) -> str:
+    """What is left of the round, this step included, as far as stored times tell."""
+    known = sum(s.seconds for s in steps if s.seconds is not None)
+    unknown = sum(s.seconds is None for s in steps)
+    return f"about {_duration(known)} to go" + (
+        f" plus {unknown} step(s) with no recorded time" if unknown else ""
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -67,6 +67,9 @@ def _read_parameters(node: Any):
 def compile_pipeline(
     out: str | Path = DEFAULT_OUT, parameters: dict[str, Any] | None = None
 ) -> Path:
+    from pipelines.params import check_parameters
+
+    check_parameters(dict(parameters or {}))  # what the run's first task refuses, refused here
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.tmp.yaml")

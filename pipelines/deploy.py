@@ -605,6 +605,8 @@ def _write_pipeline(
     compiled pipeline and the recurring run's request: the package and the request."""
     from components.common.storage import atomic_write_json
     from kube.katib import window_dataset, write_experiment
+    from pipelines.compile import cluster_defaults
+    from pipelines.params import check_parameters
 
     write_experiment(
         out / "katib-experiment.yaml",
@@ -613,6 +615,9 @@ def _write_pipeline(
         image=refs["trainer"],
         data=window_dataset(),
     )
+    # the check the run's first task makes, made before anything is uploaded: a credential in
+    # the cluster file would otherwise be baked into the pipeline that then refuses every run
+    check_parameters(cluster_defaults(config.env, refs))
     package = compile_for(config.env, refs, out / "pipeline.yaml")
     request = recurring_run_request(version, config.schedule)
     atomic_write_json(out / "recurring-run.json", request)

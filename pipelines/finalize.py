@@ -67,9 +67,9 @@ def champion_version(tracking_uri: str, model_name: str) -> int | None:
 
 
 def protected_runs(tracking_uri: str, model_name: str) -> set[str]:
-    """Run ids (``pipeline_run_id`` tags: their run folders) of the versions holding the registry's
+    """Run ids (:data:`PIPELINE_RUN_TAG`: their run folders) of the versions holding the registry's
     ``@champion`` and ``@previous``: retention keeps them and their datasets whatever their age."""
-    from components.common.registry import CHAMPION, PREVIOUS, alias_version
+    from components.common.registry import CHAMPION, PIPELINE_RUN_TAG, PREVIOUS, alias_version
     from components.common.registry_read import NoRegistry, connect_readonly
 
     try:
@@ -79,7 +79,7 @@ def protected_runs(tracking_uri: str, model_name: str) -> set[str]:
     found = set()
     for alias in (CHAMPION, PREVIOUS):
         version = alias_version(client, model_name, alias)
-        run_id = (version.tags or {}).get("pipeline_run_id") if version is not None else None
+        run_id = (version.tags or {}).get(PIPELINE_RUN_TAG) if version is not None else None
         if run_id:
             found.add(run_id)
     return found

@@ -36,11 +36,22 @@ from pathlib import Path
 
 from components.common.cli import Exit, cli_parser, exit_for, signal_exit
 from components.common.final_status import CANCELED, FAILED
-from components.common.lock import LockBusy, storage_lock
+from components.common.lock import LockBusy, lock_path, storage_lock
 from components.common.paths import PathError, inside, safe_name
 from components.common.proctree import Stopped, orphan_watchdog, stop_tree_on_signals
+from components.common.records import read_record
 from components.common.run_summary import RunSummary
-from components.common.runs import OWNER, SUMMARY, run_dir
+from components.common.runs import (
+    DRIVER,
+    ELSEWHERE,
+    LATEST,
+    OWNER,
+    RUNNING,
+    SUMMARY,
+    driver_state,
+    record_driver,
+    run_dir,
+)
 from components.common.storage import atomic_write_json
 from components.common.tracking import sqlite_uri
 from pipelines.console import RunConsole
@@ -168,7 +179,7 @@ def run_local(
         )
         summary = dataclasses.replace(summary, wall_seconds=round(seconds, 1), logs=str(logs))
         summary.write(folder)
-        summary.write(run_dir(root, "latest"))  # atomically, as every summary is written
+        write_latest(root, summary)
         shutil.rmtree(folder / "kfp" / "tmp", ignore_errors=True)
         return summary
 
@@ -243,10 +254,38 @@ def quiet_console(logs: Path, verbose: bool = False) -> Iterator[RunConsole | No
         console.close()
 
 
+def write_latest(root: Path, summary: RunSummary) -> Path:
+    """``runs/latest/summary.json``: the newest run's summary, written atomically as every summary
+    is, into a real folder of the storage root (a symlink there is removed, never written
+    through: it could lead anywhere)."""
+    latest = run_dir(root, LATEST)
+    if latest.is_symlink():
+        latest.unlink()
+    return summary.write(latest)
+
+
 def write_stopped_summary(folder: Path, run_id: str, reason: str) -> None:
-    """The summary of a run stopped by a signal (its exit handler never ran)."""
-    summary = RunSummary.find(folder) or RunSummary(run_id, CANCELED, run_folder=str(folder))
-    dataclasses.replace(summary, status=CANCELED, error=reason).write(folder)
+    """The summary of a run stopped by a signal, from what its stages had done by then (its exit
+    handler was cut short or never ran): every stage finished, SUCCEEDED with what it registered
+    and promoted; else CANCELED in the first stage that did not finish."""
+    from components.common.final_status import SUCCEEDED, stage_records
+    from components.common.run_record import RunRecord
+    from components.common.runs import STAGES
+
+    done = stage_records(folder, STAGES)
+    record = RunRecord.find(folder)
+    earlier = RunSummary.find(folder)
+    finished = all(stage in done for stage in STAGES)
+    summary = RunSummary.build(
+        folder,
+        record.data_dir if record else "",
+        record.raw_uri if record else "",
+        earlier.model_name if earlier else "",
+        run_id,
+        SUCCEEDED if finished else CANCELED,
+        f"{reason} after every stage had finished" if finished else reason,
+    )
+    summary.write(folder)
 
 
 def resolve_run_id(params: dict, run_id: str | None) -> str:
@@ -260,19 +299,31 @@ def resolve_run_id(params: dict, run_id: str | None) -> str:
 def close_dead_runs(root: Path, run_id: str, tracking_uri: str) -> list[str]:
     """What runs killed before their end left open, closed; returns what was said.
 
-    Called with the storage root's lock held, so no other run on this root is live: a run folder
-    without a summary (killed before its exit handler) gets one, FAILED at the first stage it did
-    not finish; an MLflow run of the root's own SQLite registry still RUNNING (its process killed
-    by SIGKILL or with the machine) is ended KILLED. A registry on a server is left alone: other
-    roots' live runs may use it."""
+    Called with the storage root's lock held: a run folder without a summary (killed before its
+    exit handler) whose recorded driver process is gone gets one, FAILED at the first stage it
+    did not finish; an MLflow run of the root's own SQLite registry still RUNNING (its process
+    killed by SIGKILL or with the machine) is ended KILLED. A run whose driver still runs here
+    had the lock taken from under it (its file removed): :class:`LockBusy`, nothing touched. One
+    driven from another host is left alone, and so are the registry's runs then. A registry on a
+    server is left alone: other roots' live runs may use it."""
     from components.common.run_record import RUN_RECORD, RunRecord
 
-    said = []
+    said, live = [], []
     runs = root / "runs"
     for folder in sorted(runs.iterdir()) if runs.is_dir() else []:
         if folder.name == run_id or folder.is_symlink() or not (folder / RUN_RECORD).is_file():
             continue
         if (folder / SUMMARY).exists():
+            continue
+        state = driver_state(folder)
+        if state == RUNNING:  # it holds the lock, or did until its file was removed under it
+            pid = read_record(folder / DRIVER).get("pid")
+            raise LockBusy(
+                f"run {folder.name} is still running here (pid {pid}) although {lock_path(root)} "
+                "did not say so (was it removed?): wait for it to finish or stop it"
+            )
+        if state == ELSEWHERE:  # cannot be looked at from here: never declared dead on a guess
+            live.append(folder.name)
             continue
         why = f"the run ended without a summary (its process was killed); closed by run {run_id}"
         record = RunRecord.find(folder)  # what the exit handler would have read
@@ -286,12 +337,18 @@ def close_dead_runs(root: Path, run_id: str, tracking_uri: str) -> list[str]:
             why,
         )
         summary.write(folder)
+        shutil.rmtree(folder / "kfp" / "tmp", ignore_errors=True)  # what its tasks left in TMPDIR
         said.append(
             f"run {folder.name} ended without a summary (killed in {summary.failed_stage}): "
             "recorded FAILED"
         )
     db = runs / "mlflow.db"
-    if not tracking_uri and db.is_file():
+    if live:
+        said.append(
+            f"run(s) {', '.join(live)} without a summary, driven from another host: left as they "
+            "are, and so are the registry's open MLflow runs"
+        )
+    elif not tracking_uri and db.is_file():
         said += _end_running_mlflow_runs(db)
     for line in said:
         print(f"dailyrec: {line}", flush=True)
@@ -404,6 +461,7 @@ def start_local_run(
         kfp_dir / "workspace",
     ):  # here, not by the engine's mounts
         made.mkdir(parents=True, exist_ok=True)
+    record_driver(folder)
     # KFP deletes workspace_root after a run and leaves temp dirs behind: all of it under the run
     os.environ["TMPDIR"] = str(tmp)
     tempfile.tempdir = None

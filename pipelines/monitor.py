@@ -27,6 +27,7 @@ from pathlib import Path
 from components.common.cli import Exit, HelpFormatter, cli_parser
 from components.common.evaluation import Decision
 from components.common.run_summary import RunSummary
+from components.common.runs import DASHBOARD, MONITOR
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "manifests" / "monitoring" / "rules.yaml"
@@ -106,7 +107,7 @@ def serve(root: Path, ports: Ports) -> int:
     """Start the Pushgateway and Prometheus; return when told to stop (or one of them exits)."""
     import yaml
 
-    state = Path(root) / "runs" / "monitor"
+    state = Path(root) / "runs" / MONITOR
     state.mkdir(parents=True, exist_ok=True)
     (state / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config(ports)))
     argv = commands(state, ports)
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             ports = Ports(args.prometheus_port, args.pushgateway_port, args.trainer_port)
             return serve(Path(args.root), ports)
-        out = Path(args.out) if args.out else Path(args.root) / "runs" / "dashboard"
+        out = Path(args.out) if args.out else Path(args.root) / "runs" / DASHBOARD
         for path in plots(Path(args.root), out):
             print(path)
         return Exit.OK

@@ -18,8 +18,13 @@ from collections.abc import Callable
 from typing import Any
 
 from components.common.paths import PathError, safe_name
-from components.common.runs import LATEST
-from components.common.tracking import CredentialError, check_no_credentials, redact
+from components.common.runs import DASHBOARD, LATEST, MONITOR, SCREENSHOTS
+from components.common.tracking import (
+    CredentialError,
+    carries_credentials,
+    check_no_credentials,
+    redact,
+)
 
 
 class ParameterError(ValueError):
@@ -32,9 +37,10 @@ _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 LAUNCHERS = ("local", "trainjob")
 EARLIEST_DATE = dt.date(1970, 1, 1)
 """Raw timestamps are epoch seconds: no window reaches before this day."""
-RESERVED_RUN_IDS = (LATEST, "artifacts")
+RESERVED_RUN_IDS = (LATEST, "artifacts", MONITOR, DASHBOARD, SCREENSHOTS)
 """Names ``runs/`` holds besides run folders: the latest summary, the SQLite registry's artifacts
-(and its database, ``mlflow.db*``: :func:`components.common.tracking.sqlite_uri`)."""
+(and its database, ``mlflow.db*``: :func:`components.common.tracking.sqlite_uri`), the folders
+of make monitor, dashboard and screenshots."""
 
 
 def _date(value: str) -> None:
@@ -128,17 +134,20 @@ def _hardware(value: str) -> None:
 
 
 _SECRET_KEY = re.compile(
-    r"(?i)password|passwd|secret|token|credential|access_key|private_key|api_key"
+    r"(?i)password|passwd|secret|token|credential|access_key|private_key|api_?key|"
+    r"(?:^|[_.-])(?:pass|pwd|auth)(?:$|[_.-])"
 )
 
 
 def _secret_keys(node: Any, path: str = "") -> list[str]:
-    """Paths of the non-empty values whose key names a credential, anywhere in a JSON document."""
+    """Paths of the non-empty values whose key names a credential, or that are shaped like one
+    (a URI with a password or token, an access key, a web token), anywhere in a JSON document."""
     if isinstance(node, dict):
         found = []
         for key, value in node.items():
             where = f"{path}.{key}" if path else str(key)
-            if _SECRET_KEY.search(str(key)) and isinstance(value, str) and value:
+            named = _SECRET_KEY.search(str(key))
+            if isinstance(value, str) and value and (named or carries_credentials(value)):
                 found.append(where)
             # env as a list of {"name": ..., "value": ...}
             if key == "name" and _SECRET_KEY.search(str(value)) and node.get("value"):

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from components.common.cli import Exit, cli_parser
 from components.common.registry_read import MODEL_NAME
+from components.common.runs import SCREENSHOTS
 from components.common.tracking import UI_VIEW, sqlite_uri
 from components.evaluate.report import REPORT_HTML
 
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     root = Path(args.root)
-    out = Path(args.out) if args.out else root / "runs" / "screenshots"
+    out = Path(args.out) if args.out else root / "runs" / SCREENSHOTS
     try:
         shown = take(sqlite_uri(root / "runs"), out, args.model_name)
     except ScreenshotError as exc:

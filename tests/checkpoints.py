@@ -10,8 +10,19 @@ from components.train.checkpoint import save_checkpoint
 from components.train.model import Vocab, build_model, model_config
 
 
-def untrained_checkpoint(path, data, seed, vocab=None):
-    """A freshly initialized model saved like the trainer saves one: close to chance level."""
+def earlier_window(data, days: int = 1) -> dict:
+    """The dataset's window moved ``days`` earlier: a checkpoint of another (earlier) day."""
+    import datetime as dt
+
+    window = dataclasses.asdict(DatasetMeta.read(data).window)
+    for key in ("start", "end"):
+        window[key] = (dt.date.fromisoformat(window[key]) - dt.timedelta(days=days)).isoformat()
+    return window
+
+
+def untrained_checkpoint(path, data, seed, vocab=None, window=None):
+    """A freshly initialized model saved like the trainer saves one: close to chance level;
+    ``window`` (``{"start": ..., "end": ...}``) stands for the dataset's when given."""
     import torch
 
     torch.manual_seed(seed)
@@ -26,7 +37,10 @@ def untrained_checkpoint(path, data, seed, vocab=None):
             "model_config": dataclasses.asdict(model_config("debug")),
             "vocab": dataclasses.asdict(vocab),
             "plan": dataclasses.asdict(TrainPlan()),
-            "dataset": {"fingerprint": meta.fingerprint, "window": dataclasses.asdict(meta.window)},
+            "dataset": {
+                "fingerprint": meta.fingerprint,
+                "window": window or dataclasses.asdict(meta.window),
+            },
         },
     )
     return path

@@ -29,3 +29,34 @@ def forced_evaluation(folder: Path, champion_version: int | None = None) -> Path
         dataset={},
     ).write(folder)
     return folder
+
+
+def register_forced(
+    data: Path,
+    out: Path,
+    tracking_uri: str,
+    seed: int,
+    model_name: str = "ctr",
+    window: dict | None = None,
+    champion_version: int | None = None,
+    **config,
+):
+    """Register an untrained checkpoint of ``data`` (trained on ``window``, default the data's)
+    with a forced evaluation in ``out``, through the real register stage; its Registration."""
+    from components.register.config import RegisterConfig
+    from components.register.stage import register
+    from tests.checkpoints import untrained_checkpoint
+
+    forced_evaluation(out, champion_version=champion_version)
+    checkpoint = untrained_checkpoint(out / "model.pt", data, seed, window=window)
+    return register(
+        RegisterConfig(
+            checkpoint=str(checkpoint),
+            metrics=str(out / "metrics.json"),
+            decision=str(out / "decision.json"),
+            model_name=model_name,
+            tracking_uri=tracking_uri,
+            data=str(data),
+            **config,
+        )
+    )

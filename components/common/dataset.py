@@ -7,6 +7,7 @@ preprocessing stack to learn the array layout.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from pathlib import Path
 
@@ -86,6 +87,19 @@ FILES_KEY = "files"
 """meta.json's record of every file the dataset holds: relative path -> {bytes, sha256}."""
 
 
+SEAL_KEY = "files_seal"
+"""meta.json's seal of its ``files`` and ``fingerprint``, under the deployment's id secret."""
+
+
+def files_seal(meta: dict) -> str | None:
+    """The seal meta.json's record of its files must carry (:func:`~components.common.hashing.seal`):
+    one who can rewrite the arrays and their digests but holds no secret cannot make it."""
+    from components.common.hashing import seal
+
+    record = {"fingerprint": meta.get("fingerprint"), FILES_KEY: meta.get(FILES_KEY)}
+    return seal(json.dumps(record, sort_keys=True).encode())
+
+
 def file_digest(path: str | Path) -> str:
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
@@ -112,6 +126,12 @@ def verify_files(data_dir: str | Path, meta: dict, content: bool = True) -> None
         raise DatasetMismatch(
             f"{root}: meta.json records no file digests (written by an older preprocess); "
             "preprocess the window again"
+        )
+    expected = files_seal(meta)
+    if expected is not None and not hmac.compare_digest(str(meta.get(SEAL_KEY) or ""), expected):
+        raise DatasetMismatch(
+            f"{root / 'meta.json'}: its record of the files is not sealed under this deployment's "
+            "id secret (written without it, or rewritten since); preprocess the window again (force)"
         )
     present = {
         p.relative_to(root).as_posix()

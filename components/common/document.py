@@ -5,13 +5,20 @@ A :class:`Document` subclass is a frozen dataclass that is its file's one writer
 readers use attributes, never keys. Each names its file (``FILE``), its format (``FORMAT``, written
 into the document as ``format``) and the fields every reader relies on (``REQUIRED``); a document
 of another format, or one missing a required field, is refused with the subclass's ``Error``
-naming the file and the field. docs/data.md describes each format field by field.
+naming the file and the field. Every field is checked against its annotation as it is read —
+``"false"`` is no ``bool``, ``"0.99"`` no ``float``, ``[]`` no mapping; nothing is coerced — and
+against its range where it declares one (:func:`bounded`); a float is a finite number or NaN
+(not measured), never an infinity. docs/data.md describes each format field by field.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import math
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -21,6 +28,62 @@ from components.common.storage import atomic_write_json
 
 class DocumentError(ValueError):
     """A document no reader can use: the message names the file and the field."""
+
+
+RANGE = "range"
+"""The key of a field's metadata that holds its bounds (:func:`bounded`)."""
+
+
+def bounded(low: float | None = None, high: float | None = None, **kwargs: Any) -> Any:
+    """A dataclass field whose numbers must lie in ``[low, high]`` (a bound of None: open), checked
+    as the document is read; ``kwargs`` go to :func:`dataclasses.field`."""
+    return dataclasses.field(metadata={RANGE: (low, high)}, **kwargs)
+
+
+def _describe(hint: Any) -> str:
+    if hint is type(None):
+        return "null"
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def type_problem(value: Any, hint: Any) -> str | None:
+    """Why ``value`` (read from JSON) is not a ``hint``, or None when it is. Strict: a bool is no
+    number, a number no string, a string no bool; a float may be NaN (not measured), never
+    infinite."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any or hint is object:
+        return None
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        kinds = [a for a in args if a is not type(None)]
+        problems = [type_problem(value, a) for a in kinds]
+        return None if None in problems else f"expected {' or '.join(map(_describe, args))}"
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return None if not math.isinf(value) else "expected a finite number"
+        ok = False
+    elif hint is str:
+        ok = isinstance(value, str)
+    elif origin is tuple or hint is tuple:
+        if not isinstance(value, (list, tuple)):
+            return "expected a list"
+        item = args[0] if args else Any
+        found = next((p for v in value if (p := type_problem(v, item))), None)
+        return None if found is None else f"an item: {found}"
+    elif origin in (Mapping, dict) or hint in (Mapping, dict):
+        if not isinstance(value, Mapping):
+            return "expected an object"
+        item = args[1] if len(args) == 2 else Any
+        found = next((p for v in value.values() if (p := type_problem(v, item))), None)
+        return None if found is None else f"a value: {found}"
+    else:
+        return None  # a type JSON does not carry (``source``): the dataclass checks it
+    return None if ok else f"expected {_describe(hint)}"
 
 
 class Document:
@@ -59,17 +122,27 @@ class Document:
         if missing:
             raise cls.Error(f"{where}: no {missing[0]!r} field")
         values: dict[str, Any] = {}
+        hints = cls._hints()
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             if f.name == "source":
                 values["source"] = Path(source) if source else None
             elif f.name in doc:
                 value = doc[f.name]
+                problem = type_problem(value, hints[f.name]) or _out_of_range(value, f)
+                if problem:
+                    raise cls.Error(f"{where}: {f.name} {_shown(value)}: {problem}")
                 is_tuple = str(f.type).startswith("tuple")
                 values[f.name] = tuple(value) if is_tuple and value is not None else value
         try:
             return cls(**values)
         except cls.Error as exc:  # a field's own check (``__post_init__``): name the file too
             raise cls.Error(f"{where}: {exc}") from None
+
+    @classmethod
+    @functools.cache
+    def _hints(cls) -> dict[str, Any]:
+        """The fields' annotations, resolved (the modules write them as strings)."""
+        return typing.get_type_hints(cls)
 
     @classmethod
     def read(cls, folder_or_file: str | Path) -> Self:
@@ -102,7 +175,24 @@ class Document:
         return json.loads(json.dumps(doc))  # plain JSON types, what the reader gets back
 
     def write(self, folder: str | Path) -> Path:
-        """Atomically, as :attr:`FILE` in ``folder``."""
+        """Atomically, as :attr:`FILE` in ``folder``; one its readers would refuse (a field of the
+        wrong type or out of its range) is refused here, before anything is written."""
         path = Path(folder) / self.FILE
-        atomic_write_json(path, self.to_document())
+        document = self.to_document()
+        type(self).from_document(document, path)  # the readers' checks, on what they would read
+        atomic_write_json(path, document)
         return path
+
+
+def _out_of_range(value: Any, f: dataclasses.Field) -> str | None:
+    low, high = f.metadata.get(RANGE, (None, None))
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+        return None  # not a number (the type check's), or NaN: not measured
+    if (low is not None and not value >= low) or (high is not None and not value <= high):
+        return f"expected {'-inf' if low is None else low} .. {'inf' if high is None else high}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."

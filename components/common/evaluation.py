@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from components.common.document import Document, DocumentError
+from components.common.document import Document, DocumentError, bounded
 
 DECISION = "decision.json"
 DECISION_FORMAT = "dailyrec.decision/v1"
@@ -96,7 +96,7 @@ class Metrics(Document):
     compare with it)."""
     plan_vs_actual: Mapping[str, Any] | None = None
     """The training's plan against what it measured (time, memory, cost)."""
-    seconds: float = 0.0
+    seconds: float = bounded(0, default=0.0)
     """Wall seconds of the stage."""
     mlflow_run_id: str | None = None
     """The evaluation's MLflow run."""
@@ -136,7 +136,7 @@ class Decision(Document):
     """The candidate's test AUC on the dataset's features."""
     served_auc: float | None = None
     """The candidate's test AUC scored as serving scores it (the AUC the floor judges)."""
-    champion_version: int | None = None
+    champion_version: int | None = bounded(1, default=None)
     """The champion it was compared with (None: none registered)."""
     champion_status: str = "none"
     """``none`` (no champion), ``scored`` or ``unusable`` (it could not be scored today)."""

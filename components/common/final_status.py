@@ -19,6 +19,8 @@ missing record names the stage that did not finish. The backend's state is kept 
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,10 +52,25 @@ def stage_records(folder: str | Path, stages: Sequence[str]) -> dict[str, dict]:
     since = claimed_at(run.path)
     records = {}
     for stage in stages:
-        record = read_record(run.stage_record(stage))
-        if record and float(record.get("finished") or 0) >= since:
+        path = run.stage_record(stage)
+        record = read_record(path)
+        problem = record_problem(record) if record else None
+        if problem:  # not what record_stage writes: no proof the stage finished
+            print(f"dailyrec: {path}: {problem}: not counted as done", file=sys.stderr, flush=True)
+        elif record and record["finished"] >= since:
             records[stage] = record
     return records
+
+
+def record_problem(record: dict) -> str | None:
+    """Why a stage's done-record is not one :func:`components.common.runs.record_stage` wrote
+    (``seconds`` and ``finished``: numbers >= 0), or None."""
+    for key in ("seconds", "finished"):
+        value = record.get(key)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not 0 <= value < math.inf:
+            return f"{key} {value!r}: expected a number >= 0"
+    return None
 
 
 @dataclass(frozen=True)

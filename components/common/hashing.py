@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import hmac
 import os
 
 import numpy as np
@@ -45,6 +46,9 @@ HASH_KEY = "dailyrec-ids-v1!"
 KEY_ENV = "DAILYREC_ID_KEY"
 """The environment variable holding this deployment's id secret."""
 MIN_SECRET_CHARS = 16
+MIN_SECRET_BITS = 40
+"""The least an id secret's characters must carry by their spread (length x Shannon entropy of
+its character counts): ``aaaaaaaaaaaaaaaa`` carries 0, 24 random bytes in base64 about 140."""
 PAD = 0
 
 
@@ -66,9 +70,37 @@ def _derived_key(secret: str) -> str:
             f"${KEY_ENV} has {len(secret)} characters; an id secret has at least "
             f"{MIN_SECRET_CHARS} (for example: openssl rand -base64 24)"
         )
+    if secret_bits(secret) < MIN_SECRET_BITS:
+        raise IdKeyError(
+            f"${KEY_ENV} is too guessable ({secret_bits(secret):.0f} bits by its characters' "
+            f"spread, at least {MIN_SECRET_BITS} needed): use a random one, for example "
+            "openssl rand -base64 24"
+        )
     # pandas takes a 16-byte UTF-8 key: 16 base64 characters of a digest carry 96 bits of it
     digest = hashlib.sha256(b"dailyrec-ids\0" + secret.encode()).digest()
     return base64.urlsafe_b64encode(digest).decode()[:16]
+
+
+def seal(payload: bytes) -> str | None:
+    """HMAC-SHA256 of ``payload`` under a key derived from this deployment's id secret: a record
+    only a holder of the secret can make (a dataset's file digests); None without a secret
+    (public data, nothing to seal against)."""
+    secret = os.environ.get(KEY_ENV, "").strip()
+    if not secret:
+        return None
+    _derived_key(secret)  # the secret's own checks (length, strength) first
+    key = hashlib.sha256(b"dailyrec-seal\0" + secret.encode()).digest()
+    return hmac.new(key, payload, "sha256").hexdigest()
+
+
+def secret_bits(secret: str) -> float:
+    """An upper estimate of the bits a secret carries: its length times the Shannon entropy of
+    its character counts (a repeated or two-letter secret carries few, whatever its length)."""
+    counts = np.unique(np.frombuffer(secret.encode("utf-32-le"), dtype="<u4"), return_counts=True)[
+        1
+    ]
+    shares = counts / counts.sum()
+    return float(len(secret) * -(shares * np.log2(shares)).sum())
 
 
 def key_fingerprint(key: str | None = None) -> str:

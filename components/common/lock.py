@@ -76,6 +76,36 @@ def _read_holder(fd: int) -> dict:
         return {}
 
 
+def _is_the_lock_file(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is still the file at ``path`` (not one unlinked or replaced since it was
+    opened)."""
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _reopened(fd: int, path: Path) -> int:
+    """A descriptor of the file now at ``path``, ``fd`` (no longer the lock file) closed."""
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+
+def _holder(run_id: str, stage: str | None, token: str) -> dict:
+    """The record the lock file holds: who holds it, since when, and its token's digest only."""
+    return {
+        "run_id": run_id,
+        "stage": stage,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "token_sha256": _digest(token),
+    }
+
+
 @contextlib.contextmanager
 def storage_lock(
     storage_root: str | os.PathLike,
@@ -98,7 +128,10 @@ def storage_lock(
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                if _is_the_lock_file(fd, path):
+                    break
+                fd = _reopened(fd, path)  # removed or replaced: a lock on it guards nothing
+                continue
             except BlockingIOError:
                 info = _read_holder(fd)
                 token = os.environ.get(TOKEN_ENV)
@@ -121,14 +154,7 @@ def storage_lock(
                     said = now
                 time.sleep(min(poll_s, max(deadline - now, 0.05)))
         token = os.environ.get(TOKEN_ENV) or secrets.token_hex(16)
-        info = {
-            "run_id": run_id,
-            "stage": stage,
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "since": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "token_sha256": _digest(token),
-        }
+        info = _holder(run_id, stage, token)
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
         previous = os.environ.get(TOKEN_ENV)

@@ -29,6 +29,27 @@ architecture filter, Katib trials). It tolerates a peak 13.6% above the memory m
 benchmarks/estimate.py measured -7.9% .. -0.4% against real peak RSS on CPU."""
 
 
+UPPER = {
+    "micro_batch": 1 << 20,
+    "grad_accum": 1 << 16,
+    "nproc_per_node": 256,
+    "nnodes": 1024,
+    "max_epochs": 10_000,
+    "patience": 10_000,
+    "eval_batch": 1 << 20,
+    "num_workers": 256,
+    "prefetch_factor": 64,
+    "cpu_threads": 1024,
+    "checkpoint_every_steps": 1 << 31,
+    "seed": (1 << 63) - 1,
+    "max_lost_minutes": 7 * 24 * 60.0,
+    "progress_seconds": 24 * 3600.0,
+}
+"""The most each count of a plan may ask for: far above any machine or job this runs on, so a
+plan past one (10,000 processes per node, a micro-batch of 2^62) is a broken or hostile file,
+refused before a process starts or a buffer is sized from it."""
+
+
 BRIEF = (
     "model",
     "nproc_per_node",
@@ -129,6 +150,11 @@ class TrainPlan:
 
     def __post_init__(self) -> None:
         # types first: a NaN, an infinity or a string fails every comparison below silently
+        self._check_types()
+        self._check_counts()
+        self._check_choices_and_ranges()
+
+    def _check_types(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.type in ("int", "float", "bool") and (
@@ -138,6 +164,8 @@ class TrainPlan:
                 raise ValueError(f"plan.train.{f.name} must be {f.type}, got {value!r}")
             if f.type == "float" and not math.isfinite(value):
                 raise ValueError(f"plan.train.{f.name} must be a finite number, got {value!r}")
+
+    def _check_counts(self) -> None:
         for name in (
             "micro_batch",
             "grad_accum",
@@ -154,18 +182,22 @@ class TrainPlan:
         for name in ("patience", "num_workers", "checkpoint_every_steps", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"plan.train.{name} must be >= 0, got {getattr(self, name)!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(
-                f"plan.train.precision must be one of {PRECISIONS}, got {self.precision!r}"
-            )
-        if self.compile not in COMPILE_MODES:
-            raise ValueError(
-                f"plan.train.compile must be one of {COMPILE_MODES}, got {self.compile!r}"
-            )
-        if self.sparse_embeddings not in SPARSE_MODES:
-            raise ValueError(
-                f"plan.train.sparse_embeddings must be one of {SPARSE_MODES}, got {self.sparse_embeddings!r}"
-            )
+        for name, most in UPPER.items():
+            if getattr(self, name) > most:
+                raise ValueError(
+                    f"plan.train.{name} must be <= {most:,}, got {getattr(self, name)!r}"
+                )
+
+    def _check_choices_and_ranges(self) -> None:
+        for name, choices in (
+            ("precision", PRECISIONS),
+            ("compile", COMPILE_MODES),
+            ("sparse_embeddings", SPARSE_MODES),
+        ):
+            if getattr(self, name) not in choices:
+                raise ValueError(
+                    f"plan.train.{name} must be one of {choices}, got {getattr(self, name)!r}"
+                )
         if not 0 < self.lr < 1:
             raise ValueError(f"plan.train.lr must be in (0, 1), got {self.lr!r}")
         if not 0 < self.negative_keep <= 1:

@@ -195,13 +195,16 @@ def orphan_watchdog(token: str) -> Iterator[subprocess.Popen]:
     SIGKILL (see the module's docstring). It ends by itself when this process does."""
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}  # it must not match itself
     dog = subprocess.Popen(
-        [sys.executable, "-m", "components.common.proctree", str(os.getpid()), token],
+        [sys.executable, "-m", "components.common.proctree", str(os.getpid())],
         env=env,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )  # outside our signals
+    # the token on its stdin, never its command line: every user of the machine can read that
+    dog.stdin.write(token.encode() + b"\n")
+    dog.stdin.close()
     try:
         yield dog
     finally:
@@ -210,5 +213,5 @@ def orphan_watchdog(token: str) -> Iterator[subprocess.Popen]:
             dog.wait(timeout=GRACE_S)
 
 
-if __name__ == "__main__":  # the watchdog: python -m components.common.proctree PID TOKEN
-    watch(int(sys.argv[1]), sys.argv[2])
+if __name__ == "__main__":  # the watchdog: python -m components.common.proctree PID, TOKEN on stdin
+    watch(int(sys.argv[1]), sys.stdin.readline().strip())

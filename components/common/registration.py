@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from components.common.document import Document, DocumentError
+from components.common.document import Document, DocumentError, bounded
 
 REGISTRATION_FORMAT = "dailyrec.registration/v1"
 REGISTRATION = "registration.json"
@@ -48,7 +48,7 @@ class Registration(Document):
     """The evaluation's verdict (required)."""
     registered: bool = False
     """A version holds the candidate: created now or found (required)."""
-    version: int | None = None
+    version: int | None = bounded(1, default=None)
     reused: bool = False
     """The version existed already (a re-run after a crash, or the same model again)."""
     reason: str | None = None
@@ -68,7 +68,7 @@ class Registration(Document):
     integrity: Mapping[str, Any] = field(default_factory=dict)
     """The version's digests (manifest, weights, signature tags) and, when it was created now,
     its file manifest."""
-    seconds: float = 0.0
+    seconds: float = bounded(0, default=0.0)
     """Wall seconds of the stage."""
     source: Path | None = field(default=None, compare=False, repr=False)
     """The file it was read from (messages name it)."""

@@ -9,6 +9,9 @@ from components.common.tracking import TrackingError, redact
 CHAMPION, PREVIOUS, CHALLENGER = "champion", "previous", "challenger"
 KEY_TAG = "dailyrec_key"
 """Model-version tag identifying one training output: registering it twice finds this tag."""
+PIPELINE_RUN_TAG = "pipeline_run"
+"""Model-version tag naming the pipeline run that registered it (its folder under ``runs/``):
+register writes it, retention keeps the runs of ``@champion`` and ``@previous`` by it."""
 
 
 def _missing(exc: Exception) -> bool:

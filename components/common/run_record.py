@@ -9,7 +9,6 @@ the first version, which has the same fields.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -73,12 +72,3 @@ class RunRecord(Document):
     """The preprocess cache key (files, window, config, code)."""
     files: int
     """Raw files in the window."""
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            expected = int if f.type == "int" else str
-            if not isinstance(value, expected) or isinstance(value, bool):
-                raise RunRecordError(
-                    f"run record field {f.name}: expected {expected.__name__}, got {value!r}"
-                )

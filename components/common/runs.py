@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ SUMMARY = "summary.json"
 # folder below finds them
 PLAN = "plan.json"
 OWNER = "owner.json"
+DRIVER = "driver.json"
+"""The process that drives a local run (``make run``): pid, host and start time."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,10 @@ class RunFolder:
     def owner(self) -> Path:
         return self.path / OWNER
 
+    @property
+    def driver(self) -> Path:
+        return self.path / DRIVER
+
     def stage_record(self, stage: str) -> Path:
         return self.path / "stages" / f"{stage}.json"
 
@@ -85,6 +92,9 @@ def dataset_dir(storage_root: str | Path, end_date: str, fingerprint: str) -> Pa
 
 
 LATEST = "latest"
+MONITOR, DASHBOARD, SCREENSHOTS = "monitor", "dashboard", "screenshots"
+"""Folders under ``runs/`` of make monitor (Prometheus' state), make dashboard and make
+screenshots: no run may take their names."""
 
 
 def latest_dataset(storage_root: str | Path) -> Path:
@@ -166,3 +176,38 @@ def record_stage(folder: str | Path, stage: str, seconds: float, **info: Any) ->
         RunFolder(Path(folder)).stage_record(stage),
         {"stage": stage, "seconds": round(seconds, 3), "finished": time.time(), **info},
     )
+
+
+def record_driver(folder: str | Path) -> None:
+    """Note in the run folder which process drives the run (this one), so another run declares it
+    dead only once that very process is gone (:func:`driver_alive`)."""
+    import psutil
+
+    me = psutil.Process()
+    atomic_write_json(
+        RunFolder(Path(folder)).driver,
+        {"pid": me.pid, "host": socket.gethostname(), "started": me.create_time()},
+    )
+
+
+GONE, RUNNING, ELSEWHERE = "gone", "running", "elsewhere"
+
+
+def driver_state(folder: str | Path) -> str:
+    """What became of the process recorded as driving the run in ``folder``: ``running`` (the
+    same pid, started at the same time, on this host), ``gone`` (it ended, or the run recorded
+    no driver: killed before it could), or ``elsewhere`` (driven from another host, which cannot
+    be looked at from here: never declared dead on a guess)."""
+    import psutil
+
+    record = read_record(RunFolder(Path(folder)).driver)
+    pid, started = record.get("pid"), record.get("started")
+    if not record:
+        return GONE
+    if record.get("host") != socket.gethostname():
+        return ELSEWHERE
+    try:
+        same = abs(psutil.Process(pid).create_time() - float(started)) < 1.0
+    except (psutil.Error, TypeError, ValueError):
+        return GONE
+    return RUNNING if same else GONE

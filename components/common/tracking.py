@@ -55,20 +55,51 @@ class CredentialError(ValueError):
 
 
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@?#\s]*)@")
-_SECRET_QUERY = re.compile(
-    r"(?i)([?&](?:[a-z0-9_-]*(?:token|password|passwd|secret|key|signature|"
-    r"credential)[a-z0-9_-]*)=)[^&#\s]*"
+_PARAMETER = re.compile(r"(?P<lead>[?&#;](?P<name>[^=&#;?/\s]+)=)(?P<value>[^&#;\s]*)")
+_SECRET_WORDS = ("token", "passw", "secret", "signature", "credential", "private", "apikey")
+"""A parameter whose name holds one of these is a secret (``access_token``, ``X-Amz-Signature``)."""
+_SECRET_PARTS = {"sig", "pwd", "pass", "auth", "key", "jwt", "bearer", "session", "sessionid"}
+"""... or one of these as a whole part of its name (``sig``, ``api-key``, ``jsessionid`` aside)."""
+
+
+def _secret_name(name: str) -> bool:
+    lower = name.lower()
+    parts = set(re.split(r"[_.-]", lower))
+    return (
+        any(w in lower for w in _SECRET_WORDS)
+        or bool(parts & _SECRET_PARTS)
+        or lower.endswith("sessionid")
+    )
+
+
+_SECRET_SHAPES = re.compile(
+    # values that are secrets whatever their name: a JSON web token, an AWS access key id, a
+    # GitHub or Slack token, a PEM block
+    r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b|"
+    r"\bgh[pousr]_[A-Za-z0-9]{30,}|\bxox[abprs]-[A-Za-z0-9-]{10,}|-----BEGIN [A-Z ]*PRIVATE KEY"
 )
 
 
 def redact(text: str) -> str:
-    """``text`` with the userinfo of every URI and secret-looking query values replaced by ``***``."""
-    return _SECRET_QUERY.sub(r"\1***", _USERINFO.sub(r"\g<scheme>***@", text))
+    """``text`` with the userinfo of every URI, secret-named query and fragment values and
+    secret-shaped values (tokens, access keys) replaced by ``***``."""
+    text = _USERINFO.sub(r"\g<scheme>***@", text)
+    text = _PARAMETER.sub(lambda m: m["lead"] + "***" if _secret_name(m["name"]) else m[0], text)
+    return _SECRET_SHAPES.sub("***", text)
+
+
+def carries_credentials(uri: str) -> bool:
+    """Whether ``uri`` holds a credential: userinfo, a secret-named parameter of its query or
+    fragment, or a value shaped like a token or an access key."""
+    if not uri:
+        return False
+    named = any(_secret_name(m["name"]) for m in _PARAMETER.finditer(uri))
+    return named or bool(_USERINFO.search(uri) or _SECRET_SHAPES.search(uri))
 
 
 def check_no_credentials(uri: str, what: str = "tracking_uri") -> str:
     """``uri`` unchanged, or :class:`CredentialError` (with the URI redacted) when it carries credentials."""
-    if uri and (_USERINFO.search(uri) or _SECRET_QUERY.search(uri)):
+    if carries_credentials(uri):
         raise CredentialError(
             f"{what}: {redact(uri)} carries credentials; they would be written to parameters, logs and "
             f"process lists. Pass the URI without them and set MLFLOW_TRACKING_USERNAME and "

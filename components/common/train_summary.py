@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from components.common.document import Document, DocumentError
+from components.common.document import Document, DocumentError, bounded
 
 SUMMARY_FORMAT = "dailyrec.train_summary/v1"
 TRAIN_SUMMARY = "train_summary.json"
@@ -39,15 +39,15 @@ class TrainSummary(Document):
     REWRITE: ClassVar[str] = "train again"
     Error: ClassVar[type[DocumentError]] = SummaryError
 
-    epochs_run: int
+    epochs_run: int = bounded(0)
     """Epochs that ran to their end (required)."""
     best_val_auc: float | None
     """Validation AUC of the best epoch, the one ``best.pt`` holds (required; None: no epoch)."""
-    rows_trained: int
+    rows_trained: int = bounded(0)
     """Training rows of one epoch after the negatives' sampling (required)."""
-    seconds: float
+    seconds: float = bounded(0)
     """Wall seconds of :func:`components.train.trainer.train` (required)."""
-    world_size: int
+    world_size: int = bounded(1)
     """Training processes (required)."""
     best_epoch: int | None = None
     early_stopped: bool = False

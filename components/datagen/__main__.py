@@ -8,7 +8,7 @@ from typing import NoReturn
 
 from components.common.cli import Exit, add_config_flags, cli_parser, exit_for, field_docs
 from components.datagen.config import DatagenConfig
-from components.datagen.generator import extended, generate
+from components.datagen.generator import extended, generate, one_writer
 
 PROG = "python -m components.datagen"
 
@@ -53,14 +53,25 @@ def _value_range(values: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    if args.categories > args.items and not any(a.startswith("--categories") for a in argv):
+        args.categories = args.items  # the default is for larger catalogues: one item each
     try:
-        config = (
-            extended(args.out, args.append_days)
-            if args.append_days is not None
-            else DatagenConfig(**{k: v for k, v in vars(args).items() if k != "append_days"})
-        )
-        summary = generate(config)
+        # read-modify-write of one dataset: two writers (two make next-day) take turns, the
+        # second extending what the first wrote
+        with one_writer(
+            args.out,
+            lambda: print(
+                f"{PROG}: waiting for another writer of {args.out}", file=sys.stderr, flush=True
+            ),
+        ):
+            config = (
+                extended(args.out, args.append_days)
+                if args.append_days is not None
+                else DatagenConfig(**{k: v for k, v in vars(args).items() if k != "append_days"})
+            )
+            summary = generate(config)
     except (ValueError, OSError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exit_for(exc)

@@ -29,11 +29,14 @@ best a history-blind popularity model can do).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
+import fcntl
 import json
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -536,6 +539,22 @@ class _Simulator:
 
 
 # --- entry point -----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def one_writer(out: str | Path, waiting: Callable[[], object] = lambda: None) -> Iterator[None]:
+    """Hold the lock of the dataset ``out`` for the block (an ``flock`` on a file beside it: the
+    folder itself is replaced when written); ``waiting()`` is called once if another writer
+    holds it, then this one waits its turn."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            waiting()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
 
 
 def extended(out: str | Path, days: int = 1) -> DatagenConfig:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
@@ -47,11 +48,13 @@ from components.common.dataset import (
     DENSE_FEATURES,
     FILES_KEY,
     SCHEMA_VERSION,
+    SEAL_KEY,
     SPLITS,
     USER_EVENT_COLUMNS,
     USER_EVENTS_DIR,
     DatasetMismatch,
     array_specs,
+    files_seal,
     record_files,
     verify_files,
 )
@@ -64,7 +67,7 @@ from components.common.hashing import (
     key_fingerprint,
 )
 from components.common.progress import PhaseTimer, compute_with_progress, get_logger
-from components.common.storage import atomic_dir, remove_stale_temps
+from components.common.storage import atomic_dir, disk_full_as, remove_stale_temps
 from components.preprocess import accounting
 from components.preprocess import raw as rawio
 from components.preprocess.clean import (
@@ -97,6 +100,19 @@ DUPLICATE_KEY = ("user_key", "ts", "item_key", "cat_key", "label")
 log = get_logger(__name__)
 
 
+def _full_disk_named(stage):
+    """``stage(config)`` with a full disk said as one :class:`NoSpaceError` naming the stage and
+    the file (else the output folder), whichever write of it met the full disk."""
+
+    @functools.wraps(stage)
+    def run(config: PreprocessConfig) -> DatasetMeta:
+        with disk_full_as("preprocess", config.out):
+            return stage(config)
+
+    return run
+
+
+@_full_disk_named
 def preprocess(config: PreprocessConfig) -> DatasetMeta:
     """Run the stage; return the dataset's ``meta.json``."""
     timer = PhaseTimer(log)
@@ -160,6 +176,9 @@ def preprocess(config: PreprocessConfig) -> DatasetMeta:
             log.warning("no raw files for %s", ", ".join(map(str, missing)))
         _refuse_unusable_splits(meta["splits"], window, config.raw)
         meta[FILES_KEY] = record_files(tmp)
+        sealed = files_seal(meta)  # under the deployment's secret: a rewrite cannot re-record
+        if sealed:
+            meta[SEAL_KEY] = sealed
         # read back as every later stage reads it: a document they would refuse is never written
         written = DatasetMeta.from_document(meta, out / META_FILE)
         written.write(tmp)

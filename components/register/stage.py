@@ -49,11 +49,12 @@ from components.common.registry import (
     CHALLENGER,
     CHAMPION,
     KEY_TAG,
+    PIPELINE_RUN_TAG,
     PREVIOUS,
     alias_version,
     model_uri,
 )
-from components.common.registry_read import WINDOW_TAG, filter_literal
+from components.common.registry_read import WINDOW_TAG, filter_literal, window_end
 from components.common.stop import started_run
 from components.common.storage import atomic_write_json
 from components.common.tracking import code_version, connect, ensure_experiment, run_link
@@ -122,15 +123,33 @@ def register(config: RegisterConfig) -> Registration:
             key[:12],
         )
     result = replace(result, registered=True, version=int(version.version))
-    if blessed:
+    move_aliases(client, config, decision, version)
+    card = log_card(client, config, version, checkpoint, metrics, decision)
+    return _finish(config, replace(result, model_card=card), client, started)
+
+
+def move_aliases(client: Any, config: RegisterConfig, decision: Decision, version: Any) -> None:
+    """A blessed version becomes ``@champion`` (the one it replaces ``@previous``); an unblessed one
+    registered anyway ``@challenger``."""
+    name = config.model_name
+    if decision.blessed:
         current = check_champion_unmoved(client, name, decision, version)
-        if current is not None and current.version != version.version:
+        # a re-run of the champion's own day replaces it: @previous stays the last other day's
+        # champion, so a rollback still reaches yesterday
+        replaced = current is not None and current.version != version.version
+        if replaced and not same_day(client, name, current, version):
             client.set_registered_model_alias(name, PREVIOUS, current.version)
         client.set_registered_model_alias(name, CHAMPION, version.version)
     elif config.register_unblessed:
         client.set_registered_model_alias(name, CHALLENGER, version.version)
-    card = log_card(client, config, version, checkpoint, metrics, decision)
-    return _finish(config, replace(result, model_card=card), client, started)
+
+
+def same_day(client: Any, name: str, current: Any, new: Any) -> bool:
+    """Whether two versions were trained on windows ending the same day (a day run again)."""
+    ends = [
+        window_end(client.get_model_version(name, v.version).tags or {}) for v in (current, new)
+    ]
+    return ends[0] is not None and ends[0] == ends[1]
 
 
 def log_card(
@@ -516,7 +535,7 @@ def version_tags(
         "plan": plan_line(checkpoint.get("plan") or {}),
         "dataset": str(dataset.get("fingerprint") or "")[:12],
         "code": code_version(),
-        "pipeline_run": run_id,
+        PIPELINE_RUN_TAG: run_id,
         **{k: lineage[k] for k in ("training_run", "evaluation_run") if lineage.get(k)},
     }
     for k in ("test_auc", "test_gauc"):

@@ -6,8 +6,11 @@ its request timeout answering 504), then puts in place of MLflow's
 ``/invocations`` one that bounds and types the work:
 
 * a body over :data:`~components.score.protocol.MAX_BYTES` is answered 413
-  before it is read whole; rows and events are bounded by
-  :mod:`components.score.features` (400);
+  before it is read whole; a Parquet body by what its footer says it holds before it is
+  decoded; rows and events are bounded by :mod:`components.score.features` (400);
+* work is admitted in bounds: :data:`SCORING_AT_ONCE` requests parsed and scored at once in
+  worker threads (the event loop, and /ping, stay free), :data:`WAITING_AT_MOST` waiting for a
+  slot; past that a request is answered 503 with Retry-After at once;
 * the body is read by :mod:`components.score.protocol`: every value as the
   client sent it, and unknown fields, columns and params refused (MLflow's
   parser drops unknown columns and params, and turns an int64 id beside a null
@@ -53,10 +56,31 @@ DEFAULT_TIMEOUT = 60
 log = logging.getLogger("dailyrec.serve")
 
 
-def _error(status: int, code: str, message: str) -> Response:
+SCORING_AT_ONCE = max(2, os.cpu_count() or 2)
+"""Requests parsed and scored at once (each in a worker thread, off the event loop)."""
+WAITING_AT_MOST = 8 * SCORING_AT_ONCE
+"""Requests held for a free slot; one more is answered 503 at once (Retry-After), not left to
+time out, and /ping keeps answering."""
+
+
+def _error(status: int, code: str, message: str, headers: dict | None = None) -> Response:
     """An answer other than 200: ``{"error_code", "message"}`` with the message on one line."""
     body = json.dumps({"error_code": code, "message": " ".join(message.split())})
-    return Response(content=body, status_code=status, media_type=JSON)
+    return Response(content=body, status_code=status, media_type=JSON, headers=headers)
+
+
+def _busy(why: str) -> Response:
+    return _error(503, "TEMPORARILY_UNAVAILABLE", why, {"Retry-After": "1"})
+
+
+class Admission:
+    """Bounded work: :data:`SCORING_AT_ONCE` requests in hand, :data:`WAITING_AT_MOST` waiting."""
+
+    def __init__(self, at_once: int = SCORING_AT_ONCE, waiting: int = WAITING_AT_MOST) -> None:
+        self.slots, self.limit, self.held = asyncio.Semaphore(at_once), at_once + waiting, 0
+
+    def full(self) -> bool:
+        return self.held >= self.limit
 
 
 async def _read_body(request: Request) -> bytes:
@@ -87,13 +111,34 @@ def create_app(model_dir: str, timeout: int = DEFAULT_TIMEOUT):
         r for r in app.router.routes if getattr(r, "path", "") != "/invocations"
     ]
 
+    admission = Admission()
+
     @app.post("/invocations")
     async def invocations(request: Request) -> Response:
-        deadline = time.monotonic() + timeout
+        if admission.full():
+            return _busy(f"the server holds {admission.held} requests already; retry shortly")
+        admission.held += 1
         try:
-            frame, params = parse_body(
-                await _read_body(request), request.headers.get("content-type")
-            )
+            return await _invocation(request, time.monotonic() + timeout)
+        finally:
+            admission.held -= 1
+
+    async def _invocation(request: Request, deadline: float) -> Response:
+        try:
+            body = await _read_body(request)
+            await asyncio.wait_for(admission.slots.acquire(), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            return _busy(f"no scoring slot was free within {timeout} s; retry shortly")
+        except ProtocolError as exc:
+            return _error(exc.status, "REQUEST_LIMIT_EXCEEDED", str(exc))
+        try:
+            return await _scored(body, request.headers.get("content-type"), deadline)
+        finally:
+            admission.slots.release()
+
+    async def _scored(body: bytes, content_type: str | None, deadline: float) -> Response:
+        try:  # parsing too is work: off the event loop, so /ping answers meanwhile
+            frame, params = await asyncio.to_thread(parse_body, body, content_type)
             scores = await asyncio.to_thread(model.score, frame, params["batch_size"], deadline)
         except ProtocolError as exc:
             code = {413: "REQUEST_LIMIT_EXCEEDED", 415: "INVALID_PARAMETER_VALUE"}

@@ -103,6 +103,8 @@ def _json(text: str) -> tuple[pd.DataFrame, dict[str, Any]]:
         raise ProtocolError(
             f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    except ValueError as exc:  # Python's own bound: an integer of thousands of digits
+        raise ProtocolError(f"the body holds a number no id or time can be: {exc}") from None
     except RecursionError:
         raise ProtocolError(
             "the body is not JSON a table can be read from: nested too deeply"
@@ -252,6 +254,7 @@ def _parquet(body: bytes) -> pd.DataFrame:
     import pyarrow.parquet as pq
 
     try:
+        _check_parquet_size(pq.ParquetFile(pa.BufferReader(body)).metadata)
         table = pq.read_table(pa.BufferReader(body))
     except (pa.ArrowException, OSError) as exc:
         raise ProtocolError(
@@ -260,8 +263,50 @@ def _parquet(body: bytes) -> pd.DataFrame:
     return _frame({c: table.column(c).to_pylist() for c in table.column_names}, table.num_rows)
 
 
+MAX_DECODED_BYTES = 16 * MAX_BYTES
+"""Most a Parquet body may unpack to (its own metadata says, before any of it is decoded)."""
+
+
+def _check_parquet_size(meta) -> None:
+    """Refuse a Parquet body by what its footer says it holds, before decoding any of it: a few
+    hundred compressed bytes can unpack to millions of rows."""
+    from components.score.features import MAX_EVENTS, MAX_ROWS
+
+    if meta.num_rows > MAX_ROWS:
+        raise ProtocolError(
+            f"the Parquet body holds {meta.num_rows:,} rows; at most {MAX_ROWS:,} per request", 413
+        )
+    groups = [meta.row_group(g) for g in range(meta.num_row_groups)]
+    unpacked = sum(g.total_byte_size for g in groups)
+    values = max(
+        (sum(g.column(c).num_values for g in groups) for c in range(meta.num_columns)), default=0
+    )
+    if unpacked > MAX_DECODED_BYTES or values > MAX_EVENTS + MAX_ROWS:
+        raise ProtocolError(
+            f"the Parquet body unpacks to {unpacked:,} bytes and {values:,} values in a column; "
+            f"at most {MAX_DECODED_BYTES:,} bytes and {MAX_EVENTS + MAX_ROWS:,} values per request",
+            413,
+        )
+
+
+INT_RANGE = (-(1 << 63), (1 << 64) - 1)
+"""Integers a request may hold: ids and times are 64-bit values."""
+
+
+def _check_integers(columns: dict[str, list]) -> None:
+    for column, values in columns.items():
+        for row, value in enumerate(values):
+            for item in value if isinstance(value, list) else (value,):
+                if isinstance(item, int) and not INT_RANGE[0] <= item <= INT_RANGE[1]:
+                    raise ProtocolError(
+                        f"row {row}: {column} holds an integer of {len(str(abs(item)))} digits; "
+                        "ids and times fit in 64 bits (send a longer id as a string)"
+                    )
+
+
 def _frame(columns: dict[str, list], rows: int) -> pd.DataFrame:
     """Object columns: pandas keeps every value as it is (no int -> float through a null)."""
+    _check_integers(columns)
     return pd.DataFrame(
         {c: pd.Series(v, dtype=object) for c, v in columns.items()}, index=pd.RangeIndex(rows)
     )

@@ -31,7 +31,7 @@ from components.train.checkpoint import CheckpointError
 from components.train.inference import split_rows
 from components.train.model import Vocab
 from components.train.trainer import TrainConfig, train
-from tests.checkpoints import untrained_checkpoint
+from tests.checkpoints import earlier_window, untrained_checkpoint
 from tests.evaluations import forced_evaluation
 
 pytestmark = pytest.mark.integration
@@ -136,7 +136,10 @@ def test_outputs_and_metrics_match_direct_computation(registry, trained, tiny_da
 
 
 def test_champion_lifecycle(registry, trained, tiny_dataset, tmp_path):
-    weak = untrained_checkpoint(tmp_path / "weak.pt", tiny_dataset, seed=1)
+    # yesterday's model: the next day's champion makes it @previous (a day run again would not)
+    weak = untrained_checkpoint(
+        tmp_path / "weak.pt", tiny_dataset, seed=1, window=earlier_window(tiny_dataset)
+    )
     # 1. the first registration becomes champion
     result, reg = registry.cycle(weak)
     assert result.decision.blessed and reg.version == 1
@@ -240,7 +243,9 @@ def test_unusable_champion_is_reported_and_blocks_by_default(
     other = Vocab(
         **{**dataclasses.asdict(Vocab.from_meta(DatasetMeta.read(tiny_dataset))), "item": 4096}
     )
-    foreign = untrained_checkpoint(tmp_path / "foreign.pt", tiny_dataset, seed=3, vocab=other)
+    foreign = untrained_checkpoint(
+        tmp_path / "foreign.pt", tiny_dataset, 3, vocab=other, window=earlier_window(tiny_dataset)
+    )  # yesterday's
     registry.register(foreign, forced_evaluation(tmp_path / "d"))
     result, reg = registry.cycle(trained)
     assert result.decision.champion_status == "unusable" and not result.decision.blessed

@@ -15,7 +15,6 @@ from components.common.lock import TOKEN_ENV, storage_lock
 from components.common.registry import CHAMPION, PREVIOUS, alias_version
 from components.common.tracking import connect, sqlite_uri
 from components.register import rollback as R
-from tests.evaluations import forced_evaluation
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -31,24 +30,19 @@ def aliases(uri: str) -> dict[str, int]:
 @pytest.fixture
 def two_versions(tiny_dataset, tmp_path):
     """v1 then v2 registered as champion (v1 @previous) in ``<root>/runs/mlflow.db``."""
-    from components.register.config import RegisterConfig
-    from components.register.stage import register
-    from tests.checkpoints import untrained_checkpoint
+    from tests.checkpoints import earlier_window
+    from tests.evaluations import register_forced
 
     uri = sqlite_uri(tmp_path / "runs")
-    for version, champion in ((1, None), (2, 1)):
-        out = tmp_path / f"v{version}"
-        forced_evaluation(out, champion_version=champion)
-        checkpoint = untrained_checkpoint(out / "model.pt", tiny_dataset, seed=version)
-        register(
-            RegisterConfig(
-                checkpoint=str(checkpoint),
-                metrics=str(out / "metrics.json"),
-                decision=str(out / "decision.json"),
-                model_name="ctr",
-                tracking_uri=uri,
-                data=str(tiny_dataset),
-            )
+    for version, champion in ((1, None), (2, 1)):  # two days, in turn
+        window = earlier_window(tiny_dataset, days=2 - version)
+        register_forced(
+            tiny_dataset,
+            tmp_path / f"v{version}",
+            uri,
+            version,
+            window=window,
+            champion_version=champion,
         )
     assert aliases(uri) == {CHAMPION: 2, PREVIOUS: 1}
     return uri, tmp_path

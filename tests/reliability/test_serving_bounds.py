@@ -184,3 +184,84 @@ def test_the_server_bounds_bodies_work_and_time_and_hides_its_failures(
         "every non-200 answer is {error_code, message} with one line: no trace, no path; an "
         "unexpected failure is logged by the server and answered 500",
     )
+
+
+def _parquet_bomb(rows: int) -> bytes:
+    """A few hundred bytes of Parquet that unpack to ``rows`` rows (one repeated value)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"user_id": pa.array(np.zeros(rows, dtype=np.int64))})
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd", row_group_size=rows)
+    return sink.getvalue()
+
+
+def test_a_parquet_body_is_bounded_by_its_footer_before_it_is_decoded(served, fault_report):
+    from components.score.features import MAX_ROWS
+
+    bomb = _parquet_bomb(5_000_000)
+    assert len(bomb) < 200_000
+    started = time.monotonic()
+    status, body = _answer(served, bomb, "application/x-parquet")
+    took = time.monotonic() - started
+    assert status == 413 and f"holds 5,000,000 rows; at most {MAX_ROWS:,}" in body["message"]
+    assert took < 5, took  # refused from the footer, nothing decoded
+    assert served.get("/ping").status_code == 200
+    fault_report(
+        "serving",
+        f"a {len(bomb) // 1024} KB Parquet body that unpacks to 5 M rows",
+        f"413 from its footer's row count in {took:.2f} s, before any of it is decoded",
+    )
+
+
+@pytest.mark.parametrize("digits", [30, 5000])
+def test_an_integer_no_id_can_be_is_a_400_naming_row_and_column(
+    world, served, digits, fault_report
+):
+    records = json.loads(requests_of(world, False).head(2).to_json(orient="records"))
+    records[1]["user_id"] = "BIG"  # json.dumps itself refuses an int of thousands of digits
+    body = json.dumps({"dataframe_records": records}).replace('"BIG"', "9" * digits)
+    status, answer = _answer(served, body.encode())
+    assert status == 400, answer
+    assert ("row 1: user_id" in answer["message"]) or ("no id or time can be" in answer["message"])
+    fault_report(
+        "serving",
+        f"a user_id of {digits} digits",
+        "400 in one line (row and column, or the number's bound), no 500, no traceback",
+    )
+
+
+def test_a_burst_past_the_admission_bound_gets_fast_503s_and_the_rest_answers(
+    world, served, fault_report
+):
+    """Many more concurrent requests than the server holds: those past its bound are answered
+    503 with Retry-After at once, every other one is scored, none times out."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from components.score.app import SCORING_AT_ONCE, WAITING_AT_MOST
+
+    # requests large enough that the burst arrives while the first ones are still scored
+    records = json.loads(requests_of(world, False).head(2000).to_json(orient="records"))
+    body = json.dumps({"dataframe_records": records})
+    burst = 6 * (SCORING_AT_ONCE + WAITING_AT_MOST)
+
+    def post(_):
+        started = time.monotonic()
+        response = served.post(
+            "/invocations", content=body, headers={"Content-Type": "application/json"}
+        )
+        return response.status_code, response.headers.get("retry-after"), time.monotonic() - started
+
+    with ThreadPoolExecutor(max_workers=burst) as pool:
+        answers = list(pool.map(post, range(burst)))
+    codes = [code for code, _, _ in answers]
+    assert set(codes) <= {200, 503} and codes.count(200) >= SCORING_AT_ONCE
+    busy = [(after, took) for code, after, took in answers if code == 503]
+    assert busy and all(after == "1" for after, _ in busy)
+    assert served.get("/ping").status_code == 200
+    fault_report(
+        "serving",
+        f"{burst} concurrent requests ({SCORING_AT_ONCE} scored at once, {WAITING_AT_MOST} may wait)",
+        f"{codes.count(200)} scored, {len(busy)} answered 503 with Retry-After at once, no timeout",
+    )

@@ -204,7 +204,8 @@ def test_the_round_runs_each_step_and_says_what_failed(monkeypatch, capsys):
     assert rerun.run(steps) == 1
     assert [c[1:] for c in ran] == [("bench-train",), ("bench-gate",), ["-m", "benchmarks.readme"]]
     out = capsys.readouterr().out
-    assert "bench-stale [1/2] make bench-train: expected 30 s" in out
+    assert "bench-stale [1/2] make bench-train: expected 30 s; 0 s spent; about 4 min to go" in out
+    assert "[2/2] make bench-gate: expected 4 min" in out
     assert "failed: gate.json: their results stay marked stale" in out
 
 

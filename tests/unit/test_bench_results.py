@@ -248,3 +248,21 @@ def test_the_stored_reliability_run_has_each_slow_check_and_passed_them_all():
     assert not slow - ran, f"not in the stored run: {sorted(slow - ran)}; make test-reliability"
     failed = [row["test"] for row in rows if row["result"] != "passed"]
     assert not failed, f"failed or skipped in the stored run: {failed}"
+
+
+@pytest.mark.parametrize("module", ["components/common/tracking.py", "components/train/model.py"])
+def test_a_changed_module_stales_exactly_the_stored_results_that_loaded_it(module, monkeypatch):
+    """On the stored stamps: a change to one module marks the results whose scope (what their run
+    loaded, or their static closure) holds it, and no other."""
+    stamps = {
+        p.name: (json.loads(p.read_text()).get("code") or {}).get("files") or {}
+        for p in RESULTS
+        if p.stem != "mutation"
+    }
+    before = {name for name in stamps if fingerprint.staleness(readme.RESULTS / name)}
+    real = fingerprint.digest_now
+    monkeypatch.setattr(fingerprint, "digest_now", lambda p: "0" * 16 if p == module else real(p))
+    after = {name: fingerprint.staleness(readme.RESULTS / name) for name in stamps}
+    holders = {name for name, files in stamps.items() if module in files}
+    assert {name for name, found in after.items() if found} == holders | before
+    assert all(module in after[name][0].changed for name in holders)

@@ -447,6 +447,8 @@ def test_cli_process_exit_code_on_bad_input(tmp_path):
             str(tmp_path / "raw"),
             "--items",
             "5",
+            "--categories",
+            "10",
         ],
         cwd=REPO_ROOT,
         capture_output=True,

@@ -239,25 +239,30 @@ def finalize_with_retention(root, tracking_uri: str) -> RunSummary:
     )
 
 
-def test_finalize_applies_retention_keeping_the_registrys_champion_lineage(tmp_path, monkeypatch):
-    """The exit handler asks the registry which runs @champion and @previous came from (their
-    pipeline_run_id tags), and removes the rest of what is older than retention_days."""
-    from mlflow import MlflowClient
+@pytest.mark.integration
+def test_finalize_applies_retention_keeping_the_registrys_champion_lineage(
+    tmp_path, monkeypatch, tiny_dataset
+):
+    """The exit handler asks the registry which runs @champion and @previous came from (the tag
+    the real register writes), and removes the rest of what is older than retention_days."""
+    from tests.evaluations import register_forced
 
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}"
-    for rid in ("old-champion", "old-other"):
+    for rid in ("old-previous", "old-champion", "old-other"):
         finished_long_ago(tmp_path, rid)
-    client = MlflowClient(uri, uri)
-    client.create_registered_model("m")
-    version = client.create_model_version(
-        "m", "file:///nowhere", tags={"pipeline_run_id": "old-champion"}
-    )
-    client.set_registered_model_alias("m", "champion", version.version)
+    for version, rid in enumerate(("old-previous", "old-champion"), 1):
+        window = {"start": "2025-12-01", "end": f"2025-12-1{version}"}  # two days, in turn
+        out = tmp_path / rid / "evaluate"
+        register_forced(
+            tiny_dataset, out, uri, version, "m", window, version - 1 or None, pipeline_run_id=rid
+        )
     summary = finalize_with_retention(tmp_path, uri)
     retention = summary.cleanup["retention"]
-    assert retention["removed_runs"] == ["old-other"] and retention["protected"] == ["old-champion"]
-    assert (tmp_path / "runs" / "old-champion").is_dir() and (tmp_path / "runs" / "r1").is_dir()
+    assert retention["removed_runs"] == ["old-other"]
+    assert sorted(retention["protected"]) == ["old-champion", "old-previous"]
+    for kept in ("old-champion", "old-previous", "r1"):
+        assert (tmp_path / "runs" / kept).is_dir()
     written = json.loads((tmp_path / "runs" / "r1" / "summary.json").read_text())
     assert written["cleanup"] == summary.cleanup
 

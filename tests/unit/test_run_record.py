@@ -42,9 +42,9 @@ def test_a_record_written_before_the_format_field_reads_as_the_first_version(tmp
     [
         (lambda d: d.update(format="dailyrec.run-record/v9"), "format is 'dailyrec.run-record/v9'"),
         (lambda d: d.pop("data_dir"), "no 'data_dir' field"),
-        (lambda d: d.update(window_days="11"), "window_days: expected int"),
-        (lambda d: d.update(files=True), "files: expected int"),
-        (lambda d: d.update(raw_uri=None), "raw_uri: expected str"),
+        (lambda d: d.update(window_days="11"), 'window_days "11": expected int'),
+        (lambda d: d.update(files=True), "files true: expected int"),
+        (lambda d: d.update(raw_uri=None), "raw_uri null: expected str"),
     ],
 )
 def test_a_record_it_cannot_read_is_refused_in_one_line_naming_the_file(tmp_path, change, says):
