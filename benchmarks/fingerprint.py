@@ -322,11 +322,21 @@ def head_commit() -> str:
     return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
-def _commit_of(paths: list[str]) -> str:
-    """HEAD, with ``+changes`` when any of ``paths`` differs from it in the working tree."""
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--", *paths], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
+def changed_paths(paths: list[str] | None = None) -> set[str]:
+    """The files of the working tree (of ``paths`` only, when given) that differ from HEAD."""
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--", *(paths or [])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return {line[3:].split(" -> ")[-1] for line in out.splitlines() if len(line) > 3}
+
+
+def _commit_of(paths: list[str], changed: set[str] | None = None) -> str:
+    """HEAD, with ``+changes`` when any of ``paths`` differs from it in the working tree (or, given
+    ``changed``, is among those files: the tree as it was when a run started)."""
+    dirty = changed_paths(paths) if changed is None else changed & set(paths)
     return head_commit() + ("+changes" if dirty else "")
 
 

@@ -115,14 +115,16 @@ def loaded(folder: Path) -> set[str]:
 
 
 def loaded_stamp(
-    name: str, folder: Path, before: dict[str, str], commit: str, seconds: float
+    name: str, folder: Path, before: dict[str, str], changed: set[str], seconds: float
 ) -> dict:
-    """The ``code`` stamp of a recorded run: what it loaded, as it was when the run started."""
+    """The ``code`` stamp of a recorded run: what it loaded, as it was when the run started
+    (``changed``: the files that differed from HEAD then: ``+changes`` when it loaded one)."""
     paths = (
         loaded(folder) | set(fingerprint.data_files(name)) | set(fingerprint.elsewhere_files(name))
     )
     now = {p: fingerprint.digest_now(p) for p in paths - set(before)}
     file_digests = {p: before.get(p) or now[p] for p in paths if before.get(p) or now.get(p)}
+    commit = fingerprint._commit_of(sorted(file_digests), changed)
     return fingerprint.stamp_of(file_digests, "loaded", commit, seconds)
 
 
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         args.results or fingerprint.ROOT / "benchmarks" / "results" / f"{args.name}.json"
     )
     print(f"record: digesting the code before {args.name} runs", flush=True)
-    before, commit = snapshot(args.name), fingerprint._commit_of([*RECORDED, "configs", "images"])
+    before, changed = snapshot(args.name), fingerprint.changed_paths()
     install_hook()
     folder = Path(tempfile.mkdtemp(prefix=f"dailyrec-loaded-{args.name}-"))
     started = time.time()
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         if not results.is_file() or results.stat().st_mtime < started:
             print(f"record: {results} was not written by this run; its stamp is left as it is")
             return 0
-        stamp = loaded_stamp(args.name, folder, before, commit, time.time() - started)
+        stamp = loaded_stamp(args.name, folder, before, changed, time.time() - started)
         restamp(results, stamp)
         static = len(fingerprint.scope_files(args.name))
         print(

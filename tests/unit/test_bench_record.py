@@ -221,3 +221,10 @@ def test_the_recorder_wants_a_name_and_a_command(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         record.main(argv)
     assert exit_.value.code == 2
+
+
+def test_a_stamp_says_changes_only_when_a_file_it_names_differed_from_head():
+    head = fingerprint.head_commit()
+    results_written = {"benchmarks/results/estimate.json", "docs/performance.md"}
+    assert fingerprint._commit_of(["components/x.py"], results_written) == head
+    assert fingerprint._commit_of(["components/x.py"], {"components/x.py"}) == f"{head}+changes"

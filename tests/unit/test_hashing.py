@@ -1,3 +1,4 @@
+import hashlib
 import re
 
 import numpy as np
@@ -6,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from components.common import hashing
 from components.common.hashing import HASH_KEY, bucketize, hash_ids
 from tests.reference import siphash24, splitmix64_finalizer
 
@@ -498,3 +500,38 @@ def test_keys_under_a_public_key_are_reversed_by_hashing_candidates_and_under_a_
     stored = set(hash_ids(logged)[0].tolist())
     guessed = hash_ids(candidates, key=HASH_KEY)[0].tolist()  # the reader knows only the public key
     assert not stored & set(guessed)
+
+
+def test_a_seal_is_an_hmac_under_the_secret_and_none_without_one(monkeypatch):
+    import hmac as hmac_module
+
+    monkeypatch.delenv(hashing.KEY_ENV, raising=False)
+    assert hashing.seal(b"record") is None
+    secret = "seal-test-secret-9f3b2a7c5d1e"
+    monkeypatch.setenv(hashing.KEY_ENV, f"  {secret}\n")
+    key = hashlib.sha256(b"dailyrec-seal\0" + secret.encode()).digest()  # the documented domain
+    assert hashing.seal(b"record") == hmac_module.new(key, b"record", "sha256").hexdigest()
+    assert hashing.seal(b"record!") != hashing.seal(b"record")
+    monkeypatch.setenv(hashing.KEY_ENV, secret + "-other")
+    assert hashing.seal(b"record") != hmac_module.new(key, b"record", "sha256").hexdigest()
+    monkeypatch.setenv(hashing.KEY_ENV, "aaaaaaaaaaaaaaaa")
+    with pytest.raises(hashing.IdKeyError, match="too guessable"):
+        hashing.seal(b"record")
+
+
+@pytest.mark.parametrize(
+    ("secret", "bits"),
+    [("aaaaaaaaaaaaaaaa", 0.0), ("abababababababab", 16.0), ("0123456789abcdef", 64.0)],
+)
+def test_a_secrets_bits_are_its_length_times_the_entropy_of_its_characters(secret, bits):
+    assert hashing.secret_bits(secret) == pytest.approx(bits)
+    # characters, not bytes: a letter outside ASCII counts once
+    swapped = secret.replace("a", "é")
+    assert hashing.secret_bits(swapped) == pytest.approx(bits)
+
+
+def test_a_key_fingerprint_is_a_domain_separated_digest():
+    key = hashing.HASH_KEY
+    expected = hashlib.sha256(b"dailyrec-id-key\0" + key.encode()).hexdigest()[:16]
+    assert hashing.key_fingerprint(key) == expected
+    assert hashing.is_public_key(key) and not hashing.is_public_key(key[::-1])
