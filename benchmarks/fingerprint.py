@@ -82,7 +82,8 @@ SCOPES: dict[str, Scope] = {
         ),
         ("configs", CONFIG_PROFILES),
     ),
-    "preprocess": Scope(("benchmarks.preprocess", *_PREPROCESS)),
+    # its pandas baseline runs as a subprocess of its own
+    "preprocess": Scope(("benchmarks.preprocess", "benchmarks.baseline_pandas", *_PREPROCESS)),
     "loader": Scope(("benchmarks.loader",), ("configs",)),
     "train": Scope(("benchmarks.train", *_TRAINING), ("configs",)),
     "estimate": Scope(
@@ -97,7 +98,16 @@ SCOPES: dict[str, Scope] = {
     # measured in those images: what the DaskCluster's and the TrainJob's containers run
     "distributed": Scope(("benchmarks.distributed", *_IN_CONTAINERS), ("images",), _IN_CONTAINERS),
     # the scoring server and the model version it serves (built by the benchmark)
-    "serving": Scope(("benchmarks.serving", "components.score.serve", "components.score.app")),
+    # (MLflow's loader imports the model's own code: components.register.pyfunc, model_code)
+    "serving": Scope(
+        (
+            "benchmarks.serving",
+            "components.score.serve",
+            "components.score.app",
+            "components.register.pyfunc",
+            "components.register.model_code",
+        )
+    ),
     # the champion gate's interval, checked by simulation and on real logs (preprocessed)
     "gate": Scope(("benchmarks.gate", *_PREPROCESS)),
     # the estimate and the trainer at each share of negatives kept, on the quality worlds
@@ -106,7 +116,17 @@ SCOPES: dict[str, Scope] = {
         ("configs", CONFIG_PROFILES),
     ),
     # every fault-injection, bad-input and security check, and what they exercise
-    "reliability": Scope(("tests.reliability.*",)),
+    # (the checks start the stages' CLIs as processes of their own)
+    "reliability": Scope(
+        (
+            "tests.reliability.*",
+            "components.estimate.__main__",
+            "components.evaluate.__main__",
+            "components.register.__main__",
+            "components.register.model_code",
+            *_TRAINING,
+        )
+    ),
 }
 """What each results file measured. A mutation result is stamped per module instead
 (``benchmarks.mutation``): the mutated file and the tests run against it."""
@@ -530,9 +550,12 @@ def scope_size(results: Path) -> str:
     files = code.get("files")
     if code.get("scope") != "loaded" or not isinstance(files, dict):
         return f"scope: the static closure, {static} files (not recorded in a run)"
+    recorded, closure = set(files), set(scope_files(results.stem))
+    missed, unloaded = sorted(recorded - closure), sorted(closure - recorded)
     return (
-        f"scope: {len(files)} files loaded in the run, of {static} in the static closure "
-        f"({static - len(files)} fewer, {1 - len(files) / static:.0%})"
+        f"scope: {len(files)} files loaded or read in the run; the static closure has {static}: "
+        f"{len(unloaded)} of them never loaded, and it misses {len(missed)} the run loaded"
+        + (f" ({', '.join(missed[:3])}{' ...' if len(missed) > 3 else ''})" if missed else "")
     )
 
 

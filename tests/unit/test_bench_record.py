@@ -228,3 +228,17 @@ def test_a_stamp_says_changes_only_when_a_file_it_names_differed_from_head():
     results_written = {"benchmarks/results/estimate.json", "docs/performance.md"}
     assert fingerprint._commit_of(["components/x.py"], results_written) == head
     assert fingerprint._commit_of(["components/x.py"], {"components/x.py"}) == f"{head}+changes"
+
+
+def test_the_scope_report_names_what_the_static_closure_misses(tmp_path, monkeypatch):
+    closure = {"components/a.py": "", "components/b.py": "", "components/c.py": ""}
+    monkeypatch.setattr(fingerprint, "scope_files", lambda name, commit=None: dict(closure))
+    results = tmp_path / "train.json"
+    loaded = {"components/a.py": "0" * 16, "components/run_as_main.py": "1" * 16}
+    results.write_text(json.dumps({"code": {"scope": "loaded", "files": loaded}}))
+    assert fingerprint.scope_size(results) == (
+        "scope: 2 files loaded or read in the run; the static closure has 3: 2 of them never "
+        "loaded, and it misses 1 the run loaded (components/run_as_main.py)"
+    )
+    results.write_text(json.dumps({"code": {"scope": "imports", "files": {}}}))
+    assert "the static closure, 3 files (not recorded in a run)" in fingerprint.scope_size(results)
