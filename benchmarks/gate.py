@@ -14,6 +14,9 @@ and checks, where the truth is known:
 * **false refusals**: how often the gate refuses an equal candidate, at each tolerance;
 * **power**: how often it refuses the planted loss, beside the power the day's detectable
   effect predicts (a check of that figure);
+* **few users**: coverage of an equal pair on days of few users (and one user holding most of
+  a day), by the day's effective number of users: where the gate's ``MIN_EFFECTIVE_USERS``
+  comes from, measured again here beside the value the code declares;
 * **speed**: one comparison of a production-sized day, 10 M rows from 1 M users;
 * **data guards**: on generated logs, every normal day checked against the previous day's
   training window as the daily pipeline checks it (false alarms), and each kind of breakage
@@ -36,13 +39,24 @@ import numpy as np
 from benchmarks.measure import machine
 from benchmarks.readme import quick_main
 from components.evaluate.decision import GateRule
-from components.evaluate.metrics import clustered_delong, delong, detectable_effect
+from components.evaluate.metrics import (
+    MIN_EFFECTIVE_USERS,
+    clustered_delong,
+    delong,
+    detectable_effect,
+)
 
 NAME = "gate"
 TOLERANCES = (0.0, 0.001, 0.002, 0.005)
 """Tolerances whose false-refusal rate and power are measured; the shipped one is GateRule's."""
 POPULATION_USERS = 200_000
 """Users of the large draw that measures a planted loss's true size."""
+FEW_USERS = (4, 6, 10, 15, 20, 25, 30, 40, 60, 80, 120)
+"""Users per day of the few-users draws."""
+EFFECTIVE_EDGES = (0, 5, 10, 15, 20, 25, 35, 50, 1_000_000)
+"""Bins of the effective number of users the few-users coverage is reported in."""
+COVERAGE_FLOOR = 0.93
+"""Coverage a 95% interval must reach (at most 2 points short) for the gate to read it."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +153,74 @@ def simulate(world: World, champion_error: float, truth: float, days: int, seed:
         "detectable_effect": detectable_effect(
             float(np.mean(se_users)), rule.tolerance, rule.confidence
         ),
+    }
+
+
+def few_users(world: World, days: int, seed: int) -> list[tuple[float, bool]]:
+    """``(effective users, whether the interval held 0)`` of equal-pair days of ``FEW_USERS``
+    users, and as many days whose first user holds 80% of the rows."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for users in FEW_USERS:
+        for i in range(days):
+            labels, a, b, user = draw_day(world, rng, users, world.user_error)
+            if i % 2:  # every other day, one user holds 80% of it
+                rest = np.flatnonzero(user != 0)
+                heavy = rng.choice(rest, size=4 * len(rest), replace=True)
+                labels, a, b = (np.r_[x, x[heavy]] for x in (labels, a, b))
+                user = np.r_[user, np.zeros(len(heavy), user.dtype)]
+            if labels.all() or not labels.any():
+                continue
+            r = clustered_delong(a, b, labels, user)
+            if math.isfinite(r["se"]):
+                out.append((r["effective_users"], bool(r["ci_low"] <= 0.0 <= r["ci_high"])))
+    return out
+
+
+def coverage_by_effective_users(days: list[tuple[float, bool]]) -> list[dict]:
+    """Coverage per bin of ``EFFECTIVE_EDGES``: ``{"from", "to", "days", "coverage"}``."""
+    effective = np.array([d[0] for d in days])
+    held = np.array([d[1] for d in days])
+    bins = []
+    for low, high in zip(EFFECTIVE_EDGES, EFFECTIVE_EDGES[1:], strict=False):
+        inside = (effective >= low) & (effective < high)
+        if inside.any():
+            bins.append(
+                {
+                    "from": low,
+                    "to": high,
+                    "days": int(inside.sum()),
+                    "coverage": float(held[inside].mean()),
+                }
+            )
+    return bins
+
+
+def sound_from(worlds: list[list[dict]]) -> float:
+    """The smallest bin start from which each world's days, pooled, cover ``COVERAGE_FLOOR`` (a
+    bin alone holds too few days to judge: pooled, the days past a start are judged together)."""
+    for start in sorted({b["from"] for bins in worlds for b in bins}):
+        pooled = [[b for b in bins if b["from"] >= start] for bins in worlds]
+        if all(
+            sum(b["coverage"] * b["days"] for b in bins)
+            >= COVERAGE_FLOOR * sum(b["days"] for b in bins)
+            for bins in pooled
+            if bins
+        ):
+            return float(start)
+    return math.inf
+
+
+def concentration(quick: bool) -> dict:
+    days = 30 if quick else 300
+    worlds = [coverage_by_effective_users(few_users(w, days, 40 + i)) for i, w in enumerate(WORLDS)]
+    return {
+        "days_per_size": days,
+        "users": list(FEW_USERS),
+        "worlds": {w.name: bins for w, bins in zip(WORLDS, worlds, strict=True)},
+        "coverage_floor": COVERAGE_FLOOR,
+        "sound_from": sound_from(worlds),
+        "declared": MIN_EFFECTIVE_USERS,
     }
 
 
@@ -402,6 +484,7 @@ def measure(quick: bool) -> dict:
         "confidence": GateRule().confidence,
         "tolerance": GateRule().tolerance,
         "worlds": worlds,
+        "few_users": concentration(quick),
         "speed": speed(1_000_000, 100_000) if quick else speed(10_000_000, 1_000_000),
         "guards": guards(quick),
         "real_logs": real_logs(quick),
@@ -459,10 +542,40 @@ def readme_table(result: dict) -> str:
         f"{s['clustered_seconds']:.1f} s with users as the unit, {s['delong_seconds']:.1f} s "
         "with rows as the unit.",
         "",
+        *few_users_table(result.get("few_users")),
         *real_table(result.get("real_logs")),
         *guard_table(result["guards"]),
     ]
     return "\n".join(lines)
+
+
+def few_users_table(r: dict | None) -> list[str]:
+    """Coverage by effective users: where the gate stops reading the interval."""
+    if not r:
+        return []
+    edges = sorted({(b["from"], b["to"]) for bins in r["worlds"].values() for b in bins})
+    lines = [
+        f"Days of few users (an equal pair, {', '.join(map(str, r['users']))} users, every other "
+        f"day one user holding 80% of it; {r['days_per_size']} days per size): coverage by the "
+        f"day's effective number of users. From {r['sound_from']:g} effective users on, each "
+        f"world's days together cover at least {_pct(r['coverage_floor'])}; the gate declares `MIN_EFFECTIVE_USERS` = "
+        f"{r['declared']:g}"
+        + (
+            " (in line)."
+            if r["declared"] >= r["sound_from"]
+            else " (**under what this run measured**)."
+        ),
+        "",
+        "| world | "
+        + " | ".join(f"{a:g}–{b:g}" if b < 1e6 else f"{a:g}+" for a, b in edges)
+        + " |",
+        "|---|" + "---|" * len(edges),
+    ]
+    for name, bins in r["worlds"].items():
+        by = {(b["from"], b["to"]): b for b in bins}
+        cells = [f"{_pct(by[e]['coverage'])} ({by[e]['days']})" if e in by else "—" for e in edges]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def real_table(r: dict | None) -> list[str]:

@@ -63,6 +63,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from benchmarks import snapshot_time
 from benchmarks.measure import machine
 from benchmarks.readme import NO_README_HELP, publish
 from benchmarks.worlds import (
@@ -361,6 +362,7 @@ def measure_world(world: World, root: Path, epochs: int) -> dict:
         epochs,
         DEFAULTS["negative_keep"],
         negatives_per_positive=DEFAULTS["negatives_per_positive"],
+        snapshot_times=True,
     )
     truth = truth_rows(raw, data, test)
     if truth is not None:
@@ -555,9 +557,10 @@ def table(results: list[dict], host: dict) -> str:
         _margin_table(results),
         _gauc_table(results),
         _served_table(results),
+        snapshot_time.table(results)[:-1],
         _headroom_table(results),
     ]
-    return "\n\n".join("\n".join(lines) for lines in sections)
+    return "\n\n".join("\n".join(lines) for lines in sections if lines)
 
 
 def readme_table(result: dict) -> str:

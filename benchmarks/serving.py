@@ -15,7 +15,12 @@ read after warm-up and after each of a series of request sizes (1 to 20,000
 rows of one user, then 20,000 rows of as many users, and the 16 MiB body
 bound), to show how memory grows with a request (and how much of it by the first full
 batch) and that it is bounded (each user's state is assembled once per request;
-bodies and rows are bounded). Writes
+bodies and rows are bounded). Then each is **overloaded**: single-row requests
+offered open-loop (each on its own connection, at a fixed rate whatever the
+answers) at ``LOADS`` times the rate one connection sustained (``OVERLOAD``x last), for
+``LOAD_SECONDS``: answered 200, shed with 503, failed otherwise or unanswered
+within ``CLIENT_TIMEOUT`` s, the p50/p99 of the answers, and ``/ping``'s latency
+meanwhile. Writes
 benchmarks/results/serving.json and the block between
 ``<!-- bench:serving:start/end -->`` (docs/performance.md).
 
@@ -25,6 +30,7 @@ benchmarks/results/serving.json and the block between
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import os
@@ -48,6 +54,15 @@ WORK = ROOT / "benchmarks" / "scratch" / "serving"
 WORLD = {"days": 6, "users": 20_000, "items": 20_000, "categories": 200, "events_per_day": 40_000}
 SIZES = (1, 100, 1_000, 10_000, 20_000)
 CANDIDATES = 1_000
+OVERLOAD = 10
+"""The overload's rate, in multiples of the single-row rate one connection sustained."""
+LOADS = (0.5, 1, OVERLOAD)
+"""Offered rates, in those multiples (a connection a request costs more than a keep-alive one:
+1x is already past what the server sustains that way)."""
+LOAD_SECONDS = 10
+"""How long each rate is offered."""
+CLIENT_TIMEOUT = 5.0
+"""Seconds a client waits for an answer before counting the request as failed."""
 
 
 def build(work: Path) -> tuple[str, Path]:
@@ -188,6 +203,92 @@ def latency(server: Server, bodies: list[bytes], rows: int) -> dict:
     }
 
 
+async def _request(port: int, raw: bytes, timeout: float) -> tuple[int | None, float]:
+    """One request on its own connection: ``(HTTP status or None when unanswered, seconds)``."""
+    started = time.perf_counter()
+    writer = None
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(raw)
+            await writer.drain()
+            status = int((await reader.readline()).split()[1])
+            await reader.read()  # to the end: the answer is whole
+    except (TimeoutError, OSError, ValueError, IndexError):
+        status = None
+    finally:
+        if writer is not None:
+            writer.close()
+    return status, time.perf_counter() - started
+
+
+def _raw(method: str, path: str, payload: bytes = b"") -> bytes:
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+    )
+    return head.encode() + payload
+
+
+async def _offer(port: int, bodies: list[bytes], rate: float, seconds: float) -> dict:
+    """``bodies`` (cycled) offered at ``rate`` requests/s for ``seconds``, open-loop, with a
+    ``/ping`` every quarter second meanwhile."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    total = max(1, int(rate * seconds))
+    tasks, pings = [], []
+
+    async def ping() -> None:
+        while loop.time() - start < seconds:
+            pings.append(await _request(port, _raw("GET", "/ping"), CLIENT_TIMEOUT))
+            await asyncio.sleep(0.25)
+
+    pinger = asyncio.create_task(ping())
+    for i in range(total):
+        await asyncio.sleep(max(0.0, start + i / rate - loop.time()))
+        raw = _raw("POST", "/invocations", bodies[i % len(bodies)])
+        tasks.append(asyncio.create_task(_request(port, raw, CLIENT_TIMEOUT)))
+    offered = total / max(loop.time() - start, 1e-9)
+    answers = await asyncio.gather(*tasks)
+    await pinger
+    return {"answers": answers, "pings": pings, "offered_per_s": offered}
+
+
+def overload(port: int, bodies: list[bytes], rate: float, seconds: float) -> dict:
+    """What a server answers to single-row requests offered at ``rate`` for ``seconds``."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # a connection a request
+    try:
+        out = asyncio.run(_offer(port, bodies, rate, seconds))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    status = np.array([s or 0 for s, _ in out["answers"]])
+    took = np.array([t for _, t in out["answers"]])
+    answered = status > 0
+    ping = np.array([t for s, t in out["pings"] if s == 200]) if out["pings"] else np.zeros(0)
+
+    def pct(values: np.ndarray, q: float) -> float | None:
+        return round(1000 * float(np.percentile(values, q)), 1) if len(values) else None
+
+    n = len(status)
+    return {
+        "rate_per_s": round(rate, 1),
+        "offered_per_s": round(out["offered_per_s"], 1),
+        "requests": n,
+        "ok": round(float(np.mean(status == 200)), 4),
+        "shed_503": round(float(np.mean(status == 503)), 4),
+        "errors": round(float(np.mean((status != 200) & (status != 503))), 4),
+        "p50_ms": pct(took[answered], 50),
+        "p99_ms": pct(took[answered], 99),
+        "ok_p99_ms": pct(took[status == 200], 99),
+        "shed_p99_ms": pct(took[status == 503], 99),
+        "ping_p99_ms": pct(ping, 99),
+        "pings_failed": sum(1 for s, _ in out["pings"] if s != 200),
+    }
+
+
 def memory(server: Server, users: np.ndarray, ts: int, rng) -> list[dict]:
     """The server's resident memory after warm-up and after each request size."""
     from components.score.protocol import MAX_BYTES
@@ -253,6 +354,15 @@ def measure_server(kind: str, folder: Path, uri: str, quick: bool) -> dict:
             "ranking": latency(server, ranking, CANDIDATES),
         }
         result["memory"] = memory(server, users, ts, rng)
+        sustained = result["single_row"]["requests_per_s"]
+        seconds = 2 if quick else LOAD_SECONDS
+        result["load"] = []
+        for times in LOADS:
+            print(f"{kind}: offering {times}x {sustained:.0f} requests/s", flush=True)
+            result["load"].append(
+                {"times": times, **overload(port, single, times * sustained, seconds)}
+            )
+            time.sleep(2)  # let the backlog drain before the next rate
         return result
     finally:
         server.stop()
@@ -283,6 +393,7 @@ def measure(quick: bool) -> dict:
                 ours["ranking"]["requests_per_s"] / theirs["ranking"]["requests_per_s"], 2
             ),
         },
+        "overload_errors": {s["server"]: s["load"][-1]["errors"] for s in servers},
         "memory_growth_mib": round(max(rss) - rss[0], 1),
         "memory_growth_first_batch_mib": round(max(rss[: first_full + 1]) - rss[0], 1),
         "batch_size": batch,
@@ -318,6 +429,7 @@ def readme_table(result: dict) -> str:
         "|---|---:|---:|",
     ]
     lines += [f"| {r['request']} | {r['status']} | {r['rss_mib']:,.0f} |" for r in ours["memory"]]
+    lines += load_table(result)
     lines += [
         "",
         f"- memory growth over all request sizes: **{result['memory_growth_mib']:,.0f} MiB**, "
@@ -327,6 +439,36 @@ def readme_table(result: dict) -> str:
         "scored a batch at a time); the body bound caps a request",
     ]
     return "\n".join(lines)
+
+
+def load_table(result: dict) -> list[str]:
+    """Open-loop load at ``LOADS`` times the sustained single-row rate, per server."""
+    if "load" not in result["servers"][0]:
+        return []
+    lines = [
+        "",
+        f"Open-loop load: single-row requests, each on its own connection, offered for "
+        f"{LOAD_SECONDS} s at {', '.join(f'{x:g}x' for x in LOADS)} the rate one keep-alive "
+        f"connection sustained (the load generator shares the machine's cores); a request "
+        f"unanswered in {CLIENT_TIMEOUT:g} s is an error.",
+        "",
+        "| server | load | offered/s | 200 | 503 (shed) | errors | p50 (ms) | p99 (ms) | p99 of "
+        "200s (ms) | p99 of 503s (ms) | /ping p99 (ms) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def ms(value: float | None) -> str:
+        return "—" if value is None else f"{value:,.1f}"
+
+    for server in result["servers"]:
+        for r in server["load"]:
+            lines.append(
+                f"| {server['command']} | {r['times']:g}x | {r['offered_per_s']:,.0f} | "
+                f"{r['ok']:.1%} | {r['shed_503']:.1%} | {r['errors']:.1%} | {ms(r['p50_ms'])} | "
+                f"{ms(r['p99_ms'])} | {ms(r['ok_p99_ms'])} | {ms(r['shed_p99_ms'])} | "
+                f"{ms(r['ping_p99_ms'])} |"
+            )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

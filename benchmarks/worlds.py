@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from benchmarks import movielens
+from benchmarks import movielens, snapshot_time
 from benchmarks.measure import run_measured
 from benchmarks.readme import ROOT
 from components.common.evaluation import Metrics
@@ -119,11 +119,12 @@ def train_dailyrec(
     serve: bool = True,
     negatives_per_positive: float | None = None,
     seed: int = 0,
+    snapshot_times: bool = False,
 ) -> tuple[np.ndarray, dict]:
     """The pipeline's plan (``negative_keep``, ``negatives_per_positive``: the estimate's defaults
     unless given; ``seed``: the plan's, of initialization, shuffling and the negatives' draw),
     launcher and trainer; the best checkpoint scores the test split (also as served, with
-    ``serve``)."""
+    ``serve``; and at each snapshot time resolution, with ``snapshot_times``)."""
     from components.common.dataset_meta import DatasetMeta
     from components.common.train_summary import TrainSummary
     from components.train.inference import load_scorer, predict_logits, sigmoid, split_rows
@@ -147,6 +148,11 @@ def train_dailyrec(
         "rows_trained": summary.rows_trained,
         "negative_keep": summary.negative_keep,
         **({"served": served(data, out / "best.pt", work / "evaluate")} if serve else {}),
+        **(
+            {"snapshot_time": snapshot_time.by_resolution(data, out / "best.pt")}
+            if snapshot_times
+            else {}
+        ),
     }
 
 

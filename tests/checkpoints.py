@@ -20,9 +20,10 @@ def earlier_window(data, days: int = 1) -> dict:
     return window
 
 
-def untrained_checkpoint(path, data, seed, vocab=None, window=None):
+def untrained_checkpoint(path, data, seed, vocab=None, window=None, constant=False):
     """A freshly initialized model saved like the trainer saves one: close to chance level;
-    ``window`` (``{"start": ..., "end": ...}``) stands for the dataset's when given."""
+    ``window`` (``{"start": ..., "end": ...}``) stands for the dataset's when given; ``constant``:
+    its output layer's weights zeroed, so it scores every row alike (the base rate)."""
     import torch
 
     torch.manual_seed(seed)
@@ -30,6 +31,9 @@ def untrained_checkpoint(path, data, seed, vocab=None, window=None):
     vocab = vocab or Vocab.from_meta(meta)
     model = build_model("debug", vocab)
     model.set_output_bias(meta.splits["train"].positive_rate)
+    if constant:
+        with torch.no_grad():
+            model.head[-1].weight.zero_()
     save_checkpoint(
         path,
         {

@@ -103,10 +103,42 @@ def secret_bits(secret: str) -> float:
     return float(len(secret) * -(shares * np.log2(shares)).sum())
 
 
+FINGERPRINT_COST = {"n": 1 << 15, "r": 8, "p": 1}
+"""scrypt's cost for a key's fingerprint: 32 MiB and about 0.1 s a try, so a recorded fingerprint
+cannot test guesses of the secret offline at any useful rate (a secret of the minimum 40 bits
+takes about 10^11 tries: thousands of core-years), while a process computes its own once."""
+FINGERPRINT_DOMAIN = b"dailyrec-id-key-fingerprint/v2"
+
+
+@functools.lru_cache(maxsize=8)
+def _fingerprint(key: str) -> str:
+    digest = hashlib.scrypt(
+        key.encode(), salt=FINGERPRINT_DOMAIN, dklen=8, maxmem=64 << 20, **FINGERPRINT_COST
+    )
+    return digest.hex()
+
+
 def key_fingerprint(key: str | None = None) -> str:
-    """16 hex digits naming an id key without revealing it (the current key by default)."""
+    """16 hex digits naming an id key without revealing it (the current key by default): scrypt
+    at :data:`FINGERPRINT_COST`, so that a fingerprint in a dataset or a model version is no
+    offline oracle for guesses of the secret."""
+    return _fingerprint(id_hash_key() if key is None else key)
+
+
+def legacy_fingerprint(key: str | None = None) -> str:
+    """The fingerprint versions written before :func:`key_fingerprint` used (one SHA-256: fast
+    to test guesses against); read only, to recognise them as the current key's."""
     key = id_hash_key() if key is None else key
     return hashlib.sha256(b"dailyrec-id-key\0" + key.encode()).hexdigest()[:16]
+
+
+def same_key(recorded: str, other: str | None = None) -> bool:
+    """Whether two recorded fingerprints name the same key (``other``: this process's key):
+    equal, or both this process's key, one of them in the legacy form."""
+    if other is not None and recorded == other:
+        return True
+    mine = {key_fingerprint(), legacy_fingerprint()}
+    return recorded in mine and (other is None or other in mine)
 
 
 def is_public_key(key: str | None = None) -> bool:

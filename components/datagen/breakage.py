@@ -59,6 +59,15 @@ def batch_times(day: pd.DataFrame, _: pd.DataFrame) -> pd.DataFrame:
     return day.drop_duplicates(["user_id", "item_id", "category_id", "timestamp", "label"])
 
 
+def one_user_floods(day: pd.DataFrame, _: pd.DataFrame) -> pd.DataFrame:
+    """80% of the day's rows logged under one user (a bot, a crawler, a test account): the volume
+    and click rate can stay as usual while one user decides the day."""
+    day = day.copy()
+    picked = np.random.default_rng(0).random(len(day)) < 0.8
+    day.loc[picked, "user_id"] = day["user_id"].iloc[0]
+    return day.drop_duplicates(["user_id", "item_id", "category_id", "timestamp", "label"])
+
+
 BREAKAGES: dict[str, tuple[Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame], str]] = {
     "clicks logged as non-clicks (99%)": (labels_lost, "click rate"),
     "3% of the usual volume": (volume, "rows"),
@@ -66,6 +75,7 @@ BREAKAGES: dict[str, tuple[Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame],
     "yesterday delivered again as today": (replayed_day, "repeat rows of an earlier day"),
     "category ids remapped upstream": (categories_remapped, "category"),
     "event times lost (stamped by the hour)": (batch_times, "feature"),
+    "one user holds 80% of the day": (one_user_floods, "one user holds"),
 }
 """Name -> (the breakage, words the guard's finding about it contains)."""
 

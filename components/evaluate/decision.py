@@ -16,6 +16,9 @@ Each decision also states its **detectable effect**: the smallest true AUC loss 
 day's test split refuses with 80% power (``tolerance + 2.80 se`` at 95%), so a reader
 knows what "not significantly worse" could have seen.
 
+A candidate whose scores are constant or near-constant is never blessed, whatever the floor:
+its AUC is 0.5 by construction, or chance.
+
 Rule 2 deliberately promotes a candidate that is *as good as* the champion:
 it was trained on fresher data, and daily retraining exists to track drift.
 A champion that cannot be loaded or scored on today's data (e.g. the hash
@@ -26,8 +29,10 @@ buckets changed) is never silently skipped: with ``if_champion_unusable =
 An **undefined** comparison (the interval is NaN: a test split with a
 single click or a single non-click leaves its variance undefined; or it has
 zero width: a handful of rows both models rank alike, which says nothing of
-the population) is never read as "worse" or "as good": the reasons say
-"undefined", and the same
+the population; or the day rests on too few users: its effective number of
+users is under ``MIN_EFFECTIVE_USERS``, where the interval's coverage falls
+short of what it says, measured by simulation) is never read as "worse" or
+"as good": the reasons say "undefined", and the same
 ``if_champion_unusable`` policy decides (block: not blessed, the champion
 stays; ignore: judged by rule 1 alone).
 """
@@ -39,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 
 from components.common.evaluation import Decision
-from components.evaluate.metrics import detectable_effect
+from components.evaluate.metrics import MIN_EFFECTIVE_USERS, detectable_effect
 
 UNUSABLE_POLICIES = ("block", "ignore")
 
@@ -69,27 +74,43 @@ class GateRule:
             )
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def comparison_defined(comparison: dict | None) -> bool:
-    """Whether a DeLong result has a usable interval: finite delta and bounds, positive width."""
+    """Whether a DeLong result has a usable interval: finite delta and bounds, positive width,
+    and at least ``MIN_EFFECTIVE_USERS`` effective users behind it."""
     return (
         bool(comparison)
-        and all(
-            isinstance(comparison.get(k), int | float) and math.isfinite(comparison[k])
-            for k in ("delta", "ci_low", "ci_high")
-        )
+        and all(_number(comparison.get(k)) for k in ("delta", "ci_low", "ci_high"))
         and comparison["ci_high"] > comparison["ci_low"]
+        and _number(comparison.get("effective_users"))
+        and comparison["effective_users"] >= MIN_EFFECTIVE_USERS
     )
 
 
 def undefined_why(comparison: dict) -> str:
     """Why a comparison is undefined, with the test split's counts."""
     counts = f"{comparison.get('positives')} clicks and {comparison.get('negatives')} non-clicks"
-    if math.isnan(comparison.get("ci_high", math.nan)):
+    high, low = comparison.get("ci_high"), comparison.get("ci_low")
+    if not (_number(high) and _number(low)):
         return (
             "the interval needs at least 2 clicks, 2 non-clicks and 2 users; "
             f"the test split has {counts} from {comparison.get('users')} users"
         )
-    return f"a zero-width interval, no evidence either way; the test split has {counts}"
+    if high <= low:
+        return f"a zero-width interval, no evidence either way; the test split has {counts}"
+    effective = comparison.get("effective_users")
+    if not _number(effective):
+        return "no effective number of users recorded with the interval"
+    share = comparison.get("largest_user_share")
+    largest = f"; the largest holds {share:.0%} of the day" if _number(share) else ""
+    return (
+        f"the test day rests on {effective:.1f} effective users ({comparison.get('users')} "
+        f"users{largest}), under {MIN_EFFECTIVE_USERS:g}, below which the interval's "
+        f"coverage falls short of what it says (make bench-gate)"
+    )
 
 
 def detectable(comparison: dict | None, rule: GateRule) -> float | None:
@@ -123,7 +144,8 @@ def _against_champion(champion: dict, comparison: dict | None, rule: GateRule) -
         return ok, (
             f"AUC vs champion v{version}: {comparison['delta']:+.4f} "
             f"({100 * rule.confidence:.0f}% CI {comparison['ci_low']:+.4f} .. {upper:+.4f}, "
-            f"{comparison.get('users')} users as the unit); "
+            f"{comparison.get('users')} users as the unit, "
+            f"{comparison['effective_users']:.0f} effective); "
             + (
                 f"upper bound >= -tolerance {bound:+.4f}: not significantly worse"
                 if ok
@@ -147,8 +169,11 @@ def _guard_verdict(guards: dict | None) -> tuple[bool, list[str]]:
     if guards is None:
         return True, []
     if not guards["findings"]:
+        tested = guards.get("test_days", [])
+        others = len(guards["days"]) - len(tested)
+        what = f"the test day {', '.join(tested)}" if tested else "no test day"
         return True, [
-            f"data guards: {len(guards['days'])} new day(s) in line with the window "
+            f"data guards: {what} and {others} other new day(s) in line with the window "
             f"{guards['reference']['days']}"
         ]
     ok = not guards["blocked"]
@@ -166,6 +191,7 @@ def decide(
     comparison: dict | None,
     rule: GateRule,
     guards: dict | None = None,
+    spread: dict | None = None,
 ) -> Decision:
     """The verdict on a candidate: blessed, the reasons, the rule, the detectable effect (the
     evaluate stage adds what it was judged on).
@@ -174,14 +200,19 @@ def decide(
     (``comparison`` holds the users-as-unit result: delta, se, ci_low, ci_high, users) or
     ``unusable`` (``champion["reason"]`` says why). ``guards`` is
     :func:`components.evaluate.guards.run_guards`' result: its findings block the candidate
-    (unless the guards are off, when they are only reported).
+    (unless the guards are off, when they are only reported). ``spread`` is
+    :func:`components.evaluate.metrics.score_spread` of the candidate's served scores: flat scores
+    are refused by name.
     """
-    floor_ok = not math.isnan(candidate_auc) and candidate_auc >= rule.min_auc
+    flat = (spread or {}).get("flat")
+    floor_ok = not math.isnan(candidate_auc) and candidate_auc >= rule.min_auc and not flat
     status = champion["status"]
     gate_ok, gate_reason = _against_champion(champion, comparison, rule)
     guards_ok, guard_reasons = _guard_verdict(guards)
     reasons = [
-        f"served AUC {candidate_auc:.4f} {'>=' if floor_ok else '<'} min_auc {rule.min_auc:.4f}",
+        f"served AUC {candidate_auc:.4f} {'>=' if floor_ok else '<'} min_auc {rule.min_auc:.4f}"
+        if not flat
+        else f"served AUC {candidate_auc:.4f} from {flat}: not blessed, whatever the floor",
         gate_reason,
         *guard_reasons,
     ]

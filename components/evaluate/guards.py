@@ -23,6 +23,13 @@ registered version carries (``components.common.integrity.PROFILE``):
 * **id drift**: the Jensen-Shannon divergence of the day's item and category mass over the
   window's most frequent ids (the rest as one bucket).
 
+* **concentration**: the largest user's share of the day's rows, minus the largest share one user
+  held of a day of the window: one user (a bot, a test account, a crawler) flooding the day.
+
+The test day comes first: the gate's decision rests on it, so it is checked whatever the
+reference covers (a champion trained on a later window included), and then every day the
+reference never saw.
+
 A small day differs from its window by chance alone: 300 rows cannot fill a thousand ids' mass,
 and a day of ten users has ten users' features. So the drift and divergence checks judge what a
 day shows **beyond chance**: the value less the 95th percentile of what a day of as many rows
@@ -58,7 +65,9 @@ import numpy as np
 from components.common.dataset import DENSE_FEATURES, SPLITS
 from components.common.dataset_meta import DatasetMeta
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
+READS = (1, 2)
+"""Profile versions this code reads: a version 1 profile has no ``top_user_share`` (0)."""
 QUANTILES = 100
 TOP_IDS = 1000
 """Most frequent item (category) buckets of the window whose mass the id drift compares."""
@@ -111,6 +120,9 @@ class GuardRule:
     """Most distance (Wasserstein-1, in window standard deviations) of any dense feature."""
     max_id_js: float = 0.2
     """Most Jensen-Shannon divergence (base 2, 0..1) of the item or category mass."""
+    max_user_share_increase: float = 0.2
+    """Most the largest user's share of a day's rows may exceed the largest share one user held
+    of a day of the window (one user flooding the day)."""
     report_only: bool = False
     """Measure and report the guards but never block on them (a day known to be unusual)."""
 
@@ -129,7 +141,12 @@ class GuardRule:
             raise ValueError("min_volume_ratio and min_click_rate_ratio must be < 1")
         if self.max_volume_ratio <= 1 or self.max_click_rate_ratio <= 1:
             raise ValueError("max_volume_ratio and max_click_rate_ratio must be > 1")
-        for name in ("max_new_share_increase", "max_replayed_share", "max_id_js"):
+        for name in (
+            "max_new_share_increase",
+            "max_replayed_share",
+            "max_id_js",
+            "max_user_share_increase",
+        ):
             if getattr(self, name) >= 1:
                 raise ValueError(f"{name} must be < 1, got {getattr(self, name)!r}")
 
@@ -155,6 +172,8 @@ class WindowProfile:
     """`item`/`category`: the most frequent buckets, most frequent first."""
     id_mass: dict[str, list[float]]
     """Their share of rows, and last the share of every other bucket."""
+    top_user_share: float = 0.0
+    """The largest share of a day's rows one user held, over the window's days."""
     version: int = PROFILE_VERSION
 
     @property
@@ -168,12 +187,14 @@ class WindowProfile:
     def from_state(cls, state: Any, source: str = "profile") -> WindowProfile:
         if not isinstance(state, dict):
             raise ProfileError(f"{source}: expected a JSON object")
-        if state.get("version") != PROFILE_VERSION:
+        if state.get("version") not in READS:
             raise ProfileError(
                 f"{source}: profile version {state.get('version')!r}; this code reads "
-                f"{PROFILE_VERSION}"
+                f"{', '.join(map(str, READS))}"
             )
         names = {f.name for f in dataclasses.fields(cls)}
+        if state["version"] == 1:  # written before the concentration check
+            names.discard("top_user_share")
         missing = names - set(state)
         if missing:
             raise ProfileError(f"{source}: fields missing: {sorted(missing)}")
@@ -241,7 +262,21 @@ def build_profile(arrays: list[dict[str, np.ndarray]], days: tuple[str, ...]) ->
         spread=spread,
         top_ids=top_ids,
         id_mass=id_mass,
+        top_user_share=_top_user_share(c["user_key"], _days(c["ts"])),
     )
+
+
+def _largest_share(ids: np.ndarray) -> float:
+    """The largest share of ``ids`` one value holds (0 for none)."""
+    if not len(ids):
+        return 0.0
+    _, counts = np.unique(ids, return_counts=True)
+    return float(counts.max() / len(ids))
+
+
+def _top_user_share(users: np.ndarray, days: np.ndarray) -> float:
+    """The largest share of a day's rows one user held, over the days."""
+    return max((_largest_share(users[days == d]) for d in np.unique(days)), default=0.0)
 
 
 def _new_share(ids: np.ndarray, days: np.ndarray) -> float:
@@ -353,6 +388,9 @@ def check_day(reference: WindowProfile, day: str, c: dict[str, np.ndarray]) -> D
         unseen = ~_unbitmap(reference.seen[kind])[_residues(c[column])]
         values[f"new_{kind}s"] = float(unseen.mean()) - reference.new_share[kind] if rows else None
     values["replayed"] = float(np.mean(c["replayed"])) if rows and "replayed" in c else None
+    values["user_share"] = (
+        _largest_share(c["user_key"]) - reference.top_user_share if rows else None
+    )
     for name in DRIFT_FEATURES:
         key = f"shift:{name}"
         if not rows:
@@ -409,6 +447,11 @@ def findings(check: DayCheck, rule: GuardRule) -> list[str]:
             for k in ("user", "item")
         ),
         (
+            "user_share",
+            "max_user_share_increase",
+            "one user holds {x:+.1%} more of its rows than any user held of a day of the window",
+        ),
+        (
             "replayed",
             "max_replayed_share",
             "{x:.1%} of its rows repeat rows of an earlier day (same user, item, label and second)",
@@ -461,18 +504,31 @@ def training_profile(rows: WindowRows) -> WindowProfile:
     return build_profile([train], rows.meta.split("train").day_list)
 
 
+def guarded_days(meta: DatasetMeta, reference: WindowProfile) -> tuple[list[str], list[str]]:
+    """``(test days, then every other day after the reference's last, in order; the test days)``:
+    the days a decision on this dataset rests on. The test days are checked whatever the
+    reference covers: the gate judges the candidate on them."""
+    last = dt.date.fromisoformat(reference.days[-1]) if reference.days else dt.date.min
+    tests = list(meta.split("test").day_list)
+    later = [
+        day
+        for split in SPLITS
+        for day in meta.split(split).day_list
+        if dt.date.fromisoformat(day) > last and day not in tests
+    ]
+    return [*tests, *later], tests
+
+
 def run_guards(rows: WindowRows, reference: WindowProfile, rule: GuardRule) -> dict[str, Any]:
-    """Every day of the dataset after ``reference``'s last day, checked: ``{"reference", "days",
-    "findings", "blocked"}``; the days are the ones a model trained on the reference never saw."""
+    """The test day first, then every day of the dataset after ``reference``'s last day, checked:
+    ``{"reference", "days", "test_days", "findings", "blocked"}``."""
     meta = rows.meta
     c = dict(rows.columns)
     c["replayed"] = replayed(c)
-    last = dt.date.fromisoformat(reference.days[-1]) if reference.days else dt.date.min
     epoch_days = _days(c["ts"])
     checked = []
-    for day in (day for split in SPLITS for day in meta.split(split).day_list):
-        if dt.date.fromisoformat(day) <= last:
-            continue
+    days, tests = guarded_days(meta, reference)
+    for day in days:
         epoch = (dt.date.fromisoformat(day) - dt.date(1970, 1, 1)).days
         picked = np.flatnonzero(epoch_days == epoch)
         checked.append(check_day(reference, day, {k: a[picked] for k, a in c.items()}))
@@ -483,6 +539,7 @@ def run_guards(rows: WindowRows, reference: WindowProfile, rule: GuardRule) -> d
             "rows": reference.rows,
         },
         "days": [dataclasses.asdict(ch) for ch in checked],
+        "test_days": tests,
         "findings": lines,
         "blocked": bool(lines) and not rule.report_only,
         "rule": dataclasses.asdict(rule),

@@ -16,6 +16,16 @@ import numpy as np
 
 from components.common.metrics import average_ranks, finite_scores, roc_auc
 
+MIN_EFFECTIVE_USERS = 25.0
+"""Effective users (:func:`effective_users`) below which a users-as-unit interval is undefined:
+under it the 95% interval held the true difference on fewer than 93% of simulated days in some
+world of ``benchmarks/gate.py`` (``make bench-gate`` measures coverage by effective users;
+``tests/reliability/test_gate_concentration.py`` checks this value by simulation)."""
+FLAT_SHARE = 0.99
+"""Share of a day's rows on one score at or above which a model's scores are near-constant."""
+FLAT_LOGIT_SD = 1e-3
+"""Standard deviation of the scores' logits below which they are near-constant: noise ranks."""
+
 __all__ = [
     "calibration",
     "clustered_auc",
@@ -358,6 +368,10 @@ def clustered_delong(
     se = math.sqrt(users / (users - 1) * float(np.sum(z * z))) if users > 1 else math.nan
     if min(positives, negatives) < 2:  # as DeLong: one click says nothing of the spread
         se = math.nan
+    weight = (
+        np.bincount(user[y], minlength=users) / positives
+        + np.bincount(user[~y], minlength=users) / negatives
+    ) / 2
     return {
         "auc_a": a[0],
         "auc_b": b[0],
@@ -368,8 +382,44 @@ def clustered_delong(
         "positives": positives,
         "negatives": negatives,
         "users": users,
+        "effective_users": effective_users(weight),
+        "largest_user_share": float(weight.max()),
         "iid": _interval(delta, _iid_se(y, a, b), confidence),
     }
+
+
+def effective_users(weight: np.ndarray) -> float:
+    """Kish's effective number of users of weights that sum to 1: ``1 / sum(w^2)``.
+
+    A user's weight is their share of the AUC's structure (half their share of the clicks, half
+    of the non-clicks): ``U`` alike users give ``U``, and one user holding most of the day gives
+    little more than 1, however many users share the rest. The clustered interval's variance is a
+    sum over users; with few effective ones it is estimated from a handful of terms and its
+    coverage falls short of what it says (``MIN_EFFECTIVE_USERS``)."""
+    weight = np.asarray(weight, dtype=np.float64)
+    total = float(np.sum(weight * weight))
+    return 1.0 / total if total > 0 else 0.0
+
+
+def score_spread(prob: np.ndarray) -> dict[str, Any]:
+    """How much a model's scores vary: distinct values, the largest share of rows on one score,
+    the logits' standard deviation, and ``flat``: why they are (near-)constant, else None.
+
+    A constant scorer's AUC is exactly 0.5 and a near-constant one ranks by rounding noise, so
+    either clears a floor of 0.5 by chance; the gate refuses them by name."""
+    prob = np.asarray(prob, dtype=np.float64)
+    _, counts = np.unique(prob, return_counts=True)
+    top = float(counts.max() / len(prob)) if len(prob) else 1.0
+    clipped = np.clip(prob, 1e-7, 1 - 1e-7)
+    sd = float(np.std(np.log(clipped / (1 - clipped)))) if len(prob) else 0.0
+    flat = None
+    if len(counts) <= 1:
+        flat = "constant scores (one value for every row)"
+    elif top >= FLAT_SHARE:
+        flat = f"near-constant scores ({top:.1%} of the rows on one value)"
+    elif sd < FLAT_LOGIT_SD:
+        flat = f"near-constant scores (logit sd {sd:.2g} < {FLAT_LOGIT_SD:g})"
+    return {"distinct": int(len(counts)), "top_share": top, "logit_sd": sd, "flat": flat}
 
 
 def clustered_auc(
@@ -388,6 +438,7 @@ def clustered_auc(
         "ci_high": r["ci_high"] + 0.5,
         "confidence": confidence,
         "users": r["users"],
+        "effective_users": r["effective_users"],
         "iid": {
             "se": r["iid"]["se"],
             "ci_low": r["iid"]["ci_low"] + 0.5,

@@ -305,27 +305,31 @@ def guard_lines(guards: dict | None) -> list[str]:
     lines = [
         "## Data guards",
         "",
-        f"Each day the reference window ({guards['reference']['days']}, "
-        f"{guards['reference']['rows']:,} rows) never saw, against it; "
+        "The test day (marked *test*) and each day the reference window "
+        f"({guards['reference']['days']}, {guards['reference']['rows']:,} rows) never saw, "
+        "against it; "
         + ("**blocked**." if guards["blocked"] else "no block.")
         + (" (report only)" if rule.get("report_only") else ""),
         "",
-        "| day | rows | volume | click rate | new users | new items | replayed | largest feature "
-        "shift | item ids JS | category ids JS |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| day | rows | volume | click rate | new users | new items | replayed | largest user "
+        "| largest feature shift | item ids JS | category ids JS |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def f(value, fmt):
         return "—" if value is None else format(value, fmt)
 
+    tests = set(guards.get("test_days", ()))
     for day in guards["days"]:
         v = day["values"]
+        name = f"{day['day']} *test*" if day["day"] in tests else day["day"]
         shifts = {k[6:]: x for k, x in v.items() if k.startswith("shift:") and x is not None}
         worst = max(shifts, key=shifts.get) if shifts else None
         lines.append(
-            f"| {day['day']} | {day['rows']:,} | {f(v.get('volume'), '.2f')}x | "
+            f"| {name} | {day['rows']:,} | {f(v.get('volume'), '.2f')}x | "
             f"{f(v.get('click_rate'), '.2f')}x | {f(v.get('new_users'), '+.3f')} | "
             f"{f(v.get('new_items'), '+.3f')} | {f(v.get('replayed'), '.1%')} | "
+            f"{f(v.get('user_share'), '+.1%')} | "
             + (f"{worst} {shifts[worst]:.2f} sd" if worst else "—")
             + f" | {f(v.get('js:item'), '.3f')} | {f(v.get('js:category'), '.3f')} |"
         )
@@ -334,7 +338,8 @@ def guard_lines(guards: dict | None) -> list[str]:
         f"Thresholds: volume {rule['min_volume_ratio']:g}..{rule['max_volume_ratio']:g}x, click "
         f"rate {rule['min_click_rate_ratio']:g}..{rule['max_click_rate_ratio']:g}x, new users or "
         f"items +{rule['max_new_share_increase']:g}, replayed {rule['max_replayed_share']:.0%}, "
-        f"feature shift {rule['max_feature_shift']:g} sd, id JS {rule['max_id_js']:g}.",
+        f"feature shift {rule['max_feature_shift']:g} sd, id JS {rule['max_id_js']:g}, "
+        f"largest user +{rule.get('max_user_share_increase', 0):.0%}.",
         "",
         *[f"- {line}" for line in guards["findings"]],
         "",

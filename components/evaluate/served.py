@@ -31,6 +31,7 @@ from components.common.dataset import USER_EVENT_COLUMNS, USER_EVENTS_DIR
 from components.common.hashing import bucketize
 from components.common.schema import SECONDS_PER_DAY
 from components.score.features import (
+    SNAPSHOT_SECONDS,
     Layout,
     Snapshot,
     UserState,
@@ -62,6 +63,8 @@ class ServedSplit:
     order: np.ndarray
     before: dict[str, np.ndarray]
     day: np.ndarray
+    day_names: tuple[str, ...] = ()
+    """The split's UTC days (ISO dates; none: served as one day, its start unknown)."""
 
     @classmethod
     def read(
@@ -102,6 +105,7 @@ class ServedSplit:
             split_rows,
             {k: v[~test] for k, v in events.items()},
             serving_days(keys["ts"], days),
+            tuple(days),
         )
 
     def days(self) -> Iterator[ServedSplit]:
@@ -111,10 +115,11 @@ class ServedSplit:
             today, earlier = self.day == day, self.day < day
             before = {k: np.concatenate([v, self.keys[k][earlier]]) for k, v in self.before.items()}
             keys = {k: v[today] for k, v in self.keys.items()}
-            yield ServedSplit(keys, self.order[today], before, self.day[today])
+            yield ServedSplit(keys, self.order[today], before, self.day[today], self.day_names)
 
-    def snapshot(self, layout: Layout) -> Snapshot:
-        """What a version registered at the test day's start would serve with."""
+    def snapshot(self, layout: Layout, resolution: int = SNAPSHOT_SECONDS) -> Snapshot:
+        """What a version registered at the test day's start would serve with (its times at
+        ``resolution`` seconds, as a registered snapshot keeps them)."""
         from components.preprocess.counts import CounterState
 
         state = CounterState()
@@ -123,7 +128,11 @@ class ServedSplit:
         for start in range(0, len(b["ts"]), step):
             part = slice(start, start + step)
             state.features(b["item_key"][part], b["cat_key"][part], b["ts"][part], b["label"][part])
-        return Snapshot(state, UserState.of_events(self.before, layout))
+        until = None  # the serving day's start: the end of the window before it
+        if self.day_names and len(self.day):
+            start = dt.date.fromisoformat(self.day_names[int(self.day[0])])
+            until = (start.toordinal() - EPOCH_ORDINAL) * SECONDS_PER_DAY
+        return Snapshot(state, UserState.of_events(self.before, layout, resolution, until))
 
     def batches(
         self, snapshot: Snapshot, layout: Layout, size: int, day_events: bool = True

@@ -49,6 +49,7 @@ from components.evaluate.metrics import (
     clustered_auc,
     clustered_delong,
     roc_points,
+    score_spread,
     summarize,
 )
 from components.train.inference import (
@@ -142,6 +143,7 @@ def _as_served(
         "auc_interval": served_auc,
         "skew": clustered_delong(scores.candidate, served["candidate"], y, groups, confidence),
         "snapshot_only_auc": clustered_auc(served["snapshot_only"], y, groups, confidence),
+        "score_spread": score_spread(served["candidate"]),
     }
     return summary, served_auc, comparison
 
@@ -155,11 +157,7 @@ def evaluate(config: EvaluateConfig) -> Evaluation:
     meta, vocab, candidate = _candidate_and_data(config)
     with tempfile.TemporaryDirectory(prefix="dailyrec-champion-") as workdir:
         champion, champion_model = find_champion(config, vocab, workdir)
-    window = WindowRows.read(config.data, meta)
-    profile = training_profile(window)
-    guards = run_guards(window, champion.pop("profile", None) or profile, config.guards)
-    del window
-
+    profile, guards = _guarded(config, meta, champion)
     scores, champion = _score_test_split(config, meta, vocab, candidate, champion, champion_model)
     if scores.champion is None:
         champion_model = None
@@ -169,7 +167,9 @@ def evaluate(config: EvaluateConfig) -> Evaluation:
     served, served_auc, comparison = _as_served(
         config, meta, scores, candidate, champion_model, champion, side.comparison
     )
-    verdict = decide(served_auc["auc"], champion, comparison, config.rule, guards)
+    verdict = decide(
+        served_auc["auc"], champion, comparison, config.rule, guards, served["score_spread"]
+    )
 
     metrics = Metrics(
         **{f"test_{k}": side.candidate[k] for k in ("auc", "gauc", "logloss", "ece")},
@@ -207,6 +207,14 @@ def evaluate(config: EvaluateConfig) -> Evaluation:
     result = _record(config, meta, metrics, decision, side.curves, side.bins, side.predictions)
     log.info("evaluate: %s", result.line())
     return result
+
+
+def _guarded(config: EvaluateConfig, meta: DatasetMeta, champion: dict) -> tuple[Any, dict]:
+    """The candidate's training profile and the guards' result: the test day and every day the
+    reference (the champion's profile, which leaves ``champion``; else this one) never saw."""
+    window = WindowRows.read(config.data, meta)
+    profile = training_profile(window)
+    return profile, run_guards(window, champion.pop("profile", None) or profile, config.guards)
 
 
 def _candidate_and_data(config: EvaluateConfig) -> tuple[DatasetMeta, Vocab, Any]:
@@ -305,14 +313,20 @@ EXPERIMENT = "dailyrec-evaluate"
 
 
 def served_scores(
-    config: EvaluateConfig, meta: DatasetMeta, rows: dict, candidate, champion_model
+    config: EvaluateConfig,
+    meta: DatasetMeta,
+    rows: dict,
+    candidate,
+    champion_model,
+    resolution: int | None = None,
 ) -> dict:
     """Probabilities on the test rows (split order) built as serving builds them
     (:mod:`components.evaluate.served`) from the dataset's state at the test day's start: both
     models with each user's earlier events of the day sent along (``candidate``, ``champion``),
-    and the candidate from the snapshot alone (``snapshot_only``: callers that send no events)."""
+    and the candidate from the snapshot alone (``snapshot_only``: callers that send no events).
+    ``resolution``: the snapshot's time step in seconds (default: what register keeps)."""
     from components.evaluate.served import ServedError, ServedSplit
-    from components.score.features import Layout
+    from components.score.features import SNAPSHOT_SECONDS, Layout
 
     layout = Layout.of(candidate.vocab, check_key=False)
     try:
@@ -324,7 +338,7 @@ def served_scores(
         runs["champion"] = (champion_model.model, True)
     out = {name: np.full(len(rows["label"]), np.nan) for name in runs}
     for day in split.days():  # each from the state at its start, as the daily pipeline serves
-        snapshot = day.snapshot(layout)
+        snapshot = day.snapshot(layout, SNAPSHOT_SECONDS if resolution is None else resolution)
         for name, (model, day_events) in runs.items():
             batches = day.batches(snapshot, layout, config.batch, day_events)
             with np.errstate(invalid="ignore"):  # request rows' own columns, replaced by totals

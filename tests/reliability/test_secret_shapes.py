@@ -121,3 +121,38 @@ def test_a_random_id_secret_is_taken(monkeypatch):
     for secret in (secrets.token_urlsafe(24), secrets.token_hex(16)):
         monkeypatch.setenv(hashing.KEY_ENV, secret)
         assert hashing.id_hash_key() != hashing.HASH_KEY
+
+
+def test_a_recorded_key_fingerprint_is_no_oracle_for_guessed_secrets(
+    tmp_path, monkeypatch, fault_report
+):
+    """A registry reader holds a dataset's (and so a model's) key fingerprint and guesses the
+    secret: each guess costs a full scrypt, so even the weakest accepted secret is out of reach,
+    where one SHA-256 a guess (the legacy form) was not."""
+    import time
+
+    from tests.integration.conftest import make_dataset
+
+    secret = "Qx7-deployment-secret-2026"
+    monkeypatch.setenv(hashing.KEY_ENV, secret)
+    data = make_dataset(tmp_path)
+    recorded = json.loads((data / "meta.json").read_text())["buckets"]["key_fingerprint"]
+    assert recorded == hashing.key_fingerprint() != hashing.legacy_fingerprint()
+    guesses = [f"guess-{i:04d}" for i in range(8)]
+    started = time.perf_counter()
+    assert all(hashing._fingerprint.__wrapped__(g) != recorded for g in guesses)
+    per_guess = (time.perf_counter() - started) / len(guesses)
+    started = time.perf_counter()
+    for g in guesses * 1000:
+        hashing.legacy_fingerprint(g)
+    legacy = (time.perf_counter() - started) / (len(guesses) * 1000)
+    assert per_guess > 1000 * legacy and per_guess > 0.02
+    years = 2 ** (hashing.MIN_SECRET_BITS - 1) * per_guess / (365 * 86400)
+    assert years > 1000
+    fault_report(
+        "security",
+        "a registry reader tests guesses of the id secret against a recorded key fingerprint",
+        f"each guess costs a scrypt ({per_guess * 1000:.0f} ms here, {per_guess / legacy:,.0f}x "
+        f"the legacy SHA-256): half the space of a {hashing.MIN_SECRET_BITS}-bit secret takes "
+        f"about {years:,.0f} core-years",
+    )

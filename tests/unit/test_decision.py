@@ -17,6 +17,7 @@ def scored(delta, low, high, version=3):
         "ci_low": low,
         "ci_high": high,
         "users": 120,
+        "effective_users": 96.0,
     }
 
 
@@ -90,14 +91,14 @@ def test_champion_bound_is_inclusive_at_exactly_minus_tolerance():
 def test_reasons_spell_out_the_comparison():
     champion, comparison = scored(-0.003, -0.006, -0.0015)
     assert decide(0.7, champion, comparison, RULE).reasons[1] == (
-        "AUC vs champion v3: -0.0030 (95% CI -0.0060 .. -0.0015, 120 users as the unit); "
+        "AUC vs champion v3: -0.0030 (95% CI -0.0060 .. -0.0015, 120 users as the unit, 96 effective); "
         "upper bound >= -tolerance -0.0020: not significantly worse; "
         "this day detects a loss of 0.0052 AUC (80% power)"
     )
     rule90 = GateRule(min_auc=0.6, tolerance=0.001, confidence=0.9)
     champion, comparison = scored(-0.02, -0.03, -0.01, version=7)
     assert decide(0.7, champion, comparison, rule90).reasons[1] == (
-        "AUC vs champion v7: -0.0200 (90% CI -0.0300 .. -0.0100, 120 users as the unit); "
+        "AUC vs champion v7: -0.0200 (90% CI -0.0300 .. -0.0100, 120 users as the unit, 96 effective); "
         "upper bound < -tolerance -0.0010: significantly worse than the champion; "
         "this day detects a loss of 0.0161 AUC (80% power)"
     )
@@ -177,7 +178,10 @@ def test_rule_rejects_just_outside_its_bounds(field, value):
 def test_comparison_is_defined_only_with_three_finite_numbers():
     from components.evaluate.decision import comparison_defined
 
-    full = {"delta": 0.01, "ci_low": -0.02, "ci_high": 0.04}
+    full = {"delta": 0.01, "ci_low": -0.02, "ci_high": 0.04, "effective_users": 30.0}
+    # under the effective users the coverage needs, or without the figure: undefined
+    assert not comparison_defined(full | {"effective_users": 24.9})
+    assert not comparison_defined({k: v for k, v in full.items() if k != "effective_users"})
     assert comparison_defined(full) and comparison_defined(full | {"delta": 0})
     assert not comparison_defined(None) and not comparison_defined({})
     for key in ("delta", "ci_low", "ci_high"):
@@ -232,6 +236,7 @@ def test_an_undefined_comparison_follows_the_unusable_policy(policy, blessed, en
 )
 def test_only_an_interval_of_positive_finite_width_is_a_comparison(low, high, defined):
     comparison = {"delta": 0.0, "ci_low": low, "ci_high": high, "positives": 3, "negatives": 3}
+    comparison["effective_users"] = 30.0
     assert comparison_defined(comparison) is defined
     verdict = decide(0.9, {"status": "scored", "version": 2}, comparison, GateRule(min_auc=0.5))
     assert verdict.blessed is defined
@@ -248,6 +253,7 @@ def _guards(findings, blocked, days=1):
         "findings": findings,
         "blocked": blocked,
         "days": [{}] * days,
+        "test_days": ["2026-01-12"],
         "reference": {"days": "2026-01-01 .. 2026-01-09"},
     }
 
@@ -267,7 +273,8 @@ def test_guard_findings_block_the_candidate_with_their_reasons():
 def test_guards_in_line_and_many_findings_are_one_line_each():
     quiet = decide(0.7, {"status": "none"}, None, RULE, _guards([], blocked=False, days=3))
     assert quiet.blessed and quiet.reasons[-1] == (
-        "data guards: 3 new day(s) in line with the window 2026-01-01 .. 2026-01-09"
+        "data guards: the test day 2026-01-12 and 2 other new day(s) in line with the window "
+        "2026-01-01 .. 2026-01-09"
     )
     many = [f"2026-01-1{i}: finding {i}" for i in range(5)]
     verdict = decide(0.7, {"status": "none"}, None, RULE, _guards(many, blocked=True))

@@ -530,8 +530,35 @@ def test_a_secrets_bits_are_its_length_times_the_entropy_of_its_characters(secre
     assert hashing.secret_bits(swapped) == pytest.approx(bits)
 
 
-def test_a_key_fingerprint_is_a_domain_separated_digest():
+def test_a_key_fingerprint_is_a_slow_domain_separated_digest():
+    """A fingerprint is scrypt under its own domain at a cost that makes each guess slow; the
+    legacy one-SHA-256 form is only recognised, never written."""
+    import time
+
     key = hashing.HASH_KEY
-    expected = hashlib.sha256(b"dailyrec-id-key\0" + key.encode()).hexdigest()[:16]
-    assert hashing.key_fingerprint(key) == expected
+    expected = hashlib.scrypt(
+        key.encode(),
+        salt=hashing.FINGERPRINT_DOMAIN,
+        dklen=8,
+        maxmem=64 << 20,
+        **hashing.FINGERPRINT_COST,
+    ).hex()
+    assert hashing.key_fingerprint(key) == expected and len(expected) == 16
+    legacy = hashlib.sha256(b"dailyrec-id-key\0" + key.encode()).hexdigest()[:16]
+    assert hashing.legacy_fingerprint(key) == legacy != expected
     assert hashing.is_public_key(key) and not hashing.is_public_key(key[::-1])
+    # each try costs what an attacker pays per guess: tens of milliseconds at least
+    assert hashing.FINGERPRINT_COST["n"] * hashing.FINGERPRINT_COST["r"] * 128 >= 32 << 20
+    started = time.perf_counter()
+    hashing._fingerprint.__wrapped__("a-guess-of-the-secret-000")
+    assert time.perf_counter() - started > 0.02
+
+
+def test_a_legacy_fingerprint_names_the_current_key_and_no_other(monkeypatch):
+    """Datasets and versions written before the slow fingerprint still match their key."""
+    monkeypatch.setenv(hashing.KEY_ENV, "Yq3v9Lm2Xw8Rt5Kp1Zs7")
+    old, new = hashing.legacy_fingerprint(), hashing.key_fingerprint()
+    assert hashing.same_key(old) and hashing.same_key(new) and hashing.same_key(old, new)
+    other = hashing.legacy_fingerprint("another-deployment-secret-1")
+    assert not hashing.same_key(other) and not hashing.same_key(other, new)
+    assert hashing.same_key(other, other)  # two records of one (foreign) key agree
