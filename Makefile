@@ -81,6 +81,12 @@ PUSH ?=
 SKIP_IMAGES ?=
 #: docker-registry Secret(s) in the namespace for a private registry, comma-separated
 IMAGE_PULL_SECRETS ?=
+#: deployment settings of make deploy, baked in per environment: SET='raw_uri=s3://… model_name=…'
+SET ?=
+#: seconds a finished run's workflow (pods, logs) is kept after success / failure (make deploy;
+#: empty: 6 h / a week, pipelines/steps.py RunTTL)
+TTL_SUCCESS_S ?=
+TTL_FAILURE_S ?=
 
 .PHONY: help install run data next-day preprocess tune compile ui screenshots serve monitor dashboard images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-stale bench-quality bench-downsampling bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-serving bench-gate docs lint format clean clean-data clean-runs
 
@@ -158,10 +164,11 @@ $(VENV)/.dev: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,dev]'
 	@touch $@
 
-deploy: install ## ENV=a100 KFP_HOST=… REGISTRY=… [TAG=…] [SKIP_IMAGES=1] [DRY_RUN=1 → build/deploy/ only]
+deploy: install ## ENV=a100 KFP_HOST=… REGISTRY=… [SET='name=value …'] [TAG=…] [SKIP_IMAGES=1] [DRY_RUN=1 → build/deploy/ only]
 	$(PY) -m pipelines.deploy --env $(ENV) --registry "$(or $(REGISTRY),$(if $(DRY_RUN),registry.example.com/dailyrec,))" \
 	  $(if $(KFP_HOST),--host $(KFP_HOST)) $(if $(TAG),--tag $(TAG)) $(if $(DRY_RUN),--dry-run) $(if $(SKIP_IMAGES),--skip-images) \
-	  $(foreach s,$(subst $(comma), ,$(IMAGE_PULL_SECRETS)),--image-pull-secret $(s))
+	  $(foreach s,$(subst $(comma), ,$(IMAGE_PULL_SECRETS)),--image-pull-secret $(s)) \
+	  $(foreach s,$(SET),--set '$(s)') $(if $(TTL_SUCCESS_S),--ttl-success-s $(TTL_SUCCESS_S)) $(if $(TTL_FAILURE_S),--ttl-failure-s $(TTL_FAILURE_S))
 
 trigger: install ## start one run of the deployed pipeline now (as the UI's Create run): KFP_HOST=…
 	$(PY) -m pipelines.deploy trigger $(if $(KFP_HOST),--host $(KFP_HOST))

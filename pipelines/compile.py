@@ -18,8 +18,9 @@ import yaml
 from kfp import compiler
 
 from components.common.cli import Exit, cli_parser, exit_for
-from pipelines.daily import daily
+from pipelines.daily import daily_pipeline
 from pipelines.parameters import DEPLOYMENT
+from pipelines.steps import CLUSTER, DEFAULT_TTL, RunTTL
 
 DEFAULT_OUT = "build/pipeline.yaml"
 
@@ -64,8 +65,33 @@ def _read_parameters(node: Any):
             yield from _read_parameters(value)
 
 
+def with_pull_secrets(spec: dict, platform: dict, secrets: tuple[str, ...]) -> dict:
+    """``platform`` (the compiled pipeline's platform document) with ``secrets`` as the image pull
+    secrets of every executor of ``spec``: the entries ``kfp.kubernetes.set_image_pull_secrets``
+    writes for one task, for all of them. A run started from the Kubeflow UI runs its pods as the
+    form's service account (default-editor unless changed), which has no pull secret of ours."""
+    if not secrets:
+        return platform
+    executors = (
+        platform.setdefault("platforms", {})
+        .setdefault("kubernetes", {})
+        .setdefault("deploymentSpec", {})
+        .setdefault("executors", {})
+    )
+    entries = [
+        {"secretName": name, "secretNameParameter": {"runtimeValue": {"constant": name}}}
+        for name in secrets
+    ]
+    for name in spec["deploymentSpec"]["executors"]:
+        executors.setdefault(name, {})["imagePullSecret"] = entries
+    return platform
+
+
 def compile_pipeline(
-    out: str | Path = DEFAULT_OUT, parameters: dict[str, Any] | None = None
+    out: str | Path = DEFAULT_OUT,
+    parameters: dict[str, Any] | None = None,
+    ttl: RunTTL = DEFAULT_TTL,
+    pull_secrets: tuple[str, ...] = (),
 ) -> Path:
     from pipelines.params import check_parameters
 
@@ -74,9 +100,12 @@ def compile_pipeline(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.tmp.yaml")
     compiler.Compiler().compile(
-        pipeline_func=daily, package_path=str(tmp), pipeline_parameters=parameters
+        pipeline_func=daily_pipeline(CLUSTER, ttl),
+        package_path=str(tmp),
+        pipeline_parameters=parameters,
     )
     spec, *platform = yaml.safe_load_all(tmp.read_text())
+    platform = [with_pull_secrets(spec, platform[0] if platform else {}, pull_secrets)]
     tmp.write_text(yaml.safe_dump_all([bake(spec), *platform], sort_keys=False))
     tmp.replace(out)  # never a half-written pipeline for `make deploy` to upload
     return out

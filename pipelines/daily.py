@@ -28,8 +28,10 @@ from pipelines.ops.train import train_op
 from pipelines.parameters import DEFAULTS, parameters_doc
 from pipelines.steps import (
     CLUSTER,
+    DEFAULT_TTL,
     RUN_DEADLINE_S,
     Runner,
+    RunTTL,
     harden,
     prepare_data,
     task_settings,
@@ -256,15 +258,20 @@ def _evaluate_and_register(p, window, data, plan, trained, runner: Runner) -> No
     )
 
 
-def daily_pipeline(runner: Runner = CLUSTER):
-    """The ``dailyrec-daily`` pipeline built for ``runner`` (``pipelines.steps.CLUSTER`` or ``LOCAL``)."""
+def daily_pipeline(runner: Runner = CLUSTER, ttl: RunTTL = DEFAULT_TTL):
+    """The ``dailyrec-daily`` pipeline built for ``runner`` (``pipelines.steps.CLUSTER`` or
+    ``LOCAL``); on a cluster its finished workflows are kept as ``ttl`` says."""
 
     @dsl.pipeline(
         name=PIPELINE_NAME,
         description=DESCRIPTION,
         # a backstop past every task's worst case (pipelines/steps.py): a run never meets the next
-        # day's; kfp.local has no deadline of its own
-        pipeline_config=dsl.PipelineConfig(active_deadline_seconds=RUN_DEADLINE_S)
+        # day's; kfp.local has no deadline (nor workflows to keep) of its own
+        pipeline_config=dsl.PipelineConfig(
+            active_deadline_seconds=RUN_DEADLINE_S,
+            ttl_seconds_after_success=ttl.success_s,
+            ttl_seconds_after_failure=ttl.failure_s,
+        )
         if runner.retries
         else None,
     )

@@ -46,6 +46,7 @@ from components.common.cli import Exit, HelpFormatter, cli_parser, exit_for
 from components.common.images import IMAGE_REPOS
 from kube.types import ID_KEY_SECRET, MOUNT_PATH, NAMESPACE
 from pipelines.daily import PIPELINE_NAME
+from pipelines.steps import DEFAULT_TTL, RunTTL
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEDULE = "0 0 2 * * *"  # KFP cron: 6 fields, seconds first, UTC: 02:00 every day
@@ -84,6 +85,11 @@ class DeployConfig:
     image_pull_secrets: tuple[str, ...] = ()
     """Secrets (docker-registry type, created by the operator in the namespace) for a private
     REGISTRY: added to every ServiceAccount dailyrec's pods run as, so each pod can pull."""
+    settings: tuple[str, ...] = ()
+    """``name=value`` of deployment settings (:data:`pipelines.parameters.DEPLOYMENT`: raw_uri,
+    model_name, retention_days...) baked into the compiled pipeline for this environment."""
+    ttl: RunTTL = DEFAULT_TTL
+    """How long a finished run's workflow (its pods and logs) is kept, by outcome."""
 
     def __post_init__(self) -> None:
         if not (ROOT / "manifests" / "overlays" / self.env).is_dir():
@@ -101,6 +107,7 @@ class DeployConfig:
             raise DeployRequestError(
                 "KFP_HOST is required (the Kubeflow Pipelines API), or use DRY_RUN=1"
             )
+        self.baked_settings()  # refused here, before anything is built
         for secret in self.image_pull_secrets:
             if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", secret):
                 raise DeployRequestError(
@@ -110,6 +117,29 @@ class DeployConfig:
             raise DeployRequestError(
                 f"schedule {self.schedule!r}: KFP cron has 6 fields, seconds first"
             )
+
+    def baked_settings(self) -> dict[str, Any]:
+        """The deployment settings given with ``settings``, typed as the pipeline declares them;
+        a run parameter or an unknown name is refused."""
+        from pipelines.local import LocalRunError, load_config, set_overrides
+        from pipelines.parameters import DEPLOYMENT
+
+        try:
+            given = set_overrides(list(self.settings))
+        except LocalRunError as exc:
+            raise DeployRequestError(f"SET: {exc}") from None
+        run_parameters = sorted(set(given) - set(DEPLOYMENT))
+        if run_parameters:
+            raise DeployRequestError(
+                f"SET {run_parameters[0]}: a run's parameter, not a deployment setting (set it "
+                f"per run: make trigger --set, or the run form); SET takes "
+                f"{', '.join(DEPLOYMENT)}"
+            )
+        try:  # typed as the pipeline declares them
+            typed = load_config(None, given)
+        except LocalRunError as exc:
+            raise DeployRequestError(f"SET: {exc}") from None
+        return {name: typed[name] for name in given}
 
 
 def git(*args: str) -> str:
@@ -229,16 +259,28 @@ def render_manifests(
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
-def compile_for(env: str, refs: dict[str, str], out: Path) -> Path:
-    """Compile in a subprocess: components/common/images.py reads the image references at import time."""
+def compile_for(
+    env: str,
+    refs: dict[str, str],
+    out: Path,
+    settings: dict[str, Any] | None = None,
+    ttl: RunTTL = DEFAULT_TTL,
+    pull_secrets: tuple[str, ...] = (),
+) -> Path:
+    """Compile in a subprocess: components/common/images.py reads the image references at import
+    time. ``settings``: deployment settings baked in over the environment's defaults."""
     env_vars = {
         **os.environ,
         "DAILYREC_RUNTIME_IMAGE": refs["runtime"],
         "DAILYREC_TRAINER_IMAGE": refs["trainer"],
     }
+    parameters = {**(settings or {})}
     code = (
         "import sys; from pipelines.compile import cluster_defaults, compile_pipeline; "
-        f"compile_pipeline(sys.argv[1], cluster_defaults({env!r}, {refs!r}))"
+        "from pipelines.steps import RunTTL; "
+        f"compile_pipeline(sys.argv[1], {{**cluster_defaults({env!r}, {refs!r}), "
+        f"**{parameters!r}}}, RunTTL({ttl.success_s!r}, {ttl.failure_s!r}), "
+        f"{tuple(pull_secrets)!r})"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, str(out)],
@@ -529,6 +571,9 @@ def deploy(
         "pipeline": str(package),
         "schedule": config.schedule,
     }
+    record["settings"] = baked_values(package)
+    record["ttl"] = {"success_s": config.ttl.success_s, "failure_s": config.ttl.failure_s}
+    record["image_pull_secrets"] = list(config.image_pull_secrets)
     apply = [
         kubectl(),
         "apply",
@@ -617,8 +662,11 @@ def _write_pipeline(
     )
     # the check the run's first task makes, made before anything is uploaded: a credential in
     # the cluster file would otherwise be baked into the pipeline that then refuses every run
-    check_parameters(cluster_defaults(config.env, refs))
-    package = compile_for(config.env, refs, out / "pipeline.yaml")
+    settings = config.baked_settings()
+    check_parameters({**cluster_defaults(config.env, refs), **settings})
+    package = compile_for(
+        config.env, refs, out / "pipeline.yaml", settings, config.ttl, config.image_pull_secrets
+    )
     request = recurring_run_request(version, config.schedule)
     atomic_write_json(out / "recurring-run.json", request)
     atomic_write_json(
@@ -803,6 +851,26 @@ def _parser() -> argparse.ArgumentParser:
         help="a docker-registry Secret in the namespace for a private REGISTRY (repeatable; "
         "default: none, the registry is public or the nodes can pull)",
     )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a deployment setting baked into the pipeline for this environment (repeatable): "
+        "raw_uri=s3://bucket/events, model_name=..., retention_days=...",
+    )
+    p.add_argument(
+        "--ttl-success-s",
+        type=int,
+        default=DEFAULT_TTL.success_s,
+        help="seconds a succeeded run's workflow (pods, logs) is kept",
+    )
+    p.add_argument(
+        "--ttl-failure-s",
+        type=int,
+        default=DEFAULT_TTL.failure_s,
+        help="seconds a failed run's workflow (pods, logs) is kept",
+    )
     _add_trigger(sub)
     return p
 
@@ -821,7 +889,7 @@ def _trigger(args: argparse.Namespace) -> int:
         if baked:  # the deployed pipeline takes them as constants: the backend would refuse
             raise DeployRequestError(
                 f"--set {baked[0]}: a deployment setting, baked into the deployed pipeline "
-                f"(not a run parameter): change it with make deploy"
+                f"(not a run parameter): change it with make deploy SET='{baked[0]}=...'"
             )
         params = check_parameters(load_config(None, overrides))
     except LocalRunError as exc:
@@ -846,6 +914,8 @@ def main(argv: list[str] | None = None) -> int:
             out=args.out,
             schedule=args.schedule,
             image_pull_secrets=tuple(args.image_pull_secret),
+            settings=tuple(args.set),
+            ttl=RunTTL(args.ttl_success_s, args.ttl_failure_s),
         )
         record = deploy(config)
     except (DeployError, ValueError) as exc:
@@ -896,6 +966,20 @@ def step_text(step: dict) -> str:
     return name
 
 
+def baked_values(package: Path) -> dict[str, Any]:
+    """The deployment settings the compiled pipeline carries as constants, read back from it."""
+    from pipelines.parameters import DEPLOYMENT
+
+    spec = next(yaml.safe_load_all(package.read_text()))
+    found: dict[str, Any] = {}
+    for task in spec["root"]["dag"]["tasks"].values():
+        for key, source in task.get("inputs", {}).get("parameters", {}).items():
+            name = key.removeprefix("pipelinechannel--")  # how the compiler names a channel
+            if name in DEPLOYMENT and "runtimeValue" in source:
+                found.setdefault(name, source["runtimeValue"]["constant"])
+    return dict(sorted(found.items()))
+
+
 def summary(record: dict, out: str) -> list[str]:
     """What a deploy (or a dry run) checked and did, or would do, for the console."""
     dry = record["dry_run"]
@@ -913,6 +997,39 @@ def summary(record: dict, out: str) -> list[str]:
         lines.append(f"  not validated offline: {', '.join(v['unchecked'])}")
     lines += [f"  {step_text(s)}" for s in record["steps"]]
     lines += [f"  would {step_text(s)}" for s in record.get("plan", [])]
+    return lines + settings_lines(record)
+
+
+def settings_lines(record: dict) -> list[str]:
+    """The deployment settings the pipeline carries (the cluster target by its file) and the
+    workflow TTLs, for the summary."""
+    lines = []
+    if "settings" in record:
+        shown = ", ".join(
+            f"{k}={json.dumps(x)}" for k, x in record["settings"].items() if k != "cluster_target"
+        )
+        lines.append(
+            f"  deployment settings baked in (SET='name=value ...'; cluster_target from "
+            f"kube/clusters/{record['env']}.json): {shown}"
+        )
+    if "image_pull_secrets" in record:
+        secrets = record["image_pull_secrets"]
+        lines.append(
+            f"  image pull secrets: {', '.join(secrets)} on every task of the pipeline and every "
+            "ServiceAccount (a run from the UI pulls whatever account it runs as)"
+            if secrets
+            else "  image pull secrets: none (IMAGE_PULL_SECRETS=...: a private registry)"
+        )
+        lines.append(
+            f"  a run from the Kubeflow UI: set its Service Account to {PIPELINE_SERVICE_ACCOUNT} (left "
+            "empty it runs as default-editor, which reads every Secret of the namespace)"
+        )
+    if "ttl" in record:
+        t = record["ttl"]
+        lines.append(
+            f"  a finished run's workflow kept {t['success_s'] / 3600:g} h after success, "
+            f"{t['failure_s'] / 86400:g} days after failure (TTL_SUCCESS_S, TTL_FAILURE_S)"
+        )
     return lines
 
 

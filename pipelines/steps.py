@@ -57,6 +57,28 @@ exit handler included): the worst case of its tasks (:func:`run_budget`) fits in
 day's run finds it gone."""
 
 
+@dataclass(frozen=True)
+class RunTTL:
+    """How long a finished run's workflow -- its pods and their logs -- is kept, by outcome
+    (``PipelineConfig``'s TTLs: Argo's ``ttlStrategy``). Short after success (its records are in
+    the runs folder and MLflow), a week after failure: a run that failed on a Friday night can
+    still be read on Monday (Argo's own default keeps a day whatever the outcome)."""
+
+    success_s: int = 6 * 3600
+    failure_s: int = 7 * 24 * 3600
+
+    def __post_init__(self) -> None:
+        for name in ("success_s", "failure_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"ttl {name} must be whole seconds >= 0, got {value!r}")
+            if value > 2**31 - 1:
+                raise ValueError(f"ttl {name} must fit Argo's int32, got {value!r}")
+
+
+DEFAULT_TTL = RunTTL()
+
+
 def _waits(retries: int) -> float:
     return sum(BACKOFF_S * BACKOFF_FACTOR**i for i in range(retries))
 

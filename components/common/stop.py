@@ -30,11 +30,16 @@ def run_status(exc: BaseException | None) -> str:
 
 @contextlib.contextmanager
 def started_run(**start_run: Any) -> Iterator[Any]:
-    """``mlflow.start_run(**start_run)`` for the block; the run ends with :func:`run_status`."""
+    """``mlflow.start_run(**start_run)`` for the block, naming KFP's per-task run where its
+    MLflow plugin made one (:func:`~components.common.tracking.parent_tags`); the run ends with
+    :func:`run_status`."""
     import mlflow
 
+    from components.common.tracking import parent_tags
+
+    tags = {**parent_tags(mlflow.get_tracking_uri()), **(start_run.pop("tags", None) or {})}
     with stop_deferred():  # the store's writes are not cut in half (see stop_deferred)
-        run = mlflow.start_run(**start_run)
+        run = mlflow.start_run(**start_run, tags=tags)
     try:
         yield run
     except BaseException as exc:

@@ -16,12 +16,20 @@
 * a local registry folder can move: its artifact locations are rewritten to
   the new place on the next connection (:func:`relocate_sqlite`; `make ui` too);
   the same folder seen through another path (a bind mount, a symlink) is left
-  as it is, so two paths never flip it back and forth.
+  as it is, so two paths never flip it back and forth;
+* KFP's MLflow plugin (2.17, ``injectUserEnvVars``) gives each task an MLflow run of its own
+  through ``$MLFLOW_RUN_ID`` (with ``$MLFLOW_EXPERIMENT_ID`` and its server's
+  ``$MLFLOW_TRACKING_URI``), which ``mlflow.start_run`` would resume: our runs would land in
+  KFP's per-task run, outside our experiments, or fail on another server. :func:`connect` takes
+  those variables out of the process first (:func:`injected_run`); our runs stay in our
+  experiments and name KFP's run as their parent when it lives on the same server
+  (:func:`parent_tags`), else record where it lives.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import re
@@ -109,6 +117,52 @@ def check_no_credentials(uri: str, what: str = "tracking_uri") -> str:
     return uri
 
 
+INJECTED_VARIABLES = ("MLFLOW_RUN_ID", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME")
+"""What KFP's MLflow plugin sets for a task's own run; ``mlflow.start_run`` obeys the first two."""
+PARENT_TAG = "mlflow.parentRunId"
+"""MLflow's tag naming a run's parent (what ``start_run(parent_run_id=...)`` writes)."""
+KFP_RUN_TAG = "dailyrec.kfp_mlflow_run"
+"""The run KFP's plugin made for the task: ``<its server, redacted>#<run id>``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InjectedRun:
+    """The MLflow run KFP's plugin made for this task, and the server it lives on."""
+
+    run_id: str
+    tracking_uri: str
+
+
+_injected: list[InjectedRun | None] = []
+"""The run :func:`injected_run` took out of the environment (empty: not looked yet)."""
+
+
+def injected_run(environ: dict | None = None) -> InjectedRun | None:
+    """KFP's per-task run, taken out of the environment the first time (so that no
+    ``mlflow.start_run`` of this process, or a child started later, resumes it); the same
+    answer every later call."""
+    if not _injected:
+        env = os.environ if environ is None else environ
+        run_id = env.get("MLFLOW_RUN_ID", "").strip()
+        uri = env.get("MLFLOW_TRACKING_URI", "").strip()
+        for name in INJECTED_VARIABLES:
+            env.pop(name, None)
+        _injected.append(InjectedRun(run_id, uri) if run_id else None)
+    return _injected[0]
+
+
+def parent_tags(tracking_uri: str) -> dict[str, str]:
+    """Tags of one of our runs naming KFP's per-task run: where it lives, and as the parent when
+    it lives on ``tracking_uri`` (a parent on another server would point nowhere)."""
+    run = injected_run()
+    if run is None:
+        return {}
+    tags = {KFP_RUN_TAG: f"{redact(run.tracking_uri) or 'this server'}#{run.run_id}"}
+    if run.tracking_uri in ("", tracking_uri):
+        tags[PARENT_TAG] = run.run_id
+    return tags
+
+
 def sqlite_uri(folder: str | Path) -> str:
     """The default local tracking URI: ``sqlite:///<folder>/mlflow.db`` (absolute)."""
     return f"sqlite:///{(Path(folder).resolve() / 'mlflow.db').as_posix()}"
@@ -148,6 +202,7 @@ def connect(tracking_uri: str, attempts: int = 3, backoff_s: float = 1.0) -> Any
         check_no_credentials(os.environ.get("MLFLOW_TRACKING_URI", ""), "$MLFLOW_TRACKING_URI")
     except CredentialError as exc:
         raise TrackingError(str(exc)) from None
+    injected_run()  # before set_tracking_uri below overwrites the plugin's server
     import mlflow
     from mlflow import MlflowClient
 

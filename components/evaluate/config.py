@@ -13,6 +13,9 @@ from components.common.registry_read import MODEL_NAME, filter_literal
 from components.evaluate.decision import GateRule
 from components.evaluate.guards import GuardRule
 
+EXPERIMENT = "dailyrec-evaluate"
+"""The MLflow experiment of the evaluations' runs."""
+
 
 @dataclass(frozen=True)
 class EvaluateConfig:

@@ -35,7 +35,7 @@ from components.common.evaluation import DECISION, METRICS, Decision, Evaluation
 from components.common.progress import get_logger
 from components.common.storage import atomic_dir, atomic_write_bytes, atomic_write_json
 from components.evaluate import report
-from components.evaluate.config import EvaluateConfig
+from components.evaluate.config import EXPERIMENT, EvaluateConfig
 from components.evaluate.decision import decide
 from components.evaluate.guards import (
     ProfileError,
@@ -307,9 +307,6 @@ def _record(config, meta, metrics, decision, curves, bins, predictions) -> Evalu
         if run:
             log_evaluation(Path(config.out), metrics, decision)
     return Evaluation(metrics, decision)
-
-
-EXPERIMENT = "dailyrec-evaluate"
 
 
 def served_scores(

@@ -57,7 +57,14 @@ from components.common.registry import (
 from components.common.registry_read import WINDOW_TAG, filter_literal, window_end
 from components.common.stop import started_run
 from components.common.storage import atomic_write_json
-from components.common.tracking import code_version, connect, ensure_experiment, run_link
+from components.common.tracking import (
+    TrackingError,
+    code_version,
+    connect,
+    ensure_experiment,
+    redact,
+    run_link,
+)
 from components.register.config import RegisterConfig
 
 log = get_logger(__name__)
@@ -487,12 +494,33 @@ def run_links(client: Any, checkpoint: str, metrics: Metrics) -> dict[str, str]:
         links[f"{what}_run_id"] = run_id or ""
         links[f"{what}_run"] = ""
         if run_id:
-            try:
-                experiment = client.get_run(run_id).info.experiment_id
-            except Exception:  # a run in another tracking server, or deleted: the id alone
-                continue
-            links[f"{what}_run"] = run_link(experiment, run_id)
+            experiment = _run_experiment(client, what, run_id)
+            if experiment is not None:
+                links[f"{what}_run"] = run_link(experiment, run_id)
     return links
+
+
+class LineageError(TrackingError):
+    """A model's training or evaluation run exists but cannot be read: the link would be lost."""
+
+
+def _run_experiment(client: Any, what: str, run_id: str) -> str | None:
+    """The experiment of run ``run_id``; None when this server has no such run (another server's,
+    or deleted: the id alone is kept). Any other failure -- no permission to read it above all
+    -- is an error: a version registered without its lineage would say nothing of why."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_run(run_id).info.experiment_id
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise LineageError(
+            f"the {what} run {run_id} cannot be read ({exc.error_code}: "
+            f"{redact(str(exc.message))[:200]}): the model version would lose its link to it; "
+            f"give this account READ on the run's experiment (python -m "
+            f"components.register.accounts sets up the accounts and their grants)"
+        ) from None
 
 
 def describe_links(lineage: dict[str, str]) -> str:

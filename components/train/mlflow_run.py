@@ -52,14 +52,22 @@ class MlflowLogger:
             return
         import mlflow
 
-        from components.common.tracking import connect, dataset_input, ensure_experiment
+        from components.common.tracking import (
+            connect,
+            dataset_input,
+            ensure_experiment,
+            parent_tags,
+        )
 
         client = connect(config.tracking_uri)
         experiment_id = ensure_experiment(client, config.experiment, config.tracking_uri)
         day = meta.window.end if meta.window else Path(config.data).name
         with stop_deferred():  # a stop now ends the run KILLED once it is open
             self.run_id = mlflow.start_run(
-                experiment_id=experiment_id, run_name=f"train-{day}", log_system_metrics=True
+                experiment_id=experiment_id,
+                run_name=f"train-{day}",
+                log_system_metrics=True,
+                tags=parent_tags(config.tracking_uri),
             ).info.run_id
             self.mlflow = self.started = mlflow
             MlflowLogger.active = self

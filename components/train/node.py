@@ -5,7 +5,9 @@ torchrun as :mod:`components.train.torchrun` runs it, plus what only a job acros
 static rendezvous of its nodes at node 0's address (``PET_MASTER_ADDR``). A node whose peers
 never join -- a pod that was never scheduled, a node that died before the rendezvous -- fails
 after the rendezvous timeout (``PET_RDZV_CONF=timeout=N``, set by the TrainJob) with one line
-naming the rendezvous and how far it got, instead of torch's traceback.
+naming the rendezvous and how far it got, instead of torch's traceback: node 0 waiting for its
+peers meets a ``DistStoreError``, any other node whose node 0 never listens a
+``DistNetworkError``; both are a ``DistError``, which is what is caught.
 """
 
 from __future__ import annotations
@@ -28,13 +30,13 @@ def rendezvous_failure(exc: BaseException, environ: dict[str, str] | None = None
 
 
 def main() -> int:
-    from torch.distributed import DistStoreError
+    from torch.distributed import DistError
 
     from components.train.torchrun import main as torchrun
 
     try:
         return torchrun()
-    except DistStoreError as exc:
+    except DistError as exc:
         print(rendezvous_failure(exc), file=sys.stderr)
         return Exit.FAILED
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from unittest.mock import create_autospec
 
@@ -20,6 +21,7 @@ from pipelines.deploy import (
     recurring_run_request,
     summary,
 )
+from pipelines.steps import RunTTL
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_kubectl = pytest.mark.usefixtures("kubectl")
@@ -88,6 +90,71 @@ def test_dry_run_says_what_it_checked_and_what_a_deploy_would_do(dry_run):
     would = [line for line in lines if line.startswith("  would ")]
     assert [w.split()[1] for w in would] == ["apply", "create", "upload", "schedule"]
     assert "kubectl apply --server-side" in would[0] and "dailyrec-daily version abc123" in would[2]
+
+
+@needs_kubectl
+def test_deployment_settings_are_set_per_environment_and_shown(tmp_path):
+    """SET bakes deployment settings (raw data in an object store, the model's name...) into the
+    compiled pipeline, read back from it; the summary shows them and the workflow TTLs."""
+    from pipelines.parameters import DEPLOYMENT
+    from pipelines.steps import DEFAULT_TTL
+
+    record = deploy(
+        DeployConfig(
+            env="a100",
+            registry="reg.example/ml",
+            tag="abc123",
+            dry_run=True,
+            out=str(tmp_path),
+            settings=(
+                "raw_uri=s3://acme-events/clicks",
+                "model_name=feed-ctr",
+                "retention_days=30",
+            ),
+            ttl=RunTTL(3600, 14 * 86400),
+        )
+    )
+    settings = record["settings"]
+    assert settings["raw_uri"] == "s3://acme-events/clicks" and settings["model_name"] == "feed-ctr"
+    assert settings["retention_days"] == 30 and set(settings) <= set(DEPLOYMENT)
+    spec, platform = list(yaml.safe_load_all((tmp_path / "pipeline.yaml").read_text()))
+    assert "raw_uri" not in spec["root"]["inputDefinitions"]["parameters"]  # not in the run form
+    config = platform["platforms"]["kubernetes"]["pipelineConfig"]
+    assert config["resourceTtlOnSuccess"] == 3600 and config["resourceTtlOnFailure"] == 14 * 86400
+    lines = summary(record, str(tmp_path))
+    assert any('raw_uri="s3://acme-events/clicks"' in line for line in lines)
+    assert any("kept 1 h after success, 14 days after failure" in line for line in lines)
+    assert any("set its Service Account to dailyrec-pipeline" in line for line in lines)
+    assert DEFAULT_TTL.failure_s >= 7 * 86400 > DEFAULT_TTL.success_s
+
+
+@pytest.mark.parametrize(
+    "setting, error",
+    [
+        ("window_days=3", "SET window_days: a run's parameter, not a deployment setting"),
+        ("moon=1", "SET moon: a run's parameter, not a deployment setting"),
+        ("retention_days=soon", "retention_days"),
+        ("raw_uri", "SET: "),
+    ],
+)
+def test_a_setting_that_is_not_a_deployment_setting_is_refused(setting, error):
+    with pytest.raises(DeployError, match=re.escape(error)):
+        DeployConfig(env="a100", registry="r", dry_run=True, settings=(setting,))
+
+
+def test_a_credential_in_a_setting_is_refused_before_anything_is_built(tmp_path):
+    with pytest.raises(Exception, match="credential"):
+        deploy(
+            DeployConfig(
+                env="a100",
+                registry="reg.example/ml",
+                tag="abc123",
+                dry_run=True,
+                out=str(tmp_path),
+                settings=("raw_uri=s3://bucket/events?X-Amz-Signature=abcdef0123456789",),
+            )
+        )
+    assert not (tmp_path / "pipeline.yaml").exists()
 
 
 def test_a_deploys_summary_says_what_it_did():
@@ -188,7 +255,7 @@ def test_trigger_refuses_a_deployment_setting_before_it_calls_the_cluster(capsys
     assert main(["trigger", "--host", "http://127.0.0.1:9", "--set", "tracking_uri=x"]) == 2
     assert capsys.readouterr().err.strip() == (
         "deploy: error: --set tracking_uri: a deployment setting, baked into the deployed "
-        "pipeline (not a run parameter): change it with make deploy"
+        "pipeline (not a run parameter): change it with make deploy SET='tracking_uri=...'"
     )
 
 
@@ -354,6 +421,24 @@ def test_kfp_authentication_for_multi_user_kubeflow(tmp_path):
 
 
 @needs_kubectl
+def _kfp_pull_secret_entry(secret: str, tmp_path: Path) -> list:
+    """What kfp.kubernetes.set_image_pull_secrets writes for one task (the SDK itself)."""
+    from kfp import compiler, dsl, kubernetes
+
+    @dsl.container_component
+    def one():
+        return dsl.ContainerSpec(image="busybox", command=["true"])
+
+    @dsl.pipeline(name="one")
+    def pipeline():
+        kubernetes.set_image_pull_secrets(one(), [secret])
+
+    compiler.Compiler().compile(pipeline, str(tmp_path / "one.yaml"))
+    _, platform = yaml.safe_load_all((tmp_path / "one.yaml").read_text())
+    (entry,) = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"].values()
+    return entry["imagePullSecret"]
+
+
 def test_a_private_registrys_pull_secret_reaches_every_pod(tmp_path):
     """Every pod dailyrec runs uses one of its ServiceAccounts (the pipeline's tasks through the
     recurring run's service_account), and each account carries the pull secret."""
@@ -395,6 +480,14 @@ def test_a_private_registrys_pull_secret_reaches_every_pod(tmp_path):
     ]
     assert used and set(used) <= set(accounts), used
     assert json.loads((out / "recurring-run.json").read_text())["service_account"] in accounts
+    # a run from the Kubeflow UI runs as the form's account (default-editor unless changed):
+    # the compiled pipeline carries the secret on every task, as kfp.kubernetes writes it
+    spec, platform = list(yaml.safe_load_all((out / "pipeline.yaml").read_text()))
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert set(spec["deploymentSpec"]["executors"]) <= set(executors)
+    reference = _kfp_pull_secret_entry("regcred", tmp_path)
+    for name in spec["deploymentSpec"]["executors"]:
+        assert executors[name]["imagePullSecret"] == reference, name
     with pytest.raises(ValueError, match="IMAGE_PULL_SECRETS: 'Reg Cred'"):
         DeployConfig(env="a100", registry="r", dry_run=True, image_pull_secrets=("Reg Cred",))
 

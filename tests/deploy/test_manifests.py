@@ -162,7 +162,6 @@ def k8s_errors(obj: dict) -> str | None:
 def test_renders(overlay: str) -> None:
     kinds = {o["kind"] for o in render(overlay)}
     assert {
-        "Namespace",
         "PersistentVolumeClaim",
         "Role",
         "RoleBinding",
@@ -249,12 +248,10 @@ def test_trainer_kinds_validate_against_crds(overlay: str) -> None:
 @pytest.mark.parametrize("overlay", TARGETS)
 def test_everything_in_namespace_dailyrec(overlay: str) -> None:
     for obj in render(overlay):
-        if obj["kind"] == "Namespace":
-            assert obj["metadata"]["name"] == NAMESPACE
-        else:
-            assert obj["metadata"].get("namespace") == NAMESPACE, (
-                f"{obj['kind']}/{obj['metadata']['name']} not in {NAMESPACE}"
-            )
+        assert obj["kind"] != "Namespace", "the Profile controller owns the namespace"
+        assert obj["metadata"].get("namespace") == NAMESPACE, (
+            f"{obj['kind']}/{obj['metadata']['name']} not in {NAMESPACE}"
+        )
 
 
 @pytest.mark.parametrize("overlay", TARGETS)
@@ -346,12 +343,34 @@ def test_the_roles_bind_the_pipelines_own_service_account_not_default_editor(ove
     )
 
 
-@pytest.mark.parametrize("overlay", TARGETS)
-def test_the_namespace_enforces_pod_security(overlay: str) -> None:
-    labels = one(overlay, "Namespace", NAMESPACE)["metadata"]["labels"]
+def _admin_namespace() -> dict:
+    rendered = render("admin")
+    (namespace,) = [o for o in rendered if o["kind"] == "Namespace"]
+    assert [o["kind"] for o in rendered] == ["Namespace"]
+    return namespace
+
+
+def test_the_namespace_enforces_pod_security_in_an_admin_step() -> None:
+    namespace = _admin_namespace()
+    assert namespace["metadata"]["name"] == NAMESPACE
+    labels = namespace["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] in ("baseline", "restricted")
     assert labels["pod-security.kubernetes.io/warn"] == "restricted"
     assert labels["pod-security.kubernetes.io/audit"] == "restricted"
+
+
+def test_no_namespace_label_collides_with_the_profile_controllers() -> None:
+    """The profile controller labels the namespace it creates (its defaults file and its
+    service-mesh labels, tests/deploy/upstream/); our admin step sets other keys only, so a
+    server-side apply under its own field manager never conflicts with the controller's."""
+    upstream = yaml.safe_load(
+        (
+            Path(__file__).parent / "upstream" / "profile-controller-namespace-labels.yaml"
+        ).read_text()
+    )
+    theirs = set(upstream["defaults"]) | set(upstream["service_mesh"])
+    ours = set(_admin_namespace()["metadata"]["labels"])
+    assert "app.kubernetes.io/part-of" in theirs and not ours & theirs, ours & theirs
 
 
 @pytest.mark.parametrize("overlay", TARGETS)
@@ -721,3 +740,56 @@ def test_the_runtime_restarts_disruptions_without_counting_them(overlay, pod, ac
     rules = runtime["spec"]["template"]["spec"]["failurePolicy"]["rules"]
     policy = runtime_job(overlay)["template"]["spec"]["podFailurePolicy"]["rules"]
     assert jobset_action(rules, *job_failure(policy, pod)) == action
+
+
+METADATA_ENDPOINTS = {
+    "gke": {("169.254.169.254/32", 80), ("169.254.169.252/32", 988)},
+    "eks": {("169.254.170.23/32", 80), ("fd00:ec2::23/128", 80)},
+}
+"""Where each cloud's workload identity hands pods their credentials: GKE's metadata server (and
+its Dataplane V2 port), the EKS Pod Identity agent (IPv4 and IPv6)."""
+
+
+def _egress_to(policies: list[dict]) -> dict[str, set[tuple[str, int]]]:
+    """Per policy: the (CIDR, port) pairs its egress rules open."""
+    return {
+        p["metadata"]["name"]: {
+            (peer["ipBlock"]["cidr"], port["port"])
+            for rule in p["spec"].get("egress", [])
+            for peer in rule.get("to", [])
+            if "ipBlock" in peer
+            for port in rule.get("ports", [])
+        }
+        for p in policies
+    }
+
+
+@pytest.mark.parametrize("overlay", ["a100", "local"])
+@pytest.mark.parametrize("cloud", sorted(METADATA_ENDPOINTS))
+def test_workload_identity_is_an_opt_in_per_cloud(overlay: str, cloud: str, tmp_path: Path) -> None:
+    """By default no pod reaches a metadata endpoint (default-deny egress); an overlay that adds
+    the cloud's component opens exactly that endpoint, for the object-store readers only."""
+    closed = _egress_to(objects(overlay, "NetworkPolicy"))
+    assert not any(pairs for pairs in closed.values()), closed
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "namespace": NAMESPACE,  # as an overlay of the user's sets it
+                "resources": [os.path.relpath(MANIFESTS / "overlays" / overlay, tmp_path)],
+                "components": [
+                    os.path.relpath(
+                        MANIFESTS / "components" / f"workload-identity-{cloud}", tmp_path
+                    )
+                ],
+            }
+        )
+    )
+    rendered = [o for o in yaml.safe_load_all(render_text(str(tmp_path))) if o]
+    opened = _egress_to([o for o in rendered if o["kind"] == "NetworkPolicy"])
+    added = {name: pairs for name, pairs in opened.items() if pairs}
+    assert set(added) == {f"workload-identity-{cloud}-{g}" for g in ("tasks", "dask", "mlflow")}
+    assert all(pairs == METADATA_ENDPOINTS[cloud] for pairs in added.values()), added
+    for policy in (o for o in rendered if o["metadata"]["name"] in added):
+        assert policy["metadata"]["namespace"] == NAMESPACE
+        assert policy["spec"]["policyTypes"] == ["Egress"] and policy["spec"]["podSelector"]
+        assert k8s_errors(policy) is None

@@ -98,3 +98,23 @@ def test_a_node_whose_peers_never_join_fails_in_bounded_time_in_one_line(tiny_da
     (line,) = [line for line in log.splitlines() if line.startswith("torchrun: node 0 of 2")]
     assert "the rendezvous at 127.0.0.1:" in line and "1/2 clients joined" in line, line
     assert "Traceback" not in log
+
+
+def test_a_node_whose_node_zero_never_comes_up_fails_in_one_line(tiny_dataset, tmp_path):
+    """Node 1 of two, started alone (node 0's pod never scheduled): nothing listens at the
+    master's address; after the TrainJob's timeout the node says so in one line, no traceback."""
+    import time
+
+    plan = TrainPlan(**PLAN, nnodes=2, nproc_per_node=1)
+    path = write_plan(tmp_path / "plan.json", plan)
+    spec = LaunchSpec.of(data=str(tiny_dataset), out=str(tmp_path / "alone"), plan=str(path))
+    job = build_trainjob(spec, plan, TrainJobTarget(rendezvous_timeout_s=10))
+    started = time.monotonic()
+    (node1,) = node_processes(job, free_port(), tmp_path, ranks=[1])
+    code = node1.wait(timeout=180)
+    elapsed = time.monotonic() - started
+    log = (tmp_path / "node-1.log").read_text()
+    assert code == 1 and elapsed < 150, (code, elapsed, log[-2000:])
+    (line,) = [line for line in log.splitlines() if line.startswith("torchrun: node 1 of 2")]
+    assert "the rendezvous at 127.0.0.1:" in line and "failed" in line, line
+    assert "Traceback" not in log, log[-3000:]

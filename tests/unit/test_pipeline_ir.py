@@ -186,10 +186,14 @@ def test_a_runs_worst_case_ends_before_the_next_days_run(env):
 
 
 def test_the_cluster_build_carries_the_run_deadline_and_the_local_build_does_not():
-    from pipelines.steps import RUN_DEADLINE_S
+    from pipelines.steps import DEFAULT_TTL, RUN_DEADLINE_S
 
     cluster = compiled(CLUSTER)[1]["platforms"]["kubernetes"]
     assert cluster["pipelineConfig"]["activeDeadlineSeconds"] == RUN_DEADLINE_S
+    # a finished run's pods and logs: kept short after success, a week after failure (Argo's
+    # default keeps a day whatever the outcome: a Friday night failure is gone by Monday)
+    assert cluster["pipelineConfig"]["resourceTtlOnSuccess"] == DEFAULT_TTL.success_s
+    assert cluster["pipelineConfig"]["resourceTtlOnFailure"] == DEFAULT_TTL.failure_s >= 7 * 86400
     local = compiled(LOCAL)[1] or {}
     assert "pipelineConfig" not in (local.get("platforms", {}).get("kubernetes") or {})
 

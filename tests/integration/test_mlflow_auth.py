@@ -1,0 +1,229 @@
+"""dailyrec against MLflow's own basic-auth server (``mlflow server --app-name basic-auth``): the
+accounts set up in the documented order let training, evaluation and registration work under
+their own accounts with a version linked to its training run; a lost link is an error."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from components.common.plan import TrainPlan, write_plan
+from components.evaluate.decision import GateRule
+from components.evaluate.stage import EvaluateConfig, evaluate
+from components.register import accounts
+from components.register.config import RegisterConfig
+from components.register.stage import register
+from components.train.trainer import TrainConfig, train
+from tests.reliability.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+ADMIN = ("admin", "admin-password-" + secrets.token_hex(8))
+PASSWORDS = {"pipeline": secrets.token_hex(12), "trainer": secrets.token_hex(12)}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def auth_server(tmp_path):
+    """A real MLflow server with its basic-auth app, nobody allowed anything by default."""
+    root = tmp_path / "server"
+    root.mkdir()
+    ini = root / "basic_auth.ini"
+    ini.write_text(
+        "[mlflow]\n"
+        "default_permission = NO_PERMISSIONS\n"
+        f"database_uri = sqlite:///{root / 'auth.db'}\n"
+        f"admin_username = {ADMIN[0]}\n"
+        f"admin_password = {ADMIN[1]}\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+    )
+    port = _free_port()
+    env = {
+        **os.environ,
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "MLFLOW_AUTH_CONFIG_PATH": str(ini),
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--app-name",
+            "basic-auth",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination",
+            (root / "artifacts").as_uri(),
+            "--workers",
+            "1",
+        ],
+        stdout=open(root / "server.log", "w"),  # noqa: SIM115 (closed with the process)
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    uri = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        import urllib.request
+
+        try:
+            return urllib.request.urlopen(f"{uri}/health", timeout=1).status == 200
+        except OSError:
+            return False
+
+    try:
+        wait_for(healthy, 120, "mlflow basic-auth server start", poll=0.3)
+        yield uri
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _as(monkeypatch, user: str, password: str) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", user)
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
+
+
+def _set_up(monkeypatch, uri: str, capsys) -> str:
+    _as(monkeypatch, *ADMIN)
+    for user, variable in accounts.PASSWORD_ENV.items():
+        monkeypatch.setenv(variable, PASSWORDS[user])
+    assert accounts.main(["--tracking-uri", uri]) == 0
+    return capsys.readouterr().out
+
+
+def test_the_accounts_in_order_let_every_stage_work_under_its_own(
+    auth_server, tiny_dataset, tmp_path, monkeypatch, capsys
+):
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    uri = auth_server
+    first = _set_up(monkeypatch, uri, capsys)
+    assert "created user pipeline, user trainer, experiment" in first
+    assert "pipeline READ on dailyrec-train" in first and "trainer EDIT on dailyrec-train" in first
+    again = _set_up(monkeypatch, uri, capsys)  # idempotent: nothing more to create
+    assert "created nothing (all there)" in again
+
+    # the training pods' account trains and logs its run
+    _as(monkeypatch, "trainer", PASSWORDS["trainer"])
+    plan = write_plan(
+        tmp_path / "plan.json",
+        TrainPlan(
+            model="debug", micro_batch=512, num_workers=0, lr=3e-3, eval_batch=4096, max_epochs=1
+        ),
+    )
+    out = tmp_path / "train"
+    summary = train(
+        TrainConfig(data=str(tiny_dataset), out=str(out), plan=str(plan), tracking_uri=uri)
+    )
+    assert summary.mlflow_run_id and summary.tracking_error is None
+    # ...and can never register a model or move an alias
+    with pytest.raises(MlflowException, match="403|PERMISSION_DENIED|Permission denied"):
+        MlflowClient(uri, registry_uri=uri).set_registered_model_alias(
+            RegisterConfig.model_name, "champion", "1"
+        )
+
+    # the pipeline's account evaluates and registers, the version linked to the training run
+    _as(monkeypatch, "pipeline", PASSWORDS["pipeline"])
+    evaluated = tmp_path / "eval"
+    evaluate(
+        EvaluateConfig(
+            data=str(tiny_dataset),
+            checkpoint=str(out / "best.pt"),
+            out=str(evaluated),
+            tracking_uri=uri,
+            rule=GateRule(min_auc=0.0),
+        )
+    )
+    registration = register(
+        RegisterConfig(
+            checkpoint=str(out / "best.pt"),
+            metrics=str(evaluated / "metrics.json"),
+            decision=str(evaluated / "decision.json"),
+            tracking_uri=uri,
+            data=str(tiny_dataset),
+        )
+    )
+    assert registration.version == 1
+    version = MlflowClient(uri, registry_uri=uri).get_model_version(RegisterConfig.model_name, "1")
+    assert f"runs/{summary.mlflow_run_id}" in version.description  # linked to its training run
+
+
+def test_a_training_run_the_pipeline_cannot_read_is_an_error_not_a_lost_link(
+    auth_server, tiny_dataset, tmp_path, monkeypatch, capsys
+):
+    """Without READ on the training experiment (the order the first run would make), register
+    stops in one line naming the run and what to grant, instead of a version without its link."""
+    from mlflow.server import get_app_client
+
+    from components.register.__main__ import main as register_main
+
+    uri = auth_server
+    _set_up(monkeypatch, uri, capsys)
+    _as(monkeypatch, "trainer", PASSWORDS["trainer"])
+    plan = write_plan(
+        tmp_path / "plan.json",
+        TrainPlan(
+            model="debug", micro_batch=512, num_workers=0, lr=3e-3, eval_batch=4096, max_epochs=1
+        ),
+    )
+    out = tmp_path / "train"
+    summary = train(
+        TrainConfig(data=str(tiny_dataset), out=str(out), plan=str(plan), tracking_uri=uri)
+    )
+    _as(monkeypatch, *ADMIN)
+    train_experiment = get_app_client("basic-auth", tracking_uri=uri)
+    from mlflow import MlflowClient
+
+    experiment = MlflowClient(uri).get_experiment_by_name(accounts.TRAIN).experiment_id
+    train_experiment.revoke_user_permission("pipeline", "experiment", experiment)
+    _as(monkeypatch, "pipeline", PASSWORDS["pipeline"])
+    evaluated = tmp_path / "eval"
+    evaluate(
+        EvaluateConfig(
+            data=str(tiny_dataset),
+            checkpoint=str(out / "best.pt"),
+            out=str(evaluated),
+            tracking_uri=uri,
+            rule=GateRule(min_auc=0.0),
+        )
+    )
+    code = register_main(
+        [
+            "--checkpoint",
+            str(out / "best.pt"),
+            "--metrics",
+            str(evaluated / "metrics.json"),
+            "--decision",
+            str(evaluated / "decision.json"),
+            "--tracking-uri",
+            uri,
+            "--data",
+            str(tiny_dataset),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 1, err
+    (line,) = [x for x in err.splitlines() if x.startswith("register: error:")]
+    assert f"the training run {summary.mlflow_run_id} cannot be read" in line
+    assert "READ" in line and "Traceback" not in err
