@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the two dailyrec images (and push them with --push):
 #   images/build.sh REGISTRY TAG [--push]
-# -> REGISTRY/dailyrec-runtime:TAG and REGISTRY/dailyrec-trainer:TAG, printed on stdout.
+# -> REGISTRY/dailyrec-runtime:TAG and REGISTRY/dailyrec-trainer:TAG, printed on stdout; with
+#    --push each as REGISTRY/NAME@sha256:DIGEST, the digest the registry reported for the push
+#    (what make deploy pins everywhere: a tag can be moved, a digest cannot).
 # Run from anywhere: the build context is the repository root, filtered by its .dockerignore.
 #
 # Environment (all optional):
@@ -140,9 +142,25 @@ for image in runtime trainer; do
 done
 
 if [[ $push -eq 1 ]]; then
+    pinned=()
     for ref in "${refs[@]}"; do
-        "$engine" push "$ref" >&2
+        if [[ $engine == podman ]]; then
+            # the digest file is this substitution's stdout; the progress goes to stderr
+            reported=$("$engine" push --digestfile /dev/stdout "$ref")
+        else
+            "$engine" push "$ref" >&2
+            # the repository digests of what was just pushed
+            reported=$("$engine" image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$ref")
+        fi
+        digest=""
+        while IFS= read -r line; do
+            [[ $line == "${ref%:*}@"* ]] && line=${line#*@}
+            [[ $line =~ ^(sha256:[0-9a-f]{64})$ ]] && digest=${BASH_REMATCH[1]}
+        done <<<"$reported"
+        [[ -n $digest ]] || { echo "images/build.sh: $ref pushed, but no digest reported" >&2; exit 1; }
+        pinned+=("${ref%:*}@$digest")
     done
+    refs=("${pinned[@]}")
 fi
 
 printf '%s\n' "${refs[@]}"

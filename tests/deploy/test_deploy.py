@@ -165,7 +165,12 @@ def test_a_deploys_summary_says_what_it_did():
         "validation": {"problems": [], "unchecked": ["Profile"], "crd_schemas": ["TrainJob"]},
         "checked": {"objects": 3, "examples": ["TrainJob"], "pipeline": "p.yaml", "schedule": "s"},
         "steps": [
-            {"step": "images", "command": ["images/build.sh", "r", "v1", "--push"]},
+            {
+                "step": "images",
+                "command": ["images/build.sh", "r", "v1", "--push"],
+                "pinned": "digest",
+                "refs": {"runtime": "r/dailyrec-runtime@sha256:" + "a" * 64},
+            },
             {"step": "apply", "command": ["/x/kubectl", "apply", "-f", "m.yaml"]},
             {"step": "id-key", "created": False},
             {"step": "upload", "pipeline_id": "p", "version_id": "pv", "created": True},
@@ -176,7 +181,8 @@ def test_a_deploys_summary_says_what_it_did():
     assert lines[0] == "deployed: dailyrec v1, ENV=a100; files in out/ (deploy.json lists them)"
     assert lines[2] == "  not validated offline: Profile"
     assert lines[3:] == [
-        "  built and pushed the images (images/build.sh r v1 --push)",
+        "  built and pushed the images (images/build.sh r v1 --push); pinned by digest: "
+        "r/dailyrec-runtime@sha256:" + "a" * 64,
         "  applied: kubectl apply -f m.yaml",
         "  Secret dailyrec-id-key: kept as it was",
         "  pipeline version pv uploaded",
@@ -519,3 +525,48 @@ def test_deploy_creates_the_id_secret_once_and_never_passes_it_as_an_argument():
     value = secret["stringData"]["key"]
     assert len(value) >= 32 and not any(value in part for part in [*get, *create])
     assert ensure_id_key(run_command) is False and len(calls) == 3  # found: left as it is
+
+
+DIGESTS = {"runtime": "sha256:" + "a" * 64, "trainer": "sha256:" + "b" * 64}
+
+
+def _pushed(refs: dict[str, str]) -> str:
+    """What images/build.sh --push prints: each image by the digest its push reported."""
+    return "".join(f"{ref.rsplit(':', 1)[0]}@{DIGESTS[key]}\n" for key, ref in refs.items())
+
+
+def test_the_pushed_digests_are_read_back_and_a_missing_one_is_refused():
+    import subprocess as sp
+
+    from pipelines.deploy import _images, pinned_refs
+
+    refs = image_refs("reg.example/ml", "abc123")
+    pinned = pinned_refs(_pushed(refs), refs)
+    assert pinned == {
+        "runtime": f"reg.example/ml/dailyrec-runtime@{DIGESTS['runtime']}",
+        "trainer": f"reg.example/ml/dailyrec-trainer@{DIGESTS['trainer']}",
+    }
+    config = DeployConfig(env="a100", registry="reg.example/ml", host="http://kfp", tag="abc123")
+
+    def build(cmd, **kwargs):
+        return sp.CompletedProcess(cmd, 0, stdout=_pushed(refs), stderr="")
+
+    step, got = _images(config, "abc123", refs, build)
+    assert got == pinned and step["pinned"] == "digest"
+    with pytest.raises(DeployError, match="no digest for reg.example/ml/dailyrec-trainer:abc123"):
+        pinned_refs(_pushed(refs).splitlines()[0], refs)
+
+
+@needs_kubectl
+def test_digest_pinned_images_reach_every_object_and_the_pipeline(tmp_path):
+    from pipelines.deploy import compile_for, pinned_refs, render_manifests
+
+    refs = image_refs("reg.example/ml", "abc123")
+    pinned = pinned_refs(_pushed(refs), refs)
+    objects = render_manifests("a100", pinned, tmp_path)
+    images = {c["image"] for obj in objects for c in _containers(obj) if "dailyrec" in c["image"]}
+    assert images and images <= set(pinned.values())
+    package = compile_for("a100", pinned, tmp_path / "pipeline.yaml")
+    spec, _ = yaml.safe_load_all(package.read_text())
+    executors = spec["deploymentSpec"]["executors"].values()
+    assert {e["container"]["image"] for e in executors} == {pinned["runtime"]}

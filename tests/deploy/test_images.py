@@ -570,13 +570,20 @@ def test_lock_check_names_what_is_inconsistent(edit, message, tmp_path, monkeypa
 def build(
     tmp_path: Path, *args: str, engine: str | None = "docker", **extra_env: str
 ) -> subprocess.CompletedProcess[str]:
-    """images/build.sh with PATH holding only a fake engine that logs its arguments."""
+    """images/build.sh with PATH holding only a fake engine that logs its arguments and, for a
+    push, reports :data:`PUSHED` as podman (its digest file) and docker (RepoDigests) do."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     log = tmp_path / "engine.log"
     if engine:
         fake = bin_dir / engine
-        fake.write_text(f'#!/bin/bash\necho "$*" >> "{log}"\n', encoding="utf-8")
+        fake.write_text(
+            f'#!/bin/bash\necho "$*" >> "{log}"\n'
+            f'if [[ $1 == push && $2 == --digestfile ]]; then echo {PUSHED} > "$3"; fi\n'
+            "if [[ $1 == image && $2 == inspect && $4 == *RepoDigests* ]]; then\n"
+            f'  echo "other.example/x@sha256:{"0" * 64}"; echo "${{5%:*}}@{PUSHED}"\nfi\n',
+            encoding="utf-8",
+        )
         fake.chmod(0o755)
     return build_with(bin_dir, tmp_path, *args, **extra_env)
 
@@ -593,6 +600,30 @@ def test_build_script_without_engine_exits_3(tmp_path: Path) -> None:
     assert "docker" in proc.stderr and "podman" in proc.stderr and proc.stderr.count("\n") == 1
 
 
+PUSHED = "sha256:" + "c0ffee" * 10 + "abcd"
+"""The digest the fake engine reports for a push."""
+
+
+@pytest.mark.parametrize("engine", ["podman", "docker"])
+def test_a_push_prints_each_image_by_the_digest_the_registry_reported(
+    tmp_path: Path, engine: str
+) -> None:
+    proc = build(tmp_path, "registry.example.com/ml", "0.1.0", "--push", engine=engine)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [
+        f"registry.example.com/ml/dailyrec-{image}@{PUSHED}" for image in ("runtime", "trainer")
+    ]
+
+
+def test_a_push_without_a_reported_digest_fails(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "podman").write_text("#!/bin/bash\ntrue\n", encoding="utf-8")
+    (bin_dir / "podman").chmod(0o755)
+    proc = build_with(bin_dir, tmp_path, "registry.example.com/ml", "0.1.0", "--push")
+    assert proc.returncode == 1 and "pushed, but no digest reported" in proc.stderr
+
+
 def test_build_script_builds_tags_and_pushes_both_images(tmp_path: Path) -> None:
     proc = build(tmp_path, "registry.example.com/ml/", "0.1.0", "--push", engine="podman")
     assert proc.returncode == 0, proc.stderr
@@ -600,7 +631,7 @@ def test_build_script_builds_tags_and_pushes_both_images(tmp_path: Path) -> None
         "registry.example.com/ml/dailyrec-runtime:0.1.0",
         "registry.example.com/ml/dailyrec-trainer:0.1.0",
     ]
-    assert proc.stdout.split() == refs
+    assert proc.stdout.split() == [f"{ref.rsplit(':', 1)[0]}@{PUSHED}" for ref in refs]
     calls = (tmp_path / "engine.log").read_text(encoding="utf-8").splitlines()
     # it asks the engine whether it answers and whether the registry base is there first
     assert [c.split()[0] for c in calls[:2]] == ["info", "image"]
@@ -612,7 +643,7 @@ def test_build_script_builds_tags_and_pushes_both_images(tmp_path: Path) -> None
         (base,) = base_images(image)  # the Dockerfile's default, recorded in a label
         assert f"--build-arg BASE_IMAGE={base}" in call
         assert f"--label org.opencontainers.image.base.name={base}" in call
-    assert calls[2:] == [f"push {ref}" for ref in refs]
+    assert calls[2:] == [f"push --digestfile /dev/stdout {ref}" for ref in refs]
 
 
 def test_a_base_pinned_by_digest_replaces_the_dockerfiles(tmp_path: Path) -> None:
