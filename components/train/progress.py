@@ -11,6 +11,7 @@ from components.common.monitoring import TrainingMetrics
 from components.common.plan import TrainPlan
 from components.common.progress import PROGRESS, get_logger
 from components.train.runtime import Runtime
+from components.train.trainjob_status import TrainJobStatus
 
 log = get_logger(__name__)
 
@@ -54,9 +55,14 @@ class Progress:
         runtime: Runtime,
         clock: Callable[[], float] = time.perf_counter,
         monitor: TrainingMetrics | None = None,
+        status: TrainJobStatus | None = None,
+        planned_epoch_s: float | None = None,
     ) -> None:
         self.every = plan.progress_seconds if runtime.is_main else 0.0
         self.monitor = monitor
+        self.status = status if status is not None and status.enabled else None
+        self.planned_epoch_s = planned_epoch_s
+        """The estimate's seconds per epoch: the ETA until this run's own pace is measured."""
         self.max_epochs = plan.max_epochs
         self.clock = clock
         self.validation_seconds = 0.0
@@ -67,8 +73,38 @@ class Progress:
         self._start = self._last = self.clock()
         self._first_step = first_step
 
+    def remaining(self, epoch: int, step: int, total: int, now: float) -> float | None:
+        """Seconds left if every planned epoch runs: this epoch's measured pace (plus the last
+        validation) once a step is measured, the plan's epoch seconds before."""
+        done = step - self._first_step
+        if done <= 0:
+            if self.planned_epoch_s is None:
+                return None
+            return (self.max_epochs - epoch - step / max(total, 1)) * self.planned_epoch_s
+        per_step = max(now - self._start, 1e-9) / done
+        epoch_left = (total - step) * per_step
+        return (
+            epoch_left
+            + self.validation_seconds
+            + (self.max_epochs - epoch - 1) * (total * per_step + self.validation_seconds)
+        )
+
+    def report(self, epoch: int, step: int, total: int, force: bool = False, **metrics) -> None:
+        """The run's progress to the TrainJob's status (throttled there; a no-op without it)."""
+        if self.status is None:
+            return
+        self.status.update(
+            (epoch + step / max(total, 1)) / self.max_epochs,
+            self.remaining(epoch, step, total, self.clock()),
+            force=force,
+            epoch=epoch + 1,
+            **metrics,
+        )
+
     def step(self, epoch: int, step: int, total: int, samples: float, loss: float) -> None:
         """After optimizer step ``step`` (1-based) of ``total``; ``samples`` since start()."""
+        if self.status is not None:
+            self.report(epoch, step, total, loss=loss)
         if not self.every:
             return
         now = self.clock()

@@ -73,6 +73,7 @@ from components.train.runtime import (
 from components.train.schedule import EarlyStopping
 from components.train.state import TrainState
 from components.train.steps import Diverged, EpochStats, StepRunner
+from components.train.trainjob_status import TrainJobStatus
 
 log = get_logger(__name__)
 
@@ -325,7 +326,14 @@ class Trainer:
             self.monitor.set(
                 planned_samples_per_second=(estimate.get("throughput") or {}).get("samples_per_s")
             )
-        self.progress = Progress(plan, runtime, monitor=self.monitor)
+        times = ((self.plan_doc or {}).get("estimate") or {}).get("times") or {}
+        self.progress = Progress(
+            plan,
+            runtime,
+            monitor=self.monitor,
+            status=TrainJobStatus() if runtime.is_main else None,
+            planned_epoch_s=times.get("epoch_seconds"),
+        )
 
     def after_step(self) -> None:
         """Write ``last`` every ``plan.checkpoint_every_steps`` optimizer steps and whenever
@@ -401,6 +409,10 @@ class Trainer:
                 gpu_utilization_percent=self.gpu.recent(),
                 progress_ratio=(epoch + 1) / plan.max_epochs,
             )
+        steps = self.steps_per_epoch  # the epoch done: its pace measured, validation included
+        self.progress.report(
+            epoch, steps, steps, loss=record["train_loss"], val_auc=record["val_auc"]
+        )
 
     def _callback_stops(self, record: dict) -> bool:
         """``on_epoch`` returned False on rank 0 (broadcast: every rank stops together)."""
@@ -419,6 +431,8 @@ class Trainer:
         gpu_util = self.gpu.stop()
         if self.monitor:
             self.monitor.close()
+        if self.progress.status is not None:  # done: 100%, nothing left
+            self.progress.status.update(1.0, 0.0, force=True)
         summary = self.summary(gpu_util)
         if self.runtime.is_main:
             summary.write(self.out)
