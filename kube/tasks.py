@@ -9,8 +9,8 @@ from __future__ import annotations
 from kfp import kubernetes
 
 from components.common.attempts import RUN_ID_ENV
-from components.common.integrity import SIGNING_KEY_ENV
 from components.common.monitoring import PUSHGATEWAY_ENV
+from components.common.signing import SIGNING_KEY_ENV, VERIFY_KEY_ENV
 from kube.types import ID_KEY_ENV, ID_KEY_SECRET, MOUNT_PATH, PVC
 
 KEY_ENV = ID_KEY_ENV["name"]
@@ -24,10 +24,16 @@ MLFLOW_SECRET = "mlflow-pipeline-auth"
 MLFLOW_CLIENTS = ("train-op", "evaluate-op", "register-op", "tune-op", "finalize")
 """Tasks that talk to MLflow: only they get its credentials and (NetworkPolicy) its port (finalize
 reads which runs the champion and previous versions came from: retention keeps them)."""
-SIGNING_CLIENTS = ("train-op", "evaluate-op", "register-op", "tune-op")
-"""MLflow clients that load or register models: only they get the model-signing key."""
+VERIFYING_CLIENTS = ("train-op", "evaluate-op", "register-op", "tune-op")
+"""MLflow clients that load registered models (the champion, a warm start): they get the public
+key that verifies a model's signature."""
+SIGNING_CLIENTS = ("register-op",)
+"""The one task that signs: only it gets the private key."""
 SIGNING_SECRET = "dailyrec-model-signing"
-"""Optional Secret with key ``key``: the HMAC key that signs registered models' digests."""
+"""Optional Secret with key ``key``: the Ed25519 private key that signs registered models' digests
+(components/common/signing.py)."""
+VERIFY_CONFIG = "dailyrec-model-verify"
+"""Optional ConfigMap with key ``key``: its public key, which every loader verifies with."""
 ID_KEY_CLIENTS = ("preprocess-op",)
 """Tasks that hash raw ids (with their Dask workers, kube/dask.py): only they get the id secret."""
 MONITORING_CONFIG = "dailyrec-monitoring"
@@ -68,7 +74,7 @@ def on_cluster(task, name: str):
             task, secret_name=ID_KEY_SECRET, secret_key_to_env={"key": KEY_ENV}
         )
     if name in MLFLOW_CLIENTS:
-        mlflow_client(task, signing=name in SIGNING_CLIENTS)
+        mlflow_client(task, signing=name in SIGNING_CLIENTS, verifying=name in VERIFYING_CLIENTS)
     if (
         name == "finalize"
     ):  # the exit handler pushes the run's outcome when the ConfigMap names a gateway
@@ -79,9 +85,10 @@ def on_cluster(task, name: str):
     return task
 
 
-def mlflow_client(task, signing: bool = True):
+def mlflow_client(task, signing: bool = False, verifying: bool = True):
     """Let a task reach MLflow (pod label for the NetworkPolicy) with the pipeline's credentials;
-    ``signing``: with the optional model-signing key too (tasks that load or register models)."""
+    ``verifying``: with the optional public key that verifies models (tasks that load them);
+    ``signing``: with the optional private key too (the task that registers them)."""
     kubernetes.add_pod_label(task, MLFLOW_CLIENT_LABEL, "true")
     kubernetes.use_secret_as_env(
         task,
@@ -91,12 +98,18 @@ def mlflow_client(task, signing: bool = True):
             "password": "MLFLOW_TRACKING_PASSWORD",
         },
     )
-    if not signing:
-        return task
-    # optional: with it, registered models are signed and loaders require the signature
-    kubernetes.use_secret_as_env(
-        task, secret_name=SIGNING_SECRET, secret_key_to_env={"key": SIGNING_KEY_ENV}, optional=True
-    )
+    # optional: with them, registered models are signed and loaders require the signature
+    if verifying:
+        kubernetes.use_config_map_as_env(
+            task, VERIFY_CONFIG, {"key": VERIFY_KEY_ENV}, optional=True
+        )
+    if signing:
+        kubernetes.use_secret_as_env(
+            task,
+            secret_name=SIGNING_SECRET,
+            secret_key_to_env={"key": SIGNING_KEY_ENV},
+            optional=True,
+        )
     return task
 
 

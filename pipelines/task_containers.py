@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from components.common.attempts import RUN_ID_ENV
-from components.common.integrity import SIGNING_KEY_ENV
 from components.common.lock import TOKEN_ENV
 from components.common.monitoring import PUSHGATEWAY_ENV
+from components.common.signing import SIGNING_KEY_ENV, VERIFY_KEY_ENV
 from kube.types import ID_KEY_ENV, MOUNT_PATH
 
 IMAGE_UID = 10001
@@ -29,6 +29,7 @@ PASSED_ENV = (
     TOKEN_ENV,
     RUN_ID_ENV,
     SIGNING_KEY_ENV,
+    VERIFY_KEY_ENV,
     ID_KEY_ENV["name"],
     PUSHGATEWAY_ENV,
     "MLFLOW_TRACKING_USERNAME",

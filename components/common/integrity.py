@@ -15,10 +15,11 @@ code. So, at registration:
   registering run's outputs (``integrity/manifest.json``) and in
   registration.json, to name what changed when a check fails.
 
-With ``$DAILYREC_MODEL_SIGNING_KEY`` set (from a Kubernetes Secret), the digest
-is also signed (HMAC-SHA256, tag ``dailyrec_model_signature``) and loaders with
-the key require a valid signature: then not even someone who can write the
-registry database can swap a model in.
+With ``$DAILYREC_MODEL_SIGNING_KEY`` set (an Ed25519 private key, from a Kubernetes Secret
+only the register task mounts), the digest is also signed (tag ``dailyrec_model_signature``:
+:mod:`components.common.signing`) and loaders with the public key
+(``$DAILYREC_MODEL_VERIFY_KEY``) require a valid signature: then not even someone who can write
+the registry database -- or who holds a verifying pod -- can swap a model in.
 
 Before loading, :func:`verified_download` downloads a version and refuses it
 (:class:`IntegrityError`) unless the manifest of what arrived has the digest
@@ -32,9 +33,7 @@ serve``) load it from the verified folder:
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
-import os
 import re
 import sys
 import tempfile
@@ -43,10 +42,18 @@ from typing import Any
 
 from components.common.cli import Exit, cli_parser, exit_for
 from components.common.registry_read import CHAMPION_URI
+from components.common.signing import (
+    VERIFY_KEY_ENV,
+    key_id,
+    private_key,
+    public_key,
+    sign,
+    signer_of,
+    verifies,
+)
 
 DIGEST_TAG = "dailyrec_model_sha256"
 SIGNATURE_TAG = "dailyrec_model_signature"
-SIGNING_KEY_ENV = "DAILYREC_MODEL_SIGNING_KEY"
 WEIGHTS_TAG = "dailyrec_weights_sha256"
 MANIFEST_ARTIFACT = "integrity/manifest.json"
 WEIGHTS = "artifacts/model.pt"
@@ -138,18 +145,14 @@ def check_logged(folder: str | Path, checkpoint: dict, model_code: Path, package
         raise IntegrityError(f"{folder}: the logged weights differ from the checkpoint's")
 
 
-def signature(digest: str, key: str) -> str:
-    return hmac.new(key.encode(), digest.encode(), hashlib.sha256).hexdigest()
-
-
 def seal(folder: str | Path) -> tuple[dict[str, str], dict[str, str]]:
     """``(version tags, manifest)`` of a checked logged model folder (signed when a key is set)."""
     files = manifest(folder)
     if WEIGHTS not in files:
         raise IntegrityError(f"{folder}: no {WEIGHTS} in the logged model")
     tags = {DIGEST_TAG: manifest_digest(files), WEIGHTS_TAG: files[WEIGHTS]}
-    if key := os.environ.get(SIGNING_KEY_ENV):
-        tags[SIGNATURE_TAG] = signature(tags[DIGEST_TAG], key)
+    if (signer := private_key()) is not None:
+        tags[SIGNATURE_TAG] = sign(tags[DIGEST_TAG], signer)
     return tags, files
 
 
@@ -187,14 +190,18 @@ def verified_download(client: Any, name: str, version: int | str, dest: str | Pa
             f"{where} carries no {DIGEST_TAG} tag (registered before digests were recorded, "
             f"or not by dailyrec): refusing to load it; register the model again"
         )
-    key = os.environ.get(SIGNING_KEY_ENV)
-    if key and not hmac.compare_digest(
-        (mv.tags or {}).get(SIGNATURE_TAG, ""), signature(expected, key)
-    ):
+    public = public_key()
+    tag = (mv.tags or {}).get(SIGNATURE_TAG, "")
+    if public is not None and not verifies(tag, expected, public):
+        signer = signer_of(tag)
         raise IntegrityError(
             f"{where}: its {SIGNATURE_TAG} tag is missing or does not match the digest under "
-            f"${SIGNING_KEY_ENV}: refusing to load it (signed by another key, or the registry "
-            f"was altered)"
+            f"the verify key {key_id(public)} (${VERIFY_KEY_ENV}): refusing to load it "
+            + (
+                f"(signed by key {signer})"
+                if signer and signer != key_id(public)
+                else "(unsigned, or the registry was altered)"
+            )
         )
     # where the version's files are, as this registry's folder holds them (it may have moved)
     source = local_artifact_uri(

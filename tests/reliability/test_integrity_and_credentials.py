@@ -368,19 +368,27 @@ def test_secrets_reach_only_what_needs_them(tmp_path, fault_report):
     (account,) = executors.pop("exec-finalize")["secretAsEnv"]
     assert account["secretName"] == "mlflow-pipeline-auth"
     for name in with_secret - {"exec-finalize"}:
-        account, signing = executors[name]["secretAsEnv"]
+        account, *signing = executors[name]["secretAsEnv"]
         assert account["secretName"] == "mlflow-pipeline-auth" and not account["optional"]
         assert {e["envVar"] for e in account["keyToEnv"]} == {
             "MLFLOW_TRACKING_USERNAME",
             "MLFLOW_TRACKING_PASSWORD",
         }
-        assert signing["secretName"] == "dailyrec-model-signing" and signing["optional"]
-        assert [e["envVar"] for e in signing["keyToEnv"]] == ["DAILYREC_MODEL_SIGNING_KEY"]
+        # the private key only where models are signed; the public key wherever they are loaded
+        if name == "exec-register-op":
+            (key,) = signing
+            assert key["secretName"] == "dailyrec-model-signing" and key["optional"]
+            assert [e["envVar"] for e in key["keyToEnv"]] == ["DAILYREC_MODEL_SIGNING_KEY"]
+        else:
+            assert signing == [], name
+        (verify,) = executors[name]["configMapAsEnv"][-1:]
+        assert verify["configMapName"] == "dailyrec-model-verify" and verify["optional"]
+        assert [e["envVar"] for e in verify["keyToEnv"]] == ["DAILYREC_MODEL_VERIFY_KEY"]
     fault_report(
         "security",
         "who can read which Secret",
         "MLflow: its database, bucket and auth settings; training pods: their own MLflow account; "
-        "only the train, evaluate and register tasks (and the exit handler, read-only use): the pipeline's MLflow account; only the first three the signing key; only preprocess (and its Dask workers) the id secret; no Role of ours grants secrets",
+        "only the train, evaluate and register tasks (and the exit handler, read-only use): the pipeline's MLflow account; only register the private signing key, the model loaders its public key; only preprocess (and its Dask workers) the id secret; no Role of ours grants secrets",
     )
 
 
@@ -390,10 +398,10 @@ def test_a_signing_key_protects_against_registry_writes_too(
 ):
     from mlflow import MlflowClient
 
+    from components.common import signing
     from components.common.integrity import (
         DIGEST_TAG,
         SIGNATURE_TAG,
-        SIGNING_KEY_ENV,
         IntegrityError,
         manifest,
         manifest_digest,
@@ -404,7 +412,10 @@ def test_a_signing_key_protects_against_registry_writes_too(
     from components.register.stage import register
     from tests.checkpoints import untrained_checkpoint
 
-    monkeypatch.setenv(SIGNING_KEY_ENV, "k1-from-a-secret")
+    private, public = signing.write_pair(tmp_path / "keys")
+    other_private, other_public = signing.write_pair(tmp_path / "other")
+    # the register task holds the private key; it alone signs
+    monkeypatch.setenv(signing.SIGNING_KEY_ENV, private.read_text())
     checkpoint = untrained_checkpoint(tmp_path / "model.pt", tiny_dataset, seed=1)
     forced_evaluation(tmp_path)
     uri = sqlite_uri(tmp_path / "runs")
@@ -418,26 +429,44 @@ def test_a_signing_key_protects_against_registry_writes_too(
             data=str(tiny_dataset),
         )
     )
+    client = MlflowClient(uri, registry_uri=uri)
+    tag = client.get_model_version("ctr", "1").tags[SIGNATURE_TAG]
+    assert tag.startswith("ed25519:") and private.read_text().strip() not in tag
+    # a loader holds only the public key (no private key anywhere in its environment)
+    monkeypatch.delenv(signing.SIGNING_KEY_ENV)
+    monkeypatch.setenv(signing.VERIFY_KEY_ENV, public.read_text())
     assert champion_checkpoint(connect(uri), "ctr", str(tmp_path / "a"))[0] == 1
-    # someone who can write the artifact store AND the registry: new files, and the digest tag to match
+    # someone who can write the artifact store AND the registry: new files, the digest tag to
+    # match, and a signature made with the only key a loader has -- the public one -- or their own
     (model_dir,) = {p.parent for p in (tmp_path / "runs" / "artifacts").rglob("MLmodel")}
     with open(model_dir / "model_code.py", "a") as fh:
         fh.write("\nprint('planted')\n")
-    MlflowClient(uri, registry_uri=uri).set_model_version_tag(
-        "ctr", "1", DIGEST_TAG, manifest_digest(manifest(model_dir))
+    digest = manifest_digest(manifest(model_dir))
+    client.set_model_version_tag("ctr", "1", DIGEST_TAG, digest)
+    forged = signing.sign(
+        digest, signing.private_key({signing.SIGNING_KEY_ENV: other_private.read_text()})
     )
-    with pytest.raises(
-        IntegrityError,
-        match=rf"models:/ctr/1: its {SIGNATURE_TAG} tag is missing or does not "
-        r"match the digest",
-    ):
-        champion_checkpoint(connect(uri), "ctr", str(tmp_path / "b"))
-    monkeypatch.setenv(SIGNING_KEY_ENV, "another-key")
-    with pytest.raises(IntegrityError, match=SIGNATURE_TAG):
+    for signature in (tag, forged, "hmac:" + public.read_text().strip()):
+        client.set_model_version_tag("ctr", "1", SIGNATURE_TAG, signature)
+        with pytest.raises(
+            IntegrityError,
+            match=rf"models:/ctr/1: its {SIGNATURE_TAG} tag is missing or does not match the digest",
+        ):
+            champion_checkpoint(connect(uri), "ctr", str(tmp_path / "b"))
+    other_id = signing.key_id(
+        signing.public_key({signing.VERIFY_KEY_ENV: other_public.read_text()})
+    )
+    client.set_model_version_tag("ctr", "1", SIGNATURE_TAG, forged)
+    with pytest.raises(IntegrityError, match=f"signed by key {other_id}"):
         champion_checkpoint(connect(uri), "ctr", str(tmp_path / "c"))
+    # a key that is no Ed25519 key is refused by name
+    monkeypatch.setenv(signing.VERIFY_KEY_ENV, "not-a-key")
+    with pytest.raises(signing.SigningKeyError, match=signing.VERIFY_KEY_ENV):
+        champion_checkpoint(connect(uri), "ctr", str(tmp_path / "d"))
     fault_report(
         "security",
-        "model files and their digest tag both rewritten (artifact store and registry "
-        "written), with a signing key set",
-        "refused: the HMAC signature of the digest does not match",
+        "model files, their digest tag and the signature tag all rewritten (artifact store and "
+        "registry written), the forger holding what a loader holds or a key of their own",
+        "refused: the Ed25519 signature does not verify under the deployment's public key (the "
+        "private key lives in the register task alone); the refusal names the signing key",
     )
