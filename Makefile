@@ -81,6 +81,9 @@ PUSH ?=
 SKIP_IMAGES ?=
 #: docker-registry Secret(s) in the namespace for a private registry, comma-separated
 IMAGE_PULL_SECRETS ?=
+#: make deploy: the Secret KFP's launcher reads the pipeline root's credentials from, the one the
+#: pipeline may read (empty: mlpipeline-minio-artifact; another bucket's as kfp-launcher names it)
+OBJECT_STORE_SECRET ?=
 #: deployment settings of make deploy, baked in per environment: SET='raw_uri=s3://… model_name=…'
 SET ?=
 #: seconds a finished run's workflow (pods, logs) is kept after success / failure (make deploy;
@@ -167,7 +170,7 @@ $(VENV)/.dev: $(STAMP)
 deploy: install ## ENV=a100 KFP_HOST=… REGISTRY=… [SET='name=value …'] [TAG=…] [SKIP_IMAGES=1] [DRY_RUN=1 → build/deploy/ only]
 	$(PY) -m pipelines.deploy --env $(ENV) --registry "$(or $(REGISTRY),$(if $(DRY_RUN),registry.example.com/dailyrec,))" \
 	  $(if $(KFP_HOST),--host $(KFP_HOST)) $(if $(TAG),--tag $(TAG)) $(if $(DRY_RUN),--dry-run) $(if $(SKIP_IMAGES),--skip-images) \
-	  $(foreach s,$(subst $(comma), ,$(IMAGE_PULL_SECRETS)),--image-pull-secret $(s)) \
+	  $(foreach s,$(subst $(comma), ,$(IMAGE_PULL_SECRETS)),--image-pull-secret $(s)) $(if $(OBJECT_STORE_SECRET),--object-store-secret $(OBJECT_STORE_SECRET)) \
 	  $(foreach s,$(SET),--set '$(s)') $(if $(TTL_SUCCESS_S),--ttl-success-s $(TTL_SUCCESS_S)) $(if $(TTL_FAILURE_S),--ttl-failure-s $(TTL_FAILURE_S))
 
 trigger: install ## start one run of the deployed pipeline now (as the UI's Create run): KFP_HOST=…

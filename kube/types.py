@@ -47,6 +47,14 @@ class Storage:
 
 STORAGE = Storage()
 
+OBJECT_STORE_SECRET = "mlpipeline-minio-artifact"
+"""The object store's credentials KFP's launcher reads for a pipeline root (its default; a
+pipeline root in another bucket names its own in the ``kfp-launcher`` ConfigMap's ``providers``:
+kubeflow/pipelines ``backend/src/v2/config/env.go``). The pipeline's account may read this one
+Secret alone; ``make deploy OBJECT_STORE_SECRET=...`` names another."""
+RUNTIME_ROLE = "dailyrec-kfp-runtime"
+"""The Role of what KFP's driver and launcher and Argo's executor call in each pipeline pod."""
+
 ID_KEY_SECRET = "dailyrec-id-key"
 """Secret with key ``key``: the deployment's id secret (components.common.hashing), which the pods
 that hash raw ids (preprocess, its Dask workers, serving) read as ``$DAILYREC_ID_KEY``; ``make

@@ -44,7 +44,7 @@ import yaml
 
 from components.common.cli import Exit, HelpFormatter, cli_parser, exit_for
 from components.common.images import IMAGE_REPOS
-from kube.types import ID_KEY_SECRET, MOUNT_PATH, NAMESPACE
+from kube.types import ID_KEY_SECRET, MOUNT_PATH, NAMESPACE, OBJECT_STORE_SECRET, RUNTIME_ROLE
 from pipelines.daily import PIPELINE_NAME
 from pipelines.steps import DEFAULT_TTL, RunTTL
 
@@ -85,6 +85,9 @@ class DeployConfig:
     image_pull_secrets: tuple[str, ...] = ()
     """Secrets (docker-registry type, created by the operator in the namespace) for a private
     REGISTRY: added to every ServiceAccount dailyrec's pods run as, so each pod can pull."""
+    object_store_secret: str = OBJECT_STORE_SECRET
+    """The Secret KFP's launcher reads the pipeline root's credentials from (the one Secret the
+    pipeline's account may read): another bucket's, named in the ``kfp-launcher`` ConfigMap."""
     settings: tuple[str, ...] = ()
     """``name=value`` of deployment settings (:data:`pipelines.parameters.DEPLOYMENT`: raw_uri,
     model_name, retention_days...) baked into the compiled pipeline for this environment."""
@@ -108,10 +111,11 @@ class DeployConfig:
                 "KFP_HOST is required (the Kubeflow Pipelines API), or use DRY_RUN=1"
             )
         self.baked_settings()  # refused here, before anything is built
-        for secret in self.image_pull_secrets:
+        named = [("IMAGE_PULL_SECRETS", s) for s in self.image_pull_secrets]
+        for what, secret in [*named, ("OBJECT_STORE_SECRET", self.object_store_secret)]:
             if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", secret):
                 raise DeployRequestError(
-                    f"IMAGE_PULL_SECRETS: {secret!r} is not a Secret name (lower-case DNS name)"
+                    f"{what}: {secret!r} is not a Secret name (lower-case DNS name)"
                 )
         if len(self.schedule.split()) != 6:
             raise DeployRequestError(
@@ -214,7 +218,11 @@ def kubectl() -> str:
 
 
 def wrapper_kustomization(
-    env: str, refs: dict[str, str], folder: Path, pull_secrets: tuple[str, ...] = ()
+    env: str,
+    refs: dict[str, str],
+    folder: Path,
+    pull_secrets: tuple[str, ...] = (),
+    object_store_secret: str = OBJECT_STORE_SECRET,
 ) -> Path:
     """A kustomization in ``folder`` over the overlay that pins the images with kustomize's own
     ``images:`` transformer (each overlay maps the ghcr.io names onto REGISTRY/TAG placeholders,
@@ -237,8 +245,9 @@ def wrapper_kustomization(
         "resources": [os.path.relpath(overlay, folder)],
         "images": images,
     }
+    doc["patches"] = []
     if pull_secrets:  # every pod runs as one of these accounts: each can pull from the registry
-        doc["patches"] = [
+        doc["patches"].append(
             {
                 "target": {
                     "kind": "ServiceAccount",
@@ -254,9 +263,26 @@ def wrapper_kustomization(
                     ]
                 ),
             }
-        ]
+        )
+    if object_store_secret != OBJECT_STORE_SECRET:  # the one Secret the launcher may read
+        doc["patches"].append(_object_store_patch(object_store_secret))
+    if not doc["patches"]:
+        del doc["patches"]
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+def _object_store_patch(secret: str) -> dict:
+    """A kustomize patch naming ``secret`` as the one Secret the runtime Role reads; its ``test``
+    op makes kustomize refuse it if the Role's first rule is ever not the Secrets rule."""
+    ops = [
+        {"op": "test", "path": "/rules/0/resources", "value": ["secrets"]},
+        {"op": "replace", "path": "/rules/0/resourceNames", "value": [secret]},
+    ]
+    return {
+        "target": {"kind": "Role", "name": RUNTIME_ROLE},
+        "patch": yaml.safe_dump(ops),
+    }
 
 
 def render_manifests(
@@ -264,12 +290,17 @@ def render_manifests(
     refs: dict[str, str] | None = None,
     work: Path | None = None,
     pull_secrets: tuple[str, ...] = (),
+    object_store_secret: str = OBJECT_STORE_SECRET,
 ) -> list[dict]:
     """``kubectl kustomize`` of the overlay (through a wrapper pinning ``refs``) as objects."""
     folder = ROOT / "manifests" / "overlays" / env
     if refs is not None:
         folder = wrapper_kustomization(
-            env, refs, (work or ROOT / "build" / "deploy") / "kustomize", pull_secrets
+            env,
+            refs,
+            (work or ROOT / "build" / "deploy") / "kustomize",
+            pull_secrets,
+            object_store_secret,
         ).parent
     done = subprocess.run(
         [kubectl(), "kustomize", str(folder)], capture_output=True, text=True, check=False
@@ -596,6 +627,7 @@ def deploy(
     record["settings"] = baked_values(package)
     record["ttl"] = {"success_s": config.ttl.success_s, "failure_s": config.ttl.failure_s}
     record["image_pull_secrets"] = list(config.image_pull_secrets)
+    record["object_store_secret"] = config.object_store_secret
     apply = [
         kubectl(),
         "apply",
@@ -647,7 +679,9 @@ def _render_and_validate(
     from components.common.storage import atomic_write_bytes, atomic_write_json
     from kube.validate import DEFAULT_CRDS, crd_schemas, validate_cluster_spec, validate_objects
 
-    objects = render_manifests(config.env, refs, out, config.image_pull_secrets)
+    objects = render_manifests(
+        config.env, refs, out, config.image_pull_secrets, config.object_store_secret
+    )
     record["steps"].append(
         {"step": "manifests", "objects": len(objects), "images": "kustomize/kustomization.yaml"}
     )
@@ -883,6 +917,13 @@ def _parser() -> argparse.ArgumentParser:
         "default: none, the registry is public or the nodes can pull)",
     )
     p.add_argument(
+        "--object-store-secret",
+        default=OBJECT_STORE_SECRET,
+        metavar="SECRET",
+        help="the Secret KFP's launcher reads the pipeline root's credentials from, the one "
+        "Secret the pipeline may read (another bucket's: as named in the kfp-launcher ConfigMap)",
+    )
+    p.add_argument(
         "--set",
         action="append",
         default=[],
@@ -945,6 +986,7 @@ def main(argv: list[str] | None = None) -> int:
             out=args.out,
             schedule=args.schedule,
             image_pull_secrets=tuple(args.image_pull_secret),
+            object_store_secret=args.object_store_secret,
             settings=tuple(args.set),
             ttl=RunTTL(args.ttl_success_s, args.ttl_failure_s),
         )
@@ -1058,6 +1100,11 @@ def settings_lines(record: dict) -> list[str]:
         lines.append(
             f"  a run from the Kubeflow UI: set its Service Account to {PIPELINE_SERVICE_ACCOUNT} (left "
             "empty it runs as default-editor, which reads every Secret of the namespace)"
+        )
+    if "object_store_secret" in record:
+        lines.append(
+            f"  object store Secret the pipeline may read: {record['object_store_secret']} "
+            "(OBJECT_STORE_SECRET=...: the one the kfp-launcher ConfigMap names)"
         )
     if "ttl" in record:
         t = record["ttl"]

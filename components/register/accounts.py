@@ -11,8 +11,9 @@ experiment is its only manager. Left to the first run, the training pods' accoun
 version would lose its link to them. So the admin creates every experiment and the registered
 model first, then grants (:data:`GRANTS`):
 
-* ``pipeline`` (train, evaluate, register and tune tasks): READ on the training runs, EDIT where
-  it writes runs, MANAGE on the registered model (versions, ``@champion``, ``@previous``);
+* ``pipeline`` (train, evaluate, register and tune tasks): EDIT on every experiment: it reads the
+  training runs and logs each model on its training run (a logged model's home), and writes its
+  own runs, MANAGE on the registered model (versions, ``@champion``, ``@previous``);
 * ``trainer`` (the training pods): EDIT on the training and tuning experiments only, so a
   training pod logs its metrics but can never register a model or move an alias.
 """
@@ -35,7 +36,7 @@ PASSWORD_ENV = {"pipeline": "DAILYREC_PIPELINE_PASSWORD", "trainer": "DAILYREC_T
 TRAIN, TUNE = TrainConfig.experiment, TuneConfig.experiment
 GRANTS: dict[str, dict[str, str]] = {
     "pipeline": {
-        TRAIN: "READ",
+        TRAIN: "EDIT",
         TUNE: "EDIT",
         EVALUATE_EXPERIMENT: "EDIT",
         RegisterConfig.experiment: "EDIT",
@@ -97,12 +98,26 @@ def set_up(tracking_uri: str, model_name: str, environ: dict | None = None) -> D
     granted = []
     for user, grants in GRANTS.items():
         for name, permission in grants.items():
-            auth.grant_user_permission(user, "experiment", experiments[name], permission)
+            _grant(auth, user, "experiment", experiments[name], permission)
             granted.append(f"{user} {permission} on {name}")
     for user, permission in MODEL_PERMISSION.items():
-        auth.grant_user_permission(user, "registered_model", model_name, permission)
+        _grant(auth, user, "registered_model", model_name, permission)
         granted.append(f"{user} {permission} on model {model_name}")
     return Done(tuple(created), tuple(granted))
+
+
+def _grant(auth, user: str, kind: str, resource: str, permission: str) -> None:
+    """Grant ``permission``, replacing whatever the user had there: a rerun, or an experiment the
+    user created (MLflow makes its creator MANAGE), ends with exactly :data:`GRANTS`."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        auth.grant_user_permission(user, kind, resource, permission)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        auth.revoke_user_permission(user, kind, resource)
+        auth.grant_user_permission(user, kind, resource, permission)
 
 
 def main(argv: list[str] | None = None) -> int:

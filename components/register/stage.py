@@ -518,8 +518,8 @@ def _run_experiment(client: Any, what: str, run_id: str) -> str | None:
         raise LineageError(
             f"the {what} run {run_id} cannot be read ({exc.error_code}: "
             f"{redact(str(exc.message))[:200]}): the model version would lose its link to it; "
-            f"give this account READ on the run's experiment (python -m "
-            f"components.register.accounts sets up the accounts and their grants)"
+            f"give this account EDIT on the run's experiment (the model is logged on its "
+            f"run there; python -m components.register.accounts sets up the accounts and grants)"
         ) from None
 
 

@@ -570,3 +570,40 @@ def test_digest_pinned_images_reach_every_object_and_the_pipeline(tmp_path):
     spec, _ = yaml.safe_load_all(package.read_text())
     executors = spec["deploymentSpec"]["executors"].values()
     assert {e["container"]["image"] for e in executors} == {pinned["runtime"]}
+
+
+def test_a_pipeline_root_in_another_bucket_names_its_secret_and_only_that_one(tmp_path):
+    """KFP's launcher reads the Secret the kfp-launcher ConfigMap names for the pipeline root
+    (kubeflow/pipelines backend/src/v2/config/env.go): the runtime Role follows the setting,
+    still one Secret by name, and the summary says which."""
+    out = tmp_path / "deploy"
+    record = deploy(
+        DeployConfig(
+            env="a100",
+            registry="r.example/ml",
+            tag="t",
+            dry_run=True,
+            out=str(out),
+            object_store_secret="team-bucket-creds",
+        )
+    )
+    objects = [o for o in yaml.safe_load_all((out / "manifests.yaml").read_text()) if o]
+    (runtime,) = [
+        o
+        for o in objects
+        if o["kind"] == "Role" and o["metadata"]["name"] == "dailyrec-kfp-runtime"
+    ]
+    secrets = [r for r in runtime["rules"] if "secrets" in r["resources"]]
+    assert secrets == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["team-bucket-creds"],
+            "verbs": ["get"],
+        }
+    ]
+    assert "object store Secret the pipeline may read: team-bucket-creds" in "\n".join(
+        summary(record, str(out))
+    )
+    with pytest.raises(ValueError, match="OBJECT_STORE_SECRET: 'Team Creds'"):
+        DeployConfig(env="a100", registry="r", dry_run=True, object_store_secret="Team Creds")

@@ -120,7 +120,7 @@ def test_the_accounts_in_order_let_every_stage_work_under_its_own(
     uri = auth_server
     first = _set_up(monkeypatch, uri, capsys)
     assert "created user pipeline, user trainer, experiment" in first
-    assert "pipeline READ on dailyrec-train" in first and "trainer EDIT on dailyrec-train" in first
+    assert "pipeline EDIT on dailyrec-train" in first and "trainer EDIT on dailyrec-train" in first
     again = _set_up(monkeypatch, uri, capsys)  # idempotent: nothing more to create
     assert "created nothing (all there)" in again
 
@@ -172,7 +172,7 @@ def test_the_accounts_in_order_let_every_stage_work_under_its_own(
 def test_a_training_run_the_pipeline_cannot_read_is_an_error_not_a_lost_link(
     auth_server, tiny_dataset, tmp_path, monkeypatch, capsys
 ):
-    """Without READ on the training experiment (the order the first run would make), register
+    """Without access to the training experiment (the order the first run would make), register
     stops in one line naming the run and what to grant, instead of a version without its link."""
     from mlflow.server import get_app_client
 
@@ -226,4 +226,4 @@ def test_a_training_run_the_pipeline_cannot_read_is_an_error_not_a_lost_link(
     assert code == 1, err
     (line,) = [x for x in err.splitlines() if x.startswith("register: error:")]
     assert f"the training run {summary.mlflow_run_id} cannot be read" in line
-    assert "READ" in line and "Traceback" not in err
+    assert "EDIT" in line and "Traceback" not in err
