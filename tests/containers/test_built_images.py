@@ -94,3 +94,30 @@ def test_every_stage_cli_answers_help_in_both_images(images):
     for name, ref in refs.items():
         done = run_in(engine, ref, script + "\necho done")
         assert done.stdout.split() == ["done"], (name, done.stdout)
+
+
+def test_each_image_carries_the_bill_of_what_it_installed(images):
+    """The CycloneDX bill inside each image (images/sbom.py, from the lock) names exactly the
+    Python distributions pip installed there, at their versions, and the image's label points
+    at it."""
+    import json
+    import subprocess
+
+    from images.sbom import SBOM_LABEL, SBOM_PATH, normalized
+
+    engine, refs = images
+    for name, ref in refs.items():
+        done = run_in(engine, ref, f"cat {SBOM_PATH} && echo '\\f' && pip list --format json")
+        assert done.returncode == 0, (name, done.stderr)
+        bill, installed = done.stdout.split("\f")
+        listed = {c["name"]: c["version"] for c in json.loads(bill)["components"]}
+        have = {normalized(d["name"]): d["version"] for d in json.loads(installed)}
+        have.pop("pip")  # the venv's own installer, seeded by python -m venv, not by the lock
+        assert have == listed, (name, set(have.items()) ^ set(listed.items()))
+        label = subprocess.run(
+            [engine, "inspect", "-f", f'{{{{index .Config.Labels "{SBOM_LABEL}"}}}}', ref],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert label == SBOM_PATH, name
