@@ -84,6 +84,9 @@ IMAGE_PULL_SECRETS ?=
 #: make deploy: the Secret KFP's launcher reads the pipeline root's credentials from, the one the
 #: pipeline may read (empty: mlpipeline-minio-artifact; another bucket's as kfp-launcher names it)
 OBJECT_STORE_SECRET ?=
+#: make deploy: the MLflow server's image by digest, NAME@sha256:… (empty: the manifest's tag,
+#: pinned by the digest a pull reports where a container engine answers)
+MLFLOW_IMAGE ?=
 #: deployment settings of make deploy, baked in per environment: SET='raw_uri=s3://… model_name=…'
 SET ?=
 #: seconds a finished run's workflow (pods, logs) is kept after success / failure (make deploy;
@@ -170,7 +173,7 @@ $(VENV)/.dev: $(STAMP)
 deploy: install ## ENV=a100 KFP_HOST=… REGISTRY=… [SET='name=value …'] [TAG=…] [SKIP_IMAGES=1] [DRY_RUN=1 → build/deploy/ only]
 	$(PY) -m pipelines.deploy --env $(ENV) --registry "$(or $(REGISTRY),$(if $(DRY_RUN),registry.example.com/dailyrec,))" \
 	  $(if $(KFP_HOST),--host $(KFP_HOST)) $(if $(TAG),--tag $(TAG)) $(if $(DRY_RUN),--dry-run) $(if $(SKIP_IMAGES),--skip-images) \
-	  $(foreach s,$(subst $(comma), ,$(IMAGE_PULL_SECRETS)),--image-pull-secret $(s)) $(if $(OBJECT_STORE_SECRET),--object-store-secret $(OBJECT_STORE_SECRET)) \
+	  $(foreach s,$(subst $(comma), ,$(IMAGE_PULL_SECRETS)),--image-pull-secret $(s)) $(if $(OBJECT_STORE_SECRET),--object-store-secret $(OBJECT_STORE_SECRET)) $(if $(MLFLOW_IMAGE),--mlflow-image $(MLFLOW_IMAGE)) \
 	  $(foreach s,$(SET),--set '$(s)') $(if $(TTL_SUCCESS_S),--ttl-success-s $(TTL_SUCCESS_S)) $(if $(TTL_FAILURE_S),--ttl-failure-s $(TTL_FAILURE_S))
 
 trigger: install ## start one run of the deployed pipeline now (as the UI's Create run): KFP_HOST=…

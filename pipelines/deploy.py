@@ -85,6 +85,9 @@ class DeployConfig:
     image_pull_secrets: tuple[str, ...] = ()
     """Secrets (docker-registry type, created by the operator in the namespace) for a private
     REGISTRY: added to every ServiceAccount dailyrec's pods run as, so each pod can pull."""
+    mlflow_image: str | None = None
+    """The MLflow server's image by digest (``NAME@sha256:…``); default: the manifest's tag,
+    pinned by the digest a pull of it reports where a real deploy has a container engine."""
     object_store_secret: str = OBJECT_STORE_SECRET
     """The Secret KFP's launcher reads the pipeline root's credentials from (the one Secret the
     pipeline's account may read): another bucket's, named in the ``kfp-launcher`` ConfigMap."""
@@ -117,6 +120,11 @@ class DeployConfig:
                 raise DeployRequestError(
                     f"{what}: {secret!r} is not a Secret name (lower-case DNS name)"
                 )
+        if self.mlflow_image and not DIGEST_REF.fullmatch(self.mlflow_image):
+            raise DeployRequestError(
+                f"MLFLOW_IMAGE={self.mlflow_image!r}: expected NAME@sha256:<64 hex digits> (a tag "
+                "can be moved to other bytes; the manifest's tag is the default)"
+            )
         if len(self.schedule.split()) != 6:
             raise DeployRequestError(
                 f"schedule {self.schedule!r}: KFP cron has 6 fields, seconds first"
@@ -178,6 +186,55 @@ def image_refs(registry: str, tag: str) -> dict[str, str]:
     }
 
 
+DIGEST_REF = re.compile(r"[^\s@]+@sha256:[0-9a-f]{64}")
+"""An image reference pinned by digest."""
+
+
+def mlflow_manifest_image() -> str:
+    """The MLflow server's image as manifests/base/mlflow.yaml names it (declared there alone)."""
+    docs = yaml.safe_load_all((ROOT / "manifests" / "base" / "mlflow.yaml").read_text())
+    (deployment,) = [d for d in docs if d and d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container["image"]
+
+
+def resolve_digest(ref: str, run_command: Any = subprocess.run) -> str | None:
+    """``ref`` pinned by the digest its registry reports (pulled with the engine that answers);
+    None without an engine or when the pull fails."""
+    from pipelines.containers import engine
+
+    found = engine()
+    if found is None:
+        return None
+    pulled = run_command([found, "pull", "-q", ref], capture_output=True, text=True, check=False)
+    if pulled.returncode != 0:
+        return None
+    done = run_command(
+        [found, "image", "inspect", "--format", "{{json .RepoDigests}}", ref],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    name = ref.rsplit(":", 1)[0]
+    try:
+        digests = json.loads(done.stdout or "null") or []
+    except json.JSONDecodeError:
+        return None
+    matching = [d for d in digests if d.split("@", 1)[0] == name and DIGEST_REF.fullmatch(d)]
+    return matching[0] if matching else None
+
+
+def _mlflow_image(config: DeployConfig, run_command: Any) -> dict[str, str]:
+    """The MLflow server's reference and how it is pinned."""
+    manifest = mlflow_manifest_image()
+    if config.mlflow_image:
+        return {"ref": config.mlflow_image, "pinned": "digest", "by": "MLFLOW_IMAGE"}
+    resolved = None if config.dry_run else resolve_digest(manifest, run_command)
+    if resolved:
+        return {"ref": resolved, "pinned": "digest", "by": f"a pull of {manifest}"}
+    return {"ref": manifest, "pinned": "tag", "by": "the manifest"}
+
+
 def pinned_refs(pushed: str, refs: dict[str, str]) -> dict[str, str]:
     """``refs`` as ``NAME@sha256:DIGEST``, read from what ``images/build.sh --push`` printed (the
     digests the registry reported): a tag can be moved to other bytes, a digest cannot."""
@@ -223,6 +280,7 @@ def wrapper_kustomization(
     folder: Path,
     pull_secrets: tuple[str, ...] = (),
     object_store_secret: str = OBJECT_STORE_SECRET,
+    mlflow: str | None = None,
 ) -> Path:
     """A kustomization in ``folder`` over the overlay that pins the images with kustomize's own
     ``images:`` transformer (each overlay maps the ghcr.io names onto REGISTRY/TAG placeholders,
@@ -236,6 +294,8 @@ def wrapper_kustomization(
     for key, repo in IMAGE_REPOS.items():
         placeholder = mapped.get(repo, {}).get("newName", repo)
         images += [_image_entry(n, refs[key]) for n in dict.fromkeys((placeholder, repo))]
+    if mlflow and mlflow != mlflow_manifest_image():
+        images.append(_image_entry(mlflow_manifest_image().rsplit(":", 1)[0], mlflow))
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "kustomization.yaml"
     # kustomize refuses absolute paths to other kustomizations: a relative one
@@ -291,6 +351,7 @@ def render_manifests(
     work: Path | None = None,
     pull_secrets: tuple[str, ...] = (),
     object_store_secret: str = OBJECT_STORE_SECRET,
+    mlflow: str | None = None,
 ) -> list[dict]:
     """``kubectl kustomize`` of the overlay (through a wrapper pinning ``refs``) as objects."""
     folder = ROOT / "manifests" / "overlays" / env
@@ -301,6 +362,7 @@ def render_manifests(
             (work or ROOT / "build" / "deploy") / "kustomize",
             pull_secrets,
             object_store_secret,
+            mlflow,
         ).parent
     done = subprocess.run(
         [kubectl(), "kustomize", str(folder)], capture_output=True, text=True, check=False
@@ -616,6 +678,7 @@ def deploy(
     step, refs = _images(config, version, refs, run_command)
     record["steps"].append(step)
     record["images"] = refs
+    record["mlflow_image"] = _mlflow_image(config, run_command)
     manifests, schemas, objects = _render_and_validate(config, refs, out, record)
     package, request = _write_pipeline(config, refs, version, out, schemas)
     record["checked"] = {
@@ -680,7 +743,12 @@ def _render_and_validate(
     from kube.validate import DEFAULT_CRDS, crd_schemas, validate_cluster_spec, validate_objects
 
     objects = render_manifests(
-        config.env, refs, out, config.image_pull_secrets, config.object_store_secret
+        config.env,
+        refs,
+        out,
+        config.image_pull_secrets,
+        config.object_store_secret,
+        record["mlflow_image"]["ref"],
     )
     record["steps"].append(
         {"step": "manifests", "objects": len(objects), "images": "kustomize/kustomization.yaml"}
@@ -917,6 +985,13 @@ def _parser() -> argparse.ArgumentParser:
         "default: none, the registry is public or the nodes can pull)",
     )
     p.add_argument(
+        "--mlflow-image",
+        default=None,
+        metavar="NAME@sha256:DIGEST",
+        help="the MLflow server's image by digest (default: the manifest's tag, pinned by the "
+        "digest a pull reports where a container engine answers)",
+    )
+    p.add_argument(
         "--object-store-secret",
         default=OBJECT_STORE_SECRET,
         metavar="SECRET",
@@ -987,6 +1062,7 @@ def main(argv: list[str] | None = None) -> int:
             schedule=args.schedule,
             image_pull_secrets=tuple(args.image_pull_secret),
             object_store_secret=args.object_store_secret,
+            mlflow_image=args.mlflow_image,
             settings=tuple(args.set),
             ttl=RunTTL(args.ttl_success_s, args.ttl_failure_s),
         )
@@ -1100,6 +1176,14 @@ def settings_lines(record: dict) -> list[str]:
         lines.append(
             f"  a run from the Kubeflow UI: set its Service Account to {PIPELINE_SERVICE_ACCOUNT} (left "
             "empty it runs as default-editor, which reads every Secret of the namespace)"
+        )
+    if "mlflow_image" in record:
+        m = record["mlflow_image"]
+        lines.append(
+            f"  MLflow server image: {m['ref']}, pinned by digest ({m['by']})"
+            if m["pinned"] == "digest"
+            else f"  MLflow server image: {m['ref']}, by tag (no engine to read its digest: "
+            "MLFLOW_IMAGE=NAME@sha256:... pins it)"
         )
     if "object_store_secret" in record:
         lines.append(

@@ -607,3 +607,48 @@ def test_a_pipeline_root_in_another_bucket_names_its_secret_and_only_that_one(tm
     )
     with pytest.raises(ValueError, match="OBJECT_STORE_SECRET: 'Team Creds'"):
         DeployConfig(env="a100", registry="r", dry_run=True, object_store_secret="Team Creds")
+
+
+def test_the_mlflow_server_image_is_pinned_by_digest_and_the_plan_says_how(tmp_path, monkeypatch):
+    """Given by digest it reaches the rendered Deployment; otherwise a real deploy reads the
+    tag's digest from a pull (the engine's RepoDigests), and a dry run says it stays a tag."""
+    import subprocess
+
+    from pipelines import containers
+    from pipelines.deploy import mlflow_manifest_image, resolve_digest
+
+    tag = mlflow_manifest_image()
+    name = tag.rsplit(":", 1)[0]
+    digest = f"{name}@sha256:{'b' * 64}"
+    out = tmp_path / "deploy"
+    record = deploy(
+        DeployConfig(
+            env="a100", registry="r", tag="t", dry_run=True, out=str(out), mlflow_image=digest
+        )
+    )
+    objects = [o for o in yaml.safe_load_all((out / "manifests.yaml").read_text()) if o]
+    (server,) = [
+        o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "mlflow"
+    ]
+    assert server["spec"]["template"]["spec"]["containers"][0]["image"] == digest
+    lines = "\n".join(summary(record, str(out)))
+    assert f"MLflow server image: {digest}, pinned by digest (MLFLOW_IMAGE)" in lines
+    plain = deploy(DeployConfig(env="a100", registry="r", tag="t", dry_run=True, out=str(out)))
+    assert f"MLflow server image: {tag}, by tag" in "\n".join(summary(plain, str(out)))
+
+    calls = []
+
+    def engine_says(argv, **_):
+        calls.append(argv)
+        answer = json.dumps([f"other.example/x@sha256:{'c' * 64}", digest])
+        return subprocess.CompletedProcess(argv, 0, answer if "inspect" in argv else "", "")
+
+    monkeypatch.setattr(containers, "engine", lambda: "podman")
+    assert resolve_digest(tag, engine_says) == digest
+    assert calls[0] == ["podman", "pull", "-q", tag]
+    monkeypatch.setattr(containers, "engine", lambda: None)
+    assert resolve_digest(tag, engine_says) is None
+    with pytest.raises(ValueError, match="MLFLOW_IMAGE='ghcr.io/mlflow/mlflow:latest'"):
+        DeployConfig(
+            env="a100", registry="r", dry_run=True, mlflow_image="ghcr.io/mlflow/mlflow:latest"
+        )
