@@ -21,6 +21,7 @@ from pathlib import Path
 from benchmarks.measure import machine
 from benchmarks.readme import measurement_main
 from components.common.train_summary import TrainSummary
+from pipelines.containers import ContainerError
 
 EVENTS_PER_DAY, DAYS = 40_000, 6
 WINDOW = {"days": 4, "history_days": 1, "seq_len": 8}
@@ -208,7 +209,10 @@ def with_secret_values(spec: dict, environ: dict[str, str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return measurement_main("distributed", __doc__, measure, readme_table, argv)
+    try:
+        return measurement_main("distributed", __doc__, measure, readme_table, argv)
+    except ContainerError as exc:
+        sys.exit(f"distributed: {exc}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,24 @@ import subprocess
 
 ENGINES = ("docker", "podman")
 ENGINE_ENV = "CONTAINER_ENGINE"
+PODMAN_SETTINGS = "images/containers.conf"
+
+
+class ContainerError(RuntimeError):
+    """A container the engine would not start, with the engine's own words and, where known, the
+    fix."""
+
+
+def start_failure(engine_name: str, name: str, stderr: str) -> ContainerError:
+    """The one-line error for an engine that refused to start container ``name``."""
+    said = " ".join(stderr.split()) or "no message"
+    hint = (
+        f"; podman's defaults exceed what this machine allows: rerun with "
+        f"CONTAINERS_CONF={PODMAN_SETTINGS}"
+        if engine_name == "podman" and "rlimit" in said and not os.environ.get("CONTAINERS_CONF")
+        else ""
+    )
+    return ContainerError(f"{engine_name} could not start container {name}: {said[-400:]}{hint}")
 
 
 def engine(environ: dict[str, str] | None = None) -> str | None:
@@ -93,7 +111,9 @@ class Containers:
             *(arg for k, v in sorted(env.items()) for arg in ("-e", f"{k}={v}")),
             "--entrypoint", argv[0], image, *argv[1:],
         ]  # fmt: skip
-        subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            raise start_failure(self.engine, name, done.stderr)
         self.names.append(name)
         return name
 

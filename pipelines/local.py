@@ -189,7 +189,7 @@ def check_engine(image: str, params: dict) -> str:
     :class:`LocalRunError` saying what to do otherwise. A warning when the image was built from
     other code than this checkout's."""
     from components.common.tracking import code_version
-    from pipelines.containers import engine
+    from pipelines.containers import PODMAN_SETTINGS, engine
     from pipelines.task_containers import image_code_version, image_present
 
     tracking = params.get("tracking_uri") or ""
@@ -202,7 +202,7 @@ def check_engine(image: str, params: dict) -> str:
     if found is None:
         raise LocalRunError(
             "--runner docker: no container engine answers (install docker or podman; "
-            "with podman here: CONTAINERS_CONF=images/containers.conf)"
+            f"with podman here: CONTAINERS_CONF={PODMAN_SETTINGS})"
         )
     if not image_present(found, image):
         raise LocalRunError(f"--runner docker: image {image} not found in {found}: make images")

@@ -75,3 +75,34 @@ def test_a_sqlite_registry_outside_the_root_is_refused(tmp_path):
     assert done.returncode == 2
     assert "the task containers see only the storage root" in done.stderr
     assert not (tmp_path / "store" / "runs").exists()
+
+
+@pytest.mark.parametrize(("conf", "hinted"), [(None, True), ("/etc/containers/site.conf", False)])
+def test_a_container_the_engine_refuses_is_one_line_with_its_fix(
+    tmp_path, monkeypatch, conf, hinted
+):
+    """The engine's own refusal (here podman on a machine whose rlimits its defaults exceed) is
+    said in one line, naming the container, with the fix when it is the known one."""
+    from pipelines.containers import PODMAN_SETTINGS, ContainerError, Containers
+
+    fake = tmp_path / "bin" / "podman"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\necho 'Error: runc: runc create failed: error setting rlimit type 7: "
+        "operation not permitted: OCI permission denied' >&2\nexit 126\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    if conf:
+        monkeypatch.setenv("CONTAINERS_CONF", conf)
+    else:
+        monkeypatch.delenv("CONTAINERS_CONF", raising=False)
+    engine = Containers("podman", str(tmp_path), "/mnt/x")
+    with pytest.raises(ContainerError) as caught:
+        engine.start("dailyrec-x-1", "localhost/img:dev", ["dask", "scheduler"], {})
+    said = str(caught.value)
+    assert "\n" not in said and said.startswith(
+        "podman could not start container dailyrec-x-1: Error: runc: runc create failed"
+    )
+    assert (f"CONTAINERS_CONF={PODMAN_SETTINGS}" in said) is hinted
+    assert engine.names == []  # nothing to remove: it never started

@@ -283,3 +283,88 @@ def test_guards_in_line_and_many_findings_are_one_line_each():
         "2026-01-12: finding 2; and 2 more"
     )
     assert len(decide(0.7, {"status": "none"}, None, RULE).reasons) == 2  # no guards run
+
+
+def test_exactly_the_minimum_of_effective_users_is_enough():
+    from components.evaluate.metrics import MIN_EFFECTIVE_USERS
+
+    full = {"delta": 0.0, "ci_low": -0.01, "ci_high": 0.01, "users": 40}
+    assert comparison_defined(full | {"effective_users": float(MIN_EFFECTIVE_USERS)})
+    assert not comparison_defined(full | {"effective_users": MIN_EFFECTIVE_USERS - 0.01})
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        (
+            {"effective_users": 3.26, "largest_user_share": 0.514},
+            "the test day rests on 3.3 effective users (40 users; the largest holds 51% of the "
+            "day), under 25, below which the interval's coverage falls short of what it says "
+            "(make bench-gate)",
+        ),
+        (
+            {"effective_users": 3.26},
+            "the test day rests on 3.3 effective users (40 users), under 25, below which the "
+            "interval's coverage falls short of what it says (make bench-gate)",
+        ),
+        ({}, "no effective number of users recorded with the interval"),
+    ],
+)
+def test_too_few_effective_users_are_named_with_the_largest_share(extra, why):
+    comparison = {"delta": 0.0, "ci_low": -0.01, "ci_high": 0.01, "users": 40} | extra
+    verdict = decide(0.9, {"status": "scored", "version": 4}, comparison, GateRule(min_auc=0.5))
+    assert not verdict.blessed
+    assert verdict.reasons[1] == (
+        f"AUC vs champion v4: undefined ({why}); policy if_champion_unusable=block: "
+        "not blessed, the champion stays"
+    )
+    assert verdict.detectable_effect is None
+
+
+def test_flat_scores_are_refused_by_name_and_a_spread_without_a_finding_is_not():
+    flat = decide(0.93, {"status": "none"}, None, RULE, spread={"flat": "one constant score"})
+    assert not flat.blessed
+    assert flat.reasons[0] == (
+        "served AUC 0.9300 from one constant score: not blessed, whatever the floor"
+    )
+    fine = decide(0.93, {"status": "none"}, None, RULE, spread={"flat": None, "share": 0.01})
+    assert fine.blessed and fine.reasons[0] == "served AUC 0.9300 >= min_auc 0.6000"
+
+
+def test_a_detectable_effect_is_only_reported_against_a_scored_champion():
+    champion, comparison = scored(0.0, -0.01, 0.01)
+    assert decide(0.9, champion, comparison, RULE).detectable_effect is not None
+    unusable = {"status": "unusable", "version": 3, "reason": "its vocabulary changed"}
+    assert decide(0.9, unusable, comparison, RULE).detectable_effect is None
+
+
+@pytest.mark.parametrize(
+    ("test_days", "said"),
+    [
+        ([], "no test day"),
+        (["2026-01-12", "2026-01-13"], "the test day 2026-01-12, 2026-01-13"),
+    ],
+)
+def test_quiet_guards_say_which_test_days_they_checked(test_days, said):
+    guards = _guards([], blocked=False, days=3) | {"test_days": test_days}
+    verdict = decide(0.7, {"status": "none"}, None, RULE, guards)
+    others = 3 - len(test_days)
+    assert verdict.reasons[-1] == (
+        f"data guards: {said} and {others} other new day(s) in line with the window "
+        "2026-01-01 .. 2026-01-09"
+    )
+    legacy = {k: v for k, v in guards.items() if k != "test_days"}  # written before test days
+    assert (
+        decide(0.7, {"status": "none"}, None, RULE, legacy)
+        .reasons[-1]
+        .startswith("data guards: no test day and 3 other")
+    )
+
+
+@pytest.mark.parametrize(("count", "tail"), [(3, ""), (4, "; and 1 more")])
+def test_up_to_three_findings_are_spelled_out(count, tail):
+    findings = [f"finding {i}" for i in range(count)]
+    verdict = decide(0.7, {"status": "none"}, None, RULE, _guards(findings, blocked=True))
+    assert verdict.reasons[-1] == (
+        "data guards: not blessed, finding 0; finding 1; finding 2" + tail
+    )
