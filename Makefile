@@ -89,9 +89,9 @@ OBJECT_STORE_SECRET ?=
 MLFLOW_IMAGE ?=
 #: deployment settings of make deploy, baked in per environment: SET='raw_uri=s3://… model_name=…'
 SET ?=
-#: seconds a finished run's workflow (pods, logs) is kept after success / failure (make deploy;
-#: empty: 6 h / a week, pipelines/steps.py RunTTL)
+#: make deploy: seconds a succeeded run's workflow (pods, logs) is kept (empty: 6 h)
 TTL_SUCCESS_S ?=
+#: make deploy: seconds a failed run's workflow (pods, logs) is kept (empty: a week)
 TTL_FAILURE_S ?=
 
 .PHONY: help install run data next-day preprocess tune compile ui screenshots serve monitor dashboard images test-images bench-images bench-distributed lock deploy trigger test test-tools test-reliability mutation bench bench-stale bench-quality bench-downsampling bench-preprocess bench-loader bench-train bench-estimate bench-tune bench-gpu bench-serving bench-gate docs lint format clean clean-data clean-runs

@@ -258,6 +258,19 @@ def _evaluate_and_register(p, window, data, plan, trained, runner: Runner) -> No
     )
 
 
+def _run_config(runner: Runner, ttl: RunTTL) -> dsl.PipelineConfig | None:
+    """A cluster run's deadline, a backstop past every task's worst case (pipelines/steps.py): a
+    run never meets the next day's; and how long its finished workflow is kept. kfp.local has no
+    deadline (nor workflows to keep) of its own."""
+    if not runner.retries:
+        return None
+    return dsl.PipelineConfig(
+        active_deadline_seconds=RUN_DEADLINE_S,
+        ttl_seconds_after_success=ttl.success_s,
+        ttl_seconds_after_failure=ttl.failure_s,
+    )
+
+
 def daily_pipeline(runner: Runner = CLUSTER, ttl: RunTTL = DEFAULT_TTL):
     """The ``dailyrec-daily`` pipeline built for ``runner`` (``pipelines.steps.CLUSTER`` or
     ``LOCAL``); on a cluster its finished workflows are kept as ``ttl`` says."""
@@ -265,15 +278,7 @@ def daily_pipeline(runner: Runner = CLUSTER, ttl: RunTTL = DEFAULT_TTL):
     @dsl.pipeline(
         name=PIPELINE_NAME,
         description=DESCRIPTION,
-        # a backstop past every task's worst case (pipelines/steps.py): a run never meets the next
-        # day's; kfp.local has no deadline (nor workflows to keep) of its own
-        pipeline_config=dsl.PipelineConfig(
-            active_deadline_seconds=RUN_DEADLINE_S,
-            ttl_seconds_after_success=ttl.success_s,
-            ttl_seconds_after_failure=ttl.failure_s,
-        )
-        if runner.retries
-        else None,
+        pipeline_config=_run_config(runner, ttl),
     )
     @_set_doc(
         "The daily retraining run. Defaults fit a cluster run started from the Kubeflow UI.\n\n"

@@ -934,48 +934,9 @@ def _add_trigger(sub) -> None:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    """The deploy command and its ``trigger`` subcommand."""
-    p = cli_parser("python -m pipelines.deploy", __doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command")
-    p.add_argument(
-        "--env",
-        default="a100",
-        help="overlay under manifests/overlays/ and target under kube/clusters/",
-    )
-    p.add_argument(
-        "--host",
-        default=os.environ.get("KFP_HOST") or None,
-        help="KFP API endpoint (default: $KFP_HOST; not needed with --dry-run)",
-    )
-    p.add_argument(
-        "--registry",
-        default="",
-        help="image registry prefix, e.g. us-docker.pkg.dev/my-project/dailyrec",
-    )
-    p.add_argument(
-        "--tag",
-        default=None,
-        help="image tag and pipeline version name (default: the images' content digest)",
-    )
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="render and validate into --out only; no cluster needed",
-    )
-    p.add_argument(
-        "--skip-images",
-        action="store_true",
-        help="do not build or push the images (they exist already)",
-    )
-    p.add_argument(
-        "--out", default="build/deploy", help="folder of the rendered manifests and pipeline"
-    )
-    p.add_argument(
-        "--schedule",
-        default=SCHEDULE,
-        help="cron of the daily recurring run (6 fields, seconds first, UTC)",
-    )
+def _add_environment_options(p: argparse.ArgumentParser) -> None:
+    """What differs per environment: registry access, pinned images, the object store's Secret,
+    baked settings and how long finished runs are kept."""
     p.add_argument(
         "--image-pull-secret",
         action="append",
@@ -1018,6 +979,51 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_TTL.failure_s,
         help="seconds a failed run's workflow (pods, logs) is kept",
     )
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The deploy command and its ``trigger`` subcommand."""
+    p = cli_parser("python -m pipelines.deploy", __doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command")
+    p.add_argument(
+        "--env",
+        default="a100",
+        help="overlay under manifests/overlays/ and target under kube/clusters/",
+    )
+    p.add_argument(
+        "--host",
+        default=os.environ.get("KFP_HOST") or None,
+        help="KFP API endpoint (default: $KFP_HOST; not needed with --dry-run)",
+    )
+    p.add_argument(
+        "--registry",
+        default="",
+        help="image registry prefix, e.g. us-docker.pkg.dev/my-project/dailyrec",
+    )
+    p.add_argument(
+        "--tag",
+        default=None,
+        help="image tag and pipeline version name (default: the images' content digest)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="render and validate into --out only; no cluster needed",
+    )
+    p.add_argument(
+        "--skip-images",
+        action="store_true",
+        help="do not build or push the images (they exist already)",
+    )
+    p.add_argument(
+        "--out", default="build/deploy", help="folder of the rendered manifests and pipeline"
+    )
+    p.add_argument(
+        "--schedule",
+        default=SCHEDULE,
+        help="cron of the daily recurring run (6 fields, seconds first, UTC)",
+    )
+    _add_environment_options(p)
     _add_trigger(sub)
     return p
 

@@ -519,7 +519,7 @@ def _run_experiment(client: Any, what: str, run_id: str) -> str | None:
             f"the {what} run {run_id} cannot be read ({exc.error_code}: "
             f"{redact(str(exc.message))[:200]}): the model version would lose its link to it; "
             f"give this account EDIT on the run's experiment (the model is logged on its "
-            f"run there; python -m components.register.accounts sets up the accounts and grants)"
+            f"run there; python -m pipelines.accounts sets up the accounts and grants)"
         ) from None
 
 

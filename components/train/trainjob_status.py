@@ -4,7 +4,7 @@ Kubeflow Trainer (2.2+, with the ``TrainJobStatus`` feature gate) injects into e
 the address of an endpoint of its controller (``KUBEFLOW_TRAINER_SERVER_URL``), its CA
 (``..._CA_CERT``: a file) and a projected token (``..._TOKEN``: a file, re-read each time: it
 rotates); a POST of ``{"trainerStatus": {...}}`` becomes ``TrainJob.status.trainerStatus``
-(kubeflow/trainer ``docs/user-guides/trainjob-progress.md``, the CRD's ``TrainerStatus``). Rank 0
+(kubeflow/trainer's user guide on TrainJob progress, the CRD's ``TrainerStatus``). Rank 0
 posts the share of the planned steps done, the time left -- the plan's estimate until the first
 steps are measured, then the measured pace of this run -- and the latest metrics, at most every
 :data:`EVERY_S` seconds, from a thread of its own: a slow or absent endpoint never holds a step,

@@ -22,6 +22,7 @@ from kube.trainjob import build_trainjob
 from kube.types import MOUNT_PATH, TrainJobTarget
 from pipelines.containers import Containers
 from tests.nodes import free_port
+from tests.trainer_endpoint import trainer_endpoint
 
 pytestmark = pytest.mark.images
 PLAN = {"model": "debug", "micro_batch": 256, "num_workers": 0, "lr": 3e-3, "eval_batch": 2048}
@@ -72,6 +73,36 @@ def test_the_rendered_trainjob_trains_across_two_node_containers(images, tiny_da
     summary = summary_of(root)
     assert summary.world_size == 2 and summary.epochs_run == 2
     assert summary.best_val_auc > 0.55
+
+
+def test_two_node_containers_report_progress_in_the_trainjobs_status(
+    images, tiny_dataset, tmp_path
+):
+    """With the endpoint Trainer's controller injects (URL, CA, token: here served on this
+    machine, the files on the shared volume), rank 0 of the rendered TrainJob posts its progress,
+    time left and metrics; the bodies are what the Trainer 2.3 CRD accepts."""
+    from kube.validate import crd_schemas, validate_objects
+
+    engine, refs = images
+    root = shared_volume(tmp_path, tiny_dataset)
+    plan = TrainPlan(**PLAN, max_epochs=2, nnodes=2, nproc_per_node=1)
+    job = rendered_job(root, refs["trainer"], plan)
+    with trainer_endpoint(root / "controller", f"{MOUNT_PATH}/controller") as (env, _, received):
+        (root / "controller").chmod(0o755)
+        job["spec"]["trainer"].setdefault("env", []).extend(
+            {"name": k, "value": v} for k, v in env.items()
+        )
+        run_nodes(engine, refs["trainer"], job, root)
+    statuses = [body["trainerStatus"] for _, body in received]
+    assert statuses and statuses[-1]["progressPercentage"] == 100, statuses
+    progress = [s["progressPercentage"] for s in statuses]
+    assert progress == sorted(progress)
+    assert statuses[-1]["estimatedRemainingSeconds"] == 0
+    assert {"loss", "val_auc", "epoch"} <= {m["name"] for m in statuses[-1]["metrics"]}
+    assert {auth for auth, _ in received} == {"Bearer first-token"}
+    schemas = crd_schemas()
+    for status in statuses:
+        assert validate_objects([job | {"status": {"trainerStatus": status}}], schemas) == ([], [])
 
 
 def test_a_node_killed_mid_epoch_resumes_when_the_jobset_restarts_all_nodes(

@@ -24,6 +24,7 @@ import yaml
 
 from kube.validate import crd_schemas
 from tests.deploy.conftest import KUBECTL, MANIFESTS, TARGETS, render, render_text
+from tests.rbac import KFP_RUNTIME_RULES, role_triples
 from tests.tools import CRD_DIR, KUBECTL_HOW, require_tool
 
 
@@ -39,13 +40,6 @@ NAMESPACE = "dailyrec"
 RUNTIME = "dailyrec-torch"
 TRAINER_JOB = TRAINER_CONTAINER = "node"
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
-KFP_RUNTIME_RULES = {
-    ("", "secrets", "get"),
-    ("", "configmaps", "get"),
-    *(("argoproj.io", "workflowtaskresults", v) for v in ("create", "patch")),
-}
-"""What KFP's driver/launcher and Argo's executor need in each pipeline pod (a subset of KFP's own
-pipeline-runner Role)."""
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -287,16 +281,6 @@ def test_no_secrets_in_the_manifests(overlay: str) -> None:
             for env in c.get("env", []):
                 if CREDENTIAL_ENV.search(env["name"]):
                     assert "value" not in env, f"{where}: {env['name']} has a literal value"
-
-
-def role_triples(role: dict) -> set[tuple[str, str, str]]:
-    triples = set()
-    for rule in role["rules"]:
-        assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}, rule
-        triples |= {
-            (g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
-        }
-    return triples
 
 
 @pytest.mark.parametrize("overlay", TARGETS)

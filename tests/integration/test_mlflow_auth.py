@@ -17,10 +17,10 @@ import pytest
 from components.common.plan import TrainPlan, write_plan
 from components.evaluate.decision import GateRule
 from components.evaluate.stage import EvaluateConfig, evaluate
-from components.register import accounts
 from components.register.config import RegisterConfig
 from components.register.stage import register
 from components.train.trainer import TrainConfig, train
+from pipelines import accounts
 from tests.reliability.waiting import wait_for
 
 pytestmark = pytest.mark.integration

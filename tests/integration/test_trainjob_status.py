@@ -5,11 +5,6 @@ throttled, never in a step's way, and from a real training."""
 from __future__ import annotations
 
 import datetime as dt
-import json
-import ssl
-import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -20,6 +15,7 @@ from components.train.trainer import TrainConfig, train
 from kube.trainjob import build_trainjob
 from kube.types import TrainJobTarget
 from kube.validate import crd_schemas, validate_objects
+from tests.trainer_endpoint import trainer_endpoint
 
 pytestmark = pytest.mark.integration
 
@@ -91,47 +87,9 @@ def test_a_failing_endpoint_is_said_once_and_never_raised(caplog):
 
 @pytest.fixture
 def controller(tmp_path):
-    """An HTTPS endpoint as the Trainer controller offers it: its CA, a token file; the bodies
-    and Authorization headers it received."""
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-            "-keyout", str(key), "-out", str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    received = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            received.append((self.headers["Authorization"], body))
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"{}")
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    token = tmp_path / "token"
-    token.write_text("first-token\n")
-    env = {
-        ts.URL_ENV: f"https://127.0.0.1:{server.server_address[1]}/trainjob/status",
-        ts.CA_ENV: str(cert),
-        ts.TOKEN_ENV: str(token),
-    }
-    yield env, token, received
-    server.shutdown()
-    server.server_close()
+    """An HTTPS endpoint as the Trainer controller offers it (tests/trainer_endpoint.py)."""
+    with trainer_endpoint(tmp_path) as offered:
+        yield offered
 
 
 def test_posts_reach_an_https_endpoint_with_the_current_token(controller):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from components.common.paths import PathError, inside, safe_name
+from tests.rbac import dask_kubernetes_calls, own_calls, role_triples
 from tests.tools import KUBECTL_HOW, require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,55 +72,6 @@ def test_images_run_as_non_root(fault_report):
     )
 
 
-def code_calls() -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) of every Kubernetes API call in the project's code."""
-    verbs = {
-        "create": "create",
-        "get": "get",
-        "delete": "delete",
-        "list": "list",
-        "read": "get",
-        "patch": "patch",
-        "replace": "update",
-        "watch": "watch",
-    }
-    resources = {
-        "pod": ("", "pods"),
-        "pod_log": ("", "pods/log"),
-        "event": ("", "events"),
-        "service": ("", "services"),
-        "custom_object": ("trainer.kubeflow.org", "trainjobs"),
-    }
-    calls = set()
-    for path in SOURCES:
-        text = path.read_text()
-        if "custom_object" in text:
-            assert (
-                'GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"' in text
-                or "trainjob" in text
-            ), f"{path}: a custom object other than TrainJobs: extend this test"
-        for verb, resource, args in re.findall(
-            r"\.(create|get|delete|list|read|patch|replace)_namespaced_(\w+?)\(([^)]*)", text
-        ):
-            literal = re.match(r'\s*"([^"]+)",\s*"[^"]+",\s*[^,]+,\s*"([^"]+)"', args)
-            if resource == "custom_object" and literal:  # a literal group and plural
-                calls.add((literal[1], literal[2], verbs[verb]))
-            else:
-                calls.add((*resources[resource], verbs[verb]))
-    return calls
-
-
-# what dask-kubernetes' KubeCluster (library code, not scanned) needs, per its operator docs
-DASK_CLIENT = {
-    *(
-        ("kubernetes.dask.org", "daskclusters", v)
-        for v in ("create", "get", "list", "watch", "delete", "patch")
-    ),
-    *(("kubernetes.dask.org", "daskworkergroups", v) for v in ("get", "list", "watch", "patch")),
-    *(("", r, v) for r in ("services", "pods") for v in ("get", "list", "watch")),
-}
-
-
 def test_role_grants_exactly_what_the_code_calls(fault_report):
     from tests.deploy.conftest import render
 
@@ -130,24 +82,16 @@ def test_role_grants_exactly_what_the_code_calls(fault_report):
         for o in render("base")
         if o["kind"] == "Role" and o["metadata"]["name"] == "dailyrec-pipeline"
     ]
-    granted = {
-        (g, r, v)
-        for rule in role["rules"]
-        for g in rule["apiGroups"]
-        for r in rule["resources"]
-        for v in rule["verbs"]
-    }
-    calls = code_calls()
+    granted = role_triples(role)
+    calls = own_calls() | dask_kubernetes_calls()  # derived from the code (tests/rbac.py)
     assert calls, "no Kubernetes API calls found: the scan is broken"
-    assert calls <= granted, (
-        f"the code calls what the Role does not grant: {sorted(calls - granted)}"
+    assert calls == granted, (
+        f"not granted: {sorted(calls - granted)}; granted, never called: {sorted(granted - calls)}"
     )
-    uses_dask = "KubeCluster" in (ROOT / "kube/client.py").read_text()
-    assert granted - calls == (DASK_CLIENT - calls if uses_dask else set()), sorted(granted - calls)
     fault_report(
         "security",
         "the pipeline's Role vs the Kubernetes calls in the code",
-        f"{len(calls)} calls found, all granted; nothing else but dask-kubernetes' KubeCluster needs",
+        f"{len(calls)} calls found (ours and dask-kubernetes' KubeCluster's), exactly the grants",
     )
 
 

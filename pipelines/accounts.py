@@ -1,6 +1,6 @@
 """MLflow's accounts for dailyrec on a server with basic auth, set up in an order that works.
 
-``python -m components.register.accounts --tracking-uri URI``, run once (and again at will: it
+``python -m pipelines.accounts --tracking-uri URI``, run once (and again at will: it
 only adds what is missing) as MLflow's admin (``MLFLOW_TRACKING_USERNAME``/``_PASSWORD`` in the
 environment). The accounts' passwords come from ``DAILYREC_PIPELINE_PASSWORD`` and
 ``DAILYREC_TRAINER_PASSWORD``, never from the command line.
@@ -122,7 +122,7 @@ def _grant(auth, user: str, kind: str, resource: str, permission: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = cli_parser(
-        "python -m components.register.accounts",
+        "python -m pipelines.accounts",
         "Set up dailyrec's MLflow accounts and grants on a basic-auth server (as its admin).",
     )
     p.add_argument("--tracking-uri", required=True, help="the MLflow server (http[s]://...)")
