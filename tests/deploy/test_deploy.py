@@ -609,7 +609,9 @@ def test_a_pipeline_root_in_another_bucket_names_its_secret_and_only_that_one(tm
         DeployConfig(env="a100", registry="r", dry_run=True, object_store_secret="Team Creds")
 
 
-def test_the_mlflow_server_image_is_pinned_by_digest_and_the_plan_says_how(tmp_path, monkeypatch):
+def test_the_mlflow_server_image_is_pinned_by_digest_and_the_plan_says_how(
+    dry_run, tmp_path, monkeypatch
+):
     """Given by digest it reaches the rendered Deployment; otherwise a real deploy reads the
     tag's digest from a pull (the engine's RepoDigests), and a dry run says it stays a tag."""
     import subprocess
@@ -633,8 +635,8 @@ def test_the_mlflow_server_image_is_pinned_by_digest_and_the_plan_says_how(tmp_p
     assert server["spec"]["template"]["spec"]["containers"][0]["image"] == digest
     lines = "\n".join(summary(record, str(out)))
     assert f"MLflow server image: {digest}, pinned by digest (MLFLOW_IMAGE)" in lines
-    plain = deploy(DeployConfig(env="a100", registry="r", tag="t", dry_run=True, out=str(out)))
-    assert f"MLflow server image: {tag}, by tag" in "\n".join(summary(plain, str(out)))
+    plain_out, plain = dry_run
+    assert f"MLflow server image: {tag}, by tag" in "\n".join(summary(plain, str(plain_out)))
 
     calls = []
 

@@ -108,7 +108,7 @@ def test_a_node_whose_node_zero_never_comes_up_fails_in_one_line(tiny_dataset, t
     plan = TrainPlan(**PLAN, nnodes=2, nproc_per_node=1)
     path = write_plan(tmp_path / "plan.json", plan)
     spec = LaunchSpec.of(data=str(tiny_dataset), out=str(tmp_path / "alone"), plan=str(path))
-    job = build_trainjob(spec, plan, TrainJobTarget(rendezvous_timeout_s=10))
+    job = build_trainjob(spec, plan, TrainJobTarget(rendezvous_timeout_s=3))
     started = time.monotonic()
     (node1,) = node_processes(job, free_port(), tmp_path, ranks=[1])
     code = node1.wait(timeout=180)

@@ -23,7 +23,10 @@ from components.train.trainer import TrainConfig, train
 from pipelines import accounts
 from tests.reliability.waiting import wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+]  # a real server, minutes: make test-reliability
 ADMIN = ("admin", "admin-password-" + secrets.token_hex(8))
 PASSWORDS = {"pipeline": secrets.token_hex(12), "trainer": secrets.token_hex(12)}
 
@@ -112,7 +115,7 @@ def _set_up(monkeypatch, uri: str, capsys) -> str:
 
 
 def test_the_accounts_in_order_let_every_stage_work_under_its_own(
-    auth_server, tiny_dataset, tmp_path, monkeypatch, capsys
+    auth_server, tiny_dataset, tmp_path, monkeypatch, capsys, fault_report
 ):
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
@@ -167,10 +170,17 @@ def test_the_accounts_in_order_let_every_stage_work_under_its_own(
     assert registration.version == 1
     version = MlflowClient(uri, registry_uri=uri).get_model_version(RegisterConfig.model_name, "1")
     assert f"runs/{summary.mlflow_run_id}" in version.description  # linked to its training run
+    fault_report(
+        "security",
+        "MLflow's basic-auth server: accounts set up by pipelines.accounts, then train, evaluate "
+        "and register each under its own account",
+        "every stage works; the trainer's account gets 403 on moving @champion; the version "
+        "links its training run",
+    )
 
 
 def test_a_training_run_the_pipeline_cannot_read_is_an_error_not_a_lost_link(
-    auth_server, tiny_dataset, tmp_path, monkeypatch, capsys
+    auth_server, tiny_dataset, tmp_path, monkeypatch, capsys, fault_report
 ):
     """Without access to the training experiment (the order the first run would make), register
     stops in one line naming the run and what to grant, instead of a version without its link."""
@@ -227,3 +237,9 @@ def test_a_training_run_the_pipeline_cannot_read_is_an_error_not_a_lost_link(
     (line,) = [x for x in err.splitlines() if x.startswith("register: error:")]
     assert f"the training run {summary.mlflow_run_id} cannot be read" in line
     assert "EDIT" in line and "Traceback" not in err
+    fault_report(
+        "security",
+        "the pipeline's account loses access to the training experiment, then registers",
+        "refused in one line naming the training run and the grant it needs; nothing registered "
+        "without its link",
+    )
