@@ -39,6 +39,36 @@ def dry_run(tmp_path_factory):
     return out, record
 
 
+MLFLOW_DIGEST = f"ghcr.io/mlflow/mlflow@sha256:{'b' * 64}"
+
+
+@pytest.fixture(scope="module")
+def environment_dry_run(tmp_path_factory):
+    """One dry run with every per-environment option set: settings, TTLs, a private registry's
+    pull secret, another bucket's object-store Secret, the MLflow image by digest."""
+    out = tmp_path_factory.mktemp("deploy-env")
+    record = deploy(
+        DeployConfig(
+            env="a100",
+            registry="private.example/ml",
+            tag="abc123",
+            dry_run=True,
+            out=str(out),
+            settings=(
+                "raw_uri=s3://acme-events/clicks",
+                "model_name=feed-ctr",
+                "retention_days=30",
+            ),
+            ttl=RunTTL(3600, 14 * 86400),
+            image_pull_secrets=("regcred",),
+            object_store_secret="team-bucket-creds",
+            mlflow_image=MLFLOW_DIGEST,
+        )
+    )
+    objects = [o for o in yaml.safe_load_all((out / "manifests.yaml").read_text()) if o]
+    return out, record, objects
+
+
 @needs_kubectl
 def test_dry_run_writes_and_validates_everything(dry_run):
     out, record = dry_run
@@ -93,27 +123,13 @@ def test_dry_run_says_what_it_checked_and_what_a_deploy_would_do(dry_run):
 
 
 @needs_kubectl
-def test_deployment_settings_are_set_per_environment_and_shown(tmp_path):
+def test_deployment_settings_are_set_per_environment_and_shown(environment_dry_run):
     """SET bakes deployment settings (raw data in an object store, the model's name...) into the
     compiled pipeline, read back from it; the summary shows them and the workflow TTLs."""
     from pipelines.parameters import DEPLOYMENT
     from pipelines.steps import DEFAULT_TTL
 
-    record = deploy(
-        DeployConfig(
-            env="a100",
-            registry="reg.example/ml",
-            tag="abc123",
-            dry_run=True,
-            out=str(tmp_path),
-            settings=(
-                "raw_uri=s3://acme-events/clicks",
-                "model_name=feed-ctr",
-                "retention_days=30",
-            ),
-            ttl=RunTTL(3600, 14 * 86400),
-        )
-    )
+    tmp_path, record, _ = environment_dry_run
     settings = record["settings"]
     assert settings["raw_uri"] == "s3://acme-events/clicks" and settings["model_name"] == "feed-ctr"
     assert settings["retention_days"] == 30 and set(settings) <= set(DEPLOYMENT)
@@ -445,21 +461,10 @@ def _kfp_pull_secret_entry(secret: str, tmp_path: Path) -> list:
     return entry["imagePullSecret"]
 
 
-def test_a_private_registrys_pull_secret_reaches_every_pod(tmp_path):
+def test_a_private_registrys_pull_secret_reaches_every_pod(environment_dry_run, tmp_path):
     """Every pod dailyrec runs uses one of its ServiceAccounts (the pipeline's tasks through the
     recurring run's service_account), and each account carries the pull secret."""
-    out = tmp_path / "deploy"
-    deploy(
-        DeployConfig(
-            env="a100",
-            registry="private.example/ml",
-            tag="t",
-            dry_run=True,
-            out=str(out),
-            image_pull_secrets=("regcred",),
-        )
-    )
-    objects = [o for o in yaml.safe_load_all((out / "manifests.yaml").read_text()) if o]
+    out, _, objects = environment_dry_run
     accounts = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ServiceAccount"}
     assert set(accounts) == {
         "dailyrec-pipeline",
@@ -572,22 +577,13 @@ def test_digest_pinned_images_reach_every_object_and_the_pipeline(tmp_path):
     assert {e["container"]["image"] for e in executors} == {pinned["runtime"]}
 
 
-def test_a_pipeline_root_in_another_bucket_names_its_secret_and_only_that_one(tmp_path):
+def test_a_pipeline_root_in_another_bucket_names_its_secret_and_only_that_one(
+    environment_dry_run,
+):
     """KFP's launcher reads the Secret the kfp-launcher ConfigMap names for the pipeline root
     (kubeflow/pipelines backend/src/v2/config/env.go): the runtime Role follows the setting,
     still one Secret by name, and the summary says which."""
-    out = tmp_path / "deploy"
-    record = deploy(
-        DeployConfig(
-            env="a100",
-            registry="r.example/ml",
-            tag="t",
-            dry_run=True,
-            out=str(out),
-            object_store_secret="team-bucket-creds",
-        )
-    )
-    objects = [o for o in yaml.safe_load_all((out / "manifests.yaml").read_text()) if o]
+    out, record, objects = environment_dry_run
     (runtime,) = [
         o
         for o in objects
@@ -610,7 +606,7 @@ def test_a_pipeline_root_in_another_bucket_names_its_secret_and_only_that_one(tm
 
 
 def test_the_mlflow_server_image_is_pinned_by_digest_and_the_plan_says_how(
-    dry_run, tmp_path, monkeypatch
+    dry_run, environment_dry_run, monkeypatch
 ):
     """Given by digest it reaches the rendered Deployment; otherwise a real deploy reads the
     tag's digest from a pull (the engine's RepoDigests), and a dry run says it stays a tag."""
@@ -621,14 +617,9 @@ def test_the_mlflow_server_image_is_pinned_by_digest_and_the_plan_says_how(
 
     tag = mlflow_manifest_image()
     name = tag.rsplit(":", 1)[0]
-    digest = f"{name}@sha256:{'b' * 64}"
-    out = tmp_path / "deploy"
-    record = deploy(
-        DeployConfig(
-            env="a100", registry="r", tag="t", dry_run=True, out=str(out), mlflow_image=digest
-        )
-    )
-    objects = [o for o in yaml.safe_load_all((out / "manifests.yaml").read_text()) if o]
+    digest = MLFLOW_DIGEST
+    assert digest.startswith(f"{name}@")
+    out, record, objects = environment_dry_run
     (server,) = [
         o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "mlflow"
     ]
