@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from components.datagen import DatagenConfig, generate
 from components.train.checkpoint import LAST, PREVIOUS, CheckpointError
 from components.train.launch import LaunchSpec, LocalTorchrun
 from components.train.trainer import TrainConfig, train
+from tests.reliability.mlflow_server import mlflow_server as serve_mlflow
 from tests.reliability.waiting import trainer_processes, wait_for
 from tests.small_run import local_run, small_world
 
@@ -199,57 +199,15 @@ def test_preprocessing_killed_while_writing_never_leaves_a_complete_looking_outp
 # ----------------------------------------------------------------------------- tracking server
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def mlflow_server(tmp_path):
     """A real `mlflow server` on 127.0.0.1 over a SQLite store; yields (uri, db uri, process)."""
-    port, db = _free_port(), tmp_path / "server" / "mlflow.db"
+    db = tmp_path / "server" / "mlflow.db"
     db.parent.mkdir()
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--backend-store-uri",
-            sqlite_uri(db.parent),
-            "--workers",
-            "1",
-            "--artifacts-destination",
-            (tmp_path / "server" / "artifacts").as_uri(),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        start_new_session=True,
-    )
-    uri = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        import urllib.request
-
-        try:
-            return urllib.request.urlopen(f"{uri}/health", timeout=1).status == 200
-        except OSError:
-            return False
-
-    try:
-        wait_for(healthy, 90, "mlflow server start", poll=0.3)
-        yield uri, sqlite_uri(db.parent), proc
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # the test may have killed it already
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    store = sqlite_uri(db.parent)
+    artifacts = tmp_path / "server" / "artifacts"
+    with serve_mlflow(store, artifacts, [], {}, subprocess.DEVNULL, 90) as (uri, proc):
+        yield uri, store, proc
 
 
 @pytest.mark.slow

@@ -4,13 +4,7 @@ their own accounts with a version linked to its training run; a lost link is an 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import secrets
-import signal
-import socket
-import subprocess
-import sys
 
 import pytest
 
@@ -21,7 +15,7 @@ from components.register.config import RegisterConfig
 from components.register.stage import register
 from components.train.trainer import TrainConfig, train
 from pipelines import accounts
-from tests.reliability.waiting import wait_for
+from tests.reliability.mlflow_server import mlflow_server
 
 pytestmark = [
     pytest.mark.integration,
@@ -29,12 +23,6 @@ pytestmark = [
 ]  # a real server, minutes: make test-reliability
 ADMIN = ("admin", "admin-password-" + secrets.token_hex(8))
 PASSWORDS = {"pipeline": secrets.token_hex(12), "trainer": secrets.token_hex(12)}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -51,54 +39,22 @@ def auth_server(tmp_path):
         f"admin_password = {ADMIN[1]}\n"
         "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
     )
-    port = _free_port()
     env = {
-        **os.environ,
-        "MLFLOW_DISABLE_TELEMETRY": "true",
         "MLFLOW_AUTH_CONFIG_PATH": str(ini),
         "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
     }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--app-name",
-            "basic-auth",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--backend-store-uri",
+    with (
+        open(root / "server.log", "w") as log,
+        mlflow_server(
             f"sqlite:///{root / 'mlflow.db'}",
-            "--artifacts-destination",
-            (root / "artifacts").as_uri(),
-            "--workers",
-            "1",
-        ],
-        stdout=open(root / "server.log", "w"),  # noqa: SIM115 (closed with the process)
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    uri = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        import urllib.request
-
-        try:
-            return urllib.request.urlopen(f"{uri}/health", timeout=1).status == 200
-        except OSError:
-            return False
-
-    try:
-        wait_for(healthy, 120, "mlflow basic-auth server start", poll=0.3)
+            root / "artifacts",
+            ["--app-name", "basic-auth"],
+            env,
+            log,
+            120,
+        ) as (uri, _),
+    ):
         yield uri
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def _as(monkeypatch, user: str, password: str) -> None:
@@ -112,6 +68,31 @@ def _set_up(monkeypatch, uri: str, capsys) -> str:
         monkeypatch.setenv(variable, PASSWORDS[user])
     assert accounts.main(["--tracking-uri", uri]) == 0
     return capsys.readouterr().out
+
+
+def _train(data, out, uri: str):
+    """One epoch of the debug model, logged to ``uri`` under the current account."""
+    plan = write_plan(
+        out.parent / "plan.json",
+        TrainPlan(
+            model="debug", micro_batch=512, num_workers=0, lr=3e-3, eval_batch=4096, max_epochs=1
+        ),
+    )
+    return train(TrainConfig(data=str(data), out=str(out), plan=str(plan), tracking_uri=uri))
+
+
+def _evaluate(data, trained, evaluated, uri: str):
+    """The trained checkpoint evaluated (any AUC blessed), logged to ``uri``; its folder."""
+    evaluate(
+        EvaluateConfig(
+            data=str(data),
+            checkpoint=str(trained / "best.pt"),
+            out=str(evaluated),
+            tracking_uri=uri,
+            rule=GateRule(min_auc=0.0),
+        )
+    )
+    return evaluated
 
 
 def test_the_accounts_in_order_let_every_stage_work_under_its_own(
@@ -129,16 +110,8 @@ def test_the_accounts_in_order_let_every_stage_work_under_its_own(
 
     # the training pods' account trains and logs its run
     _as(monkeypatch, "trainer", PASSWORDS["trainer"])
-    plan = write_plan(
-        tmp_path / "plan.json",
-        TrainPlan(
-            model="debug", micro_batch=512, num_workers=0, lr=3e-3, eval_batch=4096, max_epochs=1
-        ),
-    )
     out = tmp_path / "train"
-    summary = train(
-        TrainConfig(data=str(tiny_dataset), out=str(out), plan=str(plan), tracking_uri=uri)
-    )
+    summary = _train(tiny_dataset, out, uri)
     assert summary.mlflow_run_id and summary.tracking_error is None
     # ...and can never register a model or move an alias
     with pytest.raises(MlflowException, match="403|PERMISSION_DENIED|Permission denied"):
@@ -148,16 +121,7 @@ def test_the_accounts_in_order_let_every_stage_work_under_its_own(
 
     # the pipeline's account evaluates and registers, the version linked to the training run
     _as(monkeypatch, "pipeline", PASSWORDS["pipeline"])
-    evaluated = tmp_path / "eval"
-    evaluate(
-        EvaluateConfig(
-            data=str(tiny_dataset),
-            checkpoint=str(out / "best.pt"),
-            out=str(evaluated),
-            tracking_uri=uri,
-            rule=GateRule(min_auc=0.0),
-        )
-    )
+    evaluated = _evaluate(tiny_dataset, out, tmp_path / "eval", uri)
     registration = register(
         RegisterConfig(
             checkpoint=str(out / "best.pt"),
@@ -191,16 +155,8 @@ def test_a_training_run_the_pipeline_cannot_read_is_an_error_not_a_lost_link(
     uri = auth_server
     _set_up(monkeypatch, uri, capsys)
     _as(monkeypatch, "trainer", PASSWORDS["trainer"])
-    plan = write_plan(
-        tmp_path / "plan.json",
-        TrainPlan(
-            model="debug", micro_batch=512, num_workers=0, lr=3e-3, eval_batch=4096, max_epochs=1
-        ),
-    )
     out = tmp_path / "train"
-    summary = train(
-        TrainConfig(data=str(tiny_dataset), out=str(out), plan=str(plan), tracking_uri=uri)
-    )
+    summary = _train(tiny_dataset, out, uri)
     _as(monkeypatch, *ADMIN)
     train_experiment = get_app_client("basic-auth", tracking_uri=uri)
     from mlflow import MlflowClient
@@ -208,16 +164,7 @@ def test_a_training_run_the_pipeline_cannot_read_is_an_error_not_a_lost_link(
     experiment = MlflowClient(uri).get_experiment_by_name(accounts.TRAIN).experiment_id
     train_experiment.revoke_user_permission("pipeline", "experiment", experiment)
     _as(monkeypatch, "pipeline", PASSWORDS["pipeline"])
-    evaluated = tmp_path / "eval"
-    evaluate(
-        EvaluateConfig(
-            data=str(tiny_dataset),
-            checkpoint=str(out / "best.pt"),
-            out=str(evaluated),
-            tracking_uri=uri,
-            rule=GateRule(min_auc=0.0),
-        )
-    )
+    evaluated = _evaluate(tiny_dataset, out, tmp_path / "eval", uri)
     code = register_main(
         [
             "--checkpoint",
